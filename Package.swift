@@ -1,0 +1,48 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+// The shipping library (`make`) is built from this manifest with extra linker flags on the
+// command line (version script, soname, -z nodelete, static Swift runtime), so that the
+// package stays usable as a plain dependency: unsafeFlags would forbid that.
+let package = Package(
+    name: "socketkit",
+    products: [
+        // libsocketkit.so: the C library (its C API is in Sources/SocketKit/CAPI).
+        .library(name: "socketkit", type: .dynamic, targets: ["SocketKit"]),
+        // `import SocketKit` for Swift users.
+        .library(name: "SocketKit", targets: ["SocketKit"]),
+        .executable(name: "socketkit-demo", targets: ["socketkit-demo"]),
+        .executable(name: "socketkit-echo", targets: ["socketkit-echo"]),
+    ],
+    targets: [
+        .target(
+            name: "SocketKitC",
+            path: "Sources/SocketKitC"
+        ),
+        .target(
+            name: "SocketKit",
+            dependencies: ["SocketKitC"],
+            path: "Sources/SocketKit",
+            exclude: ["socketkit.map"],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        .executableTarget(
+            name: "socketkit-demo",
+            dependencies: ["SocketKit"],
+            path: "Sources/socketkit-demo",
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        .executableTarget(
+            name: "socketkit-echo",
+            dependencies: ["SocketKit"],
+            path: "bench/swift-echo",
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        .testTarget(
+            name: "SocketKitTests",
+            dependencies: ["SocketKit"],
+            path: "Tests/SocketKitTests",
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+    ]
+)

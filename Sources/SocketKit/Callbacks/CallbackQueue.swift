@@ -1,0 +1,163 @@
+import Glibc
+import Synchronization
+import SocketKitC
+
+/// Where a socket's delegate callbacks run. Whatever the queue, the callbacks of one socket
+/// never overlap and arrive in the order the socket produced them, and `socketDidDisconnect`
+/// is the last one of a connection.
+///
+/// - `CallbackQueue.eventLoop`: on the socket's own event loop thread. Fastest (no hand-off,
+///   read data is not copied), but a callback that blocks stalls every socket on that loop.
+/// - `SerialCallbackQueue`: one thread of its own, shared by as many sockets as you like; the
+///   equivalent of a GCD serial delegate queue.
+/// - `HostCallbackQueue`: callbacks wait until the host calls `drain()`; its
+///   `fileDescriptor` is readable while callbacks are pending, so asyncio, GLib or any poll
+///   loop can run SocketKit callbacks on its own thread.
+public class CallbackQueue: @unchecked Sendable {
+    /// Callbacks run on the socket's event loop thread.
+    public static let eventLoop: CallbackQueue = CallbackQueue(runsOnEventLoop: true)
+
+    /// True for `CallbackQueue.eventLoop`.
+    let runsOnEventLoop: Bool
+
+    init(runsOnEventLoop: Bool) {
+        self.runsOnEventLoop = runsOnEventLoop
+    }
+
+    /// Hands a job to the queue. `loop` is the socket's loop, used by `.eventLoop`.
+    func enqueue(_ job: @escaping @Sendable () -> Void, loop: EventLoop) {
+        loop.execute(job)
+    }
+}
+
+/// A callback queue with its own thread. Create one and share it between sockets; the thread
+/// ends once the queue is released and its pending callbacks have run.
+public final class SerialCallbackQueue: CallbackQueue, @unchecked Sendable {
+    private final class Worker: @unchecked Sendable {
+        let lock = ConditionLock()
+        var jobs: [@Sendable () -> Void] = []
+        var stopping = false
+
+        func run() {
+            var batch: [@Sendable () -> Void] = []
+            while true {
+                lock.lock()
+                while jobs.isEmpty && !stopping { lock.wait() }
+                if jobs.isEmpty && stopping {
+                    lock.unlock()
+                    return
+                }
+                swap(&batch, &jobs)
+                lock.unlock()
+                for job in batch { job() }
+                batch.removeAll(keepingCapacity: true)
+            }
+        }
+    }
+
+    private let worker = Worker()
+    /// The thread's name, as given at creation.
+    public let name: String
+
+    /// Starts the queue's thread. Throws `.system` if no thread can be created.
+    public init(name: String = "socketkit-callbacks") throws(SocketError) {
+        self.name = name
+        super.init(runsOnEventLoop: false)
+        let worker = self.worker
+        try PosixThread.spawnDetached(name: name) { worker.run() }
+    }
+
+    deinit {
+        worker.lock.withLock {
+            worker.stopping = true
+            worker.lock.signal()
+        }
+    }
+
+    override func enqueue(_ job: @escaping @Sendable () -> Void, loop: EventLoop) {
+        worker.lock.withLock {
+            worker.jobs.append(job)
+            if worker.jobs.count == 1 { worker.lock.signal() }
+        }
+    }
+}
+
+/// A callback queue the host drives: callbacks wait until `drain` runs them on the caller's
+/// thread. `fileDescriptor` is readable exactly while callbacks are pending; watch it with
+/// your own poll loop (asyncio's `add_reader`, GLib's `g_unix_fd_add`, `poll(2)`).
+public final class HostCallbackQueue: CallbackQueue, @unchecked Sendable {
+    private struct State {
+        var jobs: [@Sendable () -> Void] = []
+        var head = 0
+        var draining = false
+    }
+    private let state = Mutex(State())
+    private let eventFD: Int32
+
+    /// Creates the queue and its descriptor. Throws `.system` if no descriptor is left.
+    public init() throws(SocketError) {
+        let descriptor = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC))
+        guard descriptor >= 0 else { throw SocketError.lastSystemError("eventfd") }
+        eventFD = descriptor
+        super.init(runsOnEventLoop: false)
+    }
+
+    deinit {
+        close(eventFD)
+    }
+
+    /// Readable while callbacks are pending. Owned by the queue: do not close it.
+    public var fileDescriptor: Int32 { eventFD }
+
+    /// Number of callbacks waiting.
+    public var pendingCount: Int { state.withLock { $0.jobs.count - $0.head } }
+
+    override func enqueue(_ job: @escaping @Sendable () -> Void, loop: EventLoop) {
+        state.withLock { state in
+            state.jobs.append(job)
+            if state.jobs.count - state.head == 1 { signalPending() }
+        }
+    }
+
+    /// Runs up to `maxCallbacks` pending callbacks on the calling thread, in order, and
+    /// returns how many ran. Callbacks queued while draining run in the same call (up to the
+    /// limit). Only one thread drains at a time: a concurrent or nested call returns 0.
+    @discardableResult
+    public func drain(maxCallbacks: Int = Int.max) -> Int {
+        let claimed = state.withLock { state -> Bool in
+            guard !state.draining else { return false }
+            state.draining = true
+            return true
+        }
+        guard claimed else { return 0 }
+        var ran = 0
+        while ran < maxCallbacks {
+            let job = state.withLock { state -> (@Sendable () -> Void)? in
+                guard state.head < state.jobs.count else { return nil }
+                let job = state.jobs[state.head]
+                state.head += 1
+                if state.head == state.jobs.count {
+                    state.jobs.removeAll(keepingCapacity: true)
+                    state.head = 0
+                    clearPending()
+                }
+                return job
+            }
+            guard let job else { break }
+            job()
+            ran += 1
+        }
+        state.withLock { $0.draining = false }
+        return ran
+    }
+
+    private func signalPending() {
+        var one: UInt64 = 1
+        _ = write(eventFD, &one, 8)
+    }
+
+    private func clearPending() {
+        var counter: UInt64 = 0
+        _ = read(eventFD, &counter, 8)
+    }
+}

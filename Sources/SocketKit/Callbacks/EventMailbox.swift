@@ -1,0 +1,52 @@
+import Synchronization
+
+/// A socket's pending callbacks when they run off the loop: the loop posts, one job at a
+/// time drains them on the callback queue. At most one drain job exists per socket, which
+/// is what keeps a socket's callbacks ordered and never concurrent.
+final class EventMailbox: @unchecked Sendable {
+    private struct State {
+        var events: [SocketEvent] = []
+        var drainScheduled = false
+    }
+    private let state = Mutex(State())
+    /// Read by the loop without the lock: only the loop sets it, only the drainer clears it.
+    private let busy = Atomic<Bool>(false)
+
+    /// True while a drain job is scheduled or running: new events must queue behind it even
+    /// if the socket now runs callbacks on its loop.
+    var isBusy: Bool { busy.load(ordering: .acquiring) }
+
+    /// Queues an event; true when the caller must schedule a drain job.
+    func post(_ event: SocketEvent) -> Bool {
+        let unchecked = UncheckedSendable(event)
+        let mustSchedule = state.withLock { state -> Bool in
+            state.events.append(unchecked.value)
+            guard !state.drainScheduled else { return false }
+            state.drainScheduled = true
+            busy.store(true, ordering: .releasing)
+            return true
+        }
+        return mustSchedule
+    }
+
+    func takeAll() -> [SocketEvent] {
+        let taken = state.withLock { state -> UncheckedSendable<[SocketEvent]> in
+            var taken: [SocketEvent] = []
+            swap(&taken, &state.events)
+            return UncheckedSendable(taken)
+        }
+        return taken.value
+    }
+
+    /// Ends a drain job; true when more events arrived and another job is needed.
+    func finishDrain() -> Bool {
+        state.withLock { state -> Bool in
+            if state.events.isEmpty {
+                state.drainScheduled = false
+                busy.store(false, ordering: .releasing)
+                return false
+            }
+            return true
+        }
+    }
+}

@@ -1,0 +1,107 @@
+import Glibc
+
+/// The one error type of SocketKit. Its codes map one-to-one onto the C `SK_ERR_*` values
+/// and the Python exception classes.
+///
+/// `osError` carries the OS `errno` for `.system` errors, the resolver's `EAI_*` value for
+/// `.resolution` errors, and 0 otherwise.
+public struct SocketError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// What went wrong. Raw values are the C error codes (negative; 0 is success).
+    public struct Code: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        public let rawValue: Int32
+        public init(rawValue: Int32) { self.rawValue = rawValue }
+
+        /// The call is not valid in the socket's current state or configuration: already
+        /// connected, not connected, no delegate, both address families disabled, reads or
+        /// writes after `disconnectAfter…`, a stopped event loop.
+        public static let badConfig = Code(rawValue: -1)
+        /// An argument is not acceptable: empty host, zero length, empty separator, a maximum
+        /// shorter than the separator, an offset outside the buffer, an unknown interface.
+        public static let badParam = Code(rawValue: -2)
+        /// The connect timeout passed before the connection was established.
+        public static let connectTimeout = Code(rawValue: -3)
+        /// A read's timeout passed and the delegate did not extend it.
+        public static let readTimeout = Code(rawValue: -4)
+        /// A write's timeout passed and the delegate did not extend it.
+        public static let writeTimeout = Code(rawValue: -5)
+        /// A read to a separator reached its maximum length without finding the separator.
+        public static let readMaxedOut = Code(rawValue: -6)
+        /// The peer closed the connection while the socket was meant to stay open.
+        public static let closed = Code(rawValue: -7)
+        /// Anything else; the message says what.
+        public static let other = Code(rawValue: -8)
+        /// An operating-system call failed; `osError` holds `errno`.
+        public static let system = Code(rawValue: -9)
+        /// A host name did not resolve; `osError` holds the resolver's `EAI_*` code.
+        public static let resolution = Code(rawValue: -10)
+        /// A handle was NULL, released, stale or of the wrong kind (C and Python only).
+        public static let invalidHandle = Code(rawValue: -11)
+
+        /// Every code, in raw-value order; the C and Python tables are checked against it.
+        public static let all: [Code] = [
+            .badConfig, .badParam, .connectTimeout, .readTimeout, .writeTimeout, .readMaxedOut,
+            .closed, .other, .system, .resolution, .invalidHandle,
+        ]
+
+        /// The name of the code, e.g. `"readTimeout"`.
+        public var name: String {
+            switch self {
+            case .badConfig: return "badConfig"
+            case .badParam: return "badParam"
+            case .connectTimeout: return "connectTimeout"
+            case .readTimeout: return "readTimeout"
+            case .writeTimeout: return "writeTimeout"
+            case .readMaxedOut: return "readMaxedOut"
+            case .closed: return "closed"
+            case .other: return "other"
+            case .system: return "system"
+            case .resolution: return "resolution"
+            case .invalidHandle: return "invalidHandle"
+            default: return "code(\(rawValue))"
+            }
+        }
+
+        /// A short sentence describing the code.
+        public var summary: String {
+            switch self {
+            case .badConfig: return "invalid in the socket's current state or configuration"
+            case .badParam: return "invalid argument"
+            case .connectTimeout: return "connect timed out"
+            case .readTimeout: return "read timed out"
+            case .writeTimeout: return "write timed out"
+            case .readMaxedOut: return "read reached its maximum length without the separator"
+            case .closed: return "socket closed by remote peer"
+            case .other: return "other error"
+            case .system: return "operating system error"
+            case .resolution: return "host name did not resolve"
+            case .invalidHandle: return "invalid, released or wrong-kind handle"
+            default: return "unknown error"
+            }
+        }
+
+        public var description: String { name }
+    }
+
+    public let code: Code
+    public let osError: Int32
+    public let message: String
+
+    public init(_ code: Code, osError: Int32 = 0, _ message: String? = nil) {
+        self.code = code
+        self.osError = osError
+        self.message = message ?? code.summary
+    }
+
+    /// An error for the current `errno` (read at call time), naming the failed call.
+    static func lastSystemError(_ call: String) -> SocketError {
+        systemError(errno, call)
+    }
+
+    static func systemError(_ number: Int32, _ call: String) -> SocketError {
+        SocketError(.system, osError: number, "\(call): \(String(cString: strerror(number)))")
+    }
+
+    public var description: String {
+        osError != 0 ? "\(code.name) (\(osError)): \(message)" : "\(code.name): \(message)"
+    }
+}

@@ -1,0 +1,327 @@
+import Glibc
+import Synchronization
+import SocketKitC
+
+/// One event loop: one thread, one epoll instance, an eventfd for wake-ups from other
+/// threads, a timer heap. Every socket lives on exactly one loop for its whole life, and all
+/// of its state is touched only on this thread; public calls from other threads arrive as
+/// tasks through `execute`.
+///
+/// Cost: one thread, three descriptors and a 128 KiB read buffer shared by all of its sockets
+/// (a socket owns no read buffer while idle).
+public final class EventLoop: @unchecked Sendable {
+    /// Position of this loop in its group.
+    public let index: Int
+    /// The group this loop belongs to (accepted sockets are spread over its loops).
+    public private(set) weak var group: EventLoopGroup?
+
+
+    /// Set when the loop could not be created (no descriptors left): every use fails with it.
+    let startupError: SocketError?
+
+    private let epollFD: Int32
+    private let wakeupFD: Int32
+    private let threadIdentity = Atomic<UInt>(0)
+    private var thread: pthread_t?
+
+    private struct PendingTasks {
+        var tasks: [@Sendable () -> Void] = []
+        var wakeupArmed = false
+        var stopRequested = false
+        var stopped = false
+    }
+    private let pending = Mutex(PendingTasks())
+
+    // Loop-confined state.
+    private var handlers: [EventLoopHandler?] = []
+    private var generations: [UInt32] = []
+    private var freeSlots: [Int] = []
+    private var timers = TimerHeap()
+    private var endOfIterationWork: [EndOfIterationWork] = []
+    private var runningTasks: [@Sendable () -> Void] = []
+    private let events: UnsafeMutablePointer<epoll_event>
+    private let eventCapacity = 256
+
+    /// Scratch buffer for reads: every socket on this loop reads into it and hands out views
+    /// of it, so reads allocate nothing. Valid until the next read on this loop.
+    let readBuffer: UnsafeMutableRawBufferPointer
+
+    private static let wakeupToken = UInt64.max
+    static let readBufferSize = 128 * 1024
+
+    init(index: Int, group: EventLoopGroup?) {
+        self.index = index
+        self.group = group
+        events = .allocate(capacity: eventCapacity)
+        readBuffer = .allocate(byteCount: EventLoop.readBufferSize, alignment: 16)
+
+        var failure: SocketError? = nil
+        let epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
+        if epoll < 0 { failure = .lastSystemError("epoll_create1") }
+        let wakeup = epoll >= 0 ? eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC)) : -1
+        if epoll >= 0 && wakeup < 0 { failure = .lastSystemError("eventfd") }
+        if failure == nil {
+            var event = epoll_event()
+            event.events = EPOLLIN.rawValue
+            event.data.u64 = EventLoop.wakeupToken
+            if epoll_ctl(epoll, EPOLL_CTL_ADD, wakeup, &event) != 0 { failure = .lastSystemError("epoll_ctl") }
+        }
+        epollFD = epoll
+        wakeupFD = wakeup
+        startupError = failure
+        if failure != nil {
+            pending.withLock { $0.stopped = true }
+            return
+        }
+        do {
+            thread = try PosixThread.spawn(name: "socketkit-loop-\(index)") { [self] in run() }
+        } catch {
+            pending.withLock { $0.stopped = true }
+            closeDescriptors()
+        }
+    }
+
+    deinit {
+        events.deallocate()
+        readBuffer.deallocate()
+    }
+
+    /// True when called on this loop's thread.
+    public var inEventLoop: Bool {
+        threadIdentity.load(ordering: .relaxed) == currentThreadIdentity()
+    }
+
+    /// Runs `task` on the loop's thread, after the tasks already queued. Returns false (and
+    /// drops the task) when the loop has stopped or never started.
+    @discardableResult
+    public func execute(_ task: @escaping @Sendable () -> Void) -> Bool {
+        let onLoop = inEventLoop
+        let (accepted, mustWake) = pending.withLock { state -> (Bool, Bool) in
+            if state.stopped { return (false, false) }
+            state.tasks.append(task)
+            if onLoop || state.wakeupArmed { return (true, false) }
+            state.wakeupArmed = true
+            return (true, true)
+        }
+        if mustWake { wake() }
+        return accepted
+    }
+
+    /// Runs `task` now when called on the loop's thread, otherwise like `execute`.
+    @discardableResult
+    func executeInlineIfPossible(_ task: @escaping @Sendable () -> Void) -> Bool {
+        if inEventLoop {
+            task()
+            return true
+        }
+        return execute(task)
+    }
+
+    var isAcceptingTasks: Bool { !pending.withLock { $0.stopped } }
+
+    private func wake() {
+        var one: UInt64 = 1
+        _ = write(wakeupFD, &one, 8)
+    }
+
+    // MARK: Registration (loop thread only)
+
+    /// Registers `fd` for `events` (epoll bits). Edge-triggered registrations are the norm:
+    /// sockets register once for input and output and never modify the registration.
+    func register(fd: Int32, events: UInt32, handler: EventLoopHandler) throws(SocketError) -> RegistrationID {
+        assertInEventLoop()
+        let slot: Int
+        if let reused = freeSlots.popLast() {
+            slot = reused
+        } else {
+            slot = handlers.count
+            handlers.append(nil)
+            generations.append(0)
+        }
+        let id = RegistrationID(slot: slot, generation: generations[slot])
+        var event = epoll_event()
+        event.events = events
+        event.data.u64 = id.token
+        guard epoll_ctl(epollFD, EPOLL_CTL_ADD, fd, &event) == 0 else {
+            let error = SocketError.lastSystemError("epoll_ctl(ADD)")
+            freeSlots.append(slot)
+            throw error
+        }
+        handlers[slot] = handler
+        return id
+    }
+
+    func modify(_ id: RegistrationID, fd: Int32, events: UInt32) throws(SocketError) {
+        assertInEventLoop()
+        var event = epoll_event()
+        event.events = events
+        event.data.u64 = id.token
+        guard epoll_ctl(epollFD, EPOLL_CTL_MOD, fd, &event) == 0 else {
+            throw SocketError.lastSystemError("epoll_ctl(MOD)")
+        }
+    }
+
+    /// Hands an existing registration to another handler (the winning Happy Eyeballs attempt
+    /// becomes the connection) without a system call.
+    func replaceHandler(_ id: RegistrationID, with handler: EventLoopHandler) {
+        assertInEventLoop()
+        guard id.slot < handlers.count, generations[id.slot] == id.generation else { return }
+        handlers[id.slot] = handler
+    }
+
+    /// Removes the registration. The caller closes the descriptor afterwards.
+    func deregister(_ id: RegistrationID, fd: Int32) {
+        assertInEventLoop()
+        guard id.slot < handlers.count, generations[id.slot] == id.generation else { return }
+        _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, fd, nil)
+        handlers[id.slot] = nil
+        generations[id.slot] &+= 1
+        freeSlots.append(id.slot)
+    }
+
+    // MARK: Timers (loop thread only)
+
+    func schedule(_ timer: LoopTimer, deadline: UInt64) {
+        assertInEventLoop()
+        timers.schedule(timer, deadline: deadline)
+    }
+
+    func cancel(_ timer: LoopTimer) {
+        assertInEventLoop()
+        timers.remove(timer)
+    }
+
+    // MARK: End-of-iteration work (loop thread only)
+
+    func scheduleEndOfIterationWork(_ work: EndOfIterationWork) {
+        assertInEventLoop()
+        guard !work.isScheduledForEndOfIteration else { return }
+        work.isScheduledForEndOfIteration = true
+        endOfIterationWork.append(work)
+    }
+
+    @inline(__always)
+    func assertInEventLoop() {
+        assert(inEventLoop, "SocketKit: loop-confined state touched off its event loop thread")
+    }
+
+    // MARK: The loop
+
+    private func run() {
+        threadIdentity.store(currentThreadIdentity(), ordering: .releasing)
+        while true {
+            let timeout = nextTimeoutMilliseconds()
+            let count = epoll_wait(epollFD, events, Int32(eventCapacity), timeout)
+            if count > 0 {
+                for position in 0..<Int(count) {
+                    dispatch(events[position])
+                }
+            }
+            runExpiredTimers()
+            if runTasks() { break }
+            runEndOfIterationWork()
+        }
+        shutDownHandlers()
+    }
+
+    private func nextTimeoutMilliseconds() -> Int32 {
+        if !endOfIterationWork.isEmpty { return 0 }
+        let hasTasks = pending.withLock { state -> Bool in
+            !state.tasks.isEmpty || state.stopRequested
+        }
+        if hasTasks { return 0 }
+        guard let earliest = timers.earliestDeadline else { return -1 }
+        let now = monotonicNanoseconds()
+        guard earliest > now else { return 0 }
+        let milliseconds = (earliest - now + 999_999) / 1_000_000
+        return Int32(min(milliseconds, UInt64(Int32.max)))
+    }
+
+    @inline(__always)
+    private func dispatch(_ event: epoll_event) {
+        let token = event.data.u64
+        if token == EventLoop.wakeupToken {
+            var counter: UInt64 = 0
+            _ = read(wakeupFD, &counter, 8)
+            return
+        }
+        let slot = Int(token & 0xffff_ffff)
+        let generation = UInt32(truncatingIfNeeded: token >> 32)
+        guard slot < handlers.count, generations[slot] == generation, let handler = handlers[slot] else { return }
+        handler.handleEvents(event.events)
+    }
+
+    private func runExpiredTimers() {
+        guard !timers.isEmpty else { return }
+        let now = monotonicNanoseconds()
+        while let timer = timers.popExpired(now: now) {
+            timer.action()
+        }
+    }
+
+    /// Runs the queued tasks. Returns true when the loop must stop.
+    private func runTasks() -> Bool {
+        let stop = pending.withLock { state -> Bool in
+            swap(&state.tasks, &runningTasks)
+            state.wakeupArmed = false
+            if state.stopRequested && state.tasks.isEmpty && runningTasks.isEmpty {
+                state.stopped = true
+                return true
+            }
+            return false
+        }
+        for task in runningTasks { task() }
+        runningTasks.removeAll(keepingCapacity: true)
+        return stop
+    }
+
+    private func runEndOfIterationWork() {
+        guard !endOfIterationWork.isEmpty else { return }
+        var batch: [EndOfIterationWork] = []
+        swap(&batch, &endOfIterationWork)
+        for work in batch {
+            work.isScheduledForEndOfIteration = false
+            work.runEndOfIterationWork()
+        }
+        if endOfIterationWork.isEmpty {
+            // Keep the storage for the next iteration.
+            batch.removeAll(keepingCapacity: true)
+            swap(&batch, &endOfIterationWork)
+        }
+    }
+
+    private func shutDownHandlers() {
+        // Tasks submitted while stopping were rejected by `execute`; every registered
+        // descriptor is closed and its owner reports the end.
+        for slot in handlers.indices {
+            if let handler = handlers[slot] {
+                handler.eventLoopWillStop()
+            }
+        }
+        handlers.removeAll()
+        timers.removeAll()
+        endOfIterationWork.removeAll()
+        closeDescriptors()
+    }
+
+    private func closeDescriptors() {
+        if wakeupFD >= 0 { close(wakeupFD) }
+        if epollFD >= 0 { close(epollFD) }
+    }
+
+    // MARK: Stopping (group only)
+
+    func requestStop() {
+        let mustWake = pending.withLock { state -> Bool in
+            guard !state.stopped, !state.stopRequested else { return false }
+            state.stopRequested = true
+            return true
+        }
+        if mustWake { wake() }
+    }
+
+    func joinThread() {
+        if let thread { PosixThread.join(thread) }
+        thread = nil
+    }
+}

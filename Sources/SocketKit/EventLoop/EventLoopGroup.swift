@@ -1,0 +1,55 @@
+import Glibc
+import Synchronization
+
+/// A fixed set of event loops. Sockets pick a loop from their group round-robin, and
+/// accepted connections are spread over the group's loops.
+///
+/// Simple programs never create one: `EventLoopGroup.default` exists for the whole process,
+/// with one loop per online CPU.
+public final class EventLoopGroup: @unchecked Sendable {
+    /// The loops, in index order.
+    public private(set) var loops: [EventLoop] = []
+    private let nextIndex = Atomic<Int>(0)
+    private let isDefault: Bool
+    private let shutDown = Atomic<Bool>(false)
+
+    /// The process-wide group, created on first use, never shut down.
+    public static let `default` = EventLoopGroup(loopCount: EventLoopGroup.onlineProcessorCount, isDefault: true)
+
+    static var onlineProcessorCount: Int {
+        let count = sysconf(Int32(_SC_NPROCESSORS_ONLN))
+        return count > 0 ? count : 1
+    }
+
+    /// Creates `loopCount` loops (at least one), each with its own thread.
+    /// If a loop cannot be created (no descriptors or threads left), every socket placed on it
+    /// fails with that error.
+    public convenience init(loopCount: Int = 1) {
+        self.init(loopCount: loopCount, isDefault: false)
+    }
+
+    private init(loopCount: Int, isDefault: Bool) {
+        self.isDefault = isDefault
+        loops = (0..<max(1, loopCount)).map { EventLoop(index: $0, group: self) }
+    }
+
+    /// The next loop, round-robin.
+    public func next() -> EventLoop {
+        let position = nextIndex.wrappingAdd(1, ordering: .relaxed).oldValue
+        return loops[Int(UInt(bitPattern: position) % UInt(loops.count))]
+    }
+
+    /// Stops every loop: sockets still open on them are closed and told so through
+    /// `socketDidDisconnect` with a `.badConfig` error; then the loop threads are joined.
+    /// Throws `.badConfig` for the default group, or when called on one of the group's own
+    /// loop threads (it would wait for itself).
+    public func shutdown() throws(SocketError) {
+        guard !isDefault else { throw SocketError(.badConfig, "the default event loop group cannot be shut down") }
+        guard !loops.contains(where: { $0.inEventLoop }) else {
+            throw SocketError(.badConfig, "shutdown called on one of the group's own loop threads")
+        }
+        guard !shutDown.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        for loop in loops { loop.requestStop() }
+        for loop in loops { loop.joinThread() }
+    }
+}

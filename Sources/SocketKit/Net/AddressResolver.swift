@@ -1,0 +1,126 @@
+import Glibc
+import Synchronization
+
+/// Host name resolution, off the event loops: `getaddrinfo` blocks, so a small pool of
+/// threads (started on demand, at most four) runs it and hands the result back.
+/// A request can be cancelled: if it has not started it never runs; if it has, its result is
+/// dropped.
+final class AddressResolver: @unchecked Sendable {
+    static let shared = AddressResolver(maximumThreads: 4)
+
+    final class Request: @unchecked Sendable {
+        let host: String
+        let port: UInt16
+        fileprivate let completion: @Sendable (Result<[SocketAddress], SocketError>) -> Void
+        fileprivate let cancelled = Atomic<Bool>(false)
+
+        fileprivate init(host: String, port: UInt16,
+                         completion: @escaping @Sendable (Result<[SocketAddress], SocketError>) -> Void) {
+            self.host = host
+            self.port = port
+            self.completion = completion
+        }
+
+        func cancel() { cancelled.store(true, ordering: .relaxed) }
+        var isCancelled: Bool { cancelled.load(ordering: .relaxed) }
+    }
+
+    private let maximumThreads: Int
+    private let lock = ConditionLock()
+    private var waiting: [Request] = []
+    private var threadCount = 0
+    private var idleThreads = 0
+
+    init(maximumThreads: Int) {
+        self.maximumThreads = maximumThreads
+    }
+
+    /// Resolves `host` on a pool thread; `completion` runs on that thread unless cancelled.
+    @discardableResult
+    func resolve(host: String, port: UInt16,
+                 completion: @escaping @Sendable (Result<[SocketAddress], SocketError>) -> Void) -> Request {
+        let request = Request(host: host, port: port, completion: completion)
+        var startThread = false
+        lock.withLock {
+            waiting.append(request)
+            if idleThreads > 0 {
+                lock.signal()
+            } else if threadCount < maximumThreads {
+                threadCount += 1
+                startThread = true
+            }
+        }
+        if startThread {
+            do {
+                try PosixThread.spawnDetached(name: "socketkit-resolver") { [self] in work() }
+            } catch {
+                let orphaned = lock.withLock { () -> [Request] in
+                    threadCount -= 1
+                    guard threadCount == 0 else { return [] }
+                    defer { waiting.removeAll() }
+                    return waiting
+                }
+                for waiter in orphaned where !waiter.isCancelled { waiter.completion(.failure(error)) }
+            }
+        }
+        return request
+    }
+
+    private func work() {
+        while true {
+            lock.lock()
+            while waiting.isEmpty {
+                idleThreads += 1
+                lock.wait()
+                idleThreads -= 1
+            }
+            let request = waiting.removeFirst()
+            lock.unlock()
+            guard !request.isCancelled else { continue }
+            let result = AddressResolver.lookup(host: request.host, port: request.port)
+            guard !request.isCancelled else { continue }
+            request.completion(result)
+        }
+    }
+
+    /// Blocking resolution: `"localhost"`/`"loopback"` give 127.0.0.1 and ::1 without asking
+    /// the resolver, IP literals give themselves, anything else goes to `getaddrinfo`
+    /// (IPv4 and IPv6, in the resolver's order, duplicates removed).
+    static func lookup(host: String, port: UInt16) -> Result<[SocketAddress], SocketError> {
+        guard !host.isEmpty else { return .failure(SocketError(.badParam, "empty host name")) }
+        if host == "localhost" || host == "loopback" {
+            return .success([.ipv4Loopback(port: port), .ipv6Loopback(port: port)])
+        }
+        if let literal = SocketAddress.parseIPLiteral(host, port: port) {
+            return .success([literal])
+        }
+        var hints = addrinfo()
+        hints.ai_family = AF_UNSPEC
+        hints.ai_socktype = SystemCalls.streamType
+        var list: UnsafeMutablePointer<addrinfo>? = nil
+        let status = getaddrinfo(host, nil, &hints, &list)
+        guard status == 0 else {
+            let systemErrno = errno
+            if status == EAI_SYSTEM {
+                return .failure(SocketError.systemError(systemErrno, "getaddrinfo(\(host))"))
+            }
+            return .failure(SocketError(.resolution, osError: status,
+                                        "\(host): \(String(cString: gai_strerror(status)))"))
+        }
+        defer { freeaddrinfo(list) }
+        var addresses: [SocketAddress] = []
+        var cursor = list
+        while let entry = cursor {
+            defer { cursor = entry.pointee.ai_next }
+            guard let raw = entry.pointee.ai_addr,
+                  let address = SocketAddress(storage: raw, length: entry.pointee.ai_addrlen),
+                  address.family != .unix else { continue }
+            let withPort = address.withPort(port)
+            if !addresses.contains(withPort) { addresses.append(withPort) }
+        }
+        guard !addresses.isEmpty else {
+            return .failure(SocketError(.resolution, osError: EAI_FAIL, "\(host): no usable address"))
+        }
+        return .success(addresses)
+    }
+}

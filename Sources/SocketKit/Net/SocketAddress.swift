@@ -1,0 +1,231 @@
+import Glibc
+import SocketKitC
+
+/// A socket address: IPv4 or IPv6 with a port, or a Unix-domain path. `bytes` is the raw
+/// `sockaddr` (`sockaddr_in`, `sockaddr_in6` or `sockaddr_un`) as the kernel uses it.
+public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
+    public enum Family: Sendable, Hashable {
+        case ipv4, ipv6, unix
+    }
+
+    /// The raw `sockaddr` bytes.
+    public let bytes: [UInt8]
+    public let family: Family
+
+    /// Wraps raw `sockaddr` bytes; nil unless they hold a complete IPv4 (`sockaddr_in`),
+    /// IPv6 (`sockaddr_in6`) or Unix-domain address.
+    public init?(bytes: [UInt8]) {
+        guard bytes.count >= MemoryLayout<sa_family_t>.size else { return nil }
+        let rawFamily = bytes.withUnsafeBytes { Int32($0.loadUnaligned(as: sa_family_t.self)) }
+        switch rawFamily {
+        case AF_INET where bytes.count == MemoryLayout<sockaddr_in>.size:
+            family = .ipv4
+        case AF_INET6 where bytes.count == MemoryLayout<sockaddr_in6>.size:
+            family = .ipv6
+        case AF_UNIX where bytes.count <= MemoryLayout<sockaddr_un>.size:
+            family = .unix
+        default:
+            return nil
+        }
+        self.bytes = bytes
+    }
+
+    /// An address from an IP literal (`"127.0.0.1"`, `"::1"`, `"fe80::1%eth0"`) and a port.
+    /// Throws `.badParam` if `ipAddress` is not an IP literal.
+    public init(ipAddress: String, port: UInt16) throws(SocketError) {
+        guard let address = SocketAddress.parseIPLiteral(ipAddress, port: port) else {
+            throw SocketError(.badParam, "'\(ipAddress)' is not an IPv4 or IPv6 address")
+        }
+        self = address
+    }
+
+    /// A Unix-domain address. Throws `.badParam` for an empty path or one longer than the
+    /// kernel's limit (108 bytes with the terminating NUL), instead of truncating it.
+    public init(unixPath path: String) throws(SocketError) {
+        let utf8 = Array(path.utf8)
+        guard !utf8.isEmpty else { throw SocketError(.badParam, "empty Unix socket path") }
+        guard !utf8.contains(0) else { throw SocketError(.badParam, "Unix socket path contains a NUL byte") }
+        guard utf8.count < skc_unix_path_capacity() else {
+            throw SocketError(.badParam, "Unix socket path longer than \(skc_unix_path_capacity() - 1) bytes")
+        }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { path in
+            path.copyBytes(from: utf8)
+        }
+        let length = MemoryLayout<sa_family_t>.size + utf8.count + 1
+        let raw = withUnsafeBytes(of: &address) { Array($0.prefix(length)) }
+        self.bytes = raw
+        self.family = .unix
+    }
+
+    init(ipv4 address: sockaddr_in) {
+        var copy = address
+        bytes = withUnsafeBytes(of: &copy) { Array($0) }
+        family = .ipv4
+    }
+
+    init(ipv6 address: sockaddr_in6) {
+        var copy = address
+        bytes = withUnsafeBytes(of: &copy) { Array($0) }
+        family = .ipv6
+    }
+
+    /// From what the kernel filled in (`accept`, `getsockname`, `getpeername`).
+    init?(storage: UnsafeRawPointer, length: socklen_t) {
+        let raw = Array(UnsafeRawBufferPointer(start: storage, count: Int(length)))
+        self.init(bytes: raw)
+    }
+
+    static func parseIPLiteral(_ literal: String, port: UInt16) -> SocketAddress? {
+        var ipv4 = in_addr()
+        if inet_pton(AF_INET, literal, &ipv4) == 1 {
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = port.bigEndian
+            address.sin_addr = ipv4
+            return SocketAddress(ipv4: address)
+        }
+        var text = literal
+        var scope: UInt32 = 0
+        if let percent = literal.firstIndex(of: "%") {
+            text = String(literal[..<percent])
+            let scopeName = String(literal[literal.index(after: percent)...])
+            if let numeric = UInt32(scopeName) {
+                scope = numeric
+            } else {
+                scope = if_nametoindex(scopeName)
+                if scope == 0 { return nil }
+            }
+        }
+        var ipv6 = in6_addr()
+        guard inet_pton(AF_INET6, text, &ipv6) == 1 else { return nil }
+        var address = sockaddr_in6()
+        address.sin6_family = sa_family_t(AF_INET6)
+        address.sin6_port = port.bigEndian
+        address.sin6_addr = ipv6
+        address.sin6_scope_id = scope
+        return SocketAddress(ipv6: address)
+    }
+
+    /// The numeric host (`"127.0.0.1"`, `"::1"`, `"fe80::1%eth0"`); nil for Unix addresses.
+    public var host: String? {
+        bytes.withUnsafeBytes { raw -> String? in
+            var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
+            switch family {
+            case .ipv4:
+                var address = raw.loadUnaligned(as: sockaddr_in.self)
+                guard inet_ntop(AF_INET, &address.sin_addr, &text, socklen_t(text.count)) != nil else { return nil }
+                return string(fromCString: text)
+            case .ipv6:
+                var address = raw.loadUnaligned(as: sockaddr_in6.self)
+                guard inet_ntop(AF_INET6, &address.sin6_addr, &text, socklen_t(text.count)) != nil else { return nil }
+                var host = string(fromCString: text)
+                if address.sin6_scope_id != 0 {
+                    var name = [CChar](repeating: 0, count: Int(IF_NAMESIZE) + 1)
+                    if if_indextoname(address.sin6_scope_id, &name) != nil {
+                        host += "%" + string(fromCString: name)
+                    } else {
+                        host += "%\(address.sin6_scope_id)"
+                    }
+                }
+                return host
+            case .unix:
+                return nil
+            }
+        }
+    }
+
+    /// The port; 0 for Unix addresses.
+    public var port: UInt16 {
+        bytes.withUnsafeBytes { raw -> UInt16 in
+            switch family {
+            case .ipv4: return UInt16(bigEndian: raw.loadUnaligned(as: sockaddr_in.self).sin_port)
+            case .ipv6: return UInt16(bigEndian: raw.loadUnaligned(as: sockaddr_in6.self).sin6_port)
+            case .unix: return 0
+            }
+        }
+    }
+
+    /// The path of a Unix-domain address (nil for IP addresses and unnamed Unix sockets).
+    public var unixPath: String? {
+        guard family == .unix else { return nil }
+        let offset = MemoryLayout<sa_family_t>.size
+        guard bytes.count > offset else { return nil }
+        var path = Array(bytes[offset...])
+        if let nul = path.firstIndex(of: 0) { path.removeSubrange(nul...) }
+        guard !path.isEmpty else { return nil }
+        return String(decoding: path, as: UTF8.self)
+    }
+
+    /// The same address with another port (IP families only).
+    func withPort(_ port: UInt16) -> SocketAddress {
+        var raw = bytes
+        raw.withUnsafeMutableBytes { buffer in
+            switch family {
+            case .ipv4:
+                var address = buffer.loadUnaligned(as: sockaddr_in.self)
+                address.sin_port = port.bigEndian
+                buffer.storeBytes(of: address, as: sockaddr_in.self)
+            case .ipv6:
+                var address = buffer.loadUnaligned(as: sockaddr_in6.self)
+                address.sin6_port = port.bigEndian
+                buffer.storeBytes(of: address, as: sockaddr_in6.self)
+            case .unix:
+                break
+            }
+        }
+        return SocketAddress(bytes: raw) ?? self
+    }
+
+    var posixFamily: Int32 {
+        switch family {
+        case .ipv4: return AF_INET
+        case .ipv6: return AF_INET6
+        case .unix: return AF_UNIX
+        }
+    }
+
+    /// Calls `body` with the address as a `sockaddr` pointer and its length.
+    func withSockAddr<Result>(_ body: (UnsafePointer<sockaddr>, socklen_t) throws -> Result) rethrows -> Result {
+        try bytes.withUnsafeBytes { raw in
+            try body(raw.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t(raw.count))
+        }
+    }
+
+    static func ipv4Any(port: UInt16) -> SocketAddress {
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        return SocketAddress(ipv4: address)
+    }
+
+    static func ipv6Any(port: UInt16) -> SocketAddress {
+        var address = sockaddr_in6()
+        address.sin6_family = sa_family_t(AF_INET6)
+        address.sin6_port = port.bigEndian
+        return SocketAddress(ipv6: address)
+    }
+
+    static func ipv4Loopback(port: UInt16) -> SocketAddress {
+        SocketAddress.parseIPLiteral("127.0.0.1", port: port)!
+    }
+
+    static func ipv6Loopback(port: UInt16) -> SocketAddress {
+        SocketAddress.parseIPLiteral("::1", port: port)!
+    }
+
+    public var description: String {
+        switch family {
+        case .ipv4: return "\(host ?? "?"):\(port)"
+        case .ipv6: return "[\(host ?? "?")]:\(port)"
+        case .unix: return "unix:\(unixPath ?? "(unnamed)")"
+        }
+    }
+}
+
+/// The text of a NUL-terminated C string held in an array.
+func string(fromCString characters: [CChar]) -> String {
+    let bytes = characters.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }
+    return String(decoding: bytes, as: UTF8.self)
+}

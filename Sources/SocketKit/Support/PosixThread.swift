@@ -1,0 +1,51 @@
+import Glibc
+import SocketKitC
+
+/// The identity of the calling thread, comparable with what `PosixThread.current` returned
+/// on another thread. Used for loop affinity checks and for re-entrancy detection.
+@inline(__always)
+func currentThreadIdentity() -> UInt {
+    UInt(pthread_self())
+}
+
+private final class ThreadStart {
+    let name: String
+    let body: () -> Void
+    init(name: String, body: @escaping () -> Void) {
+        self.name = name
+        self.body = body
+    }
+}
+
+/// Plain pthreads: the engine owns a few long-lived threads (one per event loop, one per
+/// serial callback queue, a small resolver pool) and never one per connection.
+enum PosixThread {
+    /// Starts a joinable thread running `body`. Throws the OS error if the thread cannot start.
+    static func spawn(name: String, _ body: @escaping @Sendable () -> Void) throws(SocketError) -> pthread_t {
+        let start = Unmanaged.passRetained(ThreadStart(name: name, body: body))
+        var thread = pthread_t()
+        let result = pthread_create(&thread, nil, { argument in
+            let start = Unmanaged<ThreadStart>.fromOpaque(argument!).takeRetainedValue()
+            start.name.withCString { skc_set_current_thread_name($0) }
+            start.body()
+            return nil
+        }, start.toOpaque())
+        guard result == 0 else {
+            start.release()
+            throw SocketError(.system, osError: result, "cannot start thread '\(name)'")
+        }
+        return thread
+    }
+
+    static func join(_ thread: pthread_t) {
+        pthread_join(thread, nil)
+    }
+}
+
+extension PosixThread {
+    /// Starts a detached thread (nobody joins it; it ends by itself).
+    static func spawnDetached(name: String, _ body: @escaping @Sendable () -> Void) throws(SocketError) {
+        let thread = try spawn(name: name, body)
+        pthread_detach(thread)
+    }
+}

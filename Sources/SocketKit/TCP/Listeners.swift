@@ -1,0 +1,122 @@
+import Glibc
+
+/// One listening descriptor of a socket that accepts (IPv4, IPv6 or Unix-domain).
+final class ListenerEndpoint: EventLoopHandler {
+    weak var core: TCPSocketCore?
+    let fd: Int32
+    let address: SocketAddress
+    var registration: RegistrationID? = nil
+
+    init(core: TCPSocketCore, fd: Int32, address: SocketAddress) {
+        self.core = core
+        self.fd = fd
+        self.address = address
+    }
+
+    func handleEvents(_ events: UInt32) {
+        core?.acceptConnections(on: self)
+    }
+
+    func eventLoopWillStop() {
+        core?.eventLoopWillStop()
+    }
+}
+
+/// Creates listening sockets on the caller's thread, so that "address in use", "unknown
+/// interface" and the like are reported synchronously by `accept(on…)`, as upstream.
+enum ListenerFactory {
+    struct Listener {
+        let fd: Int32
+        /// The bound address (with the port the kernel picked, for port 0).
+        let address: SocketAddress
+    }
+
+    static let backlog = SOMAXCONN
+
+    /// IPv4 and/or IPv6 listeners on `interface` (see `Interfaces`) and `port`. Both
+    /// families get the same port, also when the kernel picks it (port 0); the IPv6 socket
+    /// is IPv6-only so the two coexist on Linux.
+    static func makeIPListeners(interface: String?, port: UInt16, ipv4Enabled: Bool,
+                                ipv6Enabled: Bool) throws(SocketError) -> [Listener] {
+        var name = interface
+        var port = port
+        if let interface, !interface.isEmpty {
+            let parts = try Interfaces.split(interface)
+            name = parts.name
+            if port == 0, let interfacePort = parts.port { port = interfacePort }
+        }
+        let endpoints = try Interfaces.endpoints(for: name, port: port)
+        let ipv4 = ipv4Enabled ? endpoints.ipv4 : nil
+        let ipv6 = ipv6Enabled ? endpoints.ipv6 : nil
+        guard ipv4 != nil || ipv6 != nil else {
+            throw SocketError(.badParam, "the interface has no address of an enabled family")
+        }
+        // With port 0 the IPv6 bind can find the IPv4 port taken by someone else: retry.
+        var lastError: SocketError? = nil
+        for _ in 0..<8 {
+            var made: [Listener] = []
+            do throws(SocketError) {
+                var chosenPort = port
+                if let ipv4 {
+                    let listener = try listen(on: ipv4.withPort(chosenPort))
+                    made.append(listener)
+                    chosenPort = listener.address.port
+                }
+                if let ipv6 {
+                    do throws(SocketError) {
+                        made.append(try listen(on: ipv6.withPort(chosenPort)))
+                    } catch let error where ipv4 != nil && error.code == .system
+                                && (error.osError == EAFNOSUPPORT || error.osError == EADDRNOTAVAIL)
+                                && (name == nil || name == "localhost" || name == "loopback") {
+                        // No IPv6 on this host: listen on IPv4 alone.
+                    }
+                }
+                return made
+            } catch {
+                for listener in made { close(listener.fd) }
+                lastError = error
+                let retryable = port == 0 && ipv4 != nil && error.code == .system && error.osError == EADDRINUSE
+                if !retryable { throw error }
+            }
+        }
+        throw lastError ?? SocketError(.other, "could not bind both families to one port")
+    }
+
+    private static func listen(on address: SocketAddress) throws(SocketError) -> Listener {
+        let fd = try SystemCalls.makeStreamSocket(family: address.posixFamily)
+        do throws(SocketError) {
+            try SystemCalls.setOption(fd, SOL_SOCKET, SO_REUSEADDR, 1, "SO_REUSEADDR")
+            if address.family == .ipv6 {
+                try SystemCalls.setOption(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, 1, "IPV6_V6ONLY")
+            }
+            try SystemCalls.bind(fd, to: address)
+            guard Glibc.listen(fd, backlog) == 0 else { throw SocketError.lastSystemError("listen") }
+            return Listener(fd: fd, address: SystemCalls.localAddress(fd) ?? address)
+        } catch {
+            close(fd)
+            throw error
+        }
+    }
+
+    /// A Unix-domain listener at `path`. A stale socket file there is removed first (a file
+    /// that is not a socket is never deleted: that fails with EADDRINUSE).
+    static func makeUnixListener(path: String) throws(SocketError) -> Listener {
+        let address = try SocketAddress(unixPath: path)
+        var status = stat()
+        if lstat(path, &status) == 0 {
+            guard status.st_mode & S_IFMT == S_IFSOCK else {
+                throw SocketError(.system, osError: EADDRINUSE, "\(path) exists and is not a socket")
+            }
+            unlink(path)
+        }
+        let fd = try SystemCalls.makeStreamSocket(family: AF_UNIX)
+        do throws(SocketError) {
+            try SystemCalls.bind(fd, to: address)
+            guard Glibc.listen(fd, backlog) == 0 else { throw SocketError.lastSystemError("listen") }
+            return Listener(fd: fd, address: address)
+        } catch {
+            close(fd)
+            throw error
+        }
+    }
+}

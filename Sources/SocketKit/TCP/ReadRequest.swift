@@ -1,0 +1,206 @@
+import Glibc
+
+/// One queued read: its framing, where its bytes go, its timeout and tag, and how far it
+/// has got. The framing logic here is pure (no I/O): the engine feeds it bytes from the
+/// prebuffer or from the kernel and acts on the result.
+struct ReadRequest {
+    enum Framing {
+        /// Whatever is available (at least one byte), at most `maximumLength`.
+        case available
+        /// Exactly this many bytes.
+        case length(Int)
+        /// Up to and including the separator, failing with `.readMaxedOut` once
+        /// `maximumLength` bytes arrived without it.
+        case separator([UInt8])
+    }
+
+    let framing: Framing
+    let tag: Int
+    /// Seconds; negative = no timeout. Grows with each extension the delegate grants, so it
+    /// is also the "elapsed" value reported at the next expiry.
+    var timeout: Double
+    /// The most bytes this read may take (framing maximum, caller buffer room, socket limit).
+    let maximumLength: Int
+    /// Caller's memory, when reading into a caller buffer; bytes go to `callerOffset...`.
+    let callerBuffer: UnsafeMutableRawBufferPointer?
+    let callerOffset: Int
+    /// Bytes of earlier passes, for library-owned reads that did not complete in one pass.
+    var collected: [UInt8] = []
+    var bytesDone = 0
+
+    init(framing: Framing, tag: Int, timeout: Double, maximumLength: Int,
+         callerBuffer: UnsafeMutableRawBufferPointer? = nil, callerOffset: Int = 0) {
+        self.framing = framing
+        self.tag = tag
+        self.timeout = timeout
+        self.maximumLength = maximumLength
+        self.callerBuffer = callerBuffer
+        self.callerOffset = callerOffset
+    }
+
+    /// The total to report as progress: known only for reads to a length.
+    var totalLength: Int? {
+        if case .length(let length) = framing { return length }
+        return nil
+    }
+
+    /// Whether partial progress is reported for this framing (as upstream: length and
+    /// separator reads only).
+    var reportsPartialProgress: Bool {
+        if case .available = framing { return false }
+        return true
+    }
+
+    enum Outcome {
+        /// Every consumed byte went into the request; it needs more.
+        case incomplete(consumed: Int)
+        /// The read is complete. With `borrowed`, its bytes are exactly `source[0..<consumed]`
+        /// (nothing was copied); otherwise they are in `collected` or the caller's buffer.
+        case complete(consumed: Int, borrowed: Bool)
+        /// A separator read consumed its maximum without finding the separator.
+        case maxedOut(consumed: Int)
+    }
+
+    /// Takes what the read needs from the front of `source`.
+    mutating func absorb(_ source: UnsafeRawBufferPointer) -> Outcome {
+        let room = maximumLength - bytesDone
+        switch framing {
+        case .available:
+            let take = min(source.count, room)
+            if callerBuffer == nil && bytesDone == 0 {
+                return .complete(consumed: take, borrowed: true)
+            }
+            store(UnsafeRawBufferPointer(rebasing: source[0..<take]))
+            return .complete(consumed: take, borrowed: false)
+
+        case .length(let length):
+            let take = min(source.count, length - bytesDone)
+            if callerBuffer == nil && bytesDone == 0 && take == length {
+                return .complete(consumed: take, borrowed: true)
+            }
+            if callerBuffer == nil && collected.capacity < length {
+                collected.reserveCapacity(length)
+            }
+            store(UnsafeRawBufferPointer(rebasing: source[0..<take]))
+            return bytesDone == length ? .complete(consumed: take, borrowed: false) : .incomplete(consumed: take)
+
+        case .separator(let separator):
+            let limit = min(source.count, room)
+            if let end = findSeparator(separator, in: UnsafeRawBufferPointer(rebasing: source[0..<limit])) {
+                if callerBuffer == nil && bytesDone == 0 {
+                    return .complete(consumed: end, borrowed: true)
+                }
+                store(UnsafeRawBufferPointer(rebasing: source[0..<end]))
+                return .complete(consumed: end, borrowed: false)
+            }
+            store(UnsafeRawBufferPointer(rebasing: source[0..<limit]))
+            return bytesDone >= maximumLength ? .maxedOut(consumed: limit) : .incomplete(consumed: limit)
+        }
+    }
+
+    /// The end (exclusive, counted in `source`) of the first separator in the bytes gathered
+    /// so far followed by `source`, or nil. A separator may straddle the seam.
+    private func findSeparator(_ separator: [UInt8], in source: UnsafeRawBufferPointer) -> Int? {
+        let width = separator.count
+        let seamStart = max(0, bytesDone - (width - 1))
+        if seamStart < bytesDone {
+            // Candidates starting in the gathered bytes and ending in `source`.
+            for start in seamStart..<bytesDone {
+                let fromGathered = bytesDone - start
+                guard width - fromGathered <= source.count else { break }
+                var matches = true
+                for index in 0..<width {
+                    let position = start + index
+                    let byte = position < bytesDone ? gatheredByte(at: position) : source[position - bytesDone]
+                    if byte != separator[index] { matches = false; break }
+                }
+                if matches { return width - fromGathered }
+            }
+        }
+        guard source.count >= width, let base = source.baseAddress else { return nil }
+        return separator.withUnsafeBytes { pattern -> Int? in
+            let first = Int32(pattern[0])
+            var offset = 0
+            let lastStart = source.count - width
+            while offset <= lastStart {
+                guard let hit = memchr(base + offset, first, lastStart - offset + 1) else { return nil }
+                let position = base.distance(to: UnsafeRawPointer(hit))
+                if width == 1 || memcmp(base + position + 1, pattern.baseAddress! + 1, width - 1) == 0 {
+                    return position + width
+                }
+                offset = position + 1
+            }
+            return nil
+        }
+    }
+
+    private func gatheredByte(at position: Int) -> UInt8 {
+        if let callerBuffer {
+            return callerBuffer[callerOffset + position]
+        }
+        return collected[position]
+    }
+
+    private mutating func store(_ bytes: UnsafeRawBufferPointer) {
+        guard bytes.count > 0 else { return }
+        if let callerBuffer {
+            let destination = callerBuffer.baseAddress! + callerOffset + bytesDone
+            destination.copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+        } else {
+            collected.append(contentsOf: bytes)
+        }
+        bytesDone += bytes.count
+    }
+
+    /// The payload of a completed read that was not borrowed.
+    mutating func takePayload() -> ReadPayload {
+        if let callerBuffer {
+            return .callerBuffer(callerBuffer, range: callerOffset..<(callerOffset + bytesDone))
+        }
+        var result: [UInt8] = []
+        swap(&result, &collected)
+        return .owned(result)
+    }
+}
+
+/// A FIFO with O(1) removal at the front, for the read and write queues.
+struct FIFO<Element> {
+    private var storage: [Element] = []
+    private var head = 0
+
+    var isEmpty: Bool { head == storage.count }
+    var count: Int { storage.count - head }
+
+    mutating func append(_ element: Element) {
+        storage.append(element)
+    }
+
+    mutating func popFirst() -> Element? {
+        guard head < storage.count else { return nil }
+        let element = storage[head]
+        head += 1
+        if head == storage.count {
+            storage.removeAll(keepingCapacity: storage.capacity <= 64)
+            head = 0
+        } else if head >= 32 && head * 2 >= storage.count {
+            storage.removeFirst(head)
+            head = 0
+        }
+        return element
+    }
+
+    var first: Element? {
+        head < storage.count ? storage[head] : nil
+    }
+
+    /// The element `offset` places after the front.
+    subscript(offset: Int) -> Element {
+        get { storage[head + offset] }
+        set { storage[head + offset] = newValue }
+    }
+
+    mutating func removeAll() {
+        storage.removeAll()
+        head = 0
+    }
+}

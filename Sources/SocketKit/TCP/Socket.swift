@@ -1,0 +1,757 @@
+import Glibc
+import Synchronization
+
+/// An asynchronous TCP or Unix-domain socket with GCDAsyncSocket's programming model:
+/// queued reads and writes with tags and timeouts, framing (available bytes, a length, a
+/// separator), listeners whose connections arrive as new sockets, and a delegate told of
+/// everything on the callback queue you choose.
+///
+/// Threads: every method may be called from any thread. Work runs on the socket's event
+/// loop (inline when the caller is already on it); getters read published state and never
+/// wait for the loop. Keep a reference: a socket nobody holds closes (no callbacks follow).
+///
+/// Cost: a connected idle socket owns no buffer; its reads use its loop's buffer.
+public final class Socket: @unchecked Sendable {
+    /// The loop the socket lives on, for its whole life.
+    public let eventLoop: EventLoop
+    let core: TCPSocketCore
+    let shared: SocketSharedState
+
+    private struct Routing {
+        var queue: CallbackQueue
+        var receiver: SocketEventReceiver?
+        var userData: AnyObject?
+    }
+    private let routingLock = Lock()
+    private nonisolated(unsafe) var routing: Routing
+    private let gate = CallbackGate()
+    private let mailbox = EventMailbox()
+
+    /// A socket with a delegate and a callback queue, on `eventLoop` (default: the next loop
+    /// of `EventLoopGroup.default`).
+    public convenience init(delegate: SocketDelegate? = nil, callbackQueue: CallbackQueue = .eventLoop,
+                            eventLoop: EventLoop? = nil) {
+        self.init(receiver: SwiftDelegateReceiver(delegate), callbackQueue: callbackQueue, eventLoop: eventLoop)
+    }
+
+    init(receiver: SocketEventReceiver?, callbackQueue: CallbackQueue, eventLoop: EventLoop?) {
+        let loop = eventLoop ?? EventLoopGroup.default.next()
+        self.eventLoop = loop
+        shared = SocketSharedState()
+        core = TCPSocketCore(loop: loop, shared: shared)
+        routing = Routing(queue: callbackQueue, receiver: receiver, userData: nil)
+        core.owner = self
+    }
+
+    /// A socket for a connection a listener accepted (created on the listener's loop).
+    private init(acceptedCore: TCPSocketCore, receiver: SocketEventReceiver?, callbackQueue: CallbackQueue) {
+        eventLoop = acceptedCore.loop
+        shared = acceptedCore.shared
+        core = acceptedCore
+        routing = Routing(queue: callbackQueue, receiver: receiver, userData: nil)
+        core.owner = self
+    }
+
+    /// Wraps an already connected TCP or Unix-domain stream socket (upstream's
+    /// `socketFromConnectedSocketFD`). On success the socket owns `descriptor`, makes it
+    /// non-blocking and reports `didConnect` to the delegate. Throws `.badParam` for a
+    /// descriptor that is not a connected stream socket (the caller keeps it then).
+    public convenience init(connectedSocketDescriptor descriptor: Int32, delegate: SocketDelegate? = nil,
+                            callbackQueue: CallbackQueue = .eventLoop, eventLoop: EventLoop? = nil) throws(SocketError) {
+        self.init(receiver: SwiftDelegateReceiver(delegate), callbackQueue: callbackQueue, eventLoop: eventLoop)
+        try adopt(descriptor)
+    }
+
+    deinit {
+        let core = self.core
+        if !eventLoop.execute({ core.ownerReleased() }) {
+            core.abandon()
+        }
+    }
+
+    // MARK: Delegate and callback queue
+
+    /// The delegate, held weakly. Setting it is synchronous: once the setter returns, no
+    /// callback reaches the previous delegate (a callback running on another thread is
+    /// waited for; from inside a callback of this socket it takes effect at once).
+    public var delegate: SocketDelegate? {
+        get { (routingLock.withLock { routing.receiver } as? SwiftDelegateReceiver)?.delegate }
+        set { setReceiver(SwiftDelegateReceiver(newValue), callbackQueue: nil) }
+    }
+
+    /// Where callbacks run. Changing it keeps callbacks in order: those already queued on the
+    /// old queue run there first.
+    public var callbackQueue: CallbackQueue {
+        get { routingLock.withLock { routing.queue } }
+        set { routingLock.withLock { routing.queue = newValue } }
+    }
+
+    /// Sets both, synchronously (see `delegate`).
+    public func setDelegate(_ delegate: SocketDelegate?, callbackQueue: CallbackQueue) {
+        setReceiver(SwiftDelegateReceiver(delegate), callbackQueue: callbackQueue)
+    }
+
+    func setReceiver(_ receiver: SocketEventReceiver?, callbackQueue: CallbackQueue?) {
+        gate.withGate {
+            routingLock.withLock {
+                routing.receiver = receiver
+                if let callbackQueue { routing.queue = callbackQueue }
+            }
+        }
+    }
+
+    var receiver: SocketEventReceiver? { routingLock.withLock { routing.receiver } }
+
+    /// Anything you want to keep with the socket; never touched by SocketKit.
+    public var userData: AnyObject? {
+        get { routingLock.withLock { routing.userData } }
+        set { routingLock.withLock { routing.userData = newValue } }
+    }
+
+    // MARK: Configuration
+
+    private func configure(_ change: (inout SocketConfiguration) -> Void) {
+        let updated = shared.published.withLock { published -> SocketConfiguration in
+            change(&published.configuration)
+            return published.configuration
+        }
+        _ = submit(tearsDown: false) { $0.updateConfiguration(updated) }
+    }
+
+    private var configuration: SocketConfiguration { shared.published.withLock { $0.configuration } }
+
+    /// Whether IPv4 is used when connecting and accepting (default true).
+    public var isIPv4Enabled: Bool {
+        get { configuration.isIPv4Enabled }
+        set { configure { $0.isIPv4Enabled = newValue } }
+    }
+
+    /// Whether IPv6 is used when connecting and accepting (default true).
+    public var isIPv6Enabled: Bool {
+        get { configuration.isIPv6Enabled }
+        set { configure { $0.isIPv6Enabled = newValue } }
+    }
+
+    /// Which family Happy Eyeballs tries first when a name has both (default IPv4).
+    public var isIPv4PreferredOverIPv6: Bool {
+        get { configuration.isIPv4PreferredOverIPv6 }
+        set { configure { $0.isIPv4PreferredOverIPv6 = newValue } }
+    }
+
+    /// Seconds between starting one connection attempt and the next (default 0.3).
+    /// Negative or NaN values become 0.
+    public var alternateAddressDelay: Double {
+        get { configuration.alternateAddressDelay }
+        set { configure { $0.alternateAddressDelay = newValue.isNaN ? 0 : max(0, newValue) } }
+    }
+
+    /// When the peer closes its side: true (default) ends the connection with `.closed`
+    /// once a read needs more bytes; false keeps it open for writing and reports
+    /// `socketDidCloseReadStream`.
+    public var autoDisconnectOnClosedReadStream: Bool {
+        get { configuration.autoDisconnectOnClosedReadStream }
+        set { configure { $0.autoDisconnectOnClosedReadStream = newValue } }
+    }
+
+    /// The most bytes a read to a separator without an explicit maximum may gather before
+    /// failing with `.readMaxedOut` (default 16 MiB). Values below 1 become 1.
+    public var maximumReadLength: Int {
+        get { configuration.maximumReadLength }
+        set { configure { $0.maximumReadLength = max(1, newValue) } }
+    }
+
+    /// The write watermarks (defaults 32 KiB low, 64 KiB high).
+    public var writeWatermarks: (low: Int, high: Int) {
+        let configuration = self.configuration
+        return (configuration.writeLowWatermark, configuration.writeHighWatermark)
+    }
+
+    /// Sets the write watermarks. Throws `.badParam` unless `0 <= low <= high`.
+    public func setWriteWatermarks(low: Int, high: Int) throws(SocketError) {
+        guard low >= 0, low <= high else { throw SocketError(.badParam, "watermarks need 0 <= low <= high") }
+        configure {
+            $0.writeLowWatermark = low
+            $0.writeHighWatermark = high
+        }
+    }
+
+    /// TCP_NODELAY: send small writes at once instead of coalescing them (default false).
+    public var noDelay: Bool {
+        get { configuration.tcpOptions.noDelay }
+        set { configure { $0.tcpOptions.noDelay = newValue } }
+    }
+
+    /// TCP keep-alive probing, or nil (default) for none.
+    public var keepAlive: KeepAlive? { configuration.tcpOptions.keepAlive }
+
+    /// Turns keep-alive on with these settings, or off with nil. Throws `.badParam` for
+    /// values the kernel refuses (idle and interval 1...32767 s, count 1...127).
+    public func setKeepAlive(_ keepAlive: KeepAlive?) throws(SocketError) {
+        if let keepAlive, !keepAlive.isValid {
+            throw SocketError(.badParam, "keep-alive needs idle and interval in 1...32767 and count in 1...127")
+        }
+        configure { $0.tcpOptions.keepAlive = keepAlive }
+    }
+
+    /// SO_SNDBUF to request (0, the default, leaves the kernel's).
+    public var sendBufferSize: Int { configuration.tcpOptions.sendBufferSize }
+    /// SO_RCVBUF to request (0, the default, leaves the kernel's).
+    public var receiveBufferSize: Int { configuration.tcpOptions.receiveBufferSize }
+
+    /// Throws `.badParam` for negative sizes or sizes above `Int32.max`.
+    public func setBufferSizes(send: Int, receive: Int) throws(SocketError) {
+        guard (0...Int(Int32.max)).contains(send), (0...Int(Int32.max)).contains(receive) else {
+            throw SocketError(.badParam, "buffer sizes must be in 0...\(Int32.max)")
+        }
+        configure {
+            $0.tcpOptions.sendBufferSize = send
+            $0.tcpOptions.receiveBufferSize = receive
+        }
+    }
+
+    // MARK: Accepting
+
+    /// Listens on every interface, IPv4 and IPv6 (as enabled). Port 0 picks one free port
+    /// for both families. Throws synchronously for a port in use and the like.
+    public func accept(onPort port: UInt16) throws(SocketError) {
+        try accept(onInterface: nil, port: port)
+    }
+
+    /// Listens on `interface`: nil for any, `"localhost"`/`"loopback"`, an interface name
+    /// (`"eth0"`) or an IP address, optionally with a port (`"eth0:8080"`, used when `port`
+    /// is 0).
+    public func accept(onInterface interface: String?, port: UInt16) throws(SocketError) {
+        let (session, configuration) = try beginSession(.accepting, requireFamilies: true, requireDelegate: true)
+        let made: [ListenerFactory.Listener]
+        do {
+            made = try ListenerFactory.makeIPListeners(interface: interface, port: port,
+                                                       ipv4Enabled: configuration.isIPv4Enabled,
+                                                       ipv6Enabled: configuration.isIPv6Enabled)
+        } catch {
+            revertSession(session)
+            throw error
+        }
+        try startListening(made, unixPath: nil, session: session, configuration: configuration)
+    }
+
+    /// Listens on a Unix-domain socket at `path`. A stale socket file there is replaced;
+    /// the file is removed when the listener closes.
+    public func accept(onUnixPath path: String) throws(SocketError) {
+        let (session, configuration) = try beginSession(.accepting, requireFamilies: false, requireDelegate: true)
+        let made: ListenerFactory.Listener
+        do {
+            made = try ListenerFactory.makeUnixListener(path: path)
+        } catch {
+            revertSession(session)
+            throw error
+        }
+        try startListening([made], unixPath: path, session: session, configuration: configuration)
+    }
+
+    private func startListening(_ made: [ListenerFactory.Listener], unixPath: String?, session: UInt64,
+                                configuration: SocketConfiguration) throws(SocketError) {
+        shared.published.withLock { published in
+            guard published.session == session else { return }
+            published.listenerAddresses = made.map(\.address)
+            published.isUnixDomain = unixPath != nil
+        }
+        let accepted = submit(tearsDown: true) { core in
+            core.startAccepting(made, unixPath: unixPath, session: session, configuration: configuration)
+        }
+        guard accepted else {
+            for listener in made { close(listener.fd) }
+            if let unixPath { unlink(unixPath) }
+            revertSession(session)
+            throw SocketError(.badConfig, "the socket's event loop has stopped")
+        }
+    }
+
+    // MARK: Connecting
+
+    /// Connects to a host name, an IP literal or `"localhost"`. Resolution runs off the
+    /// loop; every resolved address is raced (Happy Eyeballs). `interface` binds the local
+    /// end: `"eth0"`, an IP, `"eth0:5000"`, or `":5000"` for a local port only.
+    /// `timeout` (seconds; negative = none) covers resolution and connecting.
+    /// Reads and writes may be queued right away. The result arrives as
+    /// `didConnectToHost` or `socketDidDisconnect`.
+    public func connect(toHost host: String, port: UInt16, viaInterface interface: String? = nil,
+                        timeout: Double = -1) throws(SocketError) {
+        guard !host.isEmpty else { throw SocketError(.badParam, "empty host") }
+        try checkTimeout(timeout)
+        let local = try interface.map { (description: String) throws(SocketError) in try Socket.localEndpoints(description) }
+        let (session, configuration) = try beginSession(.connecting, requireFamilies: true, requireDelegate: true)
+        try startConnecting(.host(host, port: port), local: local, timeout: timeout, session: session,
+                            configuration: configuration)
+    }
+
+    /// Connects to a raw address (IPv4, IPv6 or Unix-domain), without resolution.
+    public func connect(to address: SocketAddress, viaInterface interface: String? = nil,
+                        timeout: Double = -1) throws(SocketError) {
+        try checkTimeout(timeout)
+        let configuration = self.configuration
+        if address.family == .ipv4 && !configuration.isIPv4Enabled {
+            throw SocketError(.badConfig, "IPv4 is disabled")
+        }
+        if address.family == .ipv6 && !configuration.isIPv6Enabled {
+            throw SocketError(.badConfig, "IPv6 is disabled")
+        }
+        let local = try interface.map { (description: String) throws(SocketError) in try Socket.localEndpoints(description) }
+        let (session, sessionConfiguration) = try beginSession(.connecting, requireFamilies: false, requireDelegate: true)
+        try startConnecting(.address(address), local: local, timeout: timeout, session: session,
+                            configuration: sessionConfiguration)
+    }
+
+    /// Connects to a Unix-domain socket at `path`; `didConnectToUnixPath` reports success.
+    public func connect(toUnixPath path: String, timeout: Double = -1) throws(SocketError) {
+        try checkTimeout(timeout)
+        let address = try SocketAddress(unixPath: path)
+        let (session, configuration) = try beginSession(.connecting, requireFamilies: false, requireDelegate: true)
+        try startConnecting(.address(address), local: nil, timeout: timeout, session: session,
+                            configuration: configuration)
+    }
+
+    private static func localEndpoints(_ description: String) throws(SocketError) -> Interfaces.Endpoints {
+        let parts = try Interfaces.split(description)
+        return try Interfaces.endpoints(for: parts.name, port: parts.port ?? 0)
+    }
+
+    private func startConnecting(_ target: ConnectTarget, local: Interfaces.Endpoints?, timeout: Double,
+                                 session: UInt64, configuration: SocketConfiguration) throws(SocketError) {
+        let started = submit(tearsDown: true) { core in
+            core.startConnect(to: target, localEndpoints: local, timeout: timeout, session: session,
+                              configuration: configuration)
+        }
+        guard started else {
+            revertSession(session)
+            throw SocketError(.badConfig, "the socket's event loop has stopped")
+        }
+    }
+
+    private func adopt(_ descriptor: Int32) throws(SocketError) {
+        guard descriptor >= 0 else { throw SocketError(.badParam, "negative descriptor") }
+        guard let family = SystemCalls.socketFamily(descriptor) else {
+            throw SocketError.lastSystemError("getsockopt(SO_DOMAIN)")
+        }
+        guard family == AF_INET || family == AF_INET6 || family == AF_UNIX else {
+            throw SocketError(.badParam, "not an IPv4, IPv6 or Unix-domain socket")
+        }
+        guard SystemCalls.getOption(descriptor, SOL_SOCKET, SO_TYPE) == SystemCalls.streamType else {
+            throw SocketError(.badParam, "not a stream socket")
+        }
+        guard let peer = SystemCalls.peerAddress(descriptor) else {
+            throw SocketError.lastSystemError("getpeername")
+        }
+        try SystemCalls.makeNonBlocking(descriptor)
+        let (session, _) = try beginSession(.connected, requireFamilies: false, requireDelegate: false)
+        let local = SystemCalls.localAddress(descriptor)
+        let unix = family == AF_UNIX
+        shared.published.withLock { published in
+            published.peerAddress = peer
+            published.localAddress = local
+            published.isUnixDomain = unix
+        }
+        let started = submit(tearsDown: true) { core in
+            if core.phase != .idle { core.closeSession(nil) }
+            core.prepareConnected(fd: descriptor, peer: peer, unix: unix, session: session)
+            core.activatePrepared(announce: true)
+        }
+        guard started else {
+            revertSession(session)
+            throw SocketError(.badConfig, "the socket's event loop has stopped")
+        }
+    }
+
+    // MARK: Reading
+
+    /// Reads whatever is available (at least one byte; at most `maxLength` when it is
+    /// positive). `timeout` in seconds: negative = none, 0 = fail unless data is there.
+    public func read(maxLength: Int = 0, timeout: Double = -1, tag: Int = 0) throws(SocketError) {
+        guard maxLength >= 0 else { throw SocketError(.badParam, "negative maxLength") }
+        try checkTimeout(timeout)
+        let (session, _) = try sessionForTransfer()
+        try queue(ReadRequest(framing: .available, tag: tag, timeout: timeout,
+                              maximumLength: maxLength > 0 ? maxLength : Int.max), session: session)
+    }
+
+    /// Reads whatever is available into `buffer` at `offset` (at most `maxLength` bytes when
+    /// positive, and no more than fits). The buffer must stay valid until the read completes
+    /// or the socket disconnects. Completion: `didReadInto`.
+    public func read(into buffer: UnsafeMutableRawBufferPointer, offset: Int = 0, maxLength: Int = 0,
+                     timeout: Double = -1, tag: Int = 0) throws(SocketError) {
+        try checkBuffer(buffer, offset: offset, needing: 1)
+        guard maxLength >= 0 else { throw SocketError(.badParam, "negative maxLength") }
+        try checkTimeout(timeout)
+        let room = buffer.count - offset
+        let (session, _) = try sessionForTransfer()
+        try queue(ReadRequest(framing: .available, tag: tag, timeout: timeout,
+                              maximumLength: maxLength > 0 ? min(maxLength, room) : room,
+                              callerBuffer: buffer, callerOffset: offset), session: session)
+    }
+
+    /// Reads exactly `length` bytes.
+    public func read(toLength length: Int, timeout: Double = -1, tag: Int = 0) throws(SocketError) {
+        guard length > 0 else { throw SocketError(.badParam, "length must be positive") }
+        try checkTimeout(timeout)
+        let (session, _) = try sessionForTransfer()
+        try queue(ReadRequest(framing: .length(length), tag: tag, timeout: timeout, maximumLength: length),
+                  session: session)
+    }
+
+    /// Reads exactly `length` bytes into `buffer` at `offset` (which must have room).
+    public func read(toLength length: Int, into buffer: UnsafeMutableRawBufferPointer, offset: Int = 0,
+                     timeout: Double = -1, tag: Int = 0) throws(SocketError) {
+        guard length > 0 else { throw SocketError(.badParam, "length must be positive") }
+        try checkBuffer(buffer, offset: offset, needing: length)
+        try checkTimeout(timeout)
+        let (session, _) = try sessionForTransfer()
+        try queue(ReadRequest(framing: .length(length), tag: tag, timeout: timeout, maximumLength: length,
+                              callerBuffer: buffer, callerOffset: offset), session: session)
+    }
+
+    /// Reads up to and including `separator`. With `maxLength` > 0 the read fails with
+    /// `.readMaxedOut` (ending the connection) once that many bytes arrived without the
+    /// separator; with 0 the socket's `maximumReadLength` applies.
+    public func read(toData separator: [UInt8], maxLength: Int = 0, timeout: Double = -1,
+                     tag: Int = 0) throws(SocketError) {
+        try checkSeparator(separator, maxLength: maxLength)
+        try checkTimeout(timeout)
+        let (session, configuration) = try sessionForTransfer()
+        let limit = maxLength > 0 ? maxLength : max(configuration.maximumReadLength, separator.count)
+        try queue(ReadRequest(framing: .separator(separator), tag: tag, timeout: timeout, maximumLength: limit),
+                  session: session)
+    }
+
+    /// Reads up to and including `separator` into `buffer` at `offset`; the room left in
+    /// the buffer caps the length as `maxLength` does.
+    public func read(toData separator: [UInt8], into buffer: UnsafeMutableRawBufferPointer, offset: Int = 0,
+                     maxLength: Int = 0, timeout: Double = -1, tag: Int = 0) throws(SocketError) {
+        try checkSeparator(separator, maxLength: maxLength)
+        try checkBuffer(buffer, offset: offset, needing: separator.count)
+        try checkTimeout(timeout)
+        let room = buffer.count - offset
+        let (session, _) = try sessionForTransfer()
+        try queue(ReadRequest(framing: .separator(separator), tag: tag, timeout: timeout,
+                              maximumLength: maxLength > 0 ? min(maxLength, room) : room,
+                              callerBuffer: buffer, callerOffset: offset), session: session)
+    }
+
+    /// The current read's progress, or nil when no read is under way.
+    public var readProgress: OperationProgress? { shared.readProgress.read() }
+
+    private func queue(_ request: ReadRequest, session: UInt64) throws(SocketError) {
+        let core = self.core
+        if eventLoop.inEventLoop && core.acceptsInlineOperation {
+            core.enqueueRead(request, session: session)
+            return
+        }
+        let sendable = UncheckedSendable(request)
+        guard submit(tearsDown: false, { $0.enqueueRead(sendable.value, session: session) }) else {
+            throw SocketError(.badConfig, "the socket's event loop has stopped")
+        }
+    }
+
+    // MARK: Writing
+
+    /// Queues `data`; `didWriteDataWithTag` reports when the kernel has accepted all of it.
+    /// Empty data is refused (`.badParam`).
+    public func write(_ data: [UInt8], timeout: Double = -1, tag: Int = 0) throws(SocketError) {
+        guard !data.isEmpty else { throw SocketError(.badParam, "empty write") }
+        try checkTimeout(timeout)
+        let (session, _) = try sessionForTransfer()
+        try queue(WriteRequest(.array(data), tag: tag, timeout: timeout), session: session)
+    }
+
+    /// Queues caller memory without copying; `external` releases it when done.
+    func write(external: ExternalBytes, timeout: Double, tag: Int) throws(SocketError) {
+        guard external.bytes.count > 0 else { throw SocketError(.badParam, "empty write") }
+        try checkTimeout(timeout)
+        let (session, _) = try sessionForTransfer()
+        try queue(WriteRequest(.external(external), tag: tag, timeout: timeout), session: session)
+    }
+
+    private func queue(_ request: WriteRequest, session: UInt64) throws(SocketError) {
+        let core = self.core
+        if eventLoop.inEventLoop && core.acceptsInlineOperation {
+            core.enqueueWrite(request, session: session)
+            return
+        }
+        let sendable = UncheckedSendable(request)
+        guard submit(tearsDown: false, { $0.enqueueWrite(sendable.value, session: session) }) else {
+            throw SocketError(.badConfig, "the socket's event loop has stopped")
+        }
+    }
+
+    /// The current write's progress, or nil when no write is under way.
+    public var writeProgress: OperationProgress? { shared.writeProgress.read() }
+
+    /// Bytes queued and not yet accepted by the kernel.
+    public var queuedWriteBytes: Int { shared.queuedWriteBytes.load(ordering: .relaxed) }
+
+    // MARK: Disconnecting
+
+    /// Closes now: pending reads and writes are dropped without callbacks, and
+    /// `socketDidDisconnect` (error nil) follows the callbacks already queued. Does nothing
+    /// on a disconnected socket. The socket can connect or accept again afterwards.
+    public func disconnect() {
+        let session = shared.published.withLock { published -> UInt64? in
+            guard published.status != .disconnected else { return nil }
+            published.status = .disconnected
+            published.peerAddress = nil
+            published.localAddress = nil
+            published.listenerAddresses = []
+            return published.session
+        }
+        guard let session else { return }
+        _ = submit(tearsDown: true) { $0.disconnect(session: session) }
+    }
+
+    /// Closes once every queued read has completed; no reads or writes may be added.
+    public func disconnectAfterReading() { disconnectAfter(reading: true, writing: false) }
+
+    /// Closes once every queued write has been written (FIN follows the last byte).
+    public func disconnectAfterWriting() { disconnectAfter(reading: false, writing: true) }
+
+    /// Closes once both queues have drained.
+    public func disconnectAfterReadingAndWriting() { disconnectAfter(reading: true, writing: true) }
+
+    private func disconnectAfter(reading: Bool, writing: Bool) {
+        let session = shared.published.withLock { published -> UInt64? in
+            guard published.status == .connecting || published.status == .connected else { return nil }
+            published.acceptsReadsAndWrites = false
+            return published.session
+        }
+        guard let session else { return }
+        _ = submit(tearsDown: true) { $0.setDisconnectAfter(reading: reading, writing: writing, session: session) }
+    }
+
+    // MARK: Diagnostics
+
+    private var published: SocketSharedState.Published { shared.published.withLock { $0 } }
+
+    /// True when neither connecting, connected nor accepting.
+    public var isDisconnected: Bool { published.status == .disconnected }
+    /// True once a connection is established (not while connecting).
+    public var isConnected: Bool { published.status == .connected }
+    /// True while listening.
+    public var isAccepting: Bool { published.status == .accepting }
+
+    /// The peer's IP address; nil when not connected or for Unix-domain sockets.
+    public var connectedHost: String? { published.peerAddress?.host }
+    /// The peer's port; 0 when not connected or for Unix-domain sockets.
+    public var connectedPort: UInt16 { published.peerAddress?.port ?? 0 }
+    /// The peer's address (IP or Unix-domain).
+    public var connectedAddress: SocketAddress? { published.peerAddress }
+    /// For Unix-domain connections: the path at the other end (for a client, the listener's).
+    public var connectedUnixPath: String? { published.peerAddress?.unixPath }
+
+    private var localSocketAddress: SocketAddress? {
+        let state = published
+        if let local = state.localAddress { return local }
+        return state.listenerAddresses.first { $0.family == .ipv4 } ?? state.listenerAddresses.first
+    }
+
+    /// The local IP address (for a listener, its IPv4 one if any).
+    public var localHost: String? { localSocketAddress?.host }
+    /// The local port (for a listener, the port it accepts on).
+    public var localPort: UInt16 { localSocketAddress?.port ?? 0 }
+    /// The local address.
+    public var localAddress: SocketAddress? { localSocketAddress }
+    /// Every address a listener accepts on.
+    public var listeningAddresses: [SocketAddress] { published.listenerAddresses }
+
+    /// True when the connection, or one of the listener's sockets, is IPv4.
+    public var isIPv4: Bool {
+        let state = published
+        return state.peerAddress?.family == .ipv4 || state.listenerAddresses.contains { $0.family == .ipv4 }
+    }
+
+    /// True when the connection, or one of the listener's sockets, is IPv6.
+    public var isIPv6: Bool {
+        let state = published
+        return state.peerAddress?.family == .ipv6 || state.listenerAddresses.contains { $0.family == .ipv6 }
+    }
+
+    /// True for Unix-domain connections and listeners.
+    public var isUnixDomain: Bool { published.isUnixDomain }
+
+    // MARK: Advanced
+
+    /// Runs `body` on the socket's loop with its descriptors (e.g. for a `setsockopt`
+    /// SocketKit does not offer). Do not close them or change their blocking mode.
+    public func perform(_ body: @escaping @Sendable (SocketDescriptors) -> Void) {
+        _ = submit(tearsDown: false) { body($0.descriptors) }
+    }
+
+    // MARK: Utilities
+
+    /// Resolves `host` synchronously (this blocks: never call it on an event loop thread).
+    /// `"localhost"`/`"loopback"` give 127.0.0.1 and ::1 without asking the resolver.
+    public static func lookupHost(_ host: String, port: UInt16) throws(SocketError) -> [SocketAddress] {
+        try AddressResolver.lookup(host: host, port: port).get()
+    }
+
+    /// The numeric host of raw `sockaddr` bytes (IPv4 or IPv6), or nil.
+    public static func host(fromAddress bytes: [UInt8]) -> String? { SocketAddress(bytes: bytes)?.host }
+    /// The port of raw `sockaddr` bytes, or 0.
+    public static func port(fromAddress bytes: [UInt8]) -> UInt16 { SocketAddress(bytes: bytes)?.port ?? 0 }
+    public static func isIPv4Address(_ bytes: [UInt8]) -> Bool { SocketAddress(bytes: bytes)?.family == .ipv4 }
+    public static func isIPv6Address(_ bytes: [UInt8]) -> Bool { SocketAddress(bytes: bytes)?.family == .ipv6 }
+
+    /// Separators for `read(toData:)`.
+    public static let crlf: [UInt8] = [0x0D, 0x0A]
+    public static let cr: [UInt8] = [0x0D]
+    public static let lf: [UInt8] = [0x0A]
+    public static let zero: [UInt8] = [0x00]
+
+    // MARK: Plumbing
+
+    private func checkTimeout(_ timeout: Double) throws(SocketError) {
+        guard !timeout.isNaN else { throw SocketError(.badParam, "timeout is NaN") }
+    }
+
+    private func checkBuffer(_ buffer: UnsafeMutableRawBufferPointer, offset: Int, needing: Int) throws(SocketError) {
+        guard buffer.baseAddress != nil, buffer.count > 0 else { throw SocketError(.badParam, "empty buffer") }
+        guard offset >= 0, offset <= buffer.count else { throw SocketError(.badParam, "offset outside the buffer") }
+        guard buffer.count - offset >= needing else {
+            throw SocketError(.badParam, "the buffer has \(buffer.count - offset) bytes of room after the offset; \(needing) needed")
+        }
+    }
+
+    private func checkSeparator(_ separator: [UInt8], maxLength: Int) throws(SocketError) {
+        guard !separator.isEmpty else { throw SocketError(.badParam, "empty separator") }
+        guard maxLength >= 0 else { throw SocketError(.badParam, "negative maxLength") }
+        guard maxLength == 0 || maxLength >= separator.count else {
+            throw SocketError(.badParam, "maxLength is shorter than the separator")
+        }
+    }
+
+    /// Starts a session in the published state: the status changes before this returns, so
+    /// the caller's next call (a read, a write) sees it.
+    private func beginSession(_ status: SocketStatus, requireFamilies: Bool,
+                              requireDelegate: Bool) throws(SocketError) -> (UInt64, SocketConfiguration) {
+        if let error = eventLoop.startupError { throw error }
+        if requireDelegate && !hasDelegate {
+            throw SocketError(.badConfig, "set a delegate before connecting or accepting")
+        }
+        return try shared.published.withLock { published throws(SocketError) -> (UInt64, SocketConfiguration) in
+            guard published.status == .disconnected else {
+                throw SocketError(.badConfig, "the socket is already connected, connecting or accepting")
+            }
+            if requireFamilies && !published.configuration.isIPv4Enabled && !published.configuration.isIPv6Enabled {
+                throw SocketError(.badConfig, "both IPv4 and IPv6 are disabled")
+            }
+            published.session += 1
+            published.status = status
+            published.acceptsReadsAndWrites = true
+            published.peerAddress = nil
+            published.localAddress = nil
+            published.listenerAddresses = []
+            published.isUnixDomain = false
+            return (published.session, published.configuration)
+        }
+    }
+
+    private var hasDelegate: Bool {
+        guard let receiver else { return false }
+        if let swiftReceiver = receiver as? SwiftDelegateReceiver { return swiftReceiver.delegate != nil }
+        return true
+    }
+
+    private func revertSession(_ session: UInt64) {
+        shared.published.withLock { published in
+            if published.session == session { published.status = .disconnected }
+        }
+    }
+
+    private func sessionForTransfer() throws(SocketError) -> (UInt64, SocketConfiguration) {
+        try shared.published.withLock { published throws(SocketError) -> (UInt64, SocketConfiguration) in
+            switch published.status {
+            case .connecting, .connected:
+                break
+            case .disconnected:
+                throw SocketError(.badConfig, "not connected: connect or accept first")
+            case .accepting:
+                throw SocketError(.badConfig, "a listening socket does not read or write")
+            }
+            guard published.acceptsReadsAndWrites else {
+                throw SocketError(.badConfig, "no reads or writes after disconnectAfterReading/Writing")
+            }
+            return (published.session, published.configuration)
+        }
+    }
+
+    /// Runs `operation` on the core: inline on the loop thread (after the running callback
+    /// when it tears the session down), else as a task. False if the loop has stopped.
+    private func submit(tearsDown: Bool, _ operation: @escaping @Sendable (TCPSocketCore) -> Void) -> Bool {
+        let core = self.core
+        if eventLoop.inEventLoop {
+            core.perform(tearsDown: tearsDown, operation)
+            return true
+        }
+        return eventLoop.execute { core.perform(tearsDown: tearsDown, operation) }
+    }
+
+    // MARK: Delivery (called by the core on the loop thread)
+
+    /// Hands an event to the callback queue. On `.eventLoop` it runs now (borrowed bytes
+    /// stay borrowed); otherwise it goes to the socket's mailbox, which one job at a time
+    /// drains on the queue — so callbacks never overlap and keep their order, even across a
+    /// change of queue.
+    func deliver(_ event: SocketEvent, from core: TCPSocketCore) {
+        var event = event
+        if case .didAccept(let childCore) = event {
+            let (queue, receiver) = routingLock.withLock { (routing.queue, routing.receiver) }
+            let child = Socket(acceptedCore: childCore, receiver: receiver?.receiverForAcceptedSocket(),
+                               callbackQueue: queue)
+            event = .didAcceptSocket(child)
+        }
+        let queue = routingLock.withLock { routing.queue }
+        if queue.runsOnEventLoop && !mailbox.isBusy {
+            deliverNow(event)
+            return
+        }
+        if mailbox.post(event.owned()) {
+            queue.enqueue({ [self] in drainMailbox() }, loop: eventLoop)
+        }
+    }
+
+    private func drainMailbox() {
+        for event in mailbox.takeAll() {
+            deliverNow(event)
+        }
+        if mailbox.finishDrain() {
+            // More arrived: go to the back of the (possibly new) queue, to be fair to the
+            // other sockets sharing it.
+            let queue = routingLock.withLock { routing.queue }
+            queue.enqueue({ [self] in drainMailbox() }, loop: eventLoop)
+        }
+    }
+
+    private func deliverNow(_ event: SocketEvent) {
+        gate.enter()
+        let receiver = routingLock.withLock { routing.receiver }
+        let answer = receiver?.receive(event, on: self) ?? 0
+        gate.leave()
+        let core = self.core
+        switch event {
+        case .shouldTimeoutRead(_, _, _, let session):
+            eventLoop.execute { core.resolveReadTimeout(extension: answer, session: session) }
+        case .shouldTimeoutWrite(_, _, _, let session):
+            eventLoop.execute { core.resolveWriteTimeout(extension: answer, session: session) }
+        default:
+            break
+        }
+    }
+
+    /// The listener's hook for placing a new connection (on the listener's loop thread).
+    func eventLoopForAcceptedConnection(from address: SocketAddress) -> EventLoop? {
+        receiver?.eventLoopForConnection(from: address, on: self)
+    }
+}
+
+/// Moves a value that is not `Sendable` onto the socket's loop; the engine's confinement
+/// rules (only the loop touches it afterwards) make that safe.
+struct UncheckedSendable<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
+}

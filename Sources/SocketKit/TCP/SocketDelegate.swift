@@ -1,0 +1,155 @@
+/// What a socket tells its user. Every method is optional (the defaults do nothing), runs
+/// on the socket's callback queue, and never overlaps another callback of the same socket.
+/// `socketDidDisconnect` is the last callback of each connection attempt or session.
+///
+/// The names follow GCDAsyncSocketDelegate as Swift imports it.
+public protocol SocketDelegate: AnyObject {
+    /// Asked on the listener's event loop thread (not the callback queue) before a new
+    /// connection is wrapped: the loop it should live on, or nil for the group's next loop.
+    func newEventLoop(forConnectionFrom address: SocketAddress, on listener: Socket) -> EventLoop?
+
+    /// A listener accepted a connection. Keep a reference to `newSocket`: a socket nobody
+    /// holds closes. It has the listener's delegate and callback queue; change them here
+    /// if you like, before queueing reads.
+    func socket(_ listener: Socket, didAcceptNewSocket newSocket: Socket)
+
+    /// A listener could not accept (out of descriptors or memory) and backs off, retrying
+    /// by itself from 50 ms up to every second; told once per episode.
+    func socket(_ listener: Socket, didPauseAcceptingWithError error: SocketError)
+
+    /// An outgoing connection (or an adopted descriptor) is up; `host` is the peer's IP.
+    func socket(_ sock: Socket, didConnectToHost host: String, port: UInt16)
+
+    /// A Unix-domain connection is up; `path` is the listener's path.
+    func socket(_ sock: Socket, didConnectToUnixPath path: String)
+
+    /// A read finished. `data` is yours.
+    func socket(_ sock: Socket, didRead data: [UInt8], withTag tag: Int)
+
+    /// A read into your own buffer finished: its bytes are at `buffer[range]`.
+    /// The default implementation calls `socket(_:didRead:withTag:)` with a copy.
+    func socket(_ sock: Socket, didReadInto buffer: UnsafeMutableRawBufferPointer, range: Range<Int>, withTag tag: Int)
+
+    /// A read to a length or separator made progress; `length` is what this pass added.
+    func socket(_ sock: Socket, didReadPartialDataOfLength length: Int, tag: Int)
+
+    /// The current read timed out. Return a positive number of seconds to extend it;
+    /// zero or less (the default) ends the connection with `.readTimeout`.
+    func socket(_ sock: Socket, shouldTimeoutReadWithTag tag: Int, elapsed: Double, bytesDone: Int) -> Double
+
+    /// A write was fully accepted by the kernel.
+    func socket(_ sock: Socket, didWriteDataWithTag tag: Int)
+
+    /// A write made progress; `length` is what this system call wrote of it.
+    func socket(_ sock: Socket, didWritePartialDataOfLength length: Int, tag: Int)
+
+    /// The current write timed out; as for reads.
+    func socket(_ sock: Socket, shouldTimeoutWriteWithTag tag: Int, elapsed: Double, bytesDone: Int) -> Double
+
+    /// The peer closed its side and `autoDisconnectOnClosedReadStream` is off: the socket
+    /// stays open for writing.
+    func socketDidCloseReadStream(_ sock: Socket)
+
+    /// Queued, unwritten bytes reached the high watermark: the peer is not keeping up.
+    func socket(_ sock: Socket, writeQueueDidReachHighWatermark queuedBytes: Int)
+
+    /// Queued bytes drained to the low watermark after reaching the high one.
+    func socket(_ sock: Socket, writeQueueDidDrainToLowWatermark queuedBytes: Int)
+
+    /// The connection (or attempt, or listener) ended: nil after `disconnect` or a
+    /// completed `disconnectAfter…`, otherwise why.
+    func socketDidDisconnect(_ sock: Socket, withError error: SocketError?)
+}
+
+extension SocketDelegate {
+    public func newEventLoop(forConnectionFrom address: SocketAddress, on listener: Socket) -> EventLoop? { nil }
+    public func socket(_ listener: Socket, didAcceptNewSocket newSocket: Socket) {}
+    public func socket(_ listener: Socket, didPauseAcceptingWithError error: SocketError) {}
+    public func socket(_ sock: Socket, didConnectToHost host: String, port: UInt16) {}
+    public func socket(_ sock: Socket, didConnectToUnixPath path: String) {}
+    public func socket(_ sock: Socket, didRead data: [UInt8], withTag tag: Int) {}
+    public func socket(_ sock: Socket, didReadInto buffer: UnsafeMutableRawBufferPointer, range: Range<Int>, withTag tag: Int) {
+        socket(sock, didRead: Array(UnsafeRawBufferPointer(rebasing: buffer[range])), withTag: tag)
+    }
+    public func socket(_ sock: Socket, didReadPartialDataOfLength length: Int, tag: Int) {}
+    public func socket(_ sock: Socket, shouldTimeoutReadWithTag tag: Int, elapsed: Double, bytesDone: Int) -> Double { 0 }
+    public func socket(_ sock: Socket, didWriteDataWithTag tag: Int) {}
+    public func socket(_ sock: Socket, didWritePartialDataOfLength length: Int, tag: Int) {}
+    public func socket(_ sock: Socket, shouldTimeoutWriteWithTag tag: Int, elapsed: Double, bytesDone: Int) -> Double { 0 }
+    public func socketDidCloseReadStream(_ sock: Socket) {}
+    public func socket(_ sock: Socket, writeQueueDidReachHighWatermark queuedBytes: Int) {}
+    public func socket(_ sock: Socket, writeQueueDidDrainToLowWatermark queuedBytes: Int) {}
+    public func socketDidDisconnect(_ sock: Socket, withError error: SocketError?) {}
+}
+
+/// The front ends' side of event delivery: the Swift delegate adapter below, and the C
+/// API's table of function pointers. Called on the callback queue with the gate held.
+protocol SocketEventReceiver: AnyObject {
+    /// Delivers one event; for `shouldTimeout…` events returns the extension in seconds.
+    func receive(_ event: SocketEvent, on socket: Socket) -> Double
+    /// The receiver for a connection accepted by a socket using this one.
+    func receiverForAcceptedSocket() -> SocketEventReceiver?
+    /// Asked on the listener's loop thread.
+    func eventLoopForConnection(from address: SocketAddress, on listener: Socket) -> EventLoop?
+}
+
+/// Delivers events to a Swift `SocketDelegate`, held weakly as upstream does.
+final class SwiftDelegateReceiver: SocketEventReceiver {
+    weak var delegate: SocketDelegate?
+
+    init(_ delegate: SocketDelegate?) {
+        self.delegate = delegate
+    }
+
+    func receive(_ event: SocketEvent, on socket: Socket) -> Double {
+        guard let delegate else { return 0 }
+        switch event {
+        case .didConnect(let peer):
+            if peer.family == .unix {
+                delegate.socket(socket, didConnectToUnixPath: peer.unixPath ?? "")
+            } else {
+                delegate.socket(socket, didConnectToHost: peer.host ?? "", port: peer.port)
+            }
+        case .didAccept:
+            break
+        case .didAcceptSocket(let child):
+            delegate.socket(socket, didAcceptNewSocket: child)
+        case .didNotAccept(let error):
+            delegate.socket(socket, didPauseAcceptingWithError: error)
+        case .didRead(let payload, let tag):
+            switch payload {
+            case .borrowed(let bytes):
+                delegate.socket(socket, didRead: Array(bytes), withTag: tag)
+            case .owned(let bytes):
+                delegate.socket(socket, didRead: bytes, withTag: tag)
+            case .callerBuffer(let buffer, let range):
+                delegate.socket(socket, didReadInto: buffer, range: range, withTag: tag)
+            }
+        case .didReadPartial(let length, let tag):
+            delegate.socket(socket, didReadPartialDataOfLength: length, tag: tag)
+        case .shouldTimeoutRead(let tag, let elapsed, let bytesDone, _):
+            return delegate.socket(socket, shouldTimeoutReadWithTag: tag, elapsed: elapsed, bytesDone: bytesDone)
+        case .didWrite(let tag):
+            delegate.socket(socket, didWriteDataWithTag: tag)
+        case .didWritePartial(let length, let tag):
+            delegate.socket(socket, didWritePartialDataOfLength: length, tag: tag)
+        case .shouldTimeoutWrite(let tag, let elapsed, let bytesDone, _):
+            return delegate.socket(socket, shouldTimeoutWriteWithTag: tag, elapsed: elapsed, bytesDone: bytesDone)
+        case .didCloseReadStream:
+            delegate.socketDidCloseReadStream(socket)
+        case .didReachWriteHighWatermark(let queuedBytes):
+            delegate.socket(socket, writeQueueDidReachHighWatermark: queuedBytes)
+        case .didDrainToWriteLowWatermark(let queuedBytes):
+            delegate.socket(socket, writeQueueDidDrainToLowWatermark: queuedBytes)
+        case .didDisconnect(let error):
+            delegate.socketDidDisconnect(socket, withError: error)
+        }
+        return 0
+    }
+
+    func receiverForAcceptedSocket() -> SocketEventReceiver? { self }
+
+    func eventLoopForConnection(from address: SocketAddress, on listener: Socket) -> EventLoop? {
+        delegate?.newEventLoop(forConnectionFrom: address, on: listener)
+    }
+}

@@ -1,0 +1,38 @@
+/// The bytes a completed read hands to its callback.
+enum ReadPayload {
+    /// A view of the loop's read buffer or the socket's prebuffer: valid only while the
+    /// callback runs. Delivery on another thread copies it first.
+    case borrowed(UnsafeRawBufferPointer)
+    /// Bytes gathered over several passes (the array is handed over, not copied).
+    case owned([UInt8])
+    /// The read went into the caller's memory; `range` is where its bytes landed.
+    case callerBuffer(UnsafeMutableRawBufferPointer, range: Range<Int>)
+}
+
+/// Everything a socket reports to its user, in the order it happened. The engine produces
+/// these on the loop thread; `Socket` hands them to the delegate on its callback queue.
+enum SocketEvent {
+    case didConnect(peer: SocketAddress)
+    /// Produced by the engine; `Socket` turns it into `didAcceptSocket` before delivery.
+    case didAccept(TCPSocketCore)
+    case didAcceptSocket(Socket)
+    case didNotAccept(SocketError)
+    case didRead(ReadPayload, tag: Int)
+    case didReadPartial(length: Int, tag: Int)
+    case shouldTimeoutRead(tag: Int, elapsed: Double, bytesDone: Int, session: UInt64)
+    case didWrite(tag: Int)
+    case didWritePartial(length: Int, tag: Int)
+    case shouldTimeoutWrite(tag: Int, elapsed: Double, bytesDone: Int, session: UInt64)
+    case didCloseReadStream
+    case didReachWriteHighWatermark(queuedBytes: Int)
+    case didDrainToWriteLowWatermark(queuedBytes: Int)
+    case didDisconnect(SocketError?)
+
+    /// The same event with no borrowed memory, for delivery after the current loop step.
+    func owned() -> SocketEvent {
+        if case .didRead(.borrowed(let bytes), let tag) = self {
+            return .didRead(.owned(Array(bytes)), tag: tag)
+        }
+        return self
+    }
+}

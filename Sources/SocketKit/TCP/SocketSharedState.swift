@@ -1,0 +1,109 @@
+import Synchronization
+
+/// The part of a socket's state that any thread may read without waiting for its loop:
+/// the status, addresses and configuration (behind one lock, changed only on transitions),
+/// the queued-write byte count and the progress of the current read and write (atomics
+/// the loop updates as it goes).
+///
+/// Getters never hop onto the loop, so they cannot deadlock whatever thread calls them,
+/// including another loop's thread or a callback that holds a lock of its own.
+final class SocketSharedState: @unchecked Sendable {
+    struct Published: Sendable {
+        var status = SocketStatus.disconnected
+        /// Increments each time a session starts (connect, accept, adopt); operations carry
+        /// the session they were issued in and the loop drops those of an ended session.
+        var session: UInt64 = 0
+        /// False once `disconnectAfter…` was called in this session.
+        var acceptsReadsAndWrites = true
+        var localAddress: SocketAddress? = nil
+        var peerAddress: SocketAddress? = nil
+        var listenerAddresses: [SocketAddress] = []
+        var isUnixDomain = false
+        var configuration = SocketConfiguration()
+    }
+
+    let published = Mutex(Published())
+    let queuedWriteBytes = Atomic<Int>(0)
+    let readProgress = ProgressCell()
+    let writeProgress = ProgressCell()
+
+    init(configuration: SocketConfiguration = SocketConfiguration()) {
+        published.withLock { $0.configuration = configuration }
+    }
+}
+
+/// How far the current read or write has got.
+public struct OperationProgress: Hashable, Sendable {
+    /// The tag the operation was queued with.
+    public let tag: Int
+    public let bytesDone: Int
+    /// The total for reads to a length and for writes; nil when the total is not known in
+    /// advance (reads of available data or to a separator).
+    public let totalBytes: Int?
+
+    /// `bytesDone / totalBytes`, or 1.0 when the total is unknown (as GCDAsyncSocket does).
+    public var fractionCompleted: Double {
+        guard let totalBytes, totalBytes > 0 else { return 1.0 }
+        return Double(bytesDone) / Double(totalBytes)
+    }
+}
+
+/// A seqlock over (tag, done, total): the loop writes without locking, readers on other
+/// threads retry until they see a consistent triple.
+struct ProgressCell: ~Copyable {
+    private let sequence = Atomic<UInt>(0)
+    private let active = Atomic<Bool>(false)
+    private let tag = Atomic<Int>(0)
+    private let done = Atomic<Int>(0)
+    private let total = Atomic<Int>(-1)
+
+    init() {}
+
+    /// Loop thread only.
+    func publish(tag newTag: Int, done newDone: Int, total newTotal: Int?) {
+        let start = sequence.load(ordering: .relaxed)
+        sequence.store(start &+ 1, ordering: .relaxed)
+        atomicMemoryFence(ordering: .releasing)
+        active.store(true, ordering: .relaxed)
+        tag.store(newTag, ordering: .relaxed)
+        done.store(newDone, ordering: .relaxed)
+        total.store(newTotal ?? -1, ordering: .relaxed)
+        sequence.store(start &+ 2, ordering: .releasing)
+    }
+
+    /// Loop thread only.
+    func update(done newDone: Int) {
+        let start = sequence.load(ordering: .relaxed)
+        sequence.store(start &+ 1, ordering: .relaxed)
+        atomicMemoryFence(ordering: .releasing)
+        done.store(newDone, ordering: .relaxed)
+        sequence.store(start &+ 2, ordering: .releasing)
+    }
+
+    /// Loop thread only.
+    func clear() {
+        guard active.load(ordering: .relaxed) else { return }
+        let start = sequence.load(ordering: .relaxed)
+        sequence.store(start &+ 1, ordering: .relaxed)
+        atomicMemoryFence(ordering: .releasing)
+        active.store(false, ordering: .relaxed)
+        sequence.store(start &+ 2, ordering: .releasing)
+    }
+
+    /// Any thread.
+    func read() -> OperationProgress? {
+        while true {
+            let before = sequence.load(ordering: .acquiring)
+            if before & 1 == 1 { continue }
+            let isActive = active.load(ordering: .relaxed)
+            let currentTag = tag.load(ordering: .relaxed)
+            let currentDone = done.load(ordering: .relaxed)
+            let currentTotal = total.load(ordering: .relaxed)
+            atomicMemoryFence(ordering: .acquiring)
+            guard sequence.load(ordering: .relaxed) == before else { continue }
+            guard isActive else { return nil }
+            return OperationProgress(tag: currentTag, bytesDone: currentDone,
+                                     totalBytes: currentTotal >= 0 ? currentTotal : nil)
+        }
+    }
+}

@@ -1,0 +1,139 @@
+import Glibc
+import SocketKitC
+
+extension TCPSocketCore {
+    /// Accepts per readiness event before yielding to the other sockets of the loop.
+    static let acceptsPerEvent = 64
+    static let firstAcceptBackoff: UInt64 = 50_000_000
+    static let longestAcceptBackoff: UInt64 = 1_000_000_000
+
+    /// Starts a listening session on descriptors made by `ListenerFactory`.
+    func startAccepting(_ made: [ListenerFactory.Listener], unixPath: String?, session: UInt64,
+                        configuration: SocketConfiguration) {
+        if phase != .idle { closeSession(nil) }
+        self.session = session
+        self.configuration = configuration
+        phase = .accepting
+        listeners = made.map { ListenerEndpoint(core: self, fd: $0.fd, address: $0.address) }
+        unixListenerPath = unixPath
+        for endpoint in listeners {
+            do {
+                endpoint.registration = try loop.register(fd: endpoint.fd, events: TCPSocketCore.listenerEvents,
+                                                          handler: endpoint)
+            } catch {
+                closeSession(error)
+                return
+            }
+        }
+    }
+
+    func closeListeners() {
+        for endpoint in listeners {
+            if let registration = endpoint.registration { loop.deregister(registration, fd: endpoint.fd) }
+            close(endpoint.fd)
+        }
+        listeners.removeAll()
+        if let path = unixListenerPath {
+            unlink(path)
+            unixListenerPath = nil
+        }
+    }
+
+    /// Accepts pending connections on `endpoint`. Out of descriptors (EMFILE, ENFILE) or
+    /// kernel memory, the listener stops, tells the delegate once, and retries on a timer
+    /// that backs off from 50 ms to 1 s: it never spins, and serves again by itself as soon
+    /// as descriptors are free.
+    func acceptConnections(on endpoint: ListenerEndpoint) {
+        guard phase == .accepting, !acceptPaused else { return }
+        for _ in 0..<TCPSocketCore.acceptsPerEvent {
+            var storage = sockaddr_storage()
+            var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+            let child = withUnsafeMutablePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    skc_accept_nonblocking(endpoint.fd, $0, &length)
+                }
+            }
+            if child >= 0 {
+                acceptBackoff = 0
+                acceptFailureReported = false
+                let peer = withUnsafeBytes(of: &storage) { SocketAddress(storage: $0.baseAddress!, length: length) }
+                handleAccepted(child, peer: peer, via: endpoint)
+                guard phase == .accepting else { return }
+                continue
+            }
+            let error = errno
+            switch error {
+            case EAGAIN, EWOULDBLOCK:
+                return
+            case EINTR, ECONNABORTED, EPROTO, EPERM, ENETDOWN, ENOPROTOOPT, EHOSTDOWN, ENONET,
+                 EHOSTUNREACH, EOPNOTSUPP, ENETUNREACH:
+                continue
+            default:
+                // EMFILE, ENFILE, ENOBUFS, ENOMEM, or anything unexpected: back off.
+                pauseAccepting(SocketError.systemError(error, "accept"))
+                return
+            }
+        }
+        // More may be waiting and the edge will not fire again: come back after the others.
+        acceptContinuationScheduled = true
+        loop.scheduleEndOfIterationWork(self)
+    }
+
+    func acceptOnAllListeners() {
+        for endpoint in listeners {
+            guard phase == .accepting, !acceptPaused else { return }
+            acceptConnections(on: endpoint)
+        }
+    }
+
+    private func pauseAccepting(_ error: SocketError) {
+        acceptPaused = true
+        acceptBackoff = acceptBackoff == 0
+            ? TCPSocketCore.firstAcceptBackoff
+            : min(acceptBackoff * 2, TCPSocketCore.longestAcceptBackoff)
+        arm(&acceptTimer, deadline: monotonicNanoseconds() + acceptBackoff) { $0.acceptTimerFired() }
+        if !acceptFailureReported {
+            acceptFailureReported = true
+            emit(.didNotAccept(error))
+        }
+    }
+
+    func acceptTimerFired() {
+        guard phase == .accepting else { return }
+        acceptPaused = false
+        acceptOnAllListeners()
+    }
+
+    /// Wraps an accepted descriptor in a new socket on the loop the delegate picks (or the
+    /// next loop of the group), hands it to the user in `didAccept`, then starts its I/O on
+    /// its own loop: nothing of the child reaches the user before `didAccept`.
+    private func handleAccepted(_ descriptor: Int32, peer: SocketAddress?, via endpoint: ListenerEndpoint) {
+        guard let owner else {
+            close(descriptor)
+            return
+        }
+        let unix = endpoint.address.family == .unix
+        let childLoop = peer.flatMap { owner.eventLoopForAcceptedConnection(from: $0) } ?? loop.group?.next() ?? loop
+        let childShared = SocketSharedState(configuration: configuration)
+        let local = unix ? endpoint.address : SystemCalls.localAddress(descriptor)
+        childShared.published.withLock { published in
+            published.status = .connected
+            published.session = 1
+            published.localAddress = local
+            published.peerAddress = peer
+            published.isUnixDomain = unix
+        }
+        let child = TCPSocketCore(loop: childLoop, shared: childShared)
+        child.prepareConnected(fd: descriptor, peer: peer, unix: unix, session: 1)
+        emit(.didAccept(child))
+        let started = childLoop.executeInlineIfPossible { child.activatePrepared(announce: false) }
+        if !started { child.abandon() }
+    }
+
+    /// For a child whose loop has stopped: close the descriptor here, nobody else will.
+    func abandon() {
+        if fd >= 0 { close(fd) }
+        fd = -1
+        phase = .idle
+    }
+}

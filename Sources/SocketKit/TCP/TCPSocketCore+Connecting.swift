@@ -1,0 +1,215 @@
+import Glibc
+
+/// What `connect` was asked to reach.
+enum ConnectTarget: Sendable {
+    case host(String, port: UInt16)
+    case address(SocketAddress)
+}
+
+extension TCPSocketCore {
+    /// Starts a session that connects to `target`: resolution (off the loop, for names),
+    /// then Happy Eyeballs over every address: the preferred family first, the families
+    /// alternating, the next attempt started `alternateAddressDelay` after the previous one
+    /// or at once when it fails. The first to connect wins; the others are closed.
+    /// The connect timeout covers resolution and connecting.
+    func startConnect(to target: ConnectTarget, localEndpoints: Interfaces.Endpoints?, timeout: Double,
+                      session: UInt64, configuration: SocketConfiguration) {
+        if phase != .idle { closeSession(nil) }
+        self.session = session
+        self.configuration = configuration
+        self.localEndpoints = localEndpoints
+        phase = .resolving
+        if timeout >= 0 {
+            arm(&connectTimer, deadline: deadline(afterSeconds: timeout)) { $0.connectTimerFired() }
+        }
+        switch target {
+        case .address(let address):
+            isUnixDomain = address.family == .unix
+            beginAttempts([address])
+        case .host(let host, let port):
+            if let immediate = TCPSocketCore.addressesWithoutResolver(host: host, port: port) {
+                beginAttempts(orderForHappyEyeballs(immediate))
+                return
+            }
+            let loop = self.loop
+            // The request holds the core until it answers or is cancelled by the session's end.
+            resolution = AddressResolver.shared.resolve(host: host, port: port) { [self] result in
+                loop.execute { self.resolutionFinished(result, session: session) }
+            }
+        }
+    }
+
+    static func addressesWithoutResolver(host: String, port: UInt16) -> [SocketAddress]? {
+        if host == "localhost" || host == "loopback" {
+            return [.ipv4Loopback(port: port), .ipv6Loopback(port: port)]
+        }
+        if let literal = SocketAddress.parseIPLiteral(host, port: port) { return [literal] }
+        return nil
+    }
+
+    private func resolutionFinished(_ result: Result<[SocketAddress], SocketError>, session: UInt64) {
+        guard session == self.session, phase == .resolving else { return }
+        resolution = nil
+        switch result {
+        case .failure(let error):
+            closeSession(error)
+        case .success(let addresses):
+            beginAttempts(orderForHappyEyeballs(addresses))
+        }
+    }
+
+    /// Enabled families only, preferred family first, then alternating (RFC 8305 §4).
+    func orderForHappyEyeballs(_ addresses: [SocketAddress]) -> [SocketAddress] {
+        let enabled = addresses.filter {
+            ($0.family == .ipv4 && configuration.isIPv4Enabled) || ($0.family == .ipv6 && configuration.isIPv6Enabled)
+        }
+        let preferredFamily: SocketAddress.Family = configuration.isIPv4PreferredOverIPv6 ? .ipv4 : .ipv6
+        let preferred = enabled.filter { $0.family == preferredFamily }
+        let others = enabled.filter { $0.family != preferredFamily }
+        var ordered: [SocketAddress] = []
+        ordered.reserveCapacity(enabled.count)
+        for index in 0..<max(preferred.count, others.count) {
+            if index < preferred.count { ordered.append(preferred[index]) }
+            if index < others.count { ordered.append(others[index]) }
+        }
+        return ordered
+    }
+
+    private func beginAttempts(_ addresses: [SocketAddress]) {
+        guard !addresses.isEmpty else {
+            closeSession(SocketError(.other, "the host has no address of an enabled family"))
+            return
+        }
+        phase = .connecting
+        connectAddresses = addresses
+        nextConnectAddress = 0
+        startNextAttempt()
+    }
+
+    private func startNextAttempt() {
+        cancel(attemptTimer)
+        while nextConnectAddress < connectAddresses.count {
+            let address = connectAddresses[nextConnectAddress]
+            nextConnectAddress += 1
+            var localAddress: SocketAddress? = nil
+            if let localEndpoints, address.family != .unix {
+                localAddress = address.family == .ipv4 ? localEndpoints.ipv4 : localEndpoints.ipv6
+                guard localAddress != nil else {
+                    lastAttemptError = SocketError(.badParam, "the interface has no \(address.family == .ipv4 ? "IPv4" : "IPv6") address")
+                    continue
+                }
+            }
+            do throws(SocketError) {
+                let attempt = try ConnectionAttempt.start(to: address, from: localAddress, core: self)
+                connectAttempts.append(attempt)
+                if nextConnectAddress < connectAddresses.count {
+                    arm(&attemptTimer, deadline: deadline(afterSeconds: configuration.alternateAddressDelay)) {
+                        $0.attemptTimerFired()
+                    }
+                }
+                return
+            } catch {
+                lastAttemptError = error
+            }
+        }
+        if connectAttempts.isEmpty {
+            closeSession(lastAttemptError ?? SocketError(.other, "no address to connect to"))
+        }
+    }
+
+    func attemptTimerFired() {
+        guard phase == .connecting, nextConnectAddress < connectAddresses.count else { return }
+        startNextAttempt()
+    }
+
+    func attemptFailed(_ attempt: ConnectionAttempt, error: Int32) {
+        guard phase == .connecting else { return }
+        lastAttemptError = SocketError.systemError(error, "connect(\(attempt.address))")
+        attempt.close()
+        connectAttempts.removeAll { $0 === attempt }
+        if nextConnectAddress < connectAddresses.count {
+            startNextAttempt()
+        } else if connectAttempts.isEmpty {
+            closeSession(lastAttemptError)
+        }
+    }
+
+    func attemptSucceeded(_ winner: ConnectionAttempt) {
+        guard phase == .connecting, let winnerRegistration = winner.registration else { return }
+        cancel(attemptTimer)
+        cancel(connectTimer)
+        for attempt in connectAttempts where attempt !== winner { attempt.close() }
+        connectAttempts.removeAll()
+        connectAddresses.removeAll()
+        localEndpoints = nil
+        lastAttemptError = nil
+        fd = winner.fd
+        registration = winnerRegistration
+        winner.detach()
+        loop.replaceHandler(winnerRegistration, with: self)
+        isUnixDomain = winner.address.family == .unix
+        becomeConnected(peer: winner.address, announce: true)
+    }
+
+    func connectTimerFired() {
+        guard phase == .resolving || phase == .connecting else { return }
+        closeSession(SocketError(.connectTimeout, "attempt to connect to host timed out"))
+    }
+
+    /// The connection is up: publish it, tell the user, then run what was queued meanwhile.
+    func becomeConnected(peer: SocketAddress?, announce: Bool) {
+        phase = .connected
+        readable = true
+        writable = true
+        applyTCPOptions()
+        let local = SystemCalls.localAddress(fd)
+        let remote = peer ?? SystemCalls.peerAddress(fd)
+        let session = self.session
+        let unix = isUnixDomain
+        shared.published.withLock { published in
+            guard published.session == session else { return }
+            published.status = .connected
+            published.localAddress = local
+            published.peerAddress = remote
+            published.isUnixDomain = unix
+        }
+        if announce, let remote {
+            emit(.didConnect(peer: remote))
+            guard session == self.session, phase == .connected else { return }
+        }
+        if !writeQueue.isEmpty {
+            startHeadWrite()
+            scheduleWriteFlush()
+        }
+        scheduleReadPump()
+    }
+
+    /// Takes an already connected descriptor (adopted, or accepted by a listener) as this
+    /// core's session, without touching the loop yet: an accepted child is prepared on the
+    /// listener's thread, handed to the user in `didAccept` (where reads and writes may
+    /// already be queued), and activated on its own loop afterwards.
+    func prepareConnected(fd descriptor: Int32, peer: SocketAddress?, unix: Bool, session: UInt64) {
+        self.session = session
+        fd = descriptor
+        isUnixDomain = unix
+        preparedPeer = peer
+        phase = .connected
+        readable = false
+        writable = false
+    }
+
+    /// Registers the prepared descriptor and starts I/O. `announce` reports `didConnect`
+    /// (adopted sockets, as upstream; accepted ones are announced by `didAccept`).
+    func activatePrepared(announce: Bool) {
+        guard phase == .connected, fd >= 0, registration == nil else { return }
+        do {
+            registration = try loop.register(fd: fd, events: TCPSocketCore.connectionEvents, handler: self)
+        } catch {
+            closeSession(error)
+            return
+        }
+        let peer = preparedPeer
+        preparedPeer = nil
+        becomeConnected(peer: peer, announce: announce)
+    }
+}

@@ -1,0 +1,146 @@
+import Glibc
+
+extension TCPSocketCore {
+    /// Reads per pump before yielding to the other sockets of the loop.
+    static let kernelReadsPerPump = 16
+
+    func enqueueRead(_ request: ReadRequest, session: UInt64) {
+        guard session == self.session, phase == .resolving || phase == .connecting || phase == .connected,
+              !disconnectAfterReads, !disconnectAfterWrites else { return }
+        readQueue.append(request)
+        if phase == .connected { scheduleReadPump() }
+    }
+
+    /// Serves the read queue: from the prebuffer first, then from the kernel while the
+    /// socket is readable. With no read queued the socket is not read at all, so a peer that
+    /// sends faster than the application reads fills the kernel buffers and TCP flow control
+    /// slows it down.
+    func pumpReads() {
+        var kernelReads = 0
+        while phase == .connected && !readTimeoutPending {
+            if currentRead == nil {
+                guard let next = readQueue.popFirst() else { break }
+                startRead(next)
+            }
+            if !prebuffer.isEmpty {
+                guard feedCurrentRead(from: prebuffer.readableBytes, fromPrebuffer: true) else { return }
+                continue
+            }
+            if readEOF {
+                handleEndOfStream()
+                return
+            }
+            guard readable else { break }
+            guard kernelReads < TCPSocketCore.kernelReadsPerPump else {
+                scheduleReadPump()
+                break
+            }
+            kernelReads += 1
+            let buffer = loop.readBuffer
+            let count = read(fd, buffer.baseAddress, buffer.count)
+            if count > 0 {
+                // Edge-triggered: a short read drained the socket, and new data raises a new
+                // edge. Unless the peer's FIN is already queued: then read on to see EOF.
+                if count < buffer.count && !peerHalfClosed { readable = false }
+                guard feedCurrentRead(from: UnsafeRawBufferPointer(rebasing: buffer[0..<count]),
+                                      fromPrebuffer: false) else { return }
+            } else if count == 0 {
+                readEOF = true
+                readable = false
+            } else {
+                let error = errno
+                if error == EAGAIN || error == EWOULDBLOCK {
+                    readable = false
+                } else if error != EINTR {
+                    closeSession(SocketError.systemError(error, "read"))
+                    return
+                }
+            }
+        }
+        closeIfDisconnectAfterIsDue()
+    }
+
+    private func startRead(_ request: ReadRequest) {
+        currentRead = request
+        shared.readProgress.publish(tag: request.tag, done: 0, total: request.totalLength)
+        if request.timeout >= 0 {
+            arm(&readTimer, deadline: deadline(afterSeconds: request.timeout)) { $0.readTimerFired() }
+        }
+    }
+
+    /// Gives `source` to the current read and acts on the outcome. Returns false when the
+    /// session ended (an error, or a callback that disconnected).
+    private func feedCurrentRead(from source: UnsafeRawBufferPointer, fromPrebuffer: Bool) -> Bool {
+        let session = self.session
+        guard let outcome = currentRead?.absorb(source) else { return true }
+        switch outcome {
+        case .incomplete(let consumed):
+            if fromPrebuffer { prebuffer.consume(consumed) }
+            guard let request = currentRead else { return true }
+            shared.readProgress.update(done: request.bytesDone)
+            if request.reportsPartialProgress {
+                emit(.didReadPartial(length: consumed, tag: request.tag))
+                return session == self.session && phase == .connected
+            }
+            return true
+
+        case .maxedOut:
+            closeSession(SocketError(.readMaxedOut,
+                                     "read reached its maximum length (\(currentRead?.maximumLength ?? 0) bytes) without the separator"))
+            return false
+
+        case .complete(let consumed, let borrowed):
+            if !fromPrebuffer && consumed < source.count {
+                prebuffer.append(UnsafeRawBufferPointer(rebasing: source[consumed...]))
+            }
+            guard var request = currentRead else { return true }
+            currentRead = nil
+            cancel(readTimer)
+            shared.readProgress.clear()
+            let payload: ReadPayload = borrowed
+                ? .borrowed(UnsafeRawBufferPointer(rebasing: source[0..<consumed]))
+                : request.takePayload()
+            // The payload may point into the prebuffer: consume it only after delivery.
+            emit(.didRead(payload, tag: request.tag))
+            guard session == self.session && phase == .connected else { return false }
+            if fromPrebuffer { prebuffer.consume(consumed) }
+            return true
+        }
+    }
+
+    /// The peer sent FIN and every buffered byte has been consumed, yet a read wants more.
+    /// As upstream: disconnect with `.closed`, or with `autoDisconnectOnClosedReadStream`
+    /// off report the half-close once and keep the socket open for writing (pending reads
+    /// then wait for their timeout).
+    func handleEndOfStream() {
+        if configuration.autoDisconnectOnClosedReadStream {
+            closeSession(SocketError(.closed))
+        } else if !readStreamClosedReported {
+            readStreamClosedReported = true
+            emit(.didCloseReadStream)
+        }
+    }
+
+    // MARK: Read timeouts
+
+    func readTimerFired() {
+        guard phase == .connected, let request = currentRead, !readTimeoutPending else { return }
+        readTimeoutPending = true
+        emit(.shouldTimeoutRead(tag: request.tag, elapsed: request.timeout, bytesDone: request.bytesDone,
+                                session: session))
+    }
+
+    /// The delegate's answer to `shouldTimeoutRead`: a positive extension re-arms the timer
+    /// and resumes reading; anything else ends the session with `.readTimeout`.
+    func resolveReadTimeout(extension seconds: Double, session: UInt64) {
+        guard session == self.session, phase == .connected, readTimeoutPending, currentRead != nil else { return }
+        readTimeoutPending = false
+        if seconds > 0 && seconds.isFinite {
+            currentRead?.timeout += seconds
+            arm(&readTimer, deadline: deadline(afterSeconds: seconds)) { $0.readTimerFired() }
+            scheduleReadPump()
+        } else {
+            closeSession(SocketError(.readTimeout, "read operation timed out"))
+        }
+    }
+}

@@ -1,0 +1,148 @@
+import Glibc
+
+extension TCPSocketCore {
+    /// Queued writes gathered into one `sendmsg`.
+    static let writesPerSystemCall = 64
+    /// System calls per flush before yielding to the other sockets of the loop.
+    static let systemCallsPerFlush = 16
+
+    func enqueueWrite(_ request: WriteRequest, session: UInt64) {
+        guard session == self.session, phase == .resolving || phase == .connecting || phase == .connected,
+              !disconnectAfterReads, !disconnectAfterWrites else { return }
+        writeQueue.append(request)
+        queuedWriteBytes += request.length
+        shared.queuedWriteBytes.store(queuedWriteBytes, ordering: .relaxed)
+        if phase == .connected {
+            if !headWriteStarted { startHeadWrite() }
+            scheduleWriteFlush()
+        }
+        checkWatermarks()
+    }
+
+    /// Makes the front of the queue the current write: publishes its progress and arms its
+    /// timeout (upstream: the timer starts when a write becomes current).
+    func startHeadWrite() {
+        guard phase == .connected, let head = writeQueue.first else { return }
+        headWriteStarted = true
+        shared.writeProgress.publish(tag: head.tag, done: head.offset, total: head.length)
+        if head.timeout >= 0 {
+            arm(&writeTimer, deadline: deadline(afterSeconds: head.timeout)) { $0.writeTimerFired() }
+        }
+    }
+
+    /// Writes as much of the queue as the kernel takes, several requests per system call.
+    func flushWrites() {
+        var systemCalls = 0
+        while phase == .connected && writable && !writeTimeoutPending && !writeQueue.isEmpty {
+            guard systemCalls < TCPSocketCore.systemCallsPerFlush else {
+                scheduleWriteFlush()
+                return
+            }
+            systemCalls += 1
+            let (written, attempted) = sendQueuedWrites()
+            if written < 0 {
+                let error = errno
+                if error == EAGAIN || error == EWOULDBLOCK {
+                    writable = false
+                } else if error != EINTR {
+                    closeSession(SocketError.systemError(error, "write"))
+                    return
+                }
+                continue
+            }
+            if written < attempted { writable = false }
+            guard account(written: written) else { return }
+        }
+        closeIfDisconnectAfterIsDue()
+    }
+
+    /// One `send`/`sendmsg` of the front requests. Returns the result and the bytes offered.
+    private func sendQueuedWrites() -> (written: Int, attempted: Int) {
+        let count = min(writeQueue.count, TCPSocketCore.writesPerSystemCall)
+        if count == 1, let head = writeQueue.first {
+            return head.withRemainingBytes { bytes in
+                (send(fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags), bytes.count)
+            }
+        }
+        return withUnsafeTemporaryAllocation(of: iovec.self, capacity: count) { vectors in
+            gather(index: 0, count: count, into: vectors, attempted: 0)
+        }
+    }
+
+    /// Fills `vectors[index...]` from the queue, keeping each request's bytes pinned while
+    /// the system call runs (recursion keeps every `withRemainingBytes` scope open).
+    private func gather(index: Int, count: Int, into vectors: UnsafeMutableBufferPointer<iovec>,
+                        attempted: Int) -> (written: Int, attempted: Int) {
+        if index == count {
+            var message = msghdr()
+            message.msg_iov = vectors.baseAddress
+            message.msg_iovlen = count
+            return (sendmsg(fd, &message, SystemCalls.sendFlags), attempted)
+        }
+        return writeQueue[index].withRemainingBytes { bytes in
+            vectors[index] = iovec(iov_base: UnsafeMutableRawPointer(mutating: bytes.baseAddress), iov_len: bytes.count)
+            return gather(index: index + 1, count: count, into: vectors, attempted: attempted + bytes.count)
+        }
+    }
+
+    /// Attributes `written` bytes to the queued requests in order, completing them.
+    /// Returns false when the session ended in a callback.
+    private func account(written: Int) -> Bool {
+        let session = self.session
+        var left = written
+        queuedWriteBytes -= written
+        shared.queuedWriteBytes.store(queuedWriteBytes, ordering: .relaxed)
+        while left > 0, let head = writeQueue.first {
+            let chunk = min(head.remaining, left)
+            left -= chunk
+            if chunk == head.remaining {
+                _ = writeQueue.popFirst()
+                headWriteStarted = false
+                cancel(writeTimer)
+                shared.writeProgress.clear()
+                emit(.didWrite(tag: head.tag))
+                guard session == self.session && phase == .connected else { return false }
+                if !headWriteStarted { startHeadWrite() }
+            } else {
+                writeQueue[0].offset += chunk
+                shared.writeProgress.update(done: writeQueue[0].offset)
+                emit(.didWritePartial(length: chunk, tag: head.tag))
+                guard session == self.session && phase == .connected else { return false }
+            }
+        }
+        checkWatermarks()
+        return session == self.session && phase == .connected
+    }
+
+    /// Reports crossings of the high and low watermarks, once each way.
+    func checkWatermarks() {
+        if !aboveHighWatermark && queuedWriteBytes >= configuration.writeHighWatermark {
+            aboveHighWatermark = true
+            emit(.didReachWriteHighWatermark(queuedBytes: queuedWriteBytes))
+        } else if aboveHighWatermark && queuedWriteBytes <= configuration.writeLowWatermark {
+            aboveHighWatermark = false
+            emit(.didDrainToWriteLowWatermark(queuedBytes: queuedWriteBytes))
+        }
+    }
+
+    // MARK: Write timeouts
+
+    func writeTimerFired() {
+        guard phase == .connected, let head = writeQueue.first, !writeTimeoutPending else { return }
+        writeTimeoutPending = true
+        emit(.shouldTimeoutWrite(tag: head.tag, elapsed: head.timeout, bytesDone: head.offset, session: session))
+    }
+
+    /// The delegate's answer to `shouldTimeoutWrite`.
+    func resolveWriteTimeout(extension seconds: Double, session: UInt64) {
+        guard session == self.session, phase == .connected, writeTimeoutPending, !writeQueue.isEmpty else { return }
+        writeTimeoutPending = false
+        if seconds > 0 && seconds.isFinite {
+            writeQueue[0].timeout += seconds
+            arm(&writeTimer, deadline: deadline(afterSeconds: seconds)) { $0.writeTimerFired() }
+            scheduleWriteFlush()
+        } else {
+            closeSession(SocketError(.writeTimeout, "write operation timed out"))
+        }
+    }
+}

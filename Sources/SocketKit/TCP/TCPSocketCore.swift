@@ -1,0 +1,415 @@
+import Glibc
+import SocketKitC
+
+/// The state machine of one TCP or Unix-domain socket, after GCDAsyncSocket: a read queue,
+/// a write queue, a prebuffer, timers with extension, disconnect-after flags, Happy Eyeballs
+/// connects and listeners. It lives on one event loop and is touched only there.
+///
+/// Re-entrancy rule: user code runs only inside `emit`. While it runs (`inCallout`), calls
+/// that would tear the session down wait in `deferredOperations` until it returns, so the
+/// engine never frees memory a callback is looking at (a read's bytes borrow the loop's
+/// buffer or the prebuffer). Reads and writes queued from a callback just join their queues.
+/// After every `emit`, the engine re-checks that its session is still alive.
+final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Sendable {
+    enum Phase {
+        case idle, resolving, connecting, connected, accepting
+    }
+
+    let loop: EventLoop
+    let shared: SocketSharedState
+    /// The user-facing handle; nil once the user released it (the core then closes).
+    weak var owner: Socket?
+
+    var phase = Phase.idle
+    var session: UInt64 = 0
+    var configuration: SocketConfiguration
+
+    // The connection.
+    var fd: Int32 = -1
+    var registration: RegistrationID? = nil
+    var isUnixDomain = false
+    /// Edge-triggered readiness: true until a read or write would block.
+    var readable = false
+    var writable = false
+    /// A read returned 0: the peer will send nothing more.
+    var readEOF = false
+    /// epoll reported the peer's FIN (EPOLLRDHUP); a short read does not mean "drained".
+    var peerHalfClosed = false
+    var readStreamClosedReported = false
+    var disconnectAfterReads = false
+    var disconnectAfterWrites = false
+    /// The peer of a prepared (adopted or accepted) descriptor, until it is activated.
+    var preparedPeer: SocketAddress? = nil
+
+    // Reads.
+    var readQueue = FIFO<ReadRequest>()
+    var currentRead: ReadRequest? = nil
+    var prebuffer = ByteQueue()
+    var readTimeoutPending = false
+    var readTimer: LoopTimer? = nil
+
+    // Writes. The front of `writeQueue` is the current write.
+    var writeQueue = FIFO<WriteRequest>()
+    var queuedWriteBytes = 0
+    var aboveHighWatermark = false
+    var headWriteStarted = false
+    var writeTimeoutPending = false
+    var writeTimer: LoopTimer? = nil
+
+    // Connecting.
+    var connectTimer: LoopTimer? = nil
+    var attemptTimer: LoopTimer? = nil
+    var resolution: AddressResolver.Request? = nil
+    var connectAddresses: [SocketAddress] = []
+    var nextConnectAddress = 0
+    var connectAttempts: [ConnectionAttempt] = []
+    var lastAttemptError: SocketError? = nil
+    var localEndpoints: Interfaces.Endpoints? = nil
+
+    // Accepting.
+    var listeners: [ListenerEndpoint] = []
+    var unixListenerPath: String? = nil
+    var acceptPaused = false
+    var acceptBackoff: UInt64 = 0
+    var acceptFailureReported = false
+    var acceptTimer: LoopTimer? = nil
+
+    // Callouts and deferred work.
+    var inCallout = false
+    var runningDeferredOperations = false
+    var deferredEvents: [SocketEvent] = []
+    var deferredOperations: [(TCPSocketCore) -> Void] = []
+    var isScheduledForEndOfIteration = false
+    var readPumpScheduled = false
+    var writeFlushScheduled = false
+    var acceptContinuationScheduled = false
+
+    static let connectionEvents = EPOLLIN.rawValue | EPOLLOUT.rawValue | EPOLLRDHUP.rawValue | EPOLLET.rawValue
+    static let listenerEvents = EPOLLIN.rawValue | EPOLLET.rawValue
+
+    init(loop: EventLoop, shared: SocketSharedState) {
+        self.loop = loop
+        self.shared = shared
+        self.configuration = shared.published.withLock { $0.configuration }
+    }
+
+    deinit {
+        // Normally closed by `ownerReleased`; this covers a loop that stopped first.
+        if fd >= 0 { close(fd) }
+        for attempt in connectAttempts { attempt.closeDescriptor() }
+        for listener in listeners { close(listener.fd) }
+    }
+
+    // MARK: Operations from the public API
+
+    /// True when an operation that does not tear the session down may run right now on the
+    /// loop thread (the caller checked it is on the loop).
+    var acceptsInlineOperation: Bool {
+        !(inCallout && !deferredOperations.isEmpty)
+    }
+
+    /// Runs `operation` now, or after the running callback of this socket if it tears the
+    /// session down (or if such an operation is already waiting: order is kept).
+    func perform(tearsDown: Bool, _ operation: @escaping (TCPSocketCore) -> Void) {
+        if (inCallout || runningDeferredOperations) && (tearsDown || !deferredOperations.isEmpty) {
+            deferredOperations.append(operation)
+            return
+        }
+        operation(self)
+    }
+
+    private func runDeferredOperations() {
+        guard !runningDeferredOperations else { return }
+        runningDeferredOperations = true
+        while !inCallout && !deferredOperations.isEmpty {
+            let operation = deferredOperations.removeFirst()
+            operation(self)
+        }
+        runningDeferredOperations = false
+    }
+
+    // MARK: Emitting events
+
+    /// Hands `event` to the user (through `Socket`, which picks the callback queue).
+    /// Events raised while a callback of this socket runs are delivered right after it.
+    func emit(_ event: SocketEvent) {
+        guard let owner else {
+            discard(event)
+            return
+        }
+        if inCallout {
+            deferredEvents.append(event.owned())
+            return
+        }
+        inCallout = true
+        owner.deliver(event, from: self)
+        while !deferredEvents.isEmpty {
+            owner.deliver(deferredEvents.removeFirst(), from: self)
+        }
+        inCallout = false
+        if !deferredOperations.isEmpty {
+            runDeferredOperations()
+        }
+    }
+
+    private func discard(_ event: SocketEvent) {
+        if case .didAccept(let child) = event {
+            child.ownerReleased()
+        }
+    }
+
+    // MARK: End of iteration
+
+    func scheduleReadPump() {
+        readPumpScheduled = true
+        loop.scheduleEndOfIterationWork(self)
+    }
+
+    func scheduleWriteFlush() {
+        writeFlushScheduled = true
+        loop.scheduleEndOfIterationWork(self)
+    }
+
+    func runEndOfIterationWork() {
+        if writeFlushScheduled {
+            writeFlushScheduled = false
+            flushWrites()
+        }
+        if readPumpScheduled {
+            readPumpScheduled = false
+            pumpReads()
+        }
+        if acceptContinuationScheduled {
+            acceptContinuationScheduled = false
+            acceptOnAllListeners()
+        }
+    }
+
+    // MARK: Readiness
+
+    func handleEvents(_ events: UInt32) {
+        guard phase == .connected, fd >= 0 else { return }
+        if events & EPOLLERR.rawValue != 0 {
+            let error = SystemCalls.pendingError(fd)
+            if error != 0 {
+                closeSession(SocketError.systemError(error, "socket error"))
+                return
+            }
+        }
+        if events & (EPOLLRDHUP.rawValue | EPOLLHUP.rawValue) != 0 {
+            peerHalfClosed = true
+            readable = true
+        }
+        if events & EPOLLIN.rawValue != 0 { readable = true }
+        if events & EPOLLOUT.rawValue != 0 { writable = true }
+        if writable && !writeQueue.isEmpty {
+            flushWrites()
+        }
+        if phase == .connected {
+            pumpReads()
+        }
+    }
+
+    func eventLoopWillStop() {
+        closeSession(SocketError(.badConfig, "the event loop stopped"))
+    }
+
+    // MARK: Timers
+
+    /// Arms `timer` (created on first use) for `deadline`; `action` runs on expiry.
+    func arm(_ timer: inout LoopTimer?, deadline: UInt64, _ action: @escaping (TCPSocketCore) -> Void) {
+        if timer == nil {
+            timer = LoopTimer { [weak self] in
+                if let self { action(self) }
+            }
+        }
+        loop.schedule(timer!, deadline: deadline)
+    }
+
+    func cancel(_ timer: LoopTimer?) {
+        if let timer, timer.isScheduled { loop.cancel(timer) }
+    }
+
+    // MARK: Ending a session
+
+    /// The user released the handle: close without telling anyone.
+    func ownerReleased() {
+        closeSession(nil, notify: false)
+        // A child that was never activated still owns its descriptor.
+        if fd >= 0 {
+            close(fd)
+            fd = -1
+        }
+    }
+
+    /// Ends the session: cancels timers, connect attempts and resolution, closes the
+    /// descriptors, drops queued reads and writes without callbacks (as upstream), publishes
+    /// "disconnected" and, when `notify`, emits `didDisconnect` as the session's last event.
+    /// `graceful` (the disconnect-after variants) sends FIN after the queued bytes and
+    /// discards unread input first, so the kernel does not answer our own data with a reset.
+    func closeSession(_ error: SocketError?, notify: Bool = true, graceful: Bool = false) {
+        guard phase != .idle else { return }
+        let endedSession = session
+
+        cancel(readTimer)
+        cancel(writeTimer)
+        cancel(connectTimer)
+        cancel(attemptTimer)
+        cancel(acceptTimer)
+        resolution?.cancel()
+        resolution = nil
+        for attempt in connectAttempts { attempt.close() }
+        connectAttempts.removeAll()
+        connectAddresses.removeAll()
+        lastAttemptError = nil
+        localEndpoints = nil
+
+        if fd >= 0 {
+            if graceful { shutDownGracefully() }
+            if let registration { loop.deregister(registration, fd: fd) }
+            close(fd)
+            fd = -1
+            registration = nil
+        }
+        closeListeners()
+
+        readQueue.removeAll()
+        currentRead = nil
+        prebuffer.removeAll()
+        writeQueue.removeAll()
+        queuedWriteBytes = 0
+        aboveHighWatermark = false
+        headWriteStarted = false
+        readTimeoutPending = false
+        writeTimeoutPending = false
+        readable = false
+        writable = false
+        readEOF = false
+        peerHalfClosed = false
+        readStreamClosedReported = false
+        disconnectAfterReads = false
+        disconnectAfterWrites = false
+        acceptPaused = false
+        acceptBackoff = 0
+        acceptFailureReported = false
+        phase = .idle
+
+        shared.queuedWriteBytes.store(0, ordering: .relaxed)
+        shared.readProgress.clear()
+        shared.writeProgress.clear()
+        shared.published.withLock { published in
+            guard published.session == endedSession else { return }
+            published.status = .disconnected
+            published.acceptsReadsAndWrites = true
+            published.localAddress = nil
+            published.peerAddress = nil
+            published.listenerAddresses = []
+            published.isUnixDomain = false
+        }
+        if notify {
+            emit(.didDisconnect(error))
+        }
+    }
+
+    private func shutDownGracefully() {
+        _ = shutdown(fd, Int32(SHUT_WR))
+        // Discard input that arrived and nobody read: closing with unread data makes the
+        // kernel send RST, which can destroy our own unsent tail at the peer.
+        for _ in 0..<8 {
+            let count = recv(fd, loop.readBuffer.baseAddress, loop.readBuffer.count, Int32(MSG_DONTWAIT))
+            if count <= 0 { break }
+        }
+    }
+
+    /// The "disconnect after reading/writing" checks, run whenever a queue may have drained.
+    func closeIfDisconnectAfterIsDue() {
+        guard phase == .connected, disconnectAfterReads || disconnectAfterWrites else { return }
+        let readsDone = currentRead == nil && readQueue.isEmpty
+        let writesDone = writeQueue.isEmpty
+        if disconnectAfterReads && disconnectAfterWrites {
+            if readsDone && writesDone { closeSession(nil, graceful: true) }
+        } else if disconnectAfterReads {
+            if readsDone { closeSession(nil, graceful: true) }
+        } else if writesDone {
+            closeSession(nil, graceful: true)
+        }
+    }
+
+    func setDisconnectAfter(reading: Bool, writing: Bool, session: UInt64) {
+        guard session == self.session, phase != .idle, phase != .accepting else { return }
+        if reading { disconnectAfterReads = true }
+        if writing { disconnectAfterWrites = true }
+        closeIfDisconnectAfterIsDue()
+    }
+
+    func disconnect(session: UInt64) {
+        guard session == self.session else { return }
+        closeSession(nil)
+    }
+
+    // MARK: Options
+
+    /// Applies the TCP options to the connected descriptor (Unix sockets take the buffer
+    /// sizes only). Errors are ignored: the values were validated when set.
+    func applyTCPOptions() {
+        guard fd >= 0 else { return }
+        let options = configuration.tcpOptions
+        if !isUnixDomain {
+            _ = try? SystemCalls.setOption(fd, Int32(IPPROTO_TCP), TCP_NODELAY, options.noDelay ? 1 : 0, "TCP_NODELAY")
+            if let keepAlive = options.keepAlive {
+                _ = try? SystemCalls.setOption(fd, SOL_SOCKET, SO_KEEPALIVE, 1, "SO_KEEPALIVE")
+                _ = try? SystemCalls.setOption(fd, Int32(IPPROTO_TCP), TCP_KEEPIDLE, Int32(keepAlive.idle), "TCP_KEEPIDLE")
+                _ = try? SystemCalls.setOption(fd, Int32(IPPROTO_TCP), TCP_KEEPINTVL, Int32(keepAlive.interval), "TCP_KEEPINTVL")
+                _ = try? SystemCalls.setOption(fd, Int32(IPPROTO_TCP), TCP_KEEPCNT, Int32(keepAlive.count), "TCP_KEEPCNT")
+            } else {
+                _ = try? SystemCalls.setOption(fd, SOL_SOCKET, SO_KEEPALIVE, 0, "SO_KEEPALIVE")
+            }
+        }
+        if options.sendBufferSize > 0 {
+            _ = try? SystemCalls.setOption(fd, SOL_SOCKET, SO_SNDBUF, Int32(clamping: options.sendBufferSize), "SO_SNDBUF")
+        }
+        if options.receiveBufferSize > 0 {
+            _ = try? SystemCalls.setOption(fd, SOL_SOCKET, SO_RCVBUF, Int32(clamping: options.receiveBufferSize), "SO_RCVBUF")
+        }
+    }
+
+    func updateConfiguration(_ newConfiguration: SocketConfiguration) {
+        let optionsChanged = newConfiguration.tcpOptions != configuration.tcpOptions
+        configuration = newConfiguration
+        if optionsChanged && phase == .connected { applyTCPOptions() }
+        if phase == .connected { checkWatermarks() }
+    }
+
+    /// The descriptors, for `Socket.perform`.
+    var descriptors: SocketDescriptors {
+        var result = SocketDescriptors()
+        if fd >= 0 {
+            result.primary = fd
+            switch SystemCalls.socketFamily(fd) {
+            case AF_INET: result.ipv4 = fd
+            case AF_INET6: result.ipv6 = fd
+            case AF_UNIX: result.unix = fd
+            default: break
+            }
+        }
+        for listener in listeners {
+            switch listener.address.family {
+            case .ipv4: result.ipv4 = listener.fd
+            case .ipv6: result.ipv6 = listener.fd
+            case .unix: result.unix = listener.fd
+            }
+        }
+        if result.primary < 0 { result.primary = result.ipv4 >= 0 ? result.ipv4 : (result.ipv6 >= 0 ? result.ipv6 : result.unix) }
+        return result
+    }
+}
+
+/// The descriptors of a socket, as `Socket.perform` shows them (-1 where there is none).
+/// A listener may have an IPv4 and an IPv6 descriptor; a connection has one.
+public struct SocketDescriptors: Sendable {
+    /// The connection's descriptor, or the listener's IPv4 one if any, else its IPv6 one.
+    public var primary: Int32 = -1
+    public var ipv4: Int32 = -1
+    public var ipv6: Int32 = -1
+    public var unix: Int32 = -1
+}
