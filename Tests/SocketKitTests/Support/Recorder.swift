@@ -1,0 +1,256 @@
+import Glibc
+import Synchronization
+import Testing
+@testable import SocketKit
+
+/// A delegate that records every callback in order and lets a test wait for what it
+/// expects (a condition variable with a deadline: no sleeps). It also checks the callback
+/// contract as it goes: callbacks of one socket never overlap, and nothing follows
+/// `socketDidDisconnect`.
+final class Recorder: SocketDelegate, @unchecked Sendable {
+    enum Event: Equatable, CustomStringConvertible {
+        case connected(host: String, port: UInt16)
+        case connectedUnix(path: String)
+        case accepted
+        case pausedAccepting(SocketError.Code)
+        case read([UInt8], tag: Int)
+        case readInto(range: Range<Int>, tag: Int)
+        case readPartial(length: Int, tag: Int)
+        case readTimeout(tag: Int, elapsed: Double, bytesDone: Int)
+        case wrote(tag: Int)
+        case wrotePartial(length: Int, tag: Int)
+        case writeTimeout(tag: Int, elapsed: Double, bytesDone: Int)
+        case closedReadStream
+        case highWatermark(Int)
+        case lowWatermark(Int)
+        case disconnected(SocketError?)
+
+        var description: String {
+            switch self {
+            case .read(let bytes, let tag): return "read(\(bytes.count) bytes, tag: \(tag))"
+            default: return "\(String(reflecting: self))"
+            }
+        }
+
+        var isDisconnect: Bool {
+            if case .disconnected = self { return true }
+            return false
+        }
+    }
+
+    let name: String
+    private let lock = ConditionLock()
+    private var log: [Event] = []
+    private var acceptedSockets: [Socket] = []
+    private var socketsSeen = Set<ObjectIdentifier>()
+    private let running = Atomic<Int>(0)
+    private let overlaps = Atomic<Int>(0)
+    private let afterDisconnect = Atomic<Int>(0)
+    private var disconnectedSockets = Set<ObjectIdentifier>()
+
+    /// Seconds to extend a timed-out read or write by (0: let it fail). Set before use.
+    nonisolated(unsafe) var readTimeoutExtensions: [Double] = []
+    nonisolated(unsafe) var writeTimeoutExtensions: [Double] = []
+    /// Hooks, run inside the callback after it is recorded. Set before use.
+    nonisolated(unsafe) var onAccept: ((Socket, Socket) -> Void)? = nil
+    nonisolated(unsafe) var onConnect: ((Socket) -> Void)? = nil
+    nonisolated(unsafe) var onRead: ((Socket, [UInt8], Int) -> Void)? = nil
+    nonisolated(unsafe) var onWrite: ((Socket, Int) -> Void)? = nil
+    nonisolated(unsafe) var onDisconnect: ((Socket, SocketError?) -> Void)? = nil
+    nonisolated(unsafe) var loopForConnections: EventLoop? = nil
+
+    init(_ name: String = "recorder") {
+        self.name = name
+    }
+
+    // MARK: Waiting
+
+    var events: [Event] { lock.withLock { log } }
+    var accepted: [Socket] { lock.withLock { acceptedSockets } }
+
+    /// Waits until `predicate` holds for the events so far; false on timeout.
+    @discardableResult
+    func wait(timeout: Double = 10, until predicate: ([Event]) -> Bool) -> Bool {
+        let limit = deadline(afterSeconds: timeout)
+        lock.lock()
+        defer { lock.unlock() }
+        while !predicate(log) {
+            if !lock.wait(untilDeadline: limit) { return predicate(log) }
+        }
+        return true
+    }
+
+    /// Waits for `socketDidDisconnect` and returns its error (`.some(nil)` for a clean close,
+    /// nil on timeout).
+    func waitForDisconnect(timeout: Double = 10) -> SocketError?? {
+        var result: SocketError?? = nil
+        wait(timeout: timeout) { events in
+            for event in events {
+                if case .disconnected(let error) = event {
+                    result = .some(error)
+                    return true
+                }
+            }
+            return false
+        }
+        return result
+    }
+
+    func waitForConnect(timeout: Double = 10) -> Bool {
+        wait(timeout: timeout) { events in
+            events.contains { if case .connected = $0 { return true }; if case .connectedUnix = $0 { return true }; return false }
+        }
+    }
+
+    func waitForAccepted(_ count: Int, timeout: Double = 10) -> [Socket] {
+        wait(timeout: timeout) { events in events.filter { $0 == .accepted }.count >= count }
+        return accepted
+    }
+
+    /// All bytes read so far, in order.
+    var bytesRead: [UInt8] {
+        events.flatMap { event -> [UInt8] in
+            if case .read(let bytes, _) = event { return bytes }
+            return []
+        }
+    }
+
+    func waitForBytes(_ count: Int, timeout: Double = 10) -> [UInt8] {
+        wait(timeout: timeout) { events in
+            events.reduce(0) { total, event in
+                if case .read(let bytes, _) = event { return total + bytes.count }
+                return total
+            } >= count
+        }
+        return bytesRead
+    }
+
+    func reads() -> [(bytes: [UInt8], tag: Int)] {
+        events.compactMap { event in
+            if case .read(let bytes, let tag) = event { return (bytes, tag) }
+            return nil
+        }
+    }
+
+    /// Callbacks that ran at the same time as another of the same recorder (must stay 0 for
+    /// recorders that serve one socket).
+    var overlappingCallbacks: Int { overlaps.load(ordering: .relaxed) }
+    /// Callbacks that arrived after `socketDidDisconnect` of the same socket (must stay 0).
+    var callbacksAfterDisconnect: Int { afterDisconnect.load(ordering: .relaxed) }
+
+    // MARK: Recording
+
+    private func record(_ sock: Socket, _ event: Event) {
+        let key = ObjectIdentifier(sock)
+        lock.withLock {
+            switch event {
+            case .connected, .connectedUnix:
+                disconnectedSockets.remove(key) // a new session of a reused socket
+            default:
+                if disconnectedSockets.contains(key) { afterDisconnect.add(1, ordering: .relaxed) }
+            }
+            if event.isDisconnect { disconnectedSockets.insert(key) }
+            log.append(event)
+            lock.broadcast()
+        }
+    }
+
+    private func callback<Result>(_ body: () -> Result) -> Result {
+        if running.add(1, ordering: .acquiringAndReleasing).newValue > 1 {
+            overlaps.add(1, ordering: .relaxed)
+        }
+        defer { running.subtract(1, ordering: .acquiringAndReleasing) }
+        return body()
+    }
+
+    // MARK: SocketDelegate
+
+    func newEventLoop(forConnectionFrom address: SocketAddress, on listener: Socket) -> EventLoop? {
+        loopForConnections
+    }
+
+    func socket(_ listener: Socket, didAcceptNewSocket newSocket: Socket) {
+        callback {
+            lock.withLock { acceptedSockets.append(newSocket) }
+            onAccept?(listener, newSocket)
+            record(listener, .accepted)
+        }
+    }
+
+    func socket(_ listener: Socket, didPauseAcceptingWithError error: SocketError) {
+        callback { record(listener, .pausedAccepting(error.code)) }
+    }
+
+    func socket(_ sock: Socket, didConnectToHost host: String, port: UInt16) {
+        callback {
+            record(sock, .connected(host: host, port: port))
+            onConnect?(sock)
+        }
+    }
+
+    func socket(_ sock: Socket, didConnectToUnixPath path: String) {
+        callback {
+            record(sock, .connectedUnix(path: path))
+            onConnect?(sock)
+        }
+    }
+
+    func socket(_ sock: Socket, didRead data: [UInt8], withTag tag: Int) {
+        callback {
+            record(sock, .read(data, tag: tag))
+            onRead?(sock, data, tag)
+        }
+    }
+
+    func socket(_ sock: Socket, didReadInto buffer: UnsafeMutableRawBufferPointer, range: Range<Int>, withTag tag: Int) {
+        callback { record(sock, .readInto(range: range, tag: tag)) }
+    }
+
+    func socket(_ sock: Socket, didReadPartialDataOfLength length: Int, tag: Int) {
+        callback { record(sock, .readPartial(length: length, tag: tag)) }
+    }
+
+    func socket(_ sock: Socket, shouldTimeoutReadWithTag tag: Int, elapsed: Double, bytesDone: Int) -> Double {
+        callback {
+            record(sock, .readTimeout(tag: tag, elapsed: elapsed, bytesDone: bytesDone))
+            return lock.withLock { readTimeoutExtensions.isEmpty ? 0 : readTimeoutExtensions.removeFirst() }
+        }
+    }
+
+    func socket(_ sock: Socket, didWriteDataWithTag tag: Int) {
+        callback {
+            record(sock, .wrote(tag: tag))
+            onWrite?(sock, tag)
+        }
+    }
+
+    func socket(_ sock: Socket, didWritePartialDataOfLength length: Int, tag: Int) {
+        callback { record(sock, .wrotePartial(length: length, tag: tag)) }
+    }
+
+    func socket(_ sock: Socket, shouldTimeoutWriteWithTag tag: Int, elapsed: Double, bytesDone: Int) -> Double {
+        callback {
+            record(sock, .writeTimeout(tag: tag, elapsed: elapsed, bytesDone: bytesDone))
+            return lock.withLock { writeTimeoutExtensions.isEmpty ? 0 : writeTimeoutExtensions.removeFirst() }
+        }
+    }
+
+    func socketDidCloseReadStream(_ sock: Socket) {
+        callback { record(sock, .closedReadStream) }
+    }
+
+    func socket(_ sock: Socket, writeQueueDidReachHighWatermark queuedBytes: Int) {
+        callback { record(sock, .highWatermark(queuedBytes)) }
+    }
+
+    func socket(_ sock: Socket, writeQueueDidDrainToLowWatermark queuedBytes: Int) {
+        callback { record(sock, .lowWatermark(queuedBytes)) }
+    }
+
+    func socketDidDisconnect(_ sock: Socket, withError error: SocketError?) {
+        callback {
+            record(sock, .disconnected(error))
+            onDisconnect?(sock, error)
+        }
+    }
+}
