@@ -24,9 +24,12 @@ public class CallbackQueue: @unchecked Sendable {
         self.runsOnEventLoop = runsOnEventLoop
     }
 
+    /// A unit of work: runs at most `budget` callbacks and returns how many it ran.
+    typealias Job = @Sendable (_ budget: Int) -> Int
+
     /// Hands a job to the queue. `loop` is the socket's loop, used by `.eventLoop`.
-    func enqueue(_ job: @escaping @Sendable () -> Void, loop: EventLoop) {
-        loop.execute(job)
+    func enqueue(_ job: @escaping Job, loop: EventLoop) {
+        loop.execute { _ = job(Int.max) }
     }
 }
 
@@ -35,11 +38,11 @@ public class CallbackQueue: @unchecked Sendable {
 public final class SerialCallbackQueue: CallbackQueue, @unchecked Sendable {
     private final class Worker: @unchecked Sendable {
         let lock = ConditionLock()
-        var jobs: [@Sendable () -> Void] = []
+        var jobs: [Job] = []
         var stopping = false
 
         func run() {
-            var batch: [@Sendable () -> Void] = []
+            var batch: [Job] = []
             while true {
                 lock.lock()
                 while jobs.isEmpty && !stopping { lock.wait() }
@@ -49,7 +52,7 @@ public final class SerialCallbackQueue: CallbackQueue, @unchecked Sendable {
                 }
                 swap(&batch, &jobs)
                 lock.unlock()
-                for job in batch { job() }
+                for job in batch { _ = job(Int.max) }
                 batch.removeAll(keepingCapacity: true)
             }
         }
@@ -74,7 +77,7 @@ public final class SerialCallbackQueue: CallbackQueue, @unchecked Sendable {
         }
     }
 
-    override func enqueue(_ job: @escaping @Sendable () -> Void, loop: EventLoop) {
+    override func enqueue(_ job: @escaping Job, loop: EventLoop) {
         worker.lock.withLock {
             worker.jobs.append(job)
             if worker.jobs.count == 1 { worker.lock.signal() }
@@ -87,7 +90,7 @@ public final class SerialCallbackQueue: CallbackQueue, @unchecked Sendable {
 /// your own poll loop (asyncio's `add_reader`, GLib's `g_unix_fd_add`, `poll(2)`).
 public final class HostCallbackQueue: CallbackQueue, @unchecked Sendable {
     private struct State {
-        var jobs: [@Sendable () -> Void] = []
+        var jobs: [Job] = []
         var head = 0
         var draining = false
     }
@@ -109,10 +112,10 @@ public final class HostCallbackQueue: CallbackQueue, @unchecked Sendable {
     /// Readable while callbacks are pending. Owned by the queue: do not close it.
     public var fileDescriptor: Int32 { eventFD }
 
-    /// Number of callbacks waiting.
-    public var pendingCount: Int { state.withLock { $0.jobs.count - $0.head } }
+    /// True while callbacks are waiting (what the descriptor's readability says).
+    public var hasPendingCallbacks: Bool { state.withLock { $0.jobs.count > $0.head } }
 
-    override func enqueue(_ job: @escaping @Sendable () -> Void, loop: EventLoop) {
+    override func enqueue(_ job: @escaping Job, loop: EventLoop) {
         state.withLock { state in
             state.jobs.append(job)
             if state.jobs.count - state.head == 1 { signalPending() }
@@ -132,7 +135,7 @@ public final class HostCallbackQueue: CallbackQueue, @unchecked Sendable {
         guard claimed else { return 0 }
         var ran = 0
         while ran < maxCallbacks {
-            let job = state.withLock { state -> (@Sendable () -> Void)? in
+            let job = state.withLock { state -> Job? in
                 guard state.head < state.jobs.count else { return nil }
                 let job = state.jobs[state.head]
                 state.head += 1
@@ -144,8 +147,7 @@ public final class HostCallbackQueue: CallbackQueue, @unchecked Sendable {
                 return job
             }
             guard let job else { break }
-            job()
-            ran += 1
+            ran += job(maxCallbacks - ran)
         }
         state.withLock { $0.draining = false }
         return ran

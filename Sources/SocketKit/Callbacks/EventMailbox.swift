@@ -29,10 +29,16 @@ final class EventMailbox: @unchecked Sendable {
         return mustSchedule
     }
 
-    func takeAll() -> [SocketEvent] {
+    /// Takes up to `limit` events, oldest first.
+    func take(upTo limit: Int) -> [SocketEvent] {
         let taken = state.withLock { state -> UncheckedSendable<[SocketEvent]> in
             var taken: [SocketEvent] = []
-            swap(&taken, &state.events)
+            if limit >= state.events.count {
+                swap(&taken, &state.events)
+            } else {
+                taken = Array(state.events.prefix(limit))
+                state.events.removeFirst(limit)
+            }
             return UncheckedSendable(taken)
         }
         return taken.value

@@ -24,6 +24,14 @@ enum PosixThread {
     static func spawn(name: String, _ body: @escaping @Sendable () -> Void) throws(SocketError) -> pthread_t {
         let start = Unmanaged.passRetained(ThreadStart(name: name, body: body))
         var thread = pthread_t()
+        // SocketKit's threads take no asynchronous signals: a host's SIGINT or SIGTERM
+        // handler runs on the host's own threads. The mask is inherited at creation.
+        var everything = sigset_t()
+        var previous = sigset_t()
+        sigfillset(&everything)
+        for synchronous in [SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT] { sigdelset(&everything, synchronous) }
+        pthread_sigmask(SIG_BLOCK, &everything, &previous)
+        defer { pthread_sigmask(SIG_SETMASK, &previous, nil) }
         let result = pthread_create(&thread, nil, { argument in
             let start = Unmanaged<ThreadStart>.fromOpaque(argument!).takeRetainedValue()
             start.name.withCString { skc_set_current_thread_name($0) }

@@ -711,20 +711,22 @@ public final class Socket: @unchecked Sendable {
             return
         }
         if mailbox.post(event.owned()) {
-            queue.enqueue({ [self] in drainMailbox() }, loop: eventLoop)
+            queue.enqueue({ [self] budget in drainMailbox(budget: budget) }, loop: eventLoop)
         }
     }
 
-    private func drainMailbox() {
-        for event in mailbox.takeAll() {
+    /// One drain job: delivers up to `budget` events, then goes to the back of the
+    /// (possibly new) queue if more are waiting, to be fair to other sockets sharing it.
+    private func drainMailbox(budget: Int) -> Int {
+        let events = mailbox.take(upTo: max(1, budget))
+        for event in events {
             deliverNow(event)
         }
         if mailbox.finishDrain() {
-            // More arrived: go to the back of the (possibly new) queue, to be fair to the
-            // other sockets sharing it.
             let queue = routingLock.withLock { routing.queue }
-            queue.enqueue({ [self] in drainMailbox() }, loop: eventLoop)
+            queue.enqueue({ [self] budget in drainMailbox(budget: budget) }, loop: eventLoop)
         }
+        return events.count
     }
 
     private func deliverNow(_ event: SocketEvent) {

@@ -148,9 +148,18 @@ struct RawSocket {
     func close() { Glibc.close(fd) }
 }
 
-/// Bytes that are easy to check: a counter pattern seeded by `seed`.
+/// Bytes that are easy to check: a counter pattern seeded by `seed`, repeating every 65521
+/// bytes (a prime, so a shifted or dropped chunk shows up). Built by copying, which keeps
+/// multi-megabyte payloads cheap in debug builds.
 func pattern(_ count: Int, seed: UInt8 = 0) -> [UInt8] {
-    (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ Int(seed)) }
+    let period = 65521
+    let block = (0..<min(count, period)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ Int(seed)) }
+    var result: [UInt8] = []
+    result.reserveCapacity(count)
+    while result.count < count {
+        result.append(contentsOf: block.prefix(count - result.count))
+    }
+    return result
 }
 
 /// A short path for a Unix socket, unique to this process and call.
@@ -169,4 +178,28 @@ func recordedSocket(_ name: String = "recorder", callbackQueue: CallbackQueue = 
     let socket = Socket(delegate: recorder, callbackQueue: callbackQueue, eventLoop: eventLoop)
     socket.userData = recorder
     return (socket, recorder)
+}
+
+/// A one-shot signal between threads: `open()` once, `wait` until it is (bounded).
+final class Latch: @unchecked Sendable {
+    private let lock = ConditionLock()
+    private var isOpen = false
+
+    func open() {
+        lock.withLock {
+            isOpen = true
+            lock.broadcast()
+        }
+    }
+
+    @discardableResult
+    func wait(timeout: Double = 10) -> Bool {
+        let limit = deadline(afterSeconds: timeout)
+        return lock.withLock {
+            while !isOpen {
+                if !lock.wait(untilDeadline: limit) { return isOpen }
+            }
+            return true
+        }
+    }
 }

@@ -47,6 +47,8 @@ final class Recorder: SocketDelegate, @unchecked Sendable {
     private let overlaps = Atomic<Int>(0)
     private let afterDisconnect = Atomic<Int>(0)
     private var disconnectedSockets = Set<ObjectIdentifier>()
+    private var threads = Set<UInt>()
+    private var onLoopThread = 0
 
     /// Seconds to extend a timed-out read or write by (0: let it fail). Set before use.
     nonisolated(unsafe) var readTimeoutExtensions: [Double] = []
@@ -78,6 +80,11 @@ final class Recorder: SocketDelegate, @unchecked Sendable {
             if !lock.wait(untilDeadline: limit) { return predicate(log) }
         }
         return true
+    }
+
+    /// Wakes waiters whose predicate looks at something besides the events.
+    func notify() {
+        lock.withLock { lock.broadcast() }
     }
 
     /// Waits for `socketDidDisconnect` and returns its error (`.some(nil)` for a clean close,
@@ -140,9 +147,16 @@ final class Recorder: SocketDelegate, @unchecked Sendable {
 
     // MARK: Recording
 
+    /// The threads callbacks ran on, and how many ran on their socket's loop thread.
+    var callbackThreads: Set<UInt> { lock.withLock { threads } }
+    var callbacksOnLoopThread: Int { lock.withLock { onLoopThread } }
+
     private func record(_ sock: Socket, _ event: Event) {
         let key = ObjectIdentifier(sock)
+        let onLoop = sock.eventLoop.inEventLoop
         lock.withLock {
+            threads.insert(currentThreadIdentity())
+            if onLoop { onLoopThread += 1 }
             switch event {
             case .connected, .connectedUnix:
                 disconnectedSockets.remove(key) // a new session of a reused socket
