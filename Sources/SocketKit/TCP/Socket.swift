@@ -26,6 +26,8 @@ public final class Socket: @unchecked Sendable {
     private nonisolated(unsafe) var routing: Routing
     private let gate = CallbackGate()
     private let mailbox = EventMailbox()
+    /// The C API's handle for this socket (0 when it has none).
+    let cHandle = Atomic<UInt>(0)
 
     /// A socket with a delegate and a callback queue, on `eventLoop` (default: the next loop
     /// of `EventLoopGroup.default`).
@@ -327,7 +329,7 @@ public final class Socket: @unchecked Sendable {
         }
     }
 
-    private func adopt(_ descriptor: Int32) throws(SocketError) {
+    func adopt(_ descriptor: Int32) throws(SocketError) {
         guard descriptor >= 0 else { throw SocketError(.badParam, "negative descriptor") }
         guard let family = SystemCalls.socketFamily(descriptor) else {
             throw SocketError.lastSystemError("getsockopt(SO_DOMAIN)")
@@ -651,7 +653,7 @@ public final class Socket: @unchecked Sendable {
         }
     }
 
-    private var hasDelegate: Bool {
+    var hasDelegate: Bool {
         guard let receiver else { return false }
         if let swiftReceiver = receiver as? SwiftDelegateReceiver { return swiftReceiver.delegate != nil }
         return true

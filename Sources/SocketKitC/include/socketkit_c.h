@@ -26,6 +26,11 @@
 #include <ifaddrs.h>
 #include <pthread.h>
 
+/* The public C API's types (delegate struct, error struct, descriptors), so that the
+ * @_cdecl implementations in Sources/SocketKit/CAPI use exactly what users compile
+ * against. */
+#include "../../../include/socketkit.h"
+
 /* accept4(2) with SOCK_NONBLOCK | SOCK_CLOEXEC. */
 int skc_accept_nonblocking(int fd, struct sockaddr *address, socklen_t *length);
 

@@ -1,0 +1,102 @@
+# SocketKit: build, test, install.
+#
+#   make                      build the library (.so, header, pkg-config file) and run a demo
+#   make test                 every suite: Swift, C (valgrind and sanitizers), header/ABI checks
+#   make install PREFIX=...   install the library, its soname links, the header and the .pc
+#   make uninstall PREFIX=...
+#
+# Missing Debian packages are installed with apt-get when running as root; otherwise the
+# build stops and says which ones to install.
+
+VERSION    := 0.1.0
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+SWIFT      ?= swift
+PYTHON     ?= python3
+
+SONAME     := libsocketkit.so.0
+LIBFILE    := libsocketkit.so.$(VERSION)
+BUILD      := $(CURDIR)/.build
+STAGE      := $(BUILD)/stage
+# The shipping library: the Swift runtime linked in (loads with no toolchain around), only
+# sk_* exported (version script), a soname, never unloaded (-z nodelete: Swift code must not
+# be), DWARF 4 so valgrind can read the C shim's debug info.
+RELEASE_FLAGS := -c release -Xswiftc -static-stdlib -Xcc -gdwarf-4 \
+	-Xlinker --version-script=$(CURDIR)/Sources/SocketKit/socketkit.map \
+	-Xlinker -soname=$(SONAME) -Xlinker -z -Xlinker nodelete
+
+# Debian packages the build and the tests need (command -> package).
+REQUIRED_TOOLS := cc:gcc pkg-config:pkg-config valgrind:valgrind python3:python3 strip:binutils
+
+.DEFAULT_GOAL := all
+.PHONY: all tools library c-prefix demo test swift-test c-test install uninstall clean
+
+C_PREFIX   := $(BUILD)/c-prefix
+
+all: library demo
+
+tools:
+	@command -v $(SWIFT) >/dev/null 2>&1 || { echo "error: the Swift toolchain ($(SWIFT)) is not on PATH; install Swift 6 from swift.org"; exit 1; }
+	@missing=""; for pair in $(REQUIRED_TOOLS); do \
+		command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair##*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing:$$missing"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; \
+		else \
+			echo "error: missing Debian packages:$$missing  (sudo apt-get install$$missing)"; exit 1; \
+		fi; \
+	fi
+
+# The release build and the staged tree: $(STAGE)/{lib,include,lib/pkgconfig}.
+library: tools
+	$(SWIFT) build $(RELEASE_FLAGS)
+	@rm -rf $(STAGE)
+	@install -d $(STAGE)/lib/pkgconfig $(STAGE)/include
+	@install -m 755 .build/release/libsocketkit.so $(STAGE)/lib/$(LIBFILE)
+	@strip --strip-debug $(STAGE)/lib/$(LIBFILE)
+	@ln -sf $(LIBFILE) $(STAGE)/lib/$(SONAME)
+	@ln -sf $(SONAME) $(STAGE)/lib/libsocketkit.so
+	@install -m 644 include/socketkit.h $(STAGE)/include/socketkit.h
+	@sed 's/@VERSION@/$(VERSION)/' pkgconfig/socketkit.pc.in > $(STAGE)/lib/pkgconfig/socketkit.pc
+	@echo "built $(STAGE)/lib/$(LIBFILE) ($$(du -h $(STAGE)/lib/$(LIBFILE) | cut -f1))"
+
+# An installed copy in a temporary prefix: the C examples and tests build against it
+# through pkg-config, as a user's program would.
+c-prefix: library
+	@rm -rf $(C_PREFIX)
+	@$(MAKE) --no-print-directory install PREFIX=$(C_PREFIX) > /dev/null
+
+# A Swift demo, then the C echo server example and C clients talking to it.
+demo: c-prefix
+	.build/release/socketkit-demo
+	@$(MAKE) --no-print-directory -C bindings/c demo SOCKETKIT_PREFIX=$(C_PREFIX)
+
+test: library swift-test c-test
+	@echo "make test: every suite passed"
+
+swift-test: tools
+	$(SWIFT) build --build-tests
+	$(SWIFT) test --skip-build
+
+c-test: c-prefix
+	@$(MAKE) --no-print-directory -C bindings/c test SOCKETKIT_PREFIX=$(C_PREFIX) \
+		SWIFT_HEADER=$(BUILD)/release/SocketKit.build/include/SocketKit-Swift.h
+
+install: library
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
+	install -m 755 $(STAGE)/lib/$(LIBFILE) $(DESTDIR)$(PREFIX)/lib/$(LIBFILE)
+	ln -sf $(LIBFILE) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libsocketkit.so
+	install -m 644 $(STAGE)/include/socketkit.h $(DESTDIR)$(PREFIX)/include/socketkit.h
+	install -m 644 $(STAGE)/lib/pkgconfig/socketkit.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/socketkit.pc
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && grep -qsx "$(PREFIX)/lib" /etc/ld.so.conf /etc/ld.so.conf.d/*.conf; then ldconfig; fi
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/lib/$(LIBFILE) $(DESTDIR)$(PREFIX)/lib/$(SONAME) $(DESTDIR)$(PREFIX)/lib/libsocketkit.so
+	rm -f $(DESTDIR)$(PREFIX)/include/socketkit.h $(DESTDIR)$(PREFIX)/lib/pkgconfig/socketkit.pc
+
+clean:
+	rm -rf .build
+	@$(MAKE) --no-print-directory -C bindings/c clean

@@ -1,0 +1,112 @@
+import Glibc
+import SocketKitC
+
+/// Delivers a socket's events to a C `sk_socket_delegate_t` (a NULL member means "not
+/// interested"). Read data is passed as borrowed pointers: on the `.eventLoop` queue straight
+/// from the loop's buffer, without a copy.
+final class CDelegateReceiver: SocketEventReceiver, @unchecked Sendable {
+    let delegate: sk_socket_delegate_t
+    let userdata: UnsafeMutableRawPointer?
+
+    /// Copies the caller's struct; members beyond `size` (an older header) stay NULL and
+    /// members beyond ours (a newer header) are ignored.
+    init(delegate source: UnsafePointer<sk_socket_delegate_t>, size: Int, userdata: UnsafeMutableRawPointer?) {
+        var copy = sk_socket_delegate_t()
+        let known = MemoryLayout<sk_socket_delegate_t>.size
+        withUnsafeMutableBytes(of: &copy) { destination in
+            destination.copyMemory(from: UnsafeRawBufferPointer(start: source, count: min(size, known)))
+        }
+        delegate = copy
+        self.userdata = userdata
+    }
+
+    /// Validates the size a caller passed with its delegate struct.
+    static func checkSize(_ size: Int) throws(SocketError) {
+        let pointer = MemoryLayout<UnsafeRawPointer>.size
+        guard size >= pointer, size % pointer == 0, size <= 64 * 1024 else {
+            throw badParam("delegate_size must be sizeof(sk_socket_delegate_t)")
+        }
+    }
+
+    static func make(_ delegate: UnsafePointer<sk_socket_delegate_t>?, size: Int,
+                     userdata: UnsafeMutableRawPointer?) throws(SocketError) -> CDelegateReceiver? {
+        guard let delegate else { return nil }
+        try checkSize(size)
+        return CDelegateReceiver(delegate: delegate, size: size, userdata: userdata)
+    }
+
+    func receive(_ event: SocketEvent, on socket: Socket) -> Double {
+        let handle = OpaquePointer(bitPattern: socket.cHandle.load(ordering: .relaxed))
+        switch event {
+        case .didConnect(let peer):
+            guard let callback = delegate.did_connect else { return 0 }
+            let host = peer.family == .unix ? (peer.unixPath ?? "") : (peer.host ?? "")
+            host.withCString { callback(handle, $0, peer.port, userdata) }
+        case .didAccept:
+            break
+        case .didAcceptSocket(let child):
+            let childHandle = HandleRegistry.shared.register(child, kind: .socket)
+            child.cHandle.store(UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(childHandle))), ordering: .relaxed)
+            if let callback = delegate.did_accept {
+                callback(handle, childHandle, userdata)
+            } else {
+                // Nobody takes it: as upstream, an unowned accepted socket closes.
+                _ = HandleRegistry.shared.remove(childHandle, .socket)
+            }
+        case .didNotAccept(let error):
+            guard let callback = delegate.did_pause_accepting else { return 0 }
+            withCError(error) { callback(handle, $0, userdata) }
+        case .didRead(let payload, let tag):
+            guard let callback = delegate.did_read else { return 0 }
+            switch payload {
+            case .borrowed(let bytes):
+                callback(handle, bytes.baseAddress, bytes.count, tag, userdata)
+            case .owned(let bytes):
+                bytes.withUnsafeBytes { callback(handle, $0.baseAddress, $0.count, tag, userdata) }
+            case .callerBuffer(let buffer, let range):
+                callback(handle, buffer.baseAddress.map { $0 + range.lowerBound }, range.count, tag, userdata)
+            }
+        case .didReadPartial(let length, let tag):
+            delegate.did_read_partial?(handle, length, tag, userdata)
+        case .shouldTimeoutRead(let tag, let elapsed, let bytesDone, _):
+            return delegate.should_timeout_read?(handle, tag, elapsed, bytesDone, userdata) ?? 0
+        case .didWrite(let tag):
+            delegate.did_write?(handle, tag, userdata)
+        case .didWritePartial(let length, let tag):
+            delegate.did_write_partial?(handle, length, tag, userdata)
+        case .shouldTimeoutWrite(let tag, let elapsed, let bytesDone, _):
+            return delegate.should_timeout_write?(handle, tag, elapsed, bytesDone, userdata) ?? 0
+        case .didCloseReadStream:
+            delegate.did_close_read_stream?(handle, userdata)
+        case .didReachWriteHighWatermark(let queued):
+            delegate.did_reach_high_watermark?(handle, queued, userdata)
+        case .didDrainToWriteLowWatermark(let queued):
+            delegate.did_drain_to_low_watermark?(handle, queued, userdata)
+        case .didDisconnect(let error):
+            guard let callback = delegate.did_disconnect else { return 0 }
+            if let error {
+                withCError(error) { callback(handle, $0, userdata) }
+            } else {
+                callback(handle, nil, userdata)
+            }
+        }
+        return 0
+    }
+
+    func receiverForAcceptedSocket() -> SocketEventReceiver? { self }
+
+    func eventLoopForConnection(from address: SocketAddress, on listener: Socket) -> EventLoop? {
+        guard let hook = delegate.new_socket_loop_for_connection else { return nil }
+        let handle = OpaquePointer(bitPattern: listener.cHandle.load(ordering: .relaxed))
+        let index = address.withSockAddr { hook(handle, $0, $1, userdata) }
+        guard let loops = listener.eventLoop.group?.loops, index >= 0, Int(index) < loops.count else { return nil }
+        return loops[Int(index)]
+    }
+}
+
+/// Calls `body` with a C copy of `error`, valid for the call.
+func withCError<Result>(_ error: SocketError, _ body: (UnsafePointer<sk_error_t>) -> Result) -> Result {
+    var converted = sk_error_t()
+    fill(&converted, with: error)
+    return body(&converted)
+}

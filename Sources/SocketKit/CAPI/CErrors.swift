@@ -1,0 +1,111 @@
+import Glibc
+import SocketKitC
+
+/// Fills a caller's `sk_error_t` (when not NULL).
+func fill(_ destination: UnsafeMutablePointer<sk_error_t>?, with error: SocketError?) {
+    guard let destination else { return }
+    destination.pointee.code = error?.code.rawValue ?? 0
+    destination.pointee.os_error = error?.osError ?? 0
+    copyMessage(error?.message ?? "", into: destination)
+}
+
+/// Copies as much of `message` as fits, whole characters only, NUL-terminated.
+private func copyMessage(_ message: String, into destination: UnsafeMutablePointer<sk_error_t>) {
+    withUnsafeMutableBytes(of: &destination.pointee.message) { buffer in
+        let room = buffer.count - 1
+        var length = 0
+        for scalar in message.unicodeScalars {
+            var encoded: [UInt8] = []
+            UTF8.encode(scalar) { encoded.append($0) }
+            guard length + encoded.count <= room else { break }
+            for byte in encoded {
+                buffer[length] = byte
+                length += 1
+            }
+        }
+        buffer[length] = 0
+    }
+}
+
+/// Reports `error` through the out-parameter and returns its code.
+@inline(__always)
+func failed(_ error: SocketError, _ destination: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    fill(destination, with: error)
+    return error.code.rawValue
+}
+
+/// Clears the out-parameter and returns SK_OK.
+@inline(__always)
+func succeeded(_ destination: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    if destination != nil { fill(destination, with: nil) }
+    return 0
+}
+
+/// Runs `body`, turning a thrown `SocketError` into a code (and the out-parameter).
+@inline(__always)
+func reporting(_ destination: UnsafeMutablePointer<sk_error_t>?, _ body: () throws(SocketError) -> Void) -> Int32 {
+    do {
+        try body()
+        return succeeded(destination)
+    } catch {
+        return failed(error, destination)
+    }
+}
+
+func badParam(_ message: String) -> SocketError {
+    SocketError(.badParam, message)
+}
+
+/// `size_t` arrives as `Int`: values above `Int.max` wrap to negative.
+func checkedLength(_ value: Int, _ name: String) throws(SocketError) -> Int {
+    guard value >= 0 else { throw badParam("\(name) is too large") }
+    return value
+}
+
+private let versionString: StaticString = "0.1.0"
+private let versionNumber: UInt32 = 100
+
+@_cdecl("sk_version")
+public func sk_version() -> UnsafePointer<CChar>? {
+    UnsafeRawPointer(versionString.utf8Start).assumingMemoryBound(to: CChar.self)
+}
+
+@_cdecl("sk_version_number")
+public func sk_version_number() -> UInt32 {
+    versionNumber
+}
+
+private let errorNames: [Int32: StaticString] = [
+    0: "SK_OK", -1: "SK_ERR_BAD_CONFIG", -2: "SK_ERR_BAD_PARAM", -3: "SK_ERR_CONNECT_TIMEOUT",
+    -4: "SK_ERR_READ_TIMEOUT", -5: "SK_ERR_WRITE_TIMEOUT", -6: "SK_ERR_READ_MAXED_OUT", -7: "SK_ERR_CLOSED",
+    -8: "SK_ERR_OTHER", -9: "SK_ERR_SYSTEM", -10: "SK_ERR_RESOLUTION", -11: "SK_ERR_INVALID_HANDLE",
+]
+
+private let errorSummaries: [Int32: StaticString] = [
+    0: "success",
+    -1: "invalid in the socket's current state or configuration",
+    -2: "invalid argument",
+    -3: "connect timed out",
+    -4: "read timed out",
+    -5: "write timed out",
+    -6: "read reached its maximum length without the separator",
+    -7: "socket closed by remote peer",
+    -8: "other error",
+    -9: "operating system error",
+    -10: "host name did not resolve",
+    -11: "invalid, released or wrong-kind handle",
+]
+
+private func cString(_ text: StaticString) -> UnsafePointer<CChar> {
+    UnsafeRawPointer(text.utf8Start).assumingMemoryBound(to: CChar.self)
+}
+
+@_cdecl("sk_strerror")
+public func sk_strerror(_ code: Int32) -> UnsafePointer<CChar>? {
+    cString(errorSummaries[code] ?? "unknown error")
+}
+
+@_cdecl("sk_error_name")
+public func sk_error_name(_ code: Int32) -> UnsafePointer<CChar>? {
+    cString(errorNames[code] ?? "SK_ERR_UNKNOWN")
+}

@@ -1,0 +1,112 @@
+import Glibc
+import SocketKitC
+
+// MARK: Event loop groups
+
+@_cdecl("sk_loop_group_create")
+public func sk_loop_group_create(_ loopCount: Int32, _ outGroup: UnsafeMutablePointer<OpaquePointer?>?,
+                                 _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    reporting(error) { () throws(SocketError) in
+        guard let outGroup else { throw badParam("out_group is NULL") }
+        guard (1...1024).contains(loopCount) else { throw badParam("loop_count must be 1...1024") }
+        let group = EventLoopGroup(loopCount: Int(loopCount))
+        if let failure = group.loops.lazy.compactMap(\.startupError).first {
+            try? group.shutdown()
+            throw failure
+        }
+        outGroup.pointee = HandleRegistry.shared.register(group, kind: .loopGroup)
+    }
+}
+
+@_cdecl("sk_loop_group_loop_count")
+public func sk_loop_group_loop_count(_ handle: OpaquePointer?) -> Int32 {
+    guard handle != nil else { return Int32(EventLoopGroup.default.loops.count) }
+    guard let group = HandleRegistry.shared.lookup(handle, .loopGroup, as: EventLoopGroup.self) else {
+        return SocketError.Code.invalidHandle.rawValue
+    }
+    return Int32(group.loops.count)
+}
+
+@_cdecl("sk_loop_group_release")
+public func sk_loop_group_release(_ handle: OpaquePointer?) -> Int32 {
+    guard let group = HandleRegistry.shared.remove(handle, .loopGroup) as? EventLoopGroup else {
+        return SocketError.Code.invalidHandle.rawValue
+    }
+    if group.loops.contains(where: { $0.inEventLoop }) {
+        // Joining our own thread would wait forever: finish the stop in the background.
+        let sendable = CValue(group)
+        do {
+            try PosixThread.spawnDetached(name: "socketkit-stop") { try? sendable.value.shutdown() }
+        } catch {
+            for loop in group.loops { loop.requestStop() }
+        }
+    } else {
+        try? group.shutdown()
+    }
+    return 0
+}
+
+func lookupGroup(_ handle: OpaquePointer?) throws(SocketError) -> EventLoopGroup? {
+    guard handle != nil else { return nil }
+    guard let group = HandleRegistry.shared.lookup(handle, .loopGroup, as: EventLoopGroup.self) else {
+        throw HandleRegistry.invalid(.loopGroup)
+    }
+    return group
+}
+
+// MARK: Callback queues
+
+@_cdecl("sk_callback_queue_create_serial")
+public func sk_callback_queue_create_serial(_ name: UnsafePointer<CChar>?, _ outQueue: UnsafeMutablePointer<OpaquePointer?>?,
+                                            _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    reporting(error) { () throws(SocketError) in
+        guard let outQueue else { throw badParam("out_queue is NULL") }
+        let queue = try SerialCallbackQueue(name: name.map { String(cString: $0) } ?? "socketkit-callbacks")
+        outQueue.pointee = HandleRegistry.shared.register(queue, kind: .callbackQueue)
+    }
+}
+
+@_cdecl("sk_callback_queue_create_host")
+public func sk_callback_queue_create_host(_ outQueue: UnsafeMutablePointer<OpaquePointer?>?,
+                                          _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    reporting(error) { () throws(SocketError) in
+        guard let outQueue else { throw badParam("out_queue is NULL") }
+        let queue = try HostCallbackQueue()
+        outQueue.pointee = HandleRegistry.shared.register(queue, kind: .callbackQueue)
+    }
+}
+
+@_cdecl("sk_callback_queue_fd")
+public func sk_callback_queue_fd(_ handle: OpaquePointer?) -> Int32 {
+    guard let queue = HandleRegistry.shared.lookup(handle, .callbackQueue, as: CallbackQueue.self) else {
+        return SocketError.Code.invalidHandle.rawValue
+    }
+    guard let host = queue as? HostCallbackQueue else { return SocketError.Code.badConfig.rawValue }
+    return host.fileDescriptor
+}
+
+@_cdecl("sk_callback_queue_drain")
+public func sk_callback_queue_drain(_ handle: OpaquePointer?, _ maxCallbacks: Int32) -> Int32 {
+    guard let queue = HandleRegistry.shared.lookup(handle, .callbackQueue, as: CallbackQueue.self) else {
+        return SocketError.Code.invalidHandle.rawValue
+    }
+    guard let host = queue as? HostCallbackQueue else { return SocketError.Code.badConfig.rawValue }
+    let ran = host.drain(maxCallbacks: maxCallbacks > 0 ? Int(maxCallbacks) : Int.max)
+    return Int32(clamping: ran)
+}
+
+@_cdecl("sk_callback_queue_release")
+public func sk_callback_queue_release(_ handle: OpaquePointer?) -> Int32 {
+    guard HandleRegistry.shared.remove(handle, .callbackQueue) != nil else {
+        return SocketError.Code.invalidHandle.rawValue
+    }
+    return 0
+}
+
+func lookupQueue(_ handle: OpaquePointer?) throws(SocketError) -> CallbackQueue {
+    guard handle != nil else { return .eventLoop }
+    guard let queue = HandleRegistry.shared.lookup(handle, .callbackQueue, as: CallbackQueue.self) else {
+        throw HandleRegistry.invalid(.callbackQueue)
+    }
+    return queue
+}

@@ -1,0 +1,628 @@
+import Glibc
+import SocketKitC
+
+// The sk_socket_* functions: thin, validating wrappers over `Socket`. Every argument a C
+// caller can get wrong is checked here and turned into an error code; nothing below can
+// trap on bad input.
+
+func lookupSocket(_ handle: OpaquePointer?) throws(SocketError) -> Socket {
+    guard let socket = HandleRegistry.shared.lookup(handle, .socket, as: Socket.self) else {
+        throw HandleRegistry.invalid(.socket)
+    }
+    return socket
+}
+
+/// Runs `body` on the socket behind `handle`, reporting failures.
+@inline(__always)
+func withSocket(_ handle: OpaquePointer?, _ error: UnsafeMutablePointer<sk_error_t>?,
+                _ body: (Socket) throws(SocketError) -> Void) -> Int32 {
+    reporting(error) { () throws(SocketError) in try body(try lookupSocket(handle)) }
+}
+
+/// 1 or 0 from a Boolean property, or SK_ERR_INVALID_HANDLE.
+@inline(__always)
+func socketFlag(_ handle: OpaquePointer?, _ property: (Socket) -> Bool) -> Int32 {
+    guard let socket = try? lookupSocket(handle) else { return SocketError.Code.invalidHandle.rawValue }
+    return property(socket) ? 1 : 0
+}
+
+func string(from pointer: UnsafePointer<CChar>?, _ name: String) throws(SocketError) -> String {
+    guard let pointer else { throw badParam("\(name) is NULL") }
+    return String(cString: pointer)
+}
+
+// MARK: Lifetime
+
+private func makeSocket(_ delegate: UnsafePointer<sk_socket_delegate_t>?, _ delegateSize: Int,
+                        _ userdata: UnsafeMutableRawPointer?, _ queueHandle: OpaquePointer?,
+                        _ groupHandle: OpaquePointer?) throws(SocketError) -> Socket {
+    let receiver = try CDelegateReceiver.make(delegate, size: delegateSize, userdata: userdata)
+    let queue = try lookupQueue(queueHandle)
+    let group = try lookupGroup(groupHandle)
+    return Socket(receiver: receiver, callbackQueue: queue, eventLoop: group?.next())
+}
+
+private func publish(_ socket: Socket, to outSocket: UnsafeMutablePointer<OpaquePointer?>) {
+    let handle = HandleRegistry.shared.register(socket, kind: .socket)
+    socket.cHandle.store(UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(handle))), ordering: .relaxed)
+    outSocket.pointee = handle
+}
+
+@_cdecl("sk_socket_create")
+public func sk_socket_create(_ delegate: UnsafePointer<sk_socket_delegate_t>?, _ delegateSize: Int,
+                             _ userdata: UnsafeMutableRawPointer?, _ queue: OpaquePointer?, _ group: OpaquePointer?,
+                             _ outSocket: UnsafeMutablePointer<OpaquePointer?>?,
+                             _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    reporting(error) { () throws(SocketError) in
+        guard let outSocket else { throw badParam("out_socket is NULL") }
+        publish(try makeSocket(delegate, delegateSize, userdata, queue, group), to: outSocket)
+    }
+}
+
+@_cdecl("sk_socket_create_from_fd")
+public func sk_socket_create_from_fd(_ fd: Int32, _ delegate: UnsafePointer<sk_socket_delegate_t>?, _ delegateSize: Int,
+                                     _ userdata: UnsafeMutableRawPointer?, _ queue: OpaquePointer?, _ group: OpaquePointer?,
+                                     _ outSocket: UnsafeMutablePointer<OpaquePointer?>?,
+                                     _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    reporting(error) { () throws(SocketError) in
+        guard let outSocket else { throw badParam("out_socket is NULL") }
+        let socket = try makeSocket(delegate, delegateSize, userdata, queue, group)
+        // The handle exists before the socket starts, so did_connect can name it.
+        let handle = HandleRegistry.shared.register(socket, kind: .socket)
+        socket.cHandle.store(UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(handle))), ordering: .relaxed)
+        do throws(SocketError) {
+            try socket.adopt(fd)
+        } catch {
+            _ = HandleRegistry.shared.remove(handle, .socket)
+            throw error
+        }
+        outSocket.pointee = handle
+    }
+}
+
+@_cdecl("sk_socket_release")
+public func sk_socket_release(_ handle: OpaquePointer?) -> Int32 {
+    guard let socket = HandleRegistry.shared.remove(handle, .socket) as? Socket else {
+        return SocketError.Code.invalidHandle.rawValue
+    }
+    // Waits for a callback running on another thread; afterwards none starts.
+    socket.setReceiver(nil, callbackQueue: nil)
+    return 0
+}
+
+@_cdecl("sk_socket_set_delegate")
+public func sk_socket_set_delegate(_ handle: OpaquePointer?, _ delegate: UnsafePointer<sk_socket_delegate_t>?,
+                                   _ delegateSize: Int, _ userdata: UnsafeMutableRawPointer?) -> Int32 {
+    withSocket(handle, nil) { (socket) throws(SocketError) in
+        socket.setReceiver(try CDelegateReceiver.make(delegate, size: delegateSize, userdata: userdata), callbackQueue: nil)
+    }
+}
+
+@_cdecl("sk_socket_set_callback_queue")
+public func sk_socket_set_callback_queue(_ handle: OpaquePointer?, _ queue: OpaquePointer?) -> Int32 {
+    withSocket(handle, nil) { (socket) throws(SocketError) in socket.callbackQueue = try lookupQueue(queue) }
+}
+
+@_cdecl("sk_socket_get_userdata")
+public func sk_socket_get_userdata(_ handle: OpaquePointer?, _ outUserdata: UnsafeMutablePointer<UnsafeMutableRawPointer?>?) -> Int32 {
+    withSocket(handle, nil) { (socket) throws(SocketError) in
+        guard let outUserdata else { throw badParam("out_userdata is NULL") }
+        outUserdata.pointee = (socket.receiver as? CDelegateReceiver)?.userdata
+    }
+}
+
+// MARK: Configuration
+
+@_cdecl("sk_socket_set_ipv4_enabled")
+public func sk_socket_set_ipv4_enabled(_ handle: OpaquePointer?, _ enabled: Int32) -> Int32 {
+    withSocket(handle, nil) { $0.isIPv4Enabled = enabled != 0 }
+}
+
+@_cdecl("sk_socket_is_ipv4_enabled")
+public func sk_socket_is_ipv4_enabled(_ handle: OpaquePointer?) -> Int32 { socketFlag(handle) { $0.isIPv4Enabled } }
+
+@_cdecl("sk_socket_set_ipv6_enabled")
+public func sk_socket_set_ipv6_enabled(_ handle: OpaquePointer?, _ enabled: Int32) -> Int32 {
+    withSocket(handle, nil) { $0.isIPv6Enabled = enabled != 0 }
+}
+
+@_cdecl("sk_socket_is_ipv6_enabled")
+public func sk_socket_is_ipv6_enabled(_ handle: OpaquePointer?) -> Int32 { socketFlag(handle) { $0.isIPv6Enabled } }
+
+@_cdecl("sk_socket_set_ipv4_preferred_over_ipv6")
+public func sk_socket_set_ipv4_preferred_over_ipv6(_ handle: OpaquePointer?, _ preferred: Int32) -> Int32 {
+    withSocket(handle, nil) { $0.isIPv4PreferredOverIPv6 = preferred != 0 }
+}
+
+@_cdecl("sk_socket_is_ipv4_preferred_over_ipv6")
+public func sk_socket_is_ipv4_preferred_over_ipv6(_ handle: OpaquePointer?) -> Int32 {
+    socketFlag(handle) { $0.isIPv4PreferredOverIPv6 }
+}
+
+@_cdecl("sk_socket_set_alternate_address_delay")
+public func sk_socket_set_alternate_address_delay(_ handle: OpaquePointer?, _ seconds: Double) -> Int32 {
+    withSocket(handle, nil) { $0.alternateAddressDelay = seconds }
+}
+
+@_cdecl("sk_socket_get_alternate_address_delay")
+public func sk_socket_get_alternate_address_delay(_ handle: OpaquePointer?, _ outSeconds: UnsafeMutablePointer<Double>?) -> Int32 {
+    withSocket(handle, nil) { (socket) throws(SocketError) in
+        guard let outSeconds else { throw badParam("out_seconds is NULL") }
+        outSeconds.pointee = socket.alternateAddressDelay
+    }
+}
+
+@_cdecl("sk_socket_set_auto_disconnect_on_closed_read_stream")
+public func sk_socket_set_auto_disconnect_on_closed_read_stream(_ handle: OpaquePointer?, _ enabled: Int32) -> Int32 {
+    withSocket(handle, nil) { $0.autoDisconnectOnClosedReadStream = enabled != 0 }
+}
+
+@_cdecl("sk_socket_get_auto_disconnect_on_closed_read_stream")
+public func sk_socket_get_auto_disconnect_on_closed_read_stream(_ handle: OpaquePointer?) -> Int32 {
+    socketFlag(handle) { $0.autoDisconnectOnClosedReadStream }
+}
+
+@_cdecl("sk_socket_set_maximum_read_length")
+public func sk_socket_set_maximum_read_length(_ handle: OpaquePointer?, _ length: Int) -> Int32 {
+    withSocket(handle, nil) { (socket) throws(SocketError) in
+        socket.maximumReadLength = try checkedLength(length, "length")
+    }
+}
+
+@_cdecl("sk_socket_get_maximum_read_length")
+public func sk_socket_get_maximum_read_length(_ handle: OpaquePointer?, _ outLength: UnsafeMutablePointer<Int>?) -> Int32 {
+    withSocket(handle, nil) { (socket) throws(SocketError) in
+        guard let outLength else { throw badParam("out_length is NULL") }
+        outLength.pointee = socket.maximumReadLength
+    }
+}
+
+@_cdecl("sk_socket_set_write_watermarks")
+public func sk_socket_set_write_watermarks(_ handle: OpaquePointer?, _ low: Int, _ high: Int,
+                                           _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    withSocket(handle, error) { (socket) throws(SocketError) in
+        try socket.setWriteWatermarks(low: try checkedLength(low, "low"), high: try checkedLength(high, "high"))
+    }
+}
+
+@_cdecl("sk_socket_get_write_watermarks")
+public func sk_socket_get_write_watermarks(_ handle: OpaquePointer?, _ outLow: UnsafeMutablePointer<Int>?,
+                                           _ outHigh: UnsafeMutablePointer<Int>?) -> Int32 {
+    withSocket(handle, nil) { (socket) throws(SocketError) in
+        let marks = socket.writeWatermarks
+        outLow?.pointee = marks.low
+        outHigh?.pointee = marks.high
+    }
+}
+
+@_cdecl("sk_socket_set_no_delay")
+public func sk_socket_set_no_delay(_ handle: OpaquePointer?, _ enabled: Int32) -> Int32 {
+    withSocket(handle, nil) { $0.noDelay = enabled != 0 }
+}
+
+@_cdecl("sk_socket_get_no_delay")
+public func sk_socket_get_no_delay(_ handle: OpaquePointer?) -> Int32 { socketFlag(handle) { $0.noDelay } }
+
+@_cdecl("sk_socket_set_keep_alive")
+public func sk_socket_set_keep_alive(_ handle: OpaquePointer?, _ enabled: Int32, _ idle: Int32, _ interval: Int32,
+                                     _ count: Int32, _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    withSocket(handle, error) { (socket) throws(SocketError) in
+        try socket.setKeepAlive(enabled != 0 ? KeepAlive(idle: Int(idle), interval: Int(interval), count: Int(count)) : nil)
+    }
+}
+
+@_cdecl("sk_socket_get_keep_alive")
+public func sk_socket_get_keep_alive(_ handle: OpaquePointer?, _ outEnabled: UnsafeMutablePointer<Int32>?,
+                                     _ outIdle: UnsafeMutablePointer<Int32>?, _ outInterval: UnsafeMutablePointer<Int32>?,
+                                     _ outCount: UnsafeMutablePointer<Int32>?) -> Int32 {
+    withSocket(handle, nil) { (socket) throws(SocketError) in
+        let keepAlive = socket.keepAlive
+        outEnabled?.pointee = keepAlive == nil ? 0 : 1
+        outIdle?.pointee = Int32(clamping: keepAlive?.idle ?? 0)
+        outInterval?.pointee = Int32(clamping: keepAlive?.interval ?? 0)
+        outCount?.pointee = Int32(clamping: keepAlive?.count ?? 0)
+    }
+}
+
+@_cdecl("sk_socket_set_buffer_sizes")
+public func sk_socket_set_buffer_sizes(_ handle: OpaquePointer?, _ sendSize: Int32, _ receiveSize: Int32,
+                                       _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    withSocket(handle, error) { (socket) throws(SocketError) in
+        try socket.setBufferSizes(send: Int(sendSize), receive: Int(receiveSize))
+    }
+}
+
+@_cdecl("sk_socket_get_buffer_sizes")
+public func sk_socket_get_buffer_sizes(_ handle: OpaquePointer?, _ outSend: UnsafeMutablePointer<Int32>?,
+                                       _ outReceive: UnsafeMutablePointer<Int32>?) -> Int32 {
+    withSocket(handle, nil) { (socket) throws(SocketError) in
+        outSend?.pointee = Int32(clamping: socket.sendBufferSize)
+        outReceive?.pointee = Int32(clamping: socket.receiveBufferSize)
+    }
+}
+
+// MARK: Accepting and connecting
+
+@_cdecl("sk_socket_accept_on_port")
+public func sk_socket_accept_on_port(_ handle: OpaquePointer?, _ port: UInt16, _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    withSocket(handle, error) { (socket) throws(SocketError) in try socket.accept(onPort: port) }
+}
+
+@_cdecl("sk_socket_accept_on_interface")
+public func sk_socket_accept_on_interface(_ handle: OpaquePointer?, _ interface: UnsafePointer<CChar>?, _ port: UInt16,
+                                          _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    withSocket(handle, error) { (socket) throws(SocketError) in
+        try socket.accept(onInterface: interface.map { String(cString: $0) }, port: port)
+    }
+}
+
+@_cdecl("sk_socket_accept_on_unix_path")
+public func sk_socket_accept_on_unix_path(_ handle: OpaquePointer?, _ path: UnsafePointer<CChar>?,
+                                          _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    withSocket(handle, error) { (socket) throws(SocketError) in
+        try socket.accept(onUnixPath: try string(from: path, "path"))
+    }
+}
+
+@_cdecl("sk_socket_connect_to_host")
+public func sk_socket_connect_to_host(_ handle: OpaquePointer?, _ host: UnsafePointer<CChar>?, _ port: UInt16,
+                                      _ interface: UnsafePointer<CChar>?, _ timeout: Double,
+                                      _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    withSocket(handle, error) { (socket) throws(SocketError) in
+        try socket.connect(toHost: try string(from: host, "host"), port: port,
+                           viaInterface: interface.map { String(cString: $0) }, timeout: timeout)
+    }
+}
+
+@_cdecl("sk_socket_connect_to_address")
+public func sk_socket_connect_to_address(_ handle: OpaquePointer?, _ address: UnsafePointer<sockaddr>?, _ length: socklen_t,
+                                         _ interface: UnsafePointer<CChar>?, _ timeout: Double,
+                                         _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    withSocket(handle, error) { (socket) throws(SocketError) in
+        let parsed = try socketAddress(address, length)
+        try socket.connect(to: parsed, viaInterface: interface.map { String(cString: $0) }, timeout: timeout)
+    }
+}
+
+@_cdecl("sk_socket_connect_to_unix_path")
+public func sk_socket_connect_to_unix_path(_ handle: OpaquePointer?, _ path: UnsafePointer<CChar>?, _ timeout: Double,
+                                           _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    withSocket(handle, error) { (socket) throws(SocketError) in
+        try socket.connect(toUnixPath: try string(from: path, "path"), timeout: timeout)
+    }
+}
+
+/// A `SocketAddress` from C, validated (family, exact length).
+func socketAddress(_ address: UnsafePointer<sockaddr>?, _ length: socklen_t) throws(SocketError) -> SocketAddress {
+    guard let address else { throw badParam("address is NULL") }
+    guard length >= 2, length <= socklen_t(MemoryLayout<sockaddr_storage>.size) else {
+        throw badParam("address_length \(length) is not a valid address length")
+    }
+    let bytes = Array(UnsafeRawBufferPointer(start: address, count: Int(length)))
+    guard let parsed = SocketAddress(bytes: bytes) else {
+        throw badParam("not a complete sockaddr_in, sockaddr_in6 or sockaddr_un")
+    }
+    return parsed
+}
+
+// MARK: Reading
+
+/// A caller buffer from C, validated.
+private func callerBuffer(_ buffer: UnsafeMutableRawPointer?, _ capacity: Int) throws(SocketError) -> UnsafeMutableRawBufferPointer {
+    guard let buffer else { throw badParam("buffer is NULL") }
+    return UnsafeMutableRawBufferPointer(start: buffer, count: try checkedLength(capacity, "capacity"))
+}
+
+private func separatorBytes(_ separator: UnsafeRawPointer?, _ length: Int) throws(SocketError) -> [UInt8] {
+    guard let separator else { throw badParam("separator is NULL") }
+    let count = try checkedLength(length, "separator_length")
+    guard count > 0, count <= 1 << 20 else { throw badParam("separator_length must be 1...1048576") }
+    return Array(UnsafeRawBufferPointer(start: separator, count: count))
+}
+
+@_cdecl("sk_socket_read")
+public func sk_socket_read(_ handle: OpaquePointer?, _ maxLength: Int, _ timeout: Double, _ tag: Int,
+                           _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    withSocket(handle, error) { (socket) throws(SocketError) in
+        try socket.read(maxLength: try checkedLength(maxLength, "max_length"), timeout: timeout, tag: tag)
+    }
+}
+
+@_cdecl("sk_socket_read_into")
+public func sk_socket_read_into(_ handle: OpaquePointer?, _ buffer: UnsafeMutableRawPointer?, _ capacity: Int, _ offset: Int,
+                                _ maxLength: Int, _ timeout: Double, _ tag: Int,
+                                _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    withSocket(handle, error) { (socket) throws(SocketError) in
+        try socket.read(into: try callerBuffer(buffer, capacity), offset: try checkedLength(offset, "offset"),
+                        maxLength: try checkedLength(maxLength, "max_length"), timeout: timeout, tag: tag)
+    }
+}
+
+@_cdecl("sk_socket_read_to_length")
+public func sk_socket_read_to_length(_ handle: OpaquePointer?, _ length: Int, _ timeout: Double, _ tag: Int,
+                                     _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    withSocket(handle, error) { (socket) throws(SocketError) in
+        try socket.read(toLength: try checkedLength(length, "length"), timeout: timeout, tag: tag)
+    }
+}
+
+@_cdecl("sk_socket_read_to_length_into")
+public func sk_socket_read_to_length_into(_ handle: OpaquePointer?, _ length: Int, _ buffer: UnsafeMutableRawPointer?,
+                                          _ capacity: Int, _ offset: Int, _ timeout: Double, _ tag: Int,
+                                          _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    withSocket(handle, error) { (socket) throws(SocketError) in
+        try socket.read(toLength: try checkedLength(length, "length"), into: try callerBuffer(buffer, capacity),
+                        offset: try checkedLength(offset, "offset"), timeout: timeout, tag: tag)
+    }
+}
+
+@_cdecl("sk_socket_read_to_data")
+public func sk_socket_read_to_data(_ handle: OpaquePointer?, _ separator: UnsafeRawPointer?, _ separatorLength: Int,
+                                   _ maxLength: Int, _ timeout: Double, _ tag: Int,
+                                   _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    withSocket(handle, error) { (socket) throws(SocketError) in
+        try socket.read(toData: try separatorBytes(separator, separatorLength),
+                        maxLength: try checkedLength(maxLength, "max_length"), timeout: timeout, tag: tag)
+    }
+}
+
+@_cdecl("sk_socket_read_to_data_into")
+public func sk_socket_read_to_data_into(_ handle: OpaquePointer?, _ separator: UnsafeRawPointer?, _ separatorLength: Int,
+                                        _ buffer: UnsafeMutableRawPointer?, _ capacity: Int, _ offset: Int,
+                                        _ maxLength: Int, _ timeout: Double, _ tag: Int,
+                                        _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    withSocket(handle, error) { (socket) throws(SocketError) in
+        try socket.read(toData: try separatorBytes(separator, separatorLength), into: try callerBuffer(buffer, capacity),
+                        offset: try checkedLength(offset, "offset"), maxLength: try checkedLength(maxLength, "max_length"),
+                        timeout: timeout, tag: tag)
+    }
+}
+
+private func report(_ progress: OperationProgress?, _ outTag: UnsafeMutablePointer<Int>?,
+                    _ outDone: UnsafeMutablePointer<Int>?, _ outTotal: UnsafeMutablePointer<Int>?) -> Int32 {
+    guard let progress else { return 0 }
+    outTag?.pointee = progress.tag
+    outDone?.pointee = progress.bytesDone
+    outTotal?.pointee = progress.totalBytes ?? 0
+    return 1
+}
+
+@_cdecl("sk_socket_read_progress")
+public func sk_socket_read_progress(_ handle: OpaquePointer?, _ outTag: UnsafeMutablePointer<Int>?,
+                                    _ outDone: UnsafeMutablePointer<Int>?, _ outTotal: UnsafeMutablePointer<Int>?) -> Int32 {
+    guard let socket = try? lookupSocket(handle) else { return SocketError.Code.invalidHandle.rawValue }
+    return report(socket.readProgress, outTag, outDone, outTotal)
+}
+
+// MARK: Writing
+
+@_cdecl("sk_socket_write")
+public func sk_socket_write(_ handle: OpaquePointer?, _ data: UnsafeRawPointer?, _ length: Int, _ timeout: Double,
+                            _ tag: Int, _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    withSocket(handle, error) { (socket) throws(SocketError) in
+        let count = try checkedLength(length, "length")
+        guard let data else { throw badParam("data is NULL") }
+        try socket.write(Array(UnsafeRawBufferPointer(start: data, count: count)), timeout: timeout, tag: tag)
+    }
+}
+
+@_cdecl("sk_socket_write_no_copy")
+public func sk_socket_write_no_copy(_ handle: OpaquePointer?, _ data: UnsafeRawPointer?, _ length: Int,
+                                    _ release: (@convention(c) (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Void)?,
+                                    _ releaseContext: UnsafeMutableRawPointer?, _ timeout: Double, _ tag: Int,
+                                    _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    withSocket(handle, error) { (socket) throws(SocketError) in
+        let count = try checkedLength(length, "length")
+        guard let data else { throw badParam("data is NULL") }
+        guard count > 0 else { throw SocketError(.badParam, "empty write") }
+        var armed = false
+        let external = ExternalBytes(bytes: UnsafeRawBufferPointer(start: data, count: count)) {
+            // Only a write that was accepted owes the release.
+            if armed { release?(UnsafeMutableRawPointer(mutating: data), releaseContext) }
+        }
+        armed = true
+        do throws(SocketError) {
+            try socket.write(external: external, timeout: timeout, tag: tag)
+        } catch {
+            armed = false
+            throw error
+        }
+    }
+}
+
+@_cdecl("sk_socket_write_progress")
+public func sk_socket_write_progress(_ handle: OpaquePointer?, _ outTag: UnsafeMutablePointer<Int>?,
+                                     _ outDone: UnsafeMutablePointer<Int>?, _ outTotal: UnsafeMutablePointer<Int>?) -> Int32 {
+    guard let socket = try? lookupSocket(handle) else { return SocketError.Code.invalidHandle.rawValue }
+    return report(socket.writeProgress, outTag, outDone, outTotal)
+}
+
+@_cdecl("sk_socket_get_queued_write_bytes")
+public func sk_socket_get_queued_write_bytes(_ handle: OpaquePointer?, _ outBytes: UnsafeMutablePointer<Int>?) -> Int32 {
+    withSocket(handle, nil) { (socket) throws(SocketError) in
+        guard let outBytes else { throw badParam("out_bytes is NULL") }
+        outBytes.pointee = socket.queuedWriteBytes
+    }
+}
+
+// MARK: Disconnecting
+
+@_cdecl("sk_socket_disconnect")
+public func sk_socket_disconnect(_ handle: OpaquePointer?) -> Int32 { withSocket(handle, nil) { $0.disconnect() } }
+
+@_cdecl("sk_socket_disconnect_after_reading")
+public func sk_socket_disconnect_after_reading(_ handle: OpaquePointer?) -> Int32 {
+    withSocket(handle, nil) { $0.disconnectAfterReading() }
+}
+
+@_cdecl("sk_socket_disconnect_after_writing")
+public func sk_socket_disconnect_after_writing(_ handle: OpaquePointer?) -> Int32 {
+    withSocket(handle, nil) { $0.disconnectAfterWriting() }
+}
+
+@_cdecl("sk_socket_disconnect_after_reading_and_writing")
+public func sk_socket_disconnect_after_reading_and_writing(_ handle: OpaquePointer?) -> Int32 {
+    withSocket(handle, nil) { $0.disconnectAfterReadingAndWriting() }
+}
+
+// MARK: Diagnostics
+
+@_cdecl("sk_socket_is_connected")
+public func sk_socket_is_connected(_ handle: OpaquePointer?) -> Int32 { socketFlag(handle) { $0.isConnected } }
+
+@_cdecl("sk_socket_is_disconnected")
+public func sk_socket_is_disconnected(_ handle: OpaquePointer?) -> Int32 { socketFlag(handle) { $0.isDisconnected } }
+
+@_cdecl("sk_socket_is_accepting")
+public func sk_socket_is_accepting(_ handle: OpaquePointer?) -> Int32 { socketFlag(handle) { $0.isAccepting } }
+
+@_cdecl("sk_socket_is_ipv4")
+public func sk_socket_is_ipv4(_ handle: OpaquePointer?) -> Int32 { socketFlag(handle) { $0.isIPv4 } }
+
+@_cdecl("sk_socket_is_ipv6")
+public func sk_socket_is_ipv6(_ handle: OpaquePointer?) -> Int32 { socketFlag(handle) { $0.isIPv6 } }
+
+@_cdecl("sk_socket_is_unix")
+public func sk_socket_is_unix(_ handle: OpaquePointer?) -> Int32 { socketFlag(handle) { $0.isUnixDomain } }
+
+/// Copies `text` NUL-terminated into a caller buffer; returns the text's length.
+func copyText(_ text: String?, into buffer: UnsafeMutablePointer<CChar>?, capacity: Int) -> Int32 {
+    guard let buffer, capacity > 0 else { return SocketError.Code.badParam.rawValue }
+    guard let text else { return SocketError.Code.badConfig.rawValue }
+    let utf8 = Array(text.utf8)
+    let copied = min(utf8.count, capacity - 1)
+    UnsafeMutableRawPointer(buffer).copyMemory(from: utf8, byteCount: copied)
+    buffer[copied] = 0
+    return Int32(clamping: copied)
+}
+
+func copyAddress(_ address: SocketAddress?, into destination: UnsafeMutablePointer<sockaddr>?,
+                 length: UnsafeMutablePointer<socklen_t>?) -> Int32 {
+    guard let destination, let length else { return SocketError.Code.badParam.rawValue }
+    guard let address else { return SocketError.Code.badConfig.rawValue }
+    let copied = min(Int(length.pointee), address.bytes.count)
+    UnsafeMutableRawPointer(destination).copyMemory(from: address.bytes, byteCount: copied)
+    length.pointee = socklen_t(address.bytes.count)
+    return 0
+}
+
+@_cdecl("sk_socket_get_connected_host")
+public func sk_socket_get_connected_host(_ handle: OpaquePointer?, _ buffer: UnsafeMutablePointer<CChar>?, _ capacity: Int) -> Int32 {
+    guard let socket = try? lookupSocket(handle) else { return SocketError.Code.invalidHandle.rawValue }
+    return copyText(socket.connectedHost, into: buffer, capacity: capacity)
+}
+
+@_cdecl("sk_socket_get_connected_port")
+public func sk_socket_get_connected_port(_ handle: OpaquePointer?, _ outPort: UnsafeMutablePointer<UInt16>?) -> Int32 {
+    withSocket(handle, nil) { (socket) throws(SocketError) in
+        guard let outPort else { throw badParam("out_port is NULL") }
+        guard let address = socket.connectedAddress else { throw SocketError(.badConfig, "not connected") }
+        outPort.pointee = address.port
+    }
+}
+
+@_cdecl("sk_socket_get_connected_address")
+public func sk_socket_get_connected_address(_ handle: OpaquePointer?, _ address: UnsafeMutablePointer<sockaddr>?,
+                                            _ length: UnsafeMutablePointer<socklen_t>?) -> Int32 {
+    guard let socket = try? lookupSocket(handle) else { return SocketError.Code.invalidHandle.rawValue }
+    return copyAddress(socket.connectedAddress, into: address, length: length)
+}
+
+@_cdecl("sk_socket_get_connected_unix_path")
+public func sk_socket_get_connected_unix_path(_ handle: OpaquePointer?, _ buffer: UnsafeMutablePointer<CChar>?, _ capacity: Int) -> Int32 {
+    guard let socket = try? lookupSocket(handle) else { return SocketError.Code.invalidHandle.rawValue }
+    return copyText(socket.connectedUnixPath, into: buffer, capacity: capacity)
+}
+
+@_cdecl("sk_socket_get_local_host")
+public func sk_socket_get_local_host(_ handle: OpaquePointer?, _ buffer: UnsafeMutablePointer<CChar>?, _ capacity: Int) -> Int32 {
+    guard let socket = try? lookupSocket(handle) else { return SocketError.Code.invalidHandle.rawValue }
+    return copyText(socket.localHost, into: buffer, capacity: capacity)
+}
+
+@_cdecl("sk_socket_get_local_port")
+public func sk_socket_get_local_port(_ handle: OpaquePointer?, _ outPort: UnsafeMutablePointer<UInt16>?) -> Int32 {
+    withSocket(handle, nil) { (socket) throws(SocketError) in
+        guard let outPort else { throw badParam("out_port is NULL") }
+        guard let address = socket.localAddress else { throw SocketError(.badConfig, "not connected or accepting") }
+        outPort.pointee = address.port
+    }
+}
+
+@_cdecl("sk_socket_get_local_address")
+public func sk_socket_get_local_address(_ handle: OpaquePointer?, _ address: UnsafeMutablePointer<sockaddr>?,
+                                        _ length: UnsafeMutablePointer<socklen_t>?) -> Int32 {
+    guard let socket = try? lookupSocket(handle) else { return SocketError.Code.invalidHandle.rawValue }
+    return copyAddress(socket.localAddress, into: address, length: length)
+}
+
+// MARK: Advanced
+
+@_cdecl("sk_socket_perform")
+public func sk_socket_perform(_ handle: OpaquePointer?,
+                              _ function: (@convention(c) (UnsafePointer<sk_socket_descriptors_t>?, UnsafeMutableRawPointer?) -> Void)?,
+                              _ context: UnsafeMutableRawPointer?) -> Int32 {
+    withSocket(handle, nil) { (socket) throws(SocketError) in
+        guard let function else { throw badParam("function is NULL") }
+        guard socket.eventLoop.isAcceptingTasks else { throw SocketError(.badConfig, "the socket's event loop has stopped") }
+        let call = CValue((function, context))
+        socket.perform { descriptors in
+            var converted = sk_socket_descriptors_t(primary: descriptors.primary, ipv4: descriptors.ipv4,
+                                                    ipv6: descriptors.ipv6, unix_domain: descriptors.unix)
+            call.value.0(&converted, call.value.1)
+        }
+    }
+}
+
+// MARK: Utilities
+
+@_cdecl("sk_lookup_host")
+public func sk_lookup_host(_ host: UnsafePointer<CChar>?, _ port: UInt16, _ addresses: UnsafeMutablePointer<sockaddr_storage>?,
+                           _ capacity: Int, _ outCount: UnsafeMutablePointer<Int>?,
+                           _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    reporting(error) { () throws(SocketError) in
+        let name = try string(from: host, "host")
+        guard let outCount else { throw badParam("out_count is NULL") }
+        let room = try checkedLength(capacity, "capacity")
+        guard room == 0 || addresses != nil else { throw badParam("addresses is NULL") }
+        let found = try AddressResolver.lookup(host: name, port: port).get()
+        let written = min(room, found.count)
+        for index in 0..<written {
+            if let slot = addresses?.advanced(by: index) {
+                slot.pointee = sockaddr_storage()
+                UnsafeMutableRawPointer(slot).copyMemory(from: found[index].bytes, byteCount: found[index].bytes.count)
+            }
+        }
+        outCount.pointee = written
+    }
+}
+
+private func ipAddress(_ address: UnsafePointer<sockaddr>?, _ length: socklen_t) -> SocketAddress? {
+    guard let parsed = try? socketAddress(address, length), parsed.family != .unix else { return nil }
+    return parsed
+}
+
+@_cdecl("sk_address_get_host")
+public func sk_address_get_host(_ address: UnsafePointer<sockaddr>?, _ length: socklen_t,
+                                _ buffer: UnsafeMutablePointer<CChar>?, _ capacity: Int) -> Int32 {
+    guard let parsed = ipAddress(address, length) else { return SocketError.Code.badParam.rawValue }
+    return copyText(parsed.host, into: buffer, capacity: capacity)
+}
+
+@_cdecl("sk_address_get_port")
+public func sk_address_get_port(_ address: UnsafePointer<sockaddr>?, _ length: socklen_t,
+                                _ outPort: UnsafeMutablePointer<UInt16>?) -> Int32 {
+    guard let parsed = ipAddress(address, length), let outPort else { return SocketError.Code.badParam.rawValue }
+    outPort.pointee = parsed.port
+    return 0
+}
+
+@_cdecl("sk_address_is_ipv4")
+public func sk_address_is_ipv4(_ address: UnsafePointer<sockaddr>?, _ length: socklen_t) -> Int32 {
+    ipAddress(address, length)?.family == .ipv4 ? 1 : 0
+}
+
+@_cdecl("sk_address_is_ipv6")
+public func sk_address_is_ipv6(_ address: UnsafePointer<sockaddr>?, _ length: socklen_t) -> Int32 {
+    ipAddress(address, length)?.family == .ipv6 ? 1 : 0
+}

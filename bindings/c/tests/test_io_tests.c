@@ -1,0 +1,453 @@
+/* Reading and writing over loopback, and the callback contract around them. */
+#include "test_support.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <time.h>
+#include <unistd.h>
+
+/* A SocketKit client connected to a raw peer. */
+typedef struct {
+    recorder_t recorder;
+    sk_socket_t *sock;
+    int listener;
+    int peer;
+    uint16_t port;
+} raw_pair_t;
+
+static void raw_pair_open(raw_pair_t *pair, void (*configure)(sk_socket_t *sock)) {
+    recorder_init(&pair->recorder);
+    pair->port = 0;
+    pair->listener = raw_listen("127.0.0.1", &pair->port, 8);
+    pair->sock = recorded_socket(&pair->recorder, NULL);
+    if (configure) configure(pair->sock);
+    sk_error_t error;
+    CHECK_EQ(sk_socket_connect_to_host(pair->sock, "127.0.0.1", pair->port, NULL, 10, &error), SK_OK);
+    pair->peer = raw_accept(pair->listener);
+    recorder_expect(&pair->recorder, EVENT_CONNECT, 1);
+}
+
+static void raw_pair_close(raw_pair_t *pair) {
+    CHECK_EQ(sk_socket_release(pair->sock), SK_OK);
+    close(pair->peer);
+    close(pair->listener);
+    recorder_destroy(&pair->recorder);
+}
+
+/* An echo server made of SocketKit sockets: every accepted connection echoes. */
+static void echo_accept(recorder_t *recorder, sk_socket_t *listener, sk_socket_t *connection) {
+    (void)recorder;
+    (void)listener;
+    CHECK_EQ(sk_socket_read(connection, 0, -1, 0, NULL), SK_OK);
+}
+
+static void echo_read(recorder_t *recorder, sk_socket_t *sock, const void *data, size_t length, long tag) {
+    (void)recorder;
+    (void)tag;
+    sk_socket_write(sock, data, length, -1, 0, NULL);
+    sk_socket_read(sock, 0, -1, 0, NULL);
+}
+
+void test_echo_with_every_read_variant(void) {
+    recorder_t server;
+    recorder_init(&server);
+    server.on_accept = echo_accept;
+    server.on_read = echo_read;
+    uint16_t port = 0;
+    sk_socket_t *listener = recorded_listener(&server, &port);
+
+    recorder_t client;
+    recorder_init(&client);
+    sk_socket_t *sock = recorded_socket(&client, NULL);
+    sk_error_t error;
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 10, &error), SK_OK);
+
+    unsigned char into[64];
+    memset(into, 0xEE, sizeof into);
+    const char *message = "line one\r\nline two\nexactly12345tail-into!!available";
+    CHECK_EQ(sk_socket_write(sock, message, strlen(message), 5, 100, &error), SK_OK);
+    CHECK_EQ(sk_socket_read_to_data(sock, SK_CRLF, 2, 0, 5, 1, &error), SK_OK);           /* "line one\r\n" */
+    CHECK_EQ(sk_socket_read_to_data(sock, SK_LF, 1, 64, 5, 2, &error), SK_OK);            /* "line two\n" */
+    CHECK_EQ(sk_socket_read_to_length(sock, 12, 5, 3, &error), SK_OK);                   /* "exactly12345" */
+    CHECK_EQ(sk_socket_read_to_length_into(sock, 4, into, sizeof into, 2, 5, 4, &error), SK_OK); /* "tail" at 2 */
+    CHECK_EQ(sk_socket_read_to_data_into(sock, "!!", 2, into, sizeof into, 10, 0, 5, 5, &error), SK_OK); /* "-into!!" at 10 */
+    CHECK_EQ(sk_socket_read_into(sock, into, sizeof into, 30, 4, 5, 6, &error), SK_OK);  /* "avai" at 30 */
+    CHECK_EQ(sk_socket_read(sock, 0, 5, 7, &error), SK_OK);                              /* "lable" */
+
+    recorder_expect(&client, EVENT_READ, 7);
+    const char *expected[] = {"line one\r\n", "line two\n", "exactly12345", "tail", "-into!!", "avai"};
+    for (size_t i = 0; i < 6; i++) {
+        event_t event = recorder_event(&client, EVENT_READ, i);
+        CHECK_EQ(event.tag, (long)i + 1);
+        CHECK_EQ(event.length, strlen(expected[i]));
+        CHECK_STR(event.text, expected[i]);
+    }
+    /* The last read returns what is available: all of the rest, as long as it arrived. */
+    event_t last = recorder_event(&client, EVENT_READ, 6);
+    CHECK_EQ(last.tag, 7);
+    CHECK(last.length >= 1 && last.length <= 5);
+    CHECK(memcmp(into + 2, "tail", 4) == 0);
+    CHECK(memcmp(into + 10, "-into!!", 7) == 0);
+    CHECK(memcmp(into + 30, "avai", 4) == 0);
+    CHECK(into[0] == 0xEE && into[1] == 0xEE && into[6] == 0xEE && into[17] == 0xEE && into[34] == 0xEE);
+    CHECK_EQ(recorder_event(&client, EVENT_WRITE, 0).tag, 100);
+    CHECK_EQ(client.overlaps, 0);
+
+    CHECK_EQ(sk_socket_release(sock), SK_OK);
+    CHECK_EQ(sk_socket_release(listener), SK_OK);
+    recorder_destroy(&client);
+    recorder_destroy(&server);
+}
+
+void test_callbacks_arrive_in_order_and_end_with_one_disconnect(void) {
+    raw_pair_t pair;
+    raw_pair_open(&pair, NULL);
+    for (long tag = 0; tag < 5; tag++) {
+        CHECK_EQ(sk_socket_read_to_length(pair.sock, 3, 5, tag, NULL), SK_OK);
+        CHECK_EQ(sk_socket_write(pair.sock, "abc", 3, 5, 10 + tag, NULL), SK_OK);
+    }
+    raw_send(pair.peer, "111222333444555", 15);
+    recorder_expect(&pair.recorder, EVENT_READ, 5);
+    recorder_expect(&pair.recorder, EVENT_WRITE, 5);
+    CHECK_EQ(sk_socket_read_to_length(pair.sock, 100, -1, 99, NULL), SK_OK);
+    CHECK_EQ(sk_socket_disconnect(pair.sock), SK_OK);
+    CHECK_EQ(sk_socket_is_disconnected(pair.sock), 1);
+    recorder_expect(&pair.recorder, EVENT_DISCONNECT, 1);
+    CHECK_EQ(sk_socket_disconnect(pair.sock), SK_OK); /* nothing to do */
+    CHECK(!recorder_wait(&pair.recorder, EVENT_DISCONNECT, 2, 0.2));
+
+    size_t count = 0;
+    event_t *events = recorder_events(&pair.recorder, &count);
+    CHECK_EQ(events[0].kind, EVENT_CONNECT);
+    CHECK_STR(events[0].text, "127.0.0.1");
+    CHECK_EQ(events[0].length, pair.port);
+    long next_read = 0, next_write = 10;
+    for (size_t i = 1; i + 1 < count; i++) {
+        if (events[i].kind == EVENT_READ) CHECK_EQ(events[i].tag, next_read++);
+        else if (events[i].kind == EVENT_WRITE) CHECK_EQ(events[i].tag, next_write++);
+        else CHECK(0);
+    }
+    CHECK_EQ(events[count - 1].kind, EVENT_DISCONNECT);
+    CHECK_EQ(events[count - 1].error_code, 0);
+    free(events);
+    CHECK_EQ(pair.recorder.after_disconnect, 0);
+    CHECK_EQ(pair.recorder.overlaps, 0);
+    raw_pair_close(&pair);
+}
+
+void test_reads_and_writes_queued_before_connect(void) {
+    recorder_t recorder;
+    recorder_init(&recorder);
+    uint16_t port = 0;
+    int listener = raw_listen("127.0.0.1", &port, 8);
+    sk_socket_t *sock = recorded_socket(&recorder, NULL);
+    CHECK_EQ(sk_socket_read(sock, 0, -1, 0, NULL), SK_ERR_BAD_CONFIG);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
+    CHECK_EQ(sk_socket_is_disconnected(sock), 0);
+    CHECK_EQ(sk_socket_write(sock, "ping 1\n", 7, 5, 1, NULL), SK_OK);
+    CHECK_EQ(sk_socket_read_to_data(sock, SK_LF, 1, 0, 5, 1, NULL), SK_OK);
+    CHECK_EQ(sk_socket_write(sock, "ping 2\n", 7, 5, 2, NULL), SK_OK);
+    CHECK_EQ(sk_socket_read_to_data(sock, SK_LF, 1, 0, 5, 2, NULL), SK_OK);
+    int peer = raw_accept(listener);
+    char request[14];
+    raw_receive(peer, request, sizeof request);
+    CHECK(memcmp(request, "ping 1\nping 2\n", 14) == 0);
+    raw_send(peer, "pong 1\npong 2\n", 14);
+    recorder_expect(&recorder, EVENT_READ, 2);
+    CHECK_EQ(recorder_event(&recorder, EVENT_READ, 0).tag, 1);
+    CHECK_STR(recorder_event(&recorder, EVENT_READ, 1).text, "pong 2\n");
+    size_t count = 0;
+    event_t *events = recorder_events(&recorder, &count);
+    CHECK_EQ(events[0].kind, EVENT_CONNECT);
+    free(events);
+    CHECK_EQ(sk_socket_release(sock), SK_OK);
+    close(peer);
+    close(listener);
+    recorder_destroy(&recorder);
+}
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int releases;
+    void *last_data;
+} release_counter_t;
+
+static void count_release(void *data, void *context) {
+    release_counter_t *counter = context;
+    pthread_mutex_lock(&counter->lock);
+    counter->releases++;
+    counter->last_data = data;
+    pthread_cond_broadcast(&counter->changed);
+    pthread_mutex_unlock(&counter->lock);
+}
+
+static int releases(release_counter_t *counter) {
+    pthread_mutex_lock(&counter->lock);
+    int value = counter->releases;
+    pthread_mutex_unlock(&counter->lock);
+    return value;
+}
+
+/* Waits (bounded) until `count` releases happened. */
+static void expect_releases(release_counter_t *counter, int count) {
+    struct timespec limit;
+    clock_gettime(CLOCK_REALTIME, &limit);
+    limit.tv_sec += (time_t)WAIT_SECONDS;
+    pthread_mutex_lock(&counter->lock);
+    while (counter->releases < count) {
+        if (pthread_cond_timedwait(&counter->changed, &counter->lock, &limit) != 0) break;
+    }
+    int have = counter->releases;
+    pthread_mutex_unlock(&counter->lock);
+    CHECK_EQ(have, count);
+}
+
+void test_write_no_copy_releases_exactly_once(void) {
+    raw_pair_t pair;
+    raw_pair_open(&pair, NULL);
+    release_counter_t counter = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, NULL};
+    static char message[] = "borrowed bytes";
+    CHECK_EQ(sk_socket_write_no_copy(pair.sock, message, strlen(message), count_release, &counter, 5, 1, NULL), SK_OK);
+    char received[14];
+    raw_receive(pair.peer, received, sizeof received);
+    CHECK(memcmp(received, message, 14) == 0);
+    recorder_expect(&pair.recorder, EVENT_WRITE, 1);
+    /* The release runs once the bytes are no longer needed. */
+    expect_releases(&counter, 1);
+    CHECK(counter.last_data == message);
+
+    /* Bytes still queued when the socket disconnects are released too, once. */
+    size_t big_length = 64 * 1024 * 1024;
+    unsigned char *big = malloc(big_length);
+    CHECK(big != NULL);
+    fill_pattern(big, big_length, 1);
+    CHECK_EQ(sk_socket_write_no_copy(pair.sock, big, big_length, count_release, &counter, -1, 2, NULL), SK_OK);
+    CHECK_EQ(sk_socket_disconnect(pair.sock), SK_OK);
+    recorder_expect(&pair.recorder, EVENT_DISCONNECT, 1);
+    expect_releases(&counter, 2);
+    CHECK(counter.last_data == big);
+    free(big);
+
+    /* A refused write is not released: the bytes stay the caller's. */
+    CHECK_EQ(sk_socket_write_no_copy(pair.sock, message, 3, count_release, &counter, -1, 3, NULL), SK_ERR_BAD_CONFIG);
+    CHECK_EQ(releases(&counter), 2);
+    raw_pair_close(&pair);
+}
+
+void test_progress_and_queued_bytes(void) {
+    raw_pair_t pair;
+    raw_pair_open(&pair, NULL);
+    long tag = -1;
+    size_t done = 99, total = 99, queued = 99;
+    CHECK_EQ(sk_socket_read_progress(pair.sock, &tag, &done, &total), 0);
+    CHECK_EQ(sk_socket_write_progress(pair.sock, &tag, &done, &total), 0);
+    CHECK_EQ(sk_socket_read_to_length(pair.sock, 100, -1, 42, NULL), SK_OK);
+    raw_send(pair.peer, "0123456789", 10);
+    recorder_expect(&pair.recorder, EVENT_READ_PARTIAL, 1);
+    CHECK_EQ(sk_socket_read_progress(pair.sock, &tag, &done, &total), 1);
+    CHECK(tag == 42 && done == 10 && total == 100);
+    CHECK_EQ(sk_socket_read_progress(pair.sock, NULL, NULL, NULL), 1);
+
+    size_t length = 32 * 1024 * 1024;
+    unsigned char *data = malloc(length);
+    CHECK(data != NULL);
+    fill_pattern(data, length, 7);
+    CHECK_EQ(sk_socket_write(pair.sock, data, length, -1, 77, NULL), SK_OK);
+    recorder_expect(&pair.recorder, EVENT_WRITE_PARTIAL, 1);
+    CHECK_EQ(sk_socket_write_progress(pair.sock, &tag, &done, &total), 1);
+    CHECK(tag == 77 && done > 0 && done < length && total == length);
+    CHECK_EQ(sk_socket_get_queued_write_bytes(pair.sock, &queued), SK_OK);
+    CHECK(queued > 0 && queued <= length - done);
+    unsigned char *received = malloc(length);
+    CHECK(received != NULL);
+    raw_receive(pair.peer, received, length);
+    CHECK(memcmp(received, data, length) == 0);
+    recorder_expect(&pair.recorder, EVENT_WRITE, 1);
+    CHECK_EQ(sk_socket_get_queued_write_bytes(pair.sock, &queued), SK_OK);
+    CHECK_EQ(queued, 0);
+    free(data);
+    free(received);
+    raw_pair_close(&pair);
+}
+
+void test_disconnect_after_writing_delivers_everything(void) {
+    raw_pair_t pair;
+    raw_pair_open(&pair, NULL);
+    size_t length = 8 * 1024 * 1024;
+    unsigned char *data = malloc(length);
+    unsigned char *received = malloc(length + 1);
+    CHECK(data != NULL && received != NULL);
+    fill_pattern(data, length, 3);
+    size_t offset = 0;
+    long tag = 0;
+    size_t sizes[] = {1, 4095, 65536, 1000003, 17};
+    while (offset < length) {
+        size_t chunk = sizes[tag % 5];
+        if (chunk > length - offset) chunk = length - offset;
+        CHECK_EQ(sk_socket_write(pair.sock, data + offset, chunk, -1, tag++, NULL), SK_OK);
+        offset += chunk;
+    }
+    CHECK_EQ(sk_socket_disconnect_after_writing(pair.sock), SK_OK);
+    CHECK_EQ(sk_socket_write(pair.sock, "x", 1, -1, 0, NULL), SK_ERR_BAD_CONFIG);
+    size_t got = raw_receive_until_eof(pair.peer, received, length + 1);
+    CHECK_EQ(got, length);
+    CHECK(memcmp(received, data, length) == 0);
+    recorder_expect(&pair.recorder, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&pair.recorder, EVENT_DISCONNECT, 0).error_code, 0);
+    CHECK_EQ(recorder_count(&pair.recorder, EVENT_WRITE), (size_t)tag);
+    free(data);
+    free(received);
+    raw_pair_close(&pair);
+}
+
+void test_disconnect_after_reading_waits_for_reads(void) {
+    raw_pair_t pair;
+    raw_pair_open(&pair, NULL);
+    CHECK_EQ(sk_socket_read_to_data(pair.sock, SK_LF, 1, 0, -1, 1, NULL), SK_OK);
+    CHECK_EQ(sk_socket_read_to_data(pair.sock, SK_LF, 1, 0, -1, 2, NULL), SK_OK);
+    CHECK_EQ(sk_socket_disconnect_after_reading(pair.sock), SK_OK);
+    CHECK_EQ(sk_socket_read(pair.sock, 0, -1, 3, NULL), SK_ERR_BAD_CONFIG);
+    CHECK(!recorder_wait(&pair.recorder, EVENT_DISCONNECT, 1, 0.2));
+    raw_send(pair.peer, "a\nb\n", 4);
+    recorder_expect(&pair.recorder, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_count(&pair.recorder, EVENT_READ), 2);
+    char nothing[4];
+    CHECK_EQ(raw_receive_until_eof(pair.peer, nothing, sizeof nothing), 0);
+
+    /* And both: the write and the read must finish first. */
+    raw_pair_t both;
+    raw_pair_open(&both, NULL);
+    CHECK_EQ(sk_socket_read_to_length(both.sock, 2, -1, 1, NULL), SK_OK);
+    CHECK_EQ(sk_socket_write(both.sock, "reply", 5, -1, 2, NULL), SK_OK);
+    CHECK_EQ(sk_socket_disconnect_after_reading_and_writing(both.sock), SK_OK);
+    char reply[5];
+    raw_receive(both.peer, reply, 5);
+    CHECK(!recorder_wait(&both.recorder, EVENT_DISCONNECT, 1, 0.2));
+    raw_send(both.peer, "ok", 2);
+    recorder_expect(&both.recorder, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&both.recorder, EVENT_DISCONNECT, 0).error_code, 0);
+    raw_pair_close(&both);
+    raw_pair_close(&pair);
+}
+
+void test_read_timeout_extends_then_fails(void) {
+    raw_pair_t pair;
+    raw_pair_open(&pair, NULL);
+    pair.recorder.read_extensions[0] = 0.1;
+    pair.recorder.read_extension_count = 1;
+    CHECK_EQ(sk_socket_read_to_length(pair.sock, 10, 0.1, 5, NULL), SK_OK);
+    raw_send(pair.peer, "abc", 3);
+    recorder_expect(&pair.recorder, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_count(&pair.recorder, EVENT_READ_TIMEOUT), 2);
+    event_t first = recorder_event(&pair.recorder, EVENT_READ_TIMEOUT, 0);
+    event_t second = recorder_event(&pair.recorder, EVENT_READ_TIMEOUT, 1);
+    CHECK(first.tag == 5 && first.elapsed > 0.09 && first.elapsed < 0.11);
+    CHECK(second.elapsed > 0.19 && second.elapsed < 0.21);
+    CHECK_EQ(second.length, 3);
+    event_t end = recorder_event(&pair.recorder, EVENT_DISCONNECT, 0);
+    CHECK_EQ(end.error_code, SK_ERR_READ_TIMEOUT);
+    CHECK_EQ(recorder_count(&pair.recorder, EVENT_READ), 0);
+
+    /* A zero timeout fails at once without data. */
+    raw_pair_t zero;
+    raw_pair_open(&zero, NULL);
+    CHECK_EQ(sk_socket_read(zero.sock, 0, 0, 1, NULL), SK_OK);
+    recorder_expect(&zero.recorder, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&zero.recorder, EVENT_DISCONNECT, 0).error_code, SK_ERR_READ_TIMEOUT);
+    raw_pair_close(&zero);
+
+    /* Write timeouts: a peer that never reads. */
+    raw_pair_t stalled;
+    raw_pair_open(&stalled, NULL);
+    size_t length = 64 * 1024 * 1024;
+    unsigned char *data = calloc(1, length);
+    CHECK(data != NULL);
+    CHECK_EQ(sk_socket_write(stalled.sock, data, length, 0.3, 9, NULL), SK_OK);
+    recorder_expect(&stalled.recorder, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&stalled.recorder, EVENT_WRITE_TIMEOUT, 0).tag, 9);
+    CHECK_EQ(recorder_event(&stalled.recorder, EVENT_DISCONNECT, 0).error_code, SK_ERR_WRITE_TIMEOUT);
+    free(data);
+    raw_pair_close(&stalled);
+    raw_pair_close(&pair);
+}
+
+void test_watermarks_follow_a_slow_peer(void) {
+    raw_pair_t pair;
+    raw_pair_open(&pair, NULL);
+    CHECK_EQ(sk_socket_set_write_watermarks(pair.sock, 64 * 1024, 1024 * 1024, NULL), SK_OK);
+    size_t chunk = 256 * 1024;
+    unsigned char *data = calloc(1, chunk);
+    CHECK(data != NULL);
+    size_t written = 0;
+    for (int i = 0; i < 400 && recorder_count(&pair.recorder, EVENT_HIGH_WATERMARK) == 0; i++) {
+        CHECK_EQ(sk_socket_write(pair.sock, data, chunk, -1, i, NULL), SK_OK);
+        written += chunk;
+        recorder_wait(&pair.recorder, EVENT_HIGH_WATERMARK, 1, 0.005);
+    }
+    recorder_expect(&pair.recorder, EVENT_HIGH_WATERMARK, 1);
+    CHECK(recorder_event(&pair.recorder, EVENT_HIGH_WATERMARK, 0).length >= 1024 * 1024);
+    CHECK_EQ(recorder_count(&pair.recorder, EVENT_LOW_WATERMARK), 0);
+    unsigned char *sink = malloc(written);
+    CHECK(sink != NULL);
+    raw_receive(pair.peer, sink, written);
+    recorder_expect(&pair.recorder, EVENT_LOW_WATERMARK, 1);
+    CHECK(recorder_event(&pair.recorder, EVENT_LOW_WATERMARK, 0).length <= 64 * 1024);
+    free(sink);
+    free(data);
+    raw_pair_close(&pair);
+}
+
+static void half_duplex(sk_socket_t *sock) {
+    CHECK_EQ(sk_socket_set_auto_disconnect_on_closed_read_stream(sock, 0), SK_OK);
+}
+
+void test_half_close_keeps_writing_open(void) {
+    raw_pair_t pair;
+    raw_pair_open(&pair, half_duplex);
+    raw_send(pair.peer, "last", 4);
+    shutdown(pair.peer, SHUT_WR);
+    CHECK_EQ(sk_socket_read_to_length(pair.sock, 4, -1, 1, NULL), SK_OK);
+    CHECK_EQ(sk_socket_read(pair.sock, 0, -1, 2, NULL), SK_OK);
+    recorder_expect(&pair.recorder, EVENT_CLOSE_READ_STREAM, 1);
+    CHECK_EQ(sk_socket_is_connected(pair.sock), 1);
+    CHECK_EQ(sk_socket_write(pair.sock, "bye", 3, -1, 3, NULL), SK_OK);
+    char reply[3];
+    raw_receive(pair.peer, reply, 3);
+    CHECK(memcmp(reply, "bye", 3) == 0);
+    CHECK_EQ(sk_socket_disconnect_after_writing(pair.sock), SK_OK);
+    recorder_expect(&pair.recorder, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_count(&pair.recorder, EVENT_CLOSE_READ_STREAM), 1);
+
+    /* With auto-disconnect (the default) the same close ends the connection. */
+    raw_pair_t automatic;
+    raw_pair_open(&automatic, NULL);
+    shutdown(automatic.peer, SHUT_WR);
+    CHECK_EQ(sk_socket_read(automatic.sock, 0, -1, 1, NULL), SK_OK);
+    recorder_expect(&automatic.recorder, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&automatic.recorder, EVENT_DISCONNECT, 0).error_code, SK_ERR_CLOSED);
+    raw_pair_close(&automatic);
+    raw_pair_close(&pair);
+}
+
+void test_peer_reset_is_an_error_not_a_signal(void) {
+    /* SIGPIPE keeps its default action (terminate): the test only survives if SocketKit
+     * never raises it. */
+    raw_pair_t pair;
+    raw_pair_open(&pair, NULL);
+    size_t length = 32 * 1024 * 1024;
+    unsigned char *data = calloc(1, length);
+    CHECK(data != NULL);
+    CHECK_EQ(sk_socket_write(pair.sock, data, length, -1, 1, NULL), SK_OK);
+    recorder_expect(&pair.recorder, EVENT_WRITE_PARTIAL, 1);
+    struct linger reset = {1, 0};
+    setsockopt(pair.peer, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+    close(pair.peer);
+    pair.peer = -1;
+    recorder_expect(&pair.recorder, EVENT_DISCONNECT, 1);
+    event_t end = recorder_event(&pair.recorder, EVENT_DISCONNECT, 0);
+    CHECK_EQ(end.error_code, SK_ERR_SYSTEM);
+    CHECK(end.os_error == ECONNRESET || end.os_error == EPIPE);
+    free(data);
+    raw_pair_close(&pair);
+}

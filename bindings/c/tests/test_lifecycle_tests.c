@@ -1,0 +1,414 @@
+/* Lifetimes and threads: release, delegates, callback queues, loop groups, perform. */
+#include "test_support.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <unistd.h>
+
+/* A thread that keeps sending to a socket until told to stop or the peer goes away. */
+typedef struct {
+    int fd;
+    volatile int stop;
+    pthread_t thread;
+} sender_t;
+
+static void *send_forever(void *argument) {
+    sender_t *sender = argument;
+    char chunk[1024];
+    memset(chunk, 'z', sizeof chunk);
+    while (!sender->stop) {
+        struct pollfd descriptor = {.fd = sender->fd, .events = POLLOUT};
+        if (poll(&descriptor, 1, 100) <= 0) continue;
+        if (send(sender->fd, chunk, sizeof chunk, MSG_NOSIGNAL) < 0) break;
+    }
+    return NULL;
+}
+
+static void read_again(recorder_t *recorder, sk_socket_t *sock, const void *data, size_t length, long tag) {
+    (void)data;
+    (void)length;
+    /* Make each callback take a little while, so a release is likely to meet one running. */
+    double until = now_seconds() + 0.001;
+    while (now_seconds() < until) {
+    }
+    sk_socket_read(sock, 0, -1, tag + 1, NULL);
+    (void)recorder;
+}
+
+void test_no_callback_after_release(void) {
+    recorder_t *recorder = malloc(sizeof *recorder);
+    CHECK(recorder != NULL);
+    recorder_init(recorder);
+    recorder->on_read = read_again;
+    sk_callback_queue_t *queue = NULL;
+    CHECK_EQ(sk_callback_queue_create_serial("release-test", &queue, NULL), SK_OK);
+    uint16_t port = 0;
+    int listener = raw_listen("127.0.0.1", &port, 8);
+    sk_socket_t *sock = recorded_socket(recorder, queue);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
+    sender_t sender = {.fd = raw_accept(listener)};
+    CHECK(pthread_create(&sender.thread, NULL, send_forever, &sender) == 0);
+    CHECK_EQ(sk_socket_read(sock, 0, -1, 0, NULL), SK_OK);
+    recorder_expect(recorder, EVENT_READ, 20);
+
+    CHECK_EQ(sk_socket_release(sock), SK_OK);
+    /* Once release returned, no callback runs or starts: the userdata can go at once. */
+    pthread_mutex_lock(&recorder->lock);
+    int running = recorder->running;
+    size_t frozen = recorder->count;
+    pthread_mutex_unlock(&recorder->lock);
+    CHECK_EQ(running, 0);
+    recorder_destroy(recorder);
+    memset(recorder, 0xAB, sizeof *recorder);
+    free(recorder);
+    (void)frozen;
+
+    sender.stop = 1;
+    pthread_join(sender.thread, NULL);
+    close(sender.fd);
+    close(listener);
+    CHECK_EQ(sk_callback_queue_release(queue), SK_OK);
+}
+
+static void release_self(recorder_t *recorder, sk_socket_t *sock, const void *data, size_t length, long tag) {
+    (void)data;
+    (void)length;
+    (void)tag;
+    (void)recorder;
+    CHECK_EQ(sk_socket_release(sock), SK_OK);
+    CHECK_EQ(sk_socket_is_connected(sock), SK_ERR_INVALID_HANDLE);
+}
+
+void test_release_inside_own_callback(void) {
+    recorder_t recorder;
+    recorder_init(&recorder);
+    recorder.on_read = release_self;
+    uint16_t port = 0;
+    int listener = raw_listen("127.0.0.1", &port, 8);
+    sk_socket_t *sock = recorded_socket(&recorder, NULL);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
+    int peer = raw_accept(listener);
+    CHECK_EQ(sk_socket_read(sock, 1, -1, 1, NULL), SK_OK);
+    CHECK_EQ(sk_socket_read(sock, 1, -1, 2, NULL), SK_OK);
+    raw_send(peer, "xy", 2);
+    char nothing[8];
+    CHECK_EQ(raw_receive_until_eof(peer, nothing, sizeof nothing), 0);
+    CHECK_EQ(recorder_count(&recorder, EVENT_READ), 1);
+    CHECK_EQ(recorder_count(&recorder, EVENT_DISCONNECT), 0);
+    close(peer);
+    close(listener);
+    recorder_destroy(&recorder);
+}
+
+void test_set_delegate_and_callback_queue(void) {
+    recorder_t first, second;
+    recorder_init(&first);
+    recorder_init(&second);
+    uint16_t port = 0;
+    int listener = raw_listen("127.0.0.1", &port, 8);
+    sk_socket_t *sock = recorded_socket(&first, NULL);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
+    int peer = raw_accept(listener);
+    recorder_expect(&first, EVENT_CONNECT, 1);
+
+    sk_socket_delegate_t delegate = recorder_delegate();
+    CHECK_EQ(sk_socket_set_delegate(sock, &delegate, sizeof delegate, &second), SK_OK);
+    void *userdata = NULL;
+    CHECK_EQ(sk_socket_get_userdata(sock, &userdata), SK_OK);
+    CHECK(userdata == &second);
+    CHECK_EQ(sk_socket_read_to_length(sock, 1, -1, 1, NULL), SK_OK);
+    raw_send(peer, "a", 1);
+    recorder_expect(&second, EVENT_READ, 1);
+    pthread_t loop_thread = recorder_event(&second, EVENT_READ, 0).thread;
+    CHECK(!pthread_equal(loop_thread, pthread_self()));
+
+    sk_callback_queue_t *queue = NULL;
+    CHECK_EQ(sk_callback_queue_create_serial(NULL, &queue, NULL), SK_OK);
+    CHECK_EQ(sk_socket_set_callback_queue(sock, queue), SK_OK);
+    CHECK_EQ(sk_callback_queue_release(queue), SK_OK); /* the socket keeps it alive */
+    CHECK_EQ(sk_socket_read_to_length(sock, 1, -1, 2, NULL), SK_OK);
+    raw_send(peer, "b", 1);
+    recorder_expect(&second, EVENT_READ, 2);
+    pthread_t queue_thread = recorder_event(&second, EVENT_READ, 1).thread;
+    CHECK(!pthread_equal(queue_thread, loop_thread));
+    CHECK(!pthread_equal(queue_thread, pthread_self()));
+
+    /* A NULL delegate: no callbacks at all. */
+    CHECK_EQ(sk_socket_set_delegate(sock, NULL, 0, NULL), SK_OK);
+    CHECK_EQ(sk_socket_read_to_length(sock, 1, -1, 3, NULL), SK_OK);
+    raw_send(peer, "c", 1);
+    CHECK_EQ(sk_socket_disconnect_after_reading(sock), SK_OK);
+    char nothing[4];
+    CHECK_EQ(raw_receive_until_eof(peer, nothing, sizeof nothing), 0);
+    CHECK_EQ(recorder_count(&first, EVENT_READ), 0);
+    CHECK_EQ(recorder_count(&second, EVENT_READ), 2);
+    CHECK_EQ(recorder_count(&second, EVENT_DISCONNECT), 0);
+    CHECK_EQ(sk_socket_set_callback_queue(sock, (sk_callback_queue_t *)sock), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_socket_release(sock), SK_OK);
+    close(peer);
+    close(listener);
+    recorder_destroy(&first);
+    recorder_destroy(&second);
+}
+
+static int readable(int fd, int milliseconds) {
+    struct pollfd descriptor = {.fd = fd, .events = POLLIN};
+    return poll(&descriptor, 1, milliseconds) == 1;
+}
+
+void test_host_queue_runs_callbacks_when_drained(void) {
+    recorder_t recorder;
+    recorder_init(&recorder);
+    sk_callback_queue_t *queue = NULL;
+    CHECK_EQ(sk_callback_queue_create_host(&queue, NULL), SK_OK);
+    int fd = sk_callback_queue_fd(queue);
+    CHECK(fd >= 0);
+    CHECK(!readable(fd, 0));
+    uint16_t port = 0;
+    int listener = raw_listen("127.0.0.1", &port, 8);
+    sk_socket_t *sock = recorded_socket(&recorder, queue);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
+    int peer = raw_accept(listener);
+    CHECK_EQ(sk_socket_read_to_length(sock, 3, -1, 1, NULL), SK_OK);
+    CHECK_EQ(sk_socket_read_to_length(sock, 3, -1, 2, NULL), SK_OK);
+    raw_send(peer, "abcdef", 6);
+
+    /* Nothing runs until drained; the descriptor says work is waiting. */
+    CHECK(readable(fd, (int)(WAIT_SECONDS * 1000)));
+    CHECK_EQ(recorder_count(&recorder, EVENT_CONNECT), 0);
+    int ran = 0;
+    while (ran < 3) {
+        CHECK(readable(fd, (int)(WAIT_SECONDS * 1000)));
+        int drained = sk_callback_queue_drain(queue, 1);
+        CHECK(drained == 0 || drained == 1);
+        ran += drained;
+    }
+    CHECK(!readable(fd, 0));
+    size_t count = 0;
+    event_t *events = recorder_events(&recorder, &count);
+    CHECK_EQ(count, 3);
+    CHECK_EQ(events[0].kind, EVENT_CONNECT);
+    CHECK_EQ(events[1].tag, 1);
+    CHECK_EQ(events[2].tag, 2);
+    for (size_t i = 0; i < count; i++) CHECK(pthread_equal(events[i].thread, pthread_self()));
+    free(events);
+
+    CHECK_EQ(sk_socket_disconnect(sock), SK_OK);
+    CHECK(readable(fd, (int)(WAIT_SECONDS * 1000)));
+    CHECK_EQ(sk_callback_queue_drain(queue, 0), 1);
+    CHECK_EQ(recorder_count(&recorder, EVENT_DISCONNECT), 1);
+    CHECK_EQ(sk_callback_queue_drain(queue, 0), 0);
+
+    sk_callback_queue_t *serial = NULL;
+    CHECK_EQ(sk_callback_queue_create_serial("s", &serial, NULL), SK_OK);
+    CHECK_EQ(sk_callback_queue_fd(serial), SK_ERR_BAD_CONFIG);
+    CHECK_EQ(sk_callback_queue_drain(serial, 0), SK_ERR_BAD_CONFIG);
+    CHECK_EQ(sk_callback_queue_release(serial), SK_OK);
+    CHECK_EQ(sk_socket_release(sock), SK_OK);
+    CHECK_EQ(sk_callback_queue_release(queue), SK_OK);
+    close(peer);
+    close(listener);
+    recorder_destroy(&recorder);
+}
+
+void test_serial_queue_runs_callbacks_on_its_thread(void) {
+    recorder_t recorder; /* shared by both sockets: callbacks must still never overlap */
+    recorder_init(&recorder);
+    sk_callback_queue_t *queue = NULL;
+    CHECK_EQ(sk_callback_queue_create_serial("shared", &queue, NULL), SK_OK);
+    uint16_t port = 0;
+    int listener = raw_listen("127.0.0.1", &port, 8);
+    sk_socket_t *a = recorded_socket(&recorder, queue);
+    sk_socket_t *b = recorded_socket(&recorder, queue);
+    CHECK_EQ(sk_socket_connect_to_host(a, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
+    int peer_a = raw_accept(listener);
+    CHECK_EQ(sk_socket_connect_to_host(b, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
+    int peer_b = raw_accept(listener);
+    for (long tag = 0; tag < 50; tag++) {
+        CHECK_EQ(sk_socket_read_to_length(a, 1, -1, tag, NULL), SK_OK);
+        CHECK_EQ(sk_socket_read_to_length(b, 1, -1, tag, NULL), SK_OK);
+    }
+    char fifty[50];
+    memset(fifty, 'q', sizeof fifty);
+    raw_send(peer_a, fifty, sizeof fifty);
+    raw_send(peer_b, fifty, sizeof fifty);
+    recorder_expect(&recorder, EVENT_READ, 100);
+    size_t count = 0;
+    event_t *events = recorder_events(&recorder, &count);
+    pthread_t thread = events[0].thread;
+    long next_a = 0, next_b = 0;
+    for (size_t i = 0; i < count; i++) {
+        CHECK(pthread_equal(events[i].thread, thread));
+        CHECK(!pthread_equal(events[i].thread, pthread_self()));
+        if (events[i].kind != EVENT_READ) continue;
+        if (events[i].sock == a) CHECK_EQ(events[i].tag, next_a++);
+        else CHECK_EQ(events[i].tag, next_b++);
+    }
+    free(events);
+    CHECK_EQ(recorder.overlaps, 0);
+    CHECK_EQ(sk_socket_release(a), SK_OK);
+    CHECK_EQ(sk_socket_release(b), SK_OK);
+    CHECK_EQ(sk_callback_queue_release(queue), SK_OK);
+    close(peer_a);
+    close(peer_b);
+    close(listener);
+    recorder_destroy(&recorder);
+}
+
+void test_loop_group_release_closes_its_sockets(void) {
+    recorder_t recorder;
+    recorder_init(&recorder);
+    sk_loop_group_t *group = NULL;
+    sk_error_t error;
+    CHECK_EQ(sk_loop_group_create(2, &group, &error), SK_OK);
+    CHECK_EQ(sk_loop_group_loop_count(group), 2);
+    sk_socket_delegate_t delegate = recorder_delegate();
+    sk_socket_t *sock = NULL;
+    CHECK_EQ(sk_socket_create(&delegate, sizeof delegate, &recorder, NULL, group, &sock, &error), SK_OK);
+    uint16_t port = 0;
+    int listener = raw_listen("127.0.0.1", &port, 8);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
+    int peer = raw_accept(listener);
+    recorder_expect(&recorder, EVENT_CONNECT, 1);
+    CHECK_EQ(sk_loop_group_release(group), SK_OK);
+    recorder_expect(&recorder, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&recorder, EVENT_DISCONNECT, 0).error_code, SK_ERR_BAD_CONFIG);
+    char nothing[4];
+    CHECK_EQ(raw_receive_until_eof(peer, nothing, sizeof nothing), 0);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 5, &error), SK_ERR_BAD_CONFIG);
+    CHECK_EQ(sk_socket_release(sock), SK_OK);
+    close(peer);
+    close(listener);
+    recorder_destroy(&recorder);
+}
+
+static sk_loop_group_t *group_to_release;
+
+static void release_group_inside(recorder_t *recorder, sk_socket_t *sock) {
+    (void)sock;
+    CHECK_EQ(sk_loop_group_release(group_to_release), SK_OK);
+    recorder_notify(recorder);
+}
+
+void test_loop_group_release_from_its_own_loop(void) {
+    recorder_t recorder;
+    recorder_init(&recorder);
+    recorder.on_connect = release_group_inside;
+    CHECK_EQ(sk_loop_group_create(1, &group_to_release, NULL), SK_OK);
+    sk_socket_delegate_t delegate = recorder_delegate();
+    sk_socket_t *sock = NULL;
+    CHECK_EQ(sk_socket_create(&delegate, sizeof delegate, &recorder, NULL, group_to_release, &sock, NULL), SK_OK);
+    uint16_t port = 0;
+    int listener = raw_listen("127.0.0.1", &port, 8);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
+    int peer = raw_accept(listener);
+    /* The release inside did_connect cannot join its own thread: it finishes in the
+     * background, and the socket is closed like any other. */
+    recorder_expect(&recorder, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&recorder, EVENT_DISCONNECT, 0).error_code, SK_ERR_BAD_CONFIG);
+    CHECK_EQ(sk_loop_group_release(group_to_release), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_socket_release(sock), SK_OK);
+    close(peer);
+    close(listener);
+    recorder_destroy(&recorder);
+}
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t done_changed;
+    int done;
+    sk_socket_descriptors_t seen;
+    pthread_t thread;
+} perform_probe_t;
+
+static void probe(const sk_socket_descriptors_t *descriptors, void *context) {
+    perform_probe_t *probe_state = context;
+    pthread_mutex_lock(&probe_state->lock);
+    probe_state->seen = *descriptors;
+    probe_state->thread = pthread_self();
+    probe_state->done = 1;
+    pthread_cond_broadcast(&probe_state->done_changed);
+    pthread_mutex_unlock(&probe_state->lock);
+}
+
+void test_perform_runs_on_the_loop(void) {
+    recorder_t recorder;
+    recorder_init(&recorder);
+    sk_socket_t *listener = recorded_socket(&recorder, NULL);
+    CHECK_EQ(sk_socket_accept_on_port(listener, 0, NULL), SK_OK);
+    CHECK_EQ(sk_socket_is_accepting(listener), 1);
+    CHECK_EQ(sk_socket_is_ipv4(listener), 1);
+    CHECK_EQ(sk_socket_is_ipv6(listener), 1);
+    perform_probe_t state = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, {0, 0, 0, 0}, pthread_self()};
+    CHECK_EQ(sk_socket_perform(listener, probe, &state), SK_OK);
+    pthread_mutex_lock(&state.lock);
+    while (!state.done) pthread_cond_wait(&state.done_changed, &state.lock);
+    pthread_mutex_unlock(&state.lock);
+    CHECK(!pthread_equal(state.thread, pthread_self()));
+    CHECK(state.seen.ipv4 >= 0 && state.seen.ipv6 >= 0);
+    CHECK_EQ(state.seen.primary, state.seen.ipv4);
+    CHECK_EQ(state.seen.unix_domain, -1);
+    CHECK_EQ(sk_socket_release(listener), SK_OK);
+    recorder_destroy(&recorder);
+}
+
+static void read_one_byte(recorder_t *recorder, sk_socket_t *listener, sk_socket_t *connection) {
+    (void)recorder;
+    (void)listener;
+    CHECK_EQ(sk_socket_read_to_length(connection, 1, -1, 0, NULL), SK_OK);
+}
+
+/* Accepts three connections on a listener in a 3-loop group and returns how many
+ * different threads ran their did_read. */
+static int threads_used(int loop_index) {
+    recorder_t recorder;
+    recorder_init(&recorder);
+    recorder.on_accept = read_one_byte;
+    recorder.loop_index_for_connections = loop_index;
+    sk_loop_group_t *group = NULL;
+    CHECK_EQ(sk_loop_group_create(3, &group, NULL), SK_OK);
+    sk_socket_delegate_t delegate = recorder_delegate();
+    sk_socket_t *listener = NULL;
+    CHECK_EQ(sk_socket_create(&delegate, sizeof delegate, &recorder, NULL, group, &listener, NULL), SK_OK);
+    CHECK_EQ(sk_socket_accept_on_interface(listener, "127.0.0.1", 0, NULL), SK_OK);
+    uint16_t port = 0;
+    CHECK_EQ(sk_socket_get_local_port(listener, &port), SK_OK);
+    int clients[3];
+    for (int i = 0; i < 3; i++) {
+        clients[i] = raw_connect("127.0.0.1", port);
+        raw_send(clients[i], "x", 1);
+    }
+    recorder_expect(&recorder, EVENT_READ, 3);
+    pthread_t threads[3];
+    for (int i = 0; i < 3; i++) threads[i] = recorder_event(&recorder, EVENT_READ, (size_t)i).thread;
+    int distinct = 1 + !pthread_equal(threads[1], threads[0]) +
+                   (!pthread_equal(threads[2], threads[0]) && !pthread_equal(threads[2], threads[1]));
+    for (int i = 0; i < 3; i++) close(clients[i]);
+    recorder_destroy(&recorder);
+    CHECK_EQ(sk_socket_release(listener), SK_OK);
+    CHECK_EQ(sk_loop_group_release(group), SK_OK);
+    return distinct;
+}
+
+void test_new_socket_loop_hook_places_connections(void) {
+    CHECK_EQ(threads_used(-1), 3); /* spread over the group */
+    CHECK_EQ(threads_used(2), 1);  /* all on loop 2 */
+}
+
+void test_accept_without_did_accept_closes(void) {
+    recorder_t recorder;
+    recorder_init(&recorder);
+    sk_socket_delegate_t delegate = recorder_delegate();
+    delegate.did_accept = NULL;
+    sk_socket_t *listener = NULL;
+    CHECK_EQ(sk_socket_create(&delegate, sizeof delegate, &recorder, NULL, NULL, &listener, NULL), SK_OK);
+    CHECK_EQ(sk_socket_accept_on_interface(listener, "127.0.0.1", 0, NULL), SK_OK);
+    uint16_t port = 0;
+    CHECK_EQ(sk_socket_get_local_port(listener, &port), SK_OK);
+    int client = raw_connect("127.0.0.1", port);
+    char nothing[4];
+    CHECK_EQ(raw_receive_until_eof(client, nothing, sizeof nothing), 0);
+    close(client);
+    CHECK_EQ(sk_socket_release(listener), SK_OK);
+    recorder_destroy(&recorder);
+}

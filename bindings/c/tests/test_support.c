@@ -1,0 +1,460 @@
+#include "test_support.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <time.h>
+#include <unistd.h>
+
+double now_seconds(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)now.tv_sec + (double)now.tv_nsec / 1e9;
+}
+
+void recorder_init(recorder_t *recorder) {
+    memset(recorder, 0, sizeof *recorder);
+    pthread_mutex_init(&recorder->lock, NULL);
+    pthread_condattr_t attributes;
+    pthread_condattr_init(&attributes);
+    pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC);
+    pthread_cond_init(&recorder->changed, &attributes);
+    pthread_condattr_destroy(&attributes);
+    recorder->loop_index_for_connections = -1;
+}
+
+void recorder_destroy(recorder_t *recorder) {
+    pthread_mutex_lock(&recorder->lock);
+    size_t accepted = recorder->accepted_count;
+    recorder->accepted_count = 0;
+    pthread_mutex_unlock(&recorder->lock);
+    for (size_t i = 0; i < accepted; i++) sk_socket_release(recorder->accepted[i]);
+    free(recorder->events);
+    free(recorder->bytes);
+    pthread_cond_destroy(&recorder->changed);
+    pthread_mutex_destroy(&recorder->lock);
+}
+
+static void begin(recorder_t *recorder) {
+    pthread_mutex_lock(&recorder->lock);
+    if (recorder->running > 0) recorder->overlaps++;
+    recorder->running++;
+    pthread_mutex_unlock(&recorder->lock);
+}
+
+static void end(recorder_t *recorder) {
+    pthread_mutex_lock(&recorder->lock);
+    recorder->running--;
+    pthread_mutex_unlock(&recorder->lock);
+}
+
+static void record(recorder_t *recorder, event_t event) {
+    event.thread = pthread_self();
+    pthread_mutex_lock(&recorder->lock);
+    if (event.kind == EVENT_CONNECT || event.kind == EVENT_ACCEPT) recorder->disconnected = 0;
+    else if (recorder->disconnected && event.sock != NULL) recorder->after_disconnect++;
+    if (recorder->count == recorder->capacity) {
+        recorder->capacity = recorder->capacity ? recorder->capacity * 2 : 64;
+        recorder->events = realloc(recorder->events, recorder->capacity * sizeof(event_t));
+        CHECK(recorder->events != NULL);
+    }
+    recorder->events[recorder->count++] = event;
+    pthread_cond_broadcast(&recorder->changed);
+    pthread_mutex_unlock(&recorder->lock);
+}
+
+static void on_accept(sk_socket_t *listener, sk_socket_t *new_socket, void *userdata) {
+    recorder_t *recorder = userdata;
+    begin(recorder);
+    pthread_mutex_lock(&recorder->lock);
+    CHECK(recorder->accepted_count < sizeof recorder->accepted / sizeof recorder->accepted[0]);
+    recorder->accepted[recorder->accepted_count++] = new_socket;
+    pthread_mutex_unlock(&recorder->lock);
+    if (recorder->on_accept) recorder->on_accept(recorder, listener, new_socket);
+    event_t event = {.kind = EVENT_ACCEPT, .sock = listener};
+    record(recorder, event);
+    end(recorder);
+}
+
+static int on_new_socket_loop(sk_socket_t *listener, const struct sockaddr *address, socklen_t length, void *userdata) {
+    recorder_t *recorder = userdata;
+    (void)listener;
+    CHECK(address != NULL && length > 0);
+    return recorder->loop_index_for_connections;
+}
+
+static void on_pause_accepting(sk_socket_t *listener, const sk_error_t *error, void *userdata) {
+    recorder_t *recorder = userdata;
+    begin(recorder);
+    event_t event = {.kind = EVENT_PAUSE_ACCEPTING, .sock = listener, .error_code = error->code, .os_error = error->os_error};
+    snprintf(event.text, sizeof event.text, "%s", error->message);
+    record(recorder, event);
+    end(recorder);
+}
+
+static void on_connect(sk_socket_t *sock, const char *host, uint16_t port, void *userdata) {
+    recorder_t *recorder = userdata;
+    begin(recorder);
+    event_t event = {.kind = EVENT_CONNECT, .sock = sock, .length = port};
+    snprintf(event.text, sizeof event.text, "%s", host);
+    record(recorder, event);
+    if (recorder->on_connect) recorder->on_connect(recorder, sock);
+    end(recorder);
+}
+
+static void on_read(sk_socket_t *sock, const void *data, size_t length, long tag, void *userdata) {
+    recorder_t *recorder = userdata;
+    begin(recorder);
+    CHECK(data != NULL && length > 0);
+    pthread_mutex_lock(&recorder->lock);
+    if (recorder->byte_count + length > recorder->byte_capacity) {
+        while (recorder->byte_count + length > recorder->byte_capacity) {
+            recorder->byte_capacity = recorder->byte_capacity ? recorder->byte_capacity * 2 : 4096;
+        }
+        recorder->bytes = realloc(recorder->bytes, recorder->byte_capacity);
+        CHECK(recorder->bytes != NULL);
+    }
+    memcpy(recorder->bytes + recorder->byte_count, data, length);
+    recorder->byte_count += length;
+    pthread_mutex_unlock(&recorder->lock);
+    event_t event = {.kind = EVENT_READ, .sock = sock, .tag = tag, .length = length};
+    memcpy(event.text, data, length < sizeof event.text - 1 ? length : sizeof event.text - 1);
+    record(recorder, event);
+    if (recorder->on_read) recorder->on_read(recorder, sock, data, length, tag);
+    end(recorder);
+}
+
+static void on_read_partial(sk_socket_t *sock, size_t length, long tag, void *userdata) {
+    recorder_t *recorder = userdata;
+    begin(recorder);
+    event_t event = {.kind = EVENT_READ_PARTIAL, .sock = sock, .tag = tag, .length = length};
+    record(recorder, event);
+    end(recorder);
+}
+
+static double on_read_timeout(sk_socket_t *sock, long tag, double elapsed, size_t done, void *userdata) {
+    recorder_t *recorder = userdata;
+    begin(recorder);
+    event_t event = {.kind = EVENT_READ_TIMEOUT, .sock = sock, .tag = tag, .length = done, .elapsed = elapsed};
+    record(recorder, event);
+    double extension = 0;
+    pthread_mutex_lock(&recorder->lock);
+    if (recorder->read_extension_count > 0) {
+        extension = recorder->read_extensions[0];
+        memmove(recorder->read_extensions, recorder->read_extensions + 1, sizeof(double) * 7);
+        recorder->read_extension_count--;
+    }
+    pthread_mutex_unlock(&recorder->lock);
+    end(recorder);
+    return extension;
+}
+
+static void on_write(sk_socket_t *sock, long tag, void *userdata) {
+    recorder_t *recorder = userdata;
+    begin(recorder);
+    event_t event = {.kind = EVENT_WRITE, .sock = sock, .tag = tag};
+    record(recorder, event);
+    end(recorder);
+}
+
+static void on_write_partial(sk_socket_t *sock, size_t length, long tag, void *userdata) {
+    recorder_t *recorder = userdata;
+    begin(recorder);
+    event_t event = {.kind = EVENT_WRITE_PARTIAL, .sock = sock, .tag = tag, .length = length};
+    record(recorder, event);
+    end(recorder);
+}
+
+static double on_write_timeout(sk_socket_t *sock, long tag, double elapsed, size_t done, void *userdata) {
+    recorder_t *recorder = userdata;
+    begin(recorder);
+    event_t event = {.kind = EVENT_WRITE_TIMEOUT, .sock = sock, .tag = tag, .length = done, .elapsed = elapsed};
+    record(recorder, event);
+    double extension = 0;
+    pthread_mutex_lock(&recorder->lock);
+    if (recorder->write_extension_count > 0) {
+        extension = recorder->write_extensions[0];
+        memmove(recorder->write_extensions, recorder->write_extensions + 1, sizeof(double) * 7);
+        recorder->write_extension_count--;
+    }
+    pthread_mutex_unlock(&recorder->lock);
+    end(recorder);
+    return extension;
+}
+
+static void on_close_read_stream(sk_socket_t *sock, void *userdata) {
+    recorder_t *recorder = userdata;
+    begin(recorder);
+    event_t event = {.kind = EVENT_CLOSE_READ_STREAM, .sock = sock};
+    record(recorder, event);
+    end(recorder);
+}
+
+static void on_high_watermark(sk_socket_t *sock, size_t queued, void *userdata) {
+    recorder_t *recorder = userdata;
+    begin(recorder);
+    event_t event = {.kind = EVENT_HIGH_WATERMARK, .sock = sock, .length = queued};
+    record(recorder, event);
+    end(recorder);
+}
+
+static void on_low_watermark(sk_socket_t *sock, size_t queued, void *userdata) {
+    recorder_t *recorder = userdata;
+    begin(recorder);
+    event_t event = {.kind = EVENT_LOW_WATERMARK, .sock = sock, .length = queued};
+    record(recorder, event);
+    end(recorder);
+}
+
+static void on_disconnect(sk_socket_t *sock, const sk_error_t *error, void *userdata) {
+    recorder_t *recorder = userdata;
+    begin(recorder);
+    event_t event = {.kind = EVENT_DISCONNECT, .sock = sock};
+    if (error) {
+        event.error_code = error->code;
+        event.os_error = error->os_error;
+        CHECK(error->code < 0);
+        CHECK(strlen(error->message) > 0);
+        snprintf(event.text, sizeof event.text, "%s", error->message);
+    }
+    record(recorder, event);
+    pthread_mutex_lock(&recorder->lock);
+    recorder->disconnected = 1;
+    pthread_mutex_unlock(&recorder->lock);
+    if (recorder->on_disconnect) recorder->on_disconnect(recorder, sock, error);
+    end(recorder);
+}
+
+sk_socket_delegate_t recorder_delegate(void) {
+    sk_socket_delegate_t delegate;
+    memset(&delegate, 0, sizeof delegate);
+    delegate.did_accept = on_accept;
+    delegate.new_socket_loop_for_connection = on_new_socket_loop;
+    delegate.did_pause_accepting = on_pause_accepting;
+    delegate.did_connect = on_connect;
+    delegate.did_read = on_read;
+    delegate.did_read_partial = on_read_partial;
+    delegate.should_timeout_read = on_read_timeout;
+    delegate.did_write = on_write;
+    delegate.did_write_partial = on_write_partial;
+    delegate.should_timeout_write = on_write_timeout;
+    delegate.did_close_read_stream = on_close_read_stream;
+    delegate.did_reach_high_watermark = on_high_watermark;
+    delegate.did_drain_to_low_watermark = on_low_watermark;
+    delegate.did_disconnect = on_disconnect;
+    return delegate;
+}
+
+static size_t count_locked(recorder_t *recorder, event_kind_t kind) {
+    size_t found = 0;
+    for (size_t i = 0; i < recorder->count; i++) {
+        if (recorder->events[i].kind == kind) found++;
+    }
+    return found;
+}
+
+size_t recorder_count(recorder_t *recorder, event_kind_t kind) {
+    pthread_mutex_lock(&recorder->lock);
+    size_t found = count_locked(recorder, kind);
+    pthread_mutex_unlock(&recorder->lock);
+    return found;
+}
+
+static struct timespec deadline_after(double seconds) {
+    struct timespec limit;
+    clock_gettime(CLOCK_MONOTONIC, &limit);
+    long long nanoseconds = (long long)(seconds * 1e9) + limit.tv_nsec;
+    limit.tv_sec += (time_t)(nanoseconds / 1000000000LL);
+    limit.tv_nsec = (long)(nanoseconds % 1000000000LL);
+    return limit;
+}
+
+int recorder_wait(recorder_t *recorder, event_kind_t kind, size_t count, double seconds) {
+    struct timespec limit = deadline_after(seconds);
+    pthread_mutex_lock(&recorder->lock);
+    int ok = 1;
+    while (count_locked(recorder, kind) < count) {
+        if (pthread_cond_timedwait(&recorder->changed, &recorder->lock, &limit) == ETIMEDOUT) {
+            ok = count_locked(recorder, kind) >= count;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&recorder->lock);
+    return ok;
+}
+
+void recorder_expect(recorder_t *recorder, event_kind_t kind, size_t count) {
+    if (!recorder_wait(recorder, kind, count, WAIT_SECONDS)) {
+        fprintf(stderr, "timed out waiting for %zu events of kind %d (have %zu)\n", count, (int)kind,
+                recorder_count(recorder, kind));
+        abort();
+    }
+}
+
+void recorder_expect_bytes(recorder_t *recorder, size_t count) {
+    struct timespec limit = deadline_after(WAIT_SECONDS);
+    pthread_mutex_lock(&recorder->lock);
+    while (recorder->byte_count < count) {
+        if (pthread_cond_timedwait(&recorder->changed, &recorder->lock, &limit) == ETIMEDOUT) break;
+    }
+    size_t have = recorder->byte_count;
+    pthread_mutex_unlock(&recorder->lock);
+    if (have < count) {
+        fprintf(stderr, "timed out waiting for %zu bytes (have %zu)\n", count, have);
+        abort();
+    }
+}
+
+event_t recorder_event(recorder_t *recorder, event_kind_t kind, size_t index) {
+    pthread_mutex_lock(&recorder->lock);
+    size_t seen = 0;
+    for (size_t i = 0; i < recorder->count; i++) {
+        if (recorder->events[i].kind != kind) continue;
+        if (seen++ == index) {
+            event_t event = recorder->events[i];
+            pthread_mutex_unlock(&recorder->lock);
+            return event;
+        }
+    }
+    pthread_mutex_unlock(&recorder->lock);
+    fprintf(stderr, "no event %zu of kind %d\n", index, (int)kind);
+    abort();
+}
+
+event_t *recorder_events(recorder_t *recorder, size_t *count) {
+    pthread_mutex_lock(&recorder->lock);
+    *count = recorder->count;
+    event_t *copy = malloc((recorder->count + 1) * sizeof(event_t));
+    CHECK(copy != NULL);
+    memcpy(copy, recorder->events, recorder->count * sizeof(event_t));
+    pthread_mutex_unlock(&recorder->lock);
+    return copy;
+}
+
+sk_socket_t *recorder_accepted(recorder_t *recorder, size_t index) {
+    recorder_expect(recorder, EVENT_ACCEPT, index + 1);
+    pthread_mutex_lock(&recorder->lock);
+    sk_socket_t *sock = recorder->accepted[index];
+    pthread_mutex_unlock(&recorder->lock);
+    return sock;
+}
+
+void recorder_notify(recorder_t *recorder) {
+    pthread_mutex_lock(&recorder->lock);
+    pthread_cond_broadcast(&recorder->changed);
+    pthread_mutex_unlock(&recorder->lock);
+}
+
+sk_socket_t *recorded_socket(recorder_t *recorder, sk_callback_queue_t *queue) {
+    sk_socket_delegate_t delegate = recorder_delegate();
+    sk_socket_t *sock = NULL;
+    sk_error_t error;
+    int status = sk_socket_create(&delegate, sizeof delegate, recorder, queue, NULL, &sock, &error);
+    if (status != SK_OK) fprintf(stderr, "sk_socket_create: %s\n", error.message);
+    CHECK_EQ(status, SK_OK);
+    CHECK(sock != NULL);
+    return sock;
+}
+
+sk_socket_t *recorded_listener(recorder_t *recorder, uint16_t *port) {
+    sk_socket_t *listener = recorded_socket(recorder, NULL);
+    sk_error_t error;
+    int status = sk_socket_accept_on_interface(listener, "127.0.0.1", 0, &error);
+    if (status != SK_OK) fprintf(stderr, "accept: %s\n", error.message);
+    CHECK_EQ(status, SK_OK);
+    CHECK_EQ(sk_socket_get_local_port(listener, port), SK_OK);
+    CHECK(*port != 0);
+    return listener;
+}
+
+static int wait_for(int fd, short events) {
+    struct pollfd descriptor = {.fd = fd, .events = events};
+    return poll(&descriptor, 1, (int)(WAIT_SECONDS * 1000)) == 1;
+}
+
+static socklen_t make_address(const char *text, uint16_t port, struct sockaddr_storage *storage) {
+    memset(storage, 0, sizeof *storage);
+    struct sockaddr_in *ipv4 = (struct sockaddr_in *)storage;
+    struct sockaddr_in6 *ipv6 = (struct sockaddr_in6 *)storage;
+    if (inet_pton(AF_INET, text, &ipv4->sin_addr) == 1) {
+        ipv4->sin_family = AF_INET;
+        ipv4->sin_port = htons(port);
+        return sizeof *ipv4;
+    }
+    CHECK(inet_pton(AF_INET6, text, &ipv6->sin6_addr) == 1);
+    ipv6->sin6_family = AF_INET6;
+    ipv6->sin6_port = htons(port);
+    return sizeof *ipv6;
+}
+
+int raw_listen(const char *address, uint16_t *port, int backlog) {
+    struct sockaddr_storage storage;
+    socklen_t length = make_address(address, *port, &storage);
+    int fd = socket(storage.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    CHECK(bind(fd, (struct sockaddr *)&storage, length) == 0);
+    CHECK(listen(fd, backlog) == 0);
+    length = sizeof storage;
+    CHECK(getsockname(fd, (struct sockaddr *)&storage, &length) == 0);
+    *port = ntohs(storage.ss_family == AF_INET ? ((struct sockaddr_in *)&storage)->sin_port
+                                               : ((struct sockaddr_in6 *)&storage)->sin6_port);
+    return fd;
+}
+
+int raw_connect(const char *address, uint16_t port) {
+    struct sockaddr_storage storage;
+    socklen_t length = make_address(address, port, &storage);
+    int fd = socket(storage.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    CHECK(connect(fd, (struct sockaddr *)&storage, length) == 0);
+    return fd;
+}
+
+int raw_accept(int listener) {
+    CHECK(wait_for(listener, POLLIN));
+    int fd = accept(listener, NULL, NULL);
+    CHECK(fd >= 0);
+    return fd;
+}
+
+void raw_send(int fd, const void *data, size_t length) {
+    const unsigned char *bytes = data;
+    while (length > 0) {
+        CHECK(wait_for(fd, POLLOUT));
+        ssize_t sent = send(fd, bytes, length, MSG_NOSIGNAL);
+        CHECK(sent > 0);
+        bytes += sent;
+        length -= (size_t)sent;
+    }
+}
+
+void raw_receive(int fd, void *data, size_t length) {
+    unsigned char *bytes = data;
+    while (length > 0) {
+        CHECK(wait_for(fd, POLLIN));
+        ssize_t got = recv(fd, bytes, length, 0);
+        CHECK(got > 0);
+        bytes += got;
+        length -= (size_t)got;
+    }
+}
+
+size_t raw_receive_until_eof(int fd, void *data, size_t capacity) {
+    unsigned char *bytes = data;
+    size_t total = 0;
+    for (;;) {
+        CHECK(wait_for(fd, POLLIN));
+        ssize_t got = recv(fd, bytes + total, capacity - total, 0);
+        CHECK(got >= 0);
+        if (got == 0) return total;
+        total += (size_t)got;
+        CHECK(total < capacity);
+    }
+}
+
+void fill_pattern(unsigned char *data, size_t length, unsigned seed) {
+    for (size_t i = 0; i < length; i++) data[i] = (unsigned char)((i * 31u + seed) % 251u);
+}

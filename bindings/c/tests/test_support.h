@@ -1,0 +1,153 @@
+/*
+ * test_support.h - the C test suite's helpers: checks that abort with a location, a
+ * delegate that records every callback and lets a test wait for what it expects (a
+ * condition variable with a deadline: no sleeps), and plain blocking peers made with the
+ * system calls directly.
+ *
+ * Each test is a function `void test_NAME(void)` listed in test_list.h; the runner starts
+ * every test in a process of its own, with a timeout, under valgrind and sanitizers.
+ */
+#ifndef TEST_SUPPORT_H
+#define TEST_SUPPORT_H
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <socketkit.h>
+
+#define CHECK(condition)                                                                     \
+    do {                                                                                     \
+        if (!(condition)) {                                                                  \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #condition);   \
+            abort();                                                                         \
+        }                                                                                    \
+    } while (0)
+
+#define CHECK_EQ(actual, expected)                                                           \
+    do {                                                                                     \
+        long long check_actual_ = (long long)(actual);                                       \
+        long long check_expected_ = (long long)(expected);                                   \
+        if (check_actual_ != check_expected_) {                                              \
+            fprintf(stderr, "%s:%d: %s is %lld, expected %s (%lld)\n", __FILE__, __LINE__,  \
+                    #actual, check_actual_, #expected, check_expected_);                     \
+            abort();                                                                         \
+        }                                                                                    \
+    } while (0)
+
+#define CHECK_STR(actual, expected)                                                          \
+    do {                                                                                     \
+        const char *check_actual_ = (actual);                                                \
+        const char *check_expected_ = (expected);                                            \
+        if (strcmp(check_actual_, check_expected_) != 0) {                                   \
+            fprintf(stderr, "%s:%d: %s is \"%s\", expected \"%s\"\n", __FILE__, __LINE__,    \
+                    #actual, check_actual_, check_expected_);                                \
+            abort();                                                                         \
+        }                                                                                    \
+    } while (0)
+
+/* Seconds every wait allows before the test fails. */
+#define WAIT_SECONDS 20.0
+
+typedef enum event_kind {
+    EVENT_ACCEPT,
+    EVENT_PAUSE_ACCEPTING,
+    EVENT_CONNECT,
+    EVENT_READ,
+    EVENT_READ_PARTIAL,
+    EVENT_READ_TIMEOUT,
+    EVENT_WRITE,
+    EVENT_WRITE_PARTIAL,
+    EVENT_WRITE_TIMEOUT,
+    EVENT_CLOSE_READ_STREAM,
+    EVENT_HIGH_WATERMARK,
+    EVENT_LOW_WATERMARK,
+    EVENT_DISCONNECT
+} event_kind_t;
+
+typedef struct event {
+    event_kind_t kind;
+    sk_socket_t *sock;
+    long tag;
+    size_t length;          /* bytes read/written, queued bytes, or done (timeouts) */
+    double elapsed;         /* timeouts */
+    int error_code;         /* disconnect: 0 for a clean close; pause: the code */
+    int os_error;
+    char text[SK_ERROR_MESSAGE_CAPACITY]; /* connect: host; read: first bytes; errors: message */
+    pthread_t thread;       /* the thread the callback ran on */
+} event_t;
+
+typedef struct recorder recorder_t;
+
+struct recorder {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    event_t *events;
+    size_t count;
+    size_t capacity;
+    unsigned char *bytes;   /* every byte read, in order */
+    size_t byte_count;
+    size_t byte_capacity;
+    sk_socket_t *accepted[256];
+    size_t accepted_count;
+    int running;            /* callbacks currently running */
+    int overlaps;           /* callbacks that ran while another did */
+    int after_disconnect;   /* callbacks after did_disconnect of the same session */
+    int disconnected;
+    /* Behaviour: extensions granted to timed-out reads/writes (consumed in order). */
+    double read_extensions[8];
+    int read_extension_count;
+    double write_extensions[8];
+    int write_extension_count;
+    int loop_index_for_connections; /* returned by new_socket_loop_for_connection */
+    /* Hooks, run inside the callback after it is recorded. */
+    void (*on_accept)(recorder_t *recorder, sk_socket_t *listener, sk_socket_t *new_socket);
+    void (*on_connect)(recorder_t *recorder, sk_socket_t *sock);
+    void (*on_read)(recorder_t *recorder, sk_socket_t *sock, const void *data, size_t length, long tag);
+    void (*on_disconnect)(recorder_t *recorder, sk_socket_t *sock, const sk_error_t *error);
+    void *context;
+};
+
+void recorder_init(recorder_t *recorder);
+/* Releases every accepted socket still held, then frees the recorder's memory. */
+void recorder_destroy(recorder_t *recorder);
+/* A delegate whose every member records into the recorder given as userdata. */
+sk_socket_delegate_t recorder_delegate(void);
+
+size_t recorder_count(recorder_t *recorder, event_kind_t kind);
+/* Waits until at least `count` events of `kind` were recorded; fails the test otherwise. */
+void recorder_expect(recorder_t *recorder, event_kind_t kind, size_t count);
+/* As recorder_expect, but returns 0 instead of failing (for "nothing happens" checks). */
+int recorder_wait(recorder_t *recorder, event_kind_t kind, size_t count, double seconds);
+/* Waits until `count` bytes have been read. */
+void recorder_expect_bytes(recorder_t *recorder, size_t count);
+/* The n-th event of `kind` (0-based); fails the test if there is none. */
+event_t recorder_event(recorder_t *recorder, event_kind_t kind, size_t index);
+/* A copy of the events (free() it) and their count. */
+event_t *recorder_events(recorder_t *recorder, size_t *count);
+/* The first accepted socket, waiting for it; the recorder keeps (and releases) it. */
+sk_socket_t *recorder_accepted(recorder_t *recorder, size_t index);
+/* Wakes waiters (for hooks that change what they look at). */
+void recorder_notify(recorder_t *recorder);
+
+/* A socket with the recorder as delegate and `queue` (NULL: the event loop). */
+sk_socket_t *recorded_socket(recorder_t *recorder, sk_callback_queue_t *queue);
+/* A listener on 127.0.0.1, kernel-picked port written to *port. */
+sk_socket_t *recorded_listener(recorder_t *recorder, uint16_t *port);
+
+/* Plain blocking sockets (every wait bounded). */
+int raw_listen(const char *address, uint16_t *port, int backlog);
+int raw_connect(const char *address, uint16_t port);
+int raw_accept(int listener);
+void raw_send(int fd, const void *data, size_t length);
+void raw_receive(int fd, void *data, size_t length);   /* exactly length bytes */
+size_t raw_receive_until_eof(int fd, void *data, size_t capacity);
+
+/* Fills a buffer with a checkable pattern. */
+void fill_pattern(unsigned char *data, size_t length, unsigned seed);
+
+/* Monotonic seconds. */
+double now_seconds(void);
+
+#endif

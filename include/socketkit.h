@@ -1,0 +1,547 @@
+/*
+ * socketkit.h - SocketKit, asynchronous TCP and Unix-domain sockets with the programming
+ * model of CocoaAsyncSocket (GCDAsyncSocket): queued reads and writes with tags and
+ * timeouts, framing (available bytes, exactly N bytes, up to a separator), listeners whose
+ * connections arrive as new sockets, and a delegate of callbacks.
+ *
+ *     cc app.c $(pkg-config --cflags --libs socketkit)
+ *
+ * ---------------------------------------------------------------------------------------
+ * CONVENTIONS
+ *
+ * Names      sk_<object>_<verb>, after the Objective-C selectors in snake_case:
+ *            connectToHost:onPort:withTimeout:error: -> sk_socket_connect_to_host.
+ * Results    Functions that can fail return an int: SK_OK (0) or a negative SK_ERR_*
+ *            code. Most take a last `sk_error_t *error` that, when not NULL, receives
+ *            the code, the OS errno (or resolver EAI_* value) and a readable message.
+ *            sk_strerror() and sk_error_name() name every code.
+ * Handles    Opaque pointers created by sk_*_create and given up by sk_*_release.
+ *            The library keeps a registry of live handles: a NULL, released, stale or
+ *            wrong-kind handle makes a call fail with SK_ERR_INVALID_HANDLE; it never
+ *            crashes the process. Objects keep what they use alive internally, so
+ *            handles may be released in any order.
+ * Memory     Data passed to a callback is borrowed for the duration of the call only.
+ *            sk_socket_write() copies; sk_socket_write_no_copy() borrows until its
+ *            release function runs. Strings returned by sk_version(), sk_strerror() and
+ *            sk_error_name() are static.
+ * Timeouts   Seconds, as a double: negative = none; 0 = fail unless the operation can
+ *            complete at once; positive = measured from when the operation reaches the
+ *            front of its queue. On expiry the delegate may extend it.
+ *
+ * THREADS
+ *
+ * Every function may be called from any thread, including from inside callbacks.
+ * Each socket lives on one event loop (one thread); calls hop onto it, and run inline
+ * when made on that thread. Functions never wait for a loop, except sk_socket_release()
+ * and sk_socket_set_delegate(), which wait for a callback of that socket running on
+ * another thread to return (not when called from inside that callback), and
+ * sk_loop_group_release(), which joins the group's threads (unless called on one of them).
+ *
+ * Callbacks of one socket run on its callback queue, never two at a time, in the order
+ * the events happened; did_disconnect is the last callback of a connection (or listener,
+ * or connection attempt). Callback queues:
+ *   - NULL: the socket's own event loop thread. Fastest; a callback must not block.
+ *   - sk_callback_queue_create_serial(): a thread of its own, shared by any number of
+ *     sockets (the GCD serial delegate queue).
+ *   - sk_callback_queue_create_host(): callbacks wait until the host calls
+ *     sk_callback_queue_drain(); sk_callback_queue_fd() is readable while callbacks are
+ *     pending, for poll(2), epoll, GLib or asyncio loops.
+ *
+ * SIGNALS
+ *
+ * SocketKit never raises SIGPIPE: every send uses MSG_NOSIGNAL. A peer that resets reports
+ * SK_ERR_SYSTEM with errno EPIPE or ECONNRESET through did_disconnect. SocketKit's threads
+ * block asynchronous signals, so the host's signal handlers run on the host's threads.
+ *
+ * FORK
+ *
+ * The library is not fork-safe once a socket, queue or group exists (its threads do not
+ * survive fork). After fork, use SocketKit only in the parent, or exec in the child.
+ *
+ * ABI
+ *
+ * The library exports only sk_* symbols, versioned SOCKETKIT_0, with soname
+ * libsocketkit.so.0. Compare SK_VERSION_NUMBER with sk_version_number() to detect a header
+ * and library mismatch. Delegate structs are passed with their size, so members can be
+ * added at the end without breaking older callers.
+ * ---------------------------------------------------------------------------------------
+ */
+#ifndef SOCKETKIT_H
+#define SOCKETKIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ======================================================================================
+ * Version
+ * ====================================================================================== */
+
+#define SK_VERSION_MAJOR 0
+#define SK_VERSION_MINOR 1
+#define SK_VERSION_PATCH 0
+/* MAJOR * 10000 + MINOR * 100 + PATCH */
+#define SK_VERSION_NUMBER 100
+#define SK_VERSION_STRING "0.1.0"
+
+/* The library's version as "MAJOR.MINOR.PATCH". Static string. */
+const char *sk_version(void);
+
+/* The library's SK_VERSION_NUMBER. */
+unsigned sk_version_number(void);
+
+/* ======================================================================================
+ * Errors
+ * ====================================================================================== */
+
+typedef enum sk_error_code {
+    SK_OK = 0,
+    /* Not valid in the socket's state or configuration: already connected, not connected,
+     * no delegate, both address families disabled, reads or writes after
+     * sk_socket_disconnect_after_*, a stopped event loop. */
+    SK_ERR_BAD_CONFIG = -1,
+    /* An argument is not acceptable: NULL where a pointer is required, empty host, zero
+     * length, empty separator, maximum shorter than the separator, offset outside the
+     * buffer, unknown interface, out-of-range number. */
+    SK_ERR_BAD_PARAM = -2,
+    /* The connect timeout passed before the connection was established. */
+    SK_ERR_CONNECT_TIMEOUT = -3,
+    /* A read timed out and the delegate did not extend it. */
+    SK_ERR_READ_TIMEOUT = -4,
+    /* A write timed out and the delegate did not extend it. */
+    SK_ERR_WRITE_TIMEOUT = -5,
+    /* A read to a separator reached its maximum length without the separator. */
+    SK_ERR_READ_MAXED_OUT = -6,
+    /* The peer closed the connection while the socket was meant to stay open. */
+    SK_ERR_CLOSED = -7,
+    /* Anything else; see the message. */
+    SK_ERR_OTHER = -8,
+    /* An operating-system call failed; os_error holds errno. */
+    SK_ERR_SYSTEM = -9,
+    /* A host name did not resolve; os_error holds the resolver's EAI_* code. */
+    SK_ERR_RESOLUTION = -10,
+    /* A handle was NULL, released, stale or of the wrong kind. */
+    SK_ERR_INVALID_HANDLE = -11
+} sk_error_code_t;
+
+#define SK_ERROR_MESSAGE_CAPACITY 256
+
+typedef struct sk_error {
+    int code;                                  /* SK_OK or SK_ERR_* */
+    int os_error;                              /* errno, EAI_* value, or 0 */
+    char message[SK_ERROR_MESSAGE_CAPACITY];   /* NUL-terminated, possibly truncated */
+} sk_error_t;
+
+/* A sentence describing `code` ("read timed out"). Static; "unknown error" for others. */
+const char *sk_strerror(int code);
+
+/* The name of `code` ("SK_ERR_READ_TIMEOUT"). Static; "SK_ERR_UNKNOWN" for others. */
+const char *sk_error_name(int code);
+
+/* ======================================================================================
+ * Event loop groups
+ *
+ * A group is a fixed set of event loops, one thread each. Sockets take the next loop of
+ * their group, and a listener spreads the connections it accepts over its group's loops.
+ * A process-wide default group (one loop per online CPU) serves sockets created with a
+ * NULL group, so simple programs never create one.
+ * ====================================================================================== */
+
+typedef struct sk_loop_group sk_loop_group_t;
+
+/* Creates a group of `loop_count` loops (1...1024) and their threads.
+ * Errors: SK_ERR_BAD_PARAM (count out of range or out_group NULL), SK_ERR_SYSTEM (no
+ * descriptors or threads left). */
+int sk_loop_group_create(int loop_count, sk_loop_group_t **out_group, sk_error_t *error);
+
+/* The number of loops of `group` (NULL: the default group), or SK_ERR_INVALID_HANDLE. */
+int sk_loop_group_loop_count(sk_loop_group_t *group);
+
+/* Releases the handle and stops the group: sockets still open on its loops are closed and
+ * get did_disconnect with SK_ERR_BAD_CONFIG; then its threads are joined. Called on one
+ * of the group's own loop threads, the stop completes in the background instead.
+ * Errors: SK_ERR_INVALID_HANDLE. */
+int sk_loop_group_release(sk_loop_group_t *group);
+
+/* ======================================================================================
+ * Callback queues
+ * ====================================================================================== */
+
+typedef struct sk_callback_queue sk_callback_queue_t;
+
+/* A queue with a thread of its own (named `name`, may be NULL), shareable by any number of
+ * sockets. Errors: SK_ERR_BAD_PARAM (out_queue NULL), SK_ERR_SYSTEM (no thread). */
+int sk_callback_queue_create_serial(const char *name, sk_callback_queue_t **out_queue, sk_error_t *error);
+
+/* A host-driven queue: callbacks wait until sk_callback_queue_drain() runs them on the
+ * calling thread. Errors: SK_ERR_BAD_PARAM, SK_ERR_SYSTEM (no descriptor left). */
+int sk_callback_queue_create_host(sk_callback_queue_t **out_queue, sk_error_t *error);
+
+/* The descriptor of a host-driven queue: readable exactly while callbacks are pending.
+ * Owned by the queue (do not close it). Returns it, or SK_ERR_INVALID_HANDLE, or
+ * SK_ERR_BAD_CONFIG for a serial queue. */
+int sk_callback_queue_fd(sk_callback_queue_t *queue);
+
+/* Runs pending callbacks of a host-driven queue on the calling thread, in order: at most
+ * `max_callbacks` (0 or negative: no limit). Returns how many ran, or SK_ERR_INVALID_HANDLE,
+ * or SK_ERR_BAD_CONFIG for a serial queue. One thread drains at a time: a concurrent or
+ * nested call returns 0. */
+int sk_callback_queue_drain(sk_callback_queue_t *queue, int max_callbacks);
+
+/* Releases the handle. Sockets using the queue keep it (and its thread) alive; a serial
+ * queue's thread ends once nothing uses it. Errors: SK_ERR_INVALID_HANDLE. */
+int sk_callback_queue_release(sk_callback_queue_t *queue);
+
+/* ======================================================================================
+ * Sockets
+ * ====================================================================================== */
+
+typedef struct sk_socket sk_socket_t;
+
+/*
+ * The delegate: what a socket tells you. Every member is optional (NULL = not interested).
+ * Each runs on the socket's callback queue with the `userdata` given with the delegate.
+ * Pointers passed to a callback are valid only during that call.
+ */
+typedef struct sk_socket_delegate {
+    /* A listener accepted a connection. `new_socket` is yours: one reference, released
+     * with sk_socket_release() (if this member is NULL, the connection is closed). It has
+     * the listener's delegate, userdata and callback queue; change them here if you like,
+     * before queueing reads. */
+    void (*did_accept)(sk_socket_t *listener, sk_socket_t *new_socket, void *userdata);
+
+    /* Asked on the listener's event loop thread (not the callback queue) before a new
+     * connection is wrapped: the index of the loop of the listener's group it should live
+     * on, or -1 for the next one. */
+    int (*new_socket_loop_for_connection)(sk_socket_t *listener, const struct sockaddr *address,
+                                          socklen_t address_length, void *userdata);
+
+    /* A listener could not accept (out of descriptors or memory) and backs off, retrying
+     * by itself from every 50 ms up to every second. Called once per episode. */
+    void (*did_pause_accepting)(sk_socket_t *listener, const sk_error_t *error, void *userdata);
+
+    /* A connection is up (outgoing, or adopted with sk_socket_create_from_fd). `host` is
+     * the peer's IP address and `port` its port; for Unix-domain sockets `host` is the
+     * path and `port` is 0. */
+    void (*did_connect)(sk_socket_t *sock, const char *host, uint16_t port, void *userdata);
+
+    /* A read completed: `length` bytes at `data` (for reads into your buffer, `data`
+     * points into it, at the offset you gave). */
+    void (*did_read)(sk_socket_t *sock, const void *data, size_t length, long tag, void *userdata);
+
+    /* A read to a length or separator made progress: `length` bytes added in this pass. */
+    void (*did_read_partial)(sk_socket_t *sock, size_t length, long tag, void *userdata);
+
+    /* The current read timed out. Return a positive number of seconds to extend it; 0 or
+     * less (or a NULL member) ends the connection with SK_ERR_READ_TIMEOUT. `elapsed` is
+     * the timeout plus the extensions granted so far. */
+    double (*should_timeout_read)(sk_socket_t *sock, long tag, double elapsed, size_t bytes_done, void *userdata);
+
+    /* A write was fully accepted by the kernel. */
+    void (*did_write)(sk_socket_t *sock, long tag, void *userdata);
+
+    /* A write made progress: `length` bytes written of it by this system call. */
+    void (*did_write_partial)(sk_socket_t *sock, size_t length, long tag, void *userdata);
+
+    /* As should_timeout_read, for the current write (SK_ERR_WRITE_TIMEOUT). */
+    double (*should_timeout_write)(sk_socket_t *sock, long tag, double elapsed, size_t bytes_done, void *userdata);
+
+    /* The peer closed its side while auto-disconnect-on-closed-read-stream is off: the
+     * socket stays open for writing. */
+    void (*did_close_read_stream)(sk_socket_t *sock, void *userdata);
+
+    /* Queued, unwritten bytes reached the high watermark: the peer is not keeping up. */
+    void (*did_reach_high_watermark)(sk_socket_t *sock, size_t queued_bytes, void *userdata);
+
+    /* Queued bytes drained to the low watermark after reaching the high one. */
+    void (*did_drain_to_low_watermark)(sk_socket_t *sock, size_t queued_bytes, void *userdata);
+
+    /* The connection, attempt or listener ended; always the last callback of it. `error`
+     * is NULL after sk_socket_disconnect() or a completed sk_socket_disconnect_after_*(),
+     * otherwise why (SK_ERR_CLOSED, SK_ERR_READ_TIMEOUT, SK_ERR_SYSTEM with ECONNREFUSED,
+     * SK_ERR_RESOLUTION, ...). The socket may connect or accept again. */
+    void (*did_disconnect)(sk_socket_t *sock, const sk_error_t *error, void *userdata);
+} sk_socket_delegate_t;
+
+/* ---- Lifetime ------------------------------------------------------------------------ */
+
+/* Creates a socket. `delegate` (may be NULL: no callbacks) is copied; pass
+ * sizeof(sk_socket_delegate_t) as `delegate_size`. `queue` NULL runs callbacks on the
+ * socket's loop; `group` NULL uses the default group.
+ * Errors: SK_ERR_BAD_PARAM (out_socket NULL, bad delegate_size), SK_ERR_INVALID_HANDLE
+ * (queue or group). */
+int sk_socket_create(const sk_socket_delegate_t *delegate, size_t delegate_size, void *userdata,
+                     sk_callback_queue_t *queue, sk_loop_group_t *group, sk_socket_t **out_socket,
+                     sk_error_t *error);
+
+/* Wraps an already connected TCP or Unix-domain stream socket. On success the socket owns
+ * `fd` (made non-blocking) and did_connect follows. On failure the caller keeps `fd`.
+ * Errors: as sk_socket_create, plus SK_ERR_BAD_PARAM (not a stream socket of a supported
+ * family) and SK_ERR_SYSTEM (ENOTCONN: not connected; EBADF, ENOTSOCK). */
+int sk_socket_create_from_fd(int fd, const sk_socket_delegate_t *delegate, size_t delegate_size,
+                             void *userdata, sk_callback_queue_t *queue, sk_loop_group_t *group,
+                             sk_socket_t **out_socket, sk_error_t *error);
+
+/* Releases the handle and closes the socket (pending reads and writes are dropped). Once
+ * it returns no callback of the socket starts and its userdata is not touched; a callback
+ * running on another thread is waited for (not when called from inside that callback).
+ * Callbacks of other sockets are unaffected. Errors: SK_ERR_INVALID_HANDLE. */
+int sk_socket_release(sk_socket_t *sock);
+
+/* Replaces the delegate and its userdata, synchronously (see sk_socket_release). */
+int sk_socket_set_delegate(sk_socket_t *sock, const sk_socket_delegate_t *delegate, size_t delegate_size,
+                           void *userdata);
+
+/* Moves the socket's callbacks to `queue` (NULL: its event loop). Callbacks already queued
+ * run first, in order. */
+int sk_socket_set_callback_queue(sk_socket_t *sock, sk_callback_queue_t *queue);
+
+/* The delegate's userdata. Errors: SK_ERR_INVALID_HANDLE, SK_ERR_BAD_PARAM. */
+int sk_socket_get_userdata(sk_socket_t *sock, void **out_userdata);
+
+/* ---- Configuration (read when a session starts; TCP options also apply at once) ----- */
+
+/* Address families used to connect and accept (both on by default). Return SK_OK,
+ * or for the getters 1/0, or SK_ERR_INVALID_HANDLE. */
+int sk_socket_set_ipv4_enabled(sk_socket_t *sock, int enabled);
+int sk_socket_is_ipv4_enabled(sk_socket_t *sock);
+int sk_socket_set_ipv6_enabled(sk_socket_t *sock, int enabled);
+int sk_socket_is_ipv6_enabled(sk_socket_t *sock);
+
+/* Which family a host name's addresses are tried in first (IPv4 by default). */
+int sk_socket_set_ipv4_preferred_over_ipv6(sk_socket_t *sock, int preferred);
+int sk_socket_is_ipv4_preferred_over_ipv6(sk_socket_t *sock);
+
+/* Seconds between starting one connection attempt and the next (Happy Eyeballs; 0.3 by
+ * default; negative or NaN become 0). */
+int sk_socket_set_alternate_address_delay(sk_socket_t *sock, double seconds);
+int sk_socket_get_alternate_address_delay(sk_socket_t *sock, double *out_seconds);
+
+/* 1 (default): a peer close ends the connection with SK_ERR_CLOSED once a read needs more
+ * bytes. 0: the socket stays open for writing and did_close_read_stream is called. */
+int sk_socket_set_auto_disconnect_on_closed_read_stream(sk_socket_t *sock, int enabled);
+int sk_socket_get_auto_disconnect_on_closed_read_stream(sk_socket_t *sock);
+
+/* The most bytes a read to a separator without explicit maximum may gather (16 MiB by
+ * default; at least 1). */
+int sk_socket_set_maximum_read_length(sk_socket_t *sock, size_t length);
+int sk_socket_get_maximum_read_length(sk_socket_t *sock, size_t *out_length);
+
+/* Write-queue watermarks in bytes (32 KiB / 64 KiB by default); needs low <= high. */
+int sk_socket_set_write_watermarks(sk_socket_t *sock, size_t low, size_t high, sk_error_t *error);
+int sk_socket_get_write_watermarks(sk_socket_t *sock, size_t *out_low, size_t *out_high);
+
+/* TCP_NODELAY (off by default). */
+int sk_socket_set_no_delay(sk_socket_t *sock, int enabled);
+int sk_socket_get_no_delay(sk_socket_t *sock);
+
+/* TCP keep-alive: probe after `idle` seconds without traffic, every `interval` seconds,
+ * give up after `count` probes (idle and interval 1...32767, count 1...127). `enabled` 0
+ * turns it off (the other values are then ignored). Off by default. */
+int sk_socket_set_keep_alive(sk_socket_t *sock, int enabled, int idle, int interval, int count, sk_error_t *error);
+int sk_socket_get_keep_alive(sk_socket_t *sock, int *out_enabled, int *out_idle, int *out_interval, int *out_count);
+
+/* SO_SNDBUF / SO_RCVBUF to request (0: the kernel's default; 0...INT_MAX). */
+int sk_socket_set_buffer_sizes(sk_socket_t *sock, int send_size, int receive_size, sk_error_t *error);
+int sk_socket_get_buffer_sizes(sk_socket_t *sock, int *out_send_size, int *out_receive_size);
+
+/* ---- Accepting ------------------------------------------------------------------------ */
+
+/* Listens on every interface, IPv4 and IPv6 (as enabled). Port 0 picks one free port for
+ * both families (see sk_socket_get_local_port). Accepted connections arrive in did_accept.
+ * Needs a delegate. Errors (synchronous): SK_ERR_BAD_CONFIG (already connected or
+ * accepting, no delegate, no family enabled), SK_ERR_SYSTEM (EADDRINUSE, EACCES, ...). */
+int sk_socket_accept_on_port(sk_socket_t *sock, uint16_t port, sk_error_t *error);
+
+/* Listens on `interface`: NULL for any, "localhost"/"loopback", an interface name ("eth0")
+ * or an IP address, optionally with a port ("eth0:8080", "[::1]:8080"; used when `port` is
+ * 0). Errors: as above, plus SK_ERR_BAD_PARAM (unknown interface). */
+int sk_socket_accept_on_interface(sk_socket_t *sock, const char *interface, uint16_t port, sk_error_t *error);
+
+/* Listens on a Unix-domain socket at `path`. A stale socket file there is replaced (a file
+ * that is not a socket fails with EADDRINUSE); the file is removed when the listener
+ * closes. Errors: SK_ERR_BAD_PARAM (empty path, longer than 107 bytes). */
+int sk_socket_accept_on_unix_path(sk_socket_t *sock, const char *path, sk_error_t *error);
+
+/* ---- Connecting ----------------------------------------------------------------------- */
+
+/* Connects to a host name, IP literal or "localhost". Resolution runs off the loop; every
+ * resolved address of the enabled families is tried, the preferred family first, a new
+ * attempt every alternate-address-delay or at once when one fails (Happy Eyeballs).
+ * `interface` (may be NULL) binds the local end: "eth0", an IP, "eth0:5000", or ":5000"
+ * for a local port only. `timeout` covers resolution and connecting. Reads and writes may
+ * be queued at once. The result: did_connect, or did_disconnect with SK_ERR_SYSTEM
+ * (ECONNREFUSED, ...), SK_ERR_RESOLUTION or SK_ERR_CONNECT_TIMEOUT.
+ * Errors (synchronous): SK_ERR_BAD_PARAM (empty host, bad interface, NaN timeout),
+ * SK_ERR_BAD_CONFIG (not disconnected, no delegate, no family enabled). */
+int sk_socket_connect_to_host(sk_socket_t *sock, const char *host, uint16_t port, const char *interface,
+                              double timeout, sk_error_t *error);
+
+/* Connects to a raw address: struct sockaddr_in, sockaddr_in6 or sockaddr_un, of exactly
+ * `address_length` bytes. Errors: as above, plus SK_ERR_BAD_PARAM (unsupported address). */
+int sk_socket_connect_to_address(sk_socket_t *sock, const struct sockaddr *address, socklen_t address_length,
+                                 const char *interface, double timeout, sk_error_t *error);
+
+/* Connects to a Unix-domain socket at `path`; did_connect reports the path. */
+int sk_socket_connect_to_unix_path(sk_socket_t *sock, const char *path, double timeout, sk_error_t *error);
+
+/* ---- Reading ---------------------------------------------------------------------------
+ * Reads are queued and complete in order, each with one did_read carrying its `tag`.
+ * They may be queued from the moment connect is called. All return SK_OK or, at once,
+ * SK_ERR_BAD_PARAM (invalid arguments), SK_ERR_BAD_CONFIG (not connected or connecting,
+ * a listener, after sk_socket_disconnect_after_*), SK_ERR_INVALID_HANDLE.
+ * A peer close before a read completes ends the connection with SK_ERR_CLOSED (bytes that
+ * arrived earlier are served first). */
+
+/* Whatever is available (at least one byte), at most `max_length` bytes when it is not 0. */
+int sk_socket_read(sk_socket_t *sock, size_t max_length, double timeout, long tag, sk_error_t *error);
+
+/* Whatever is available into `buffer` at `offset` (at most `max_length` when not 0, and no
+ * more than fits in `capacity - offset`). `buffer` must stay valid until the read completes
+ * or the socket disconnects. */
+int sk_socket_read_into(sk_socket_t *sock, void *buffer, size_t capacity, size_t offset, size_t max_length,
+                        double timeout, long tag, sk_error_t *error);
+
+/* Exactly `length` bytes (length > 0). */
+int sk_socket_read_to_length(sk_socket_t *sock, size_t length, double timeout, long tag, sk_error_t *error);
+
+/* Exactly `length` bytes into `buffer` at `offset` (capacity - offset >= length). */
+int sk_socket_read_to_length_into(sk_socket_t *sock, size_t length, void *buffer, size_t capacity, size_t offset,
+                                  double timeout, long tag, sk_error_t *error);
+
+/* Up to and including `separator` (copied; `separator_length` > 0). With `max_length` > 0
+ * (it must be >= separator_length) the connection ends with SK_ERR_READ_MAXED_OUT once that
+ * many bytes arrived without the separator; with 0 the socket's maximum read length
+ * applies. Separators: SK_CRLF, SK_CR, SK_LF with their lengths, or SK_ZERO with length 1. */
+int sk_socket_read_to_data(sk_socket_t *sock, const void *separator, size_t separator_length, size_t max_length,
+                           double timeout, long tag, sk_error_t *error);
+
+/* Up to and including `separator` into `buffer` at `offset`; the room left caps the length. */
+int sk_socket_read_to_data_into(sk_socket_t *sock, const void *separator, size_t separator_length, void *buffer,
+                                size_t capacity, size_t offset, size_t max_length, double timeout, long tag,
+                                sk_error_t *error);
+
+#define SK_CRLF "\r\n"
+#define SK_CR "\r"
+#define SK_LF "\n"
+#define SK_ZERO "\0"
+
+/* The progress of the current read: returns 1 and fills the outputs (each may be NULL) when
+ * a read is under way, 0 when none is, or SK_ERR_INVALID_HANDLE. `total` is 0 when not
+ * known in advance (reads of available data or to a separator). */
+int sk_socket_read_progress(sk_socket_t *sock, long *out_tag, size_t *out_done, size_t *out_total);
+
+/* ---- Writing ---------------------------------------------------------------------------
+ * Writes are queued and go out in order (several per system call); did_write reports each
+ * once the kernel accepted all its bytes. Same synchronous errors as reads; zero-length
+ * writes are SK_ERR_BAD_PARAM. */
+
+/* Queues a copy of `length` bytes at `data`. */
+int sk_socket_write(sk_socket_t *sock, const void *data, size_t length, double timeout, long tag, sk_error_t *error);
+
+/* Queues `length` bytes at `data` without copying. `release` (may be NULL) is called
+ * exactly once, with `data` and `release_context`, on the socket's loop thread, when the
+ * bytes are no longer needed (written, or dropped by a disconnect). If this call fails,
+ * `release` is not called: the bytes stay yours. */
+int sk_socket_write_no_copy(sk_socket_t *sock, const void *data, size_t length,
+                            void (*release)(void *data, void *release_context), void *release_context,
+                            double timeout, long tag, sk_error_t *error);
+
+/* The progress of the current write; as sk_socket_read_progress. */
+int sk_socket_write_progress(sk_socket_t *sock, long *out_tag, size_t *out_done, size_t *out_total);
+
+/* Bytes queued and not yet accepted by the kernel. */
+int sk_socket_get_queued_write_bytes(sk_socket_t *sock, size_t *out_bytes);
+
+/* ---- Disconnecting -------------------------------------------------------------------- */
+
+/* Closes now: pending reads and writes are dropped without callbacks, then did_disconnect
+ * (error NULL) follows the callbacks already queued. Does nothing on a disconnected
+ * socket. Errors: SK_ERR_INVALID_HANDLE. */
+int sk_socket_disconnect(sk_socket_t *sock);
+
+/* Closes once every queued read completed; new reads and writes are refused. */
+int sk_socket_disconnect_after_reading(sk_socket_t *sock);
+
+/* Closes once every queued write was written (a FIN follows the last byte). */
+int sk_socket_disconnect_after_writing(sk_socket_t *sock);
+
+/* Closes once both queues drained. */
+int sk_socket_disconnect_after_reading_and_writing(sk_socket_t *sock);
+
+/* ---- Diagnostics (never wait for the loop) ------------------------------------------- */
+
+/* 1 or 0, or SK_ERR_INVALID_HANDLE. "Connected" is false while connecting; "disconnected"
+ * is true when neither connecting, connected nor accepting. */
+int sk_socket_is_connected(sk_socket_t *sock);
+int sk_socket_is_disconnected(sk_socket_t *sock);
+int sk_socket_is_accepting(sk_socket_t *sock);
+/* Whether the connection, or one of the listener's sockets, is IPv4 / IPv6 / Unix-domain. */
+int sk_socket_is_ipv4(sk_socket_t *sock);
+int sk_socket_is_ipv6(sk_socket_t *sock);
+int sk_socket_is_unix(sk_socket_t *sock);
+
+/* The peer's IP address as text, copied NUL-terminated into `buffer` (INET6_ADDRSTRLEN
+ * bytes are always enough). Returns the text's length (truncated if longer than
+ * capacity - 1), or SK_ERR_BAD_CONFIG when not connected over IP, SK_ERR_BAD_PARAM,
+ * SK_ERR_INVALID_HANDLE. */
+int sk_socket_get_connected_host(sk_socket_t *sock, char *buffer, size_t capacity);
+/* The peer's port (0 for Unix-domain sockets). SK_ERR_BAD_CONFIG when not connected. */
+int sk_socket_get_connected_port(sk_socket_t *sock, uint16_t *out_port);
+/* The peer's address (IP or Unix-domain) into `address`; `*address_length` is its capacity
+ * on input and the address length on output. */
+int sk_socket_get_connected_address(sk_socket_t *sock, struct sockaddr *address, socklen_t *address_length);
+/* The Unix-domain path of the other end, as for sk_socket_get_connected_host. */
+int sk_socket_get_connected_unix_path(sk_socket_t *sock, char *buffer, size_t capacity);
+
+/* The local address; for a listener, its IPv4 one if it has one. */
+int sk_socket_get_local_host(sk_socket_t *sock, char *buffer, size_t capacity);
+int sk_socket_get_local_port(sk_socket_t *sock, uint16_t *out_port);
+int sk_socket_get_local_address(sk_socket_t *sock, struct sockaddr *address, socklen_t *address_length);
+
+/* ---- Advanced ------------------------------------------------------------------------- */
+
+/* The descriptors of a socket, -1 where there is none. A listener may have an IPv4 and an
+ * IPv6 descriptor; `primary` is the connection's, or the listener's IPv4 one, else IPv6. */
+typedef struct sk_socket_descriptors {
+    int primary;
+    int ipv4;
+    int ipv6;
+    int unix_domain;
+} sk_socket_descriptors_t;
+
+/* Runs `function` on the socket's loop thread with its descriptors (e.g. for a setsockopt
+ * SocketKit does not offer). Do not close them or change their blocking mode.
+ * Errors: SK_ERR_BAD_PARAM (function NULL), SK_ERR_BAD_CONFIG (stopped loop). */
+int sk_socket_perform(sk_socket_t *sock, void (*function)(const sk_socket_descriptors_t *descriptors, void *context),
+                      void *context);
+
+/* ======================================================================================
+ * Utilities
+ * ====================================================================================== */
+
+/* Resolves `host` synchronously (this blocks: do not call it on an event loop thread).
+ * "localhost" and "loopback" give 127.0.0.1 and ::1 without asking the resolver. Writes up
+ * to `capacity` addresses, in resolver order, to `addresses` and their count to
+ * `*out_count`. Errors: SK_ERR_RESOLUTION, SK_ERR_BAD_PARAM. */
+int sk_lookup_host(const char *host, uint16_t port, struct sockaddr_storage *addresses, size_t capacity,
+                   size_t *out_count, sk_error_t *error);
+
+/* The numeric host of an IPv4 or IPv6 address, as for sk_socket_get_connected_host.
+ * SK_ERR_BAD_PARAM for anything else. */
+int sk_address_get_host(const struct sockaddr *address, socklen_t address_length, char *buffer, size_t capacity);
+/* The port of an IPv4 or IPv6 address. SK_ERR_BAD_PARAM for anything else. */
+int sk_address_get_port(const struct sockaddr *address, socklen_t address_length, uint16_t *out_port);
+/* 1 if the address is a complete IPv4 (sockaddr_in) / IPv6 (sockaddr_in6) address, else 0. */
+int sk_address_is_ipv4(const struct sockaddr *address, socklen_t address_length);
+int sk_address_is_ipv6(const struct sockaddr *address, socklen_t address_length);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SOCKETKIT_H */
