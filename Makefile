@@ -1,7 +1,9 @@
 # SocketKit: build, test, install.
 #
-#   make                      build the library (.so, header, pkg-config file) and run a demo
-#   make test                 every suite: Swift, C (valgrind and sanitizers), header/ABI checks
+#   make                      build the library (.so, header, pkg-config file), the Python
+#                             package (a wheel in .build/dist), and run the demos
+#   make test                 every suite: Swift, C (valgrind and sanitizers), header/ABI
+#                             checks, Python (pytest), and a clean `pip install`
 #   make install PREFIX=...   install the library, its soname links, the header and the .pc
 #   make uninstall PREFIX=...
 #
@@ -29,17 +31,21 @@ RELEASE_FLAGS := -c release -Xswiftc -static-stdlib -Xcc -gdwarf-4 \
 REQUIRED_TOOLS := cc:gcc pkg-config:pkg-config valgrind:valgrind python3:python3 strip:binutils
 
 .DEFAULT_GOAL := all
-.PHONY: all tools library c-prefix demo test swift-test c-test install uninstall clean
+.PHONY: all tools library c-prefix demo test swift-test c-test python python-test python-install-test \
+	install uninstall clean
 
 C_PREFIX   := $(BUILD)/c-prefix
+VENV       := $(BUILD)/venv
+VENV_PY    := $(VENV)/bin/python
 
-all: library demo
+all: library python demo
 
 tools:
 	@command -v $(SWIFT) >/dev/null 2>&1 || { echo "error: the Swift toolchain ($(SWIFT)) is not on PATH; install Swift 6 from swift.org"; exit 1; }
 	@missing=""; for pair in $(REQUIRED_TOOLS); do \
 		command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair##*:}"; \
 	done; \
+	$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 			echo "installing:$$missing"; \
@@ -68,12 +74,29 @@ c-prefix: library
 	@rm -rf $(C_PREFIX)
 	@$(MAKE) --no-print-directory install PREFIX=$(C_PREFIX) > /dev/null
 
-# A Swift demo, then the C echo server example and C clients talking to it.
-demo: c-prefix
+# A development virtualenv with the package installed in editable mode (it loads the
+# library of this checkout) and the test tools. PyPI provides pytest.
+$(VENV)/.ready: bindings/python/pyproject.toml bindings/python/setup.py
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(VENV_PY) -m pip install -q --upgrade pip
+	$(VENV_PY) -m pip install -q pytest pytest-timeout
+	$(VENV_PY) -m pip install -q -e bindings/python
+	@touch $@
+
+# The Python package as a wheel with the library inside.
+python: library $(VENV)/.ready
+	@rm -rf $(BUILD)/dist
+	SOCKETKIT_PREBUILT=$(STAGE)/lib/$(LIBFILE) $(VENV_PY) -m pip wheel -q --no-deps -w $(BUILD)/dist bindings/python
+	@echo "built $$(ls $(BUILD)/dist/*.whl)"
+
+# The demos: Swift, C (the echo server example and two clients), Python (asyncio).
+demo: c-prefix $(VENV)/.ready
 	.build/release/socketkit-demo
 	@$(MAKE) --no-print-directory -C bindings/c demo SOCKETKIT_PREFIX=$(C_PREFIX)
+	$(VENV_PY) bindings/python/examples/echo_demo.py
 
-test: library swift-test c-test
+test: library swift-test c-test python-test python-install-test
 	@echo "make test: every suite passed"
 
 swift-test: tools
@@ -83,6 +106,19 @@ swift-test: tools
 c-test: c-prefix
 	@$(MAKE) --no-print-directory -C bindings/c test SOCKETKIT_PREFIX=$(C_PREFIX) \
 		SWIFT_HEADER=$(BUILD)/release/SocketKit.build/include/SocketKit-Swift.h
+
+python-test: library $(VENV)/.ready
+	cd bindings/python && $(VENV_PY) -m pytest -q -p no:cacheprovider tests
+
+# What a user does: `pip install ./bindings/python` into a new virtualenv (the library is
+# built and bundled in the wheel), then `import socketkit` works with nothing else set.
+python-install-test: library
+	rm -rf $(BUILD)/venv-install
+	$(PYTHON) -m venv $(BUILD)/venv-install
+	$(BUILD)/venv-install/bin/python -m pip install -q --upgrade pip
+	$(BUILD)/venv-install/bin/python -m pip install -q ./bindings/python
+	cd / && env -u LD_LIBRARY_PATH -u SOCKETKIT_LIBRARY $(BUILD)/venv-install/bin/python -c \
+		'import socketkit, socketkit._ffi as f; assert "site-packages" in f.lib._name, f.lib._name; print("python-install-test: socketkit", socketkit.LIBRARY_VERSION, "loads from", f.lib._name)'
 
 install: library
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include

@@ -286,10 +286,12 @@ int sk_socket_create_from_fd(int fd, const sk_socket_delegate_t *delegate, size_
                              void *userdata, sk_callback_queue_t *queue, sk_loop_group_t *group,
                              sk_socket_t **out_socket, sk_error_t *error);
 
-/* Releases the handle and closes the socket (pending reads and writes are dropped). Once
- * it returns no callback of the socket starts and its userdata is not touched; a callback
- * running on another thread is waited for (not when called from inside that callback).
- * Callbacks of other sockets are unaffected. Errors: SK_ERR_INVALID_HANDLE. */
+/* Releases the handle and closes the socket: pending reads and writes are dropped, except
+ * after sk_socket_disconnect_after_writing(), when the queued writes are still sent (for
+ * at most two minutes) before the connection closes, a graceful fire-and-forget close.
+ * Once this returns no callback of the socket starts and its userdata is not touched; a
+ * callback running on another thread is waited for (not when called from inside that
+ * callback). Callbacks of other sockets are unaffected. Errors: SK_ERR_INVALID_HANDLE. */
 int sk_socket_release(sk_socket_t *sock);
 
 /* Replaces the delegate and its userdata, synchronously (see sk_socket_release). */
@@ -401,8 +403,9 @@ int sk_socket_connect_to_unix_path(sk_socket_t *sock, const char *path, double t
 int sk_socket_read(sk_socket_t *sock, size_t max_length, double timeout, long tag, sk_error_t *error);
 
 /* Whatever is available into `buffer` at `offset` (at most `max_length` when not 0, and no
- * more than fits in `capacity - offset`). `buffer` must stay valid until the read completes
- * or the socket disconnects. */
+ * more than fits in `capacity - offset`). `buffer` must stay valid until its did_read, or
+ * did_disconnect, or until sk_socket_release() returns (after that SocketKit never writes
+ * into it). The same holds for the other *_into reads. */
 int sk_socket_read_into(sk_socket_t *sock, void *buffer, size_t capacity, size_t offset, size_t max_length,
                         double timeout, long tag, sk_error_t *error);
 

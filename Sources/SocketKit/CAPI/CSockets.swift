@@ -85,8 +85,10 @@ public func sk_socket_release(_ handle: OpaquePointer?) -> Int32 {
     guard let socket = HandleRegistry.shared.remove(handle, .socket) as? Socket else {
         return SocketError.Code.invalidHandle.rawValue
     }
-    // Waits for a callback running on another thread; afterwards none starts.
+    // Waits for a callback running on another thread; afterwards none starts, and the
+    // loop no longer writes into the caller's read buffers.
     socket.setReceiver(nil, callbackQueue: nil)
+    socket.revokeCallerBuffers()
     return 0
 }
 

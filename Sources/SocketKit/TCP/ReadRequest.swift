@@ -24,18 +24,22 @@ struct ReadRequest {
     /// Caller's memory, when reading into a caller buffer; bytes go to `callerOffset...`.
     let callerBuffer: UnsafeMutableRawBufferPointer?
     let callerOffset: Int
+    /// Copies into `callerBuffer` happen only while this allows them (see CallerBufferGuard).
+    let callerBufferGuard: CallerBufferGuard?
     /// Bytes of earlier passes, for library-owned reads that did not complete in one pass.
     var collected: [UInt8] = []
     var bytesDone = 0
 
     init(framing: Framing, tag: Int, timeout: Double, maximumLength: Int,
-         callerBuffer: UnsafeMutableRawBufferPointer? = nil, callerOffset: Int = 0) {
+         callerBuffer: UnsafeMutableRawBufferPointer? = nil, callerOffset: Int = 0,
+         callerBufferGuard: CallerBufferGuard? = nil) {
         self.framing = framing
         self.tag = tag
         self.timeout = timeout
         self.maximumLength = maximumLength
         self.callerBuffer = callerBuffer
         self.callerOffset = callerOffset
+        self.callerBufferGuard = callerBufferGuard
     }
 
     /// The total to report as progress: known only for reads to a length.
@@ -145,7 +149,11 @@ struct ReadRequest {
         guard bytes.count > 0 else { return }
         if let callerBuffer {
             let destination = callerBuffer.baseAddress! + callerOffset + bytesDone
-            destination.copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+            if let callerBufferGuard {
+                callerBufferGuard.write { destination.copyMemory(from: bytes.baseAddress!, byteCount: bytes.count) }
+            } else {
+                destination.copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+            }
         } else {
             collected.append(contentsOf: bytes)
         }

@@ -65,6 +65,7 @@ public final class Socket: @unchecked Sendable {
     }
 
     deinit {
+        shared.callerBuffers.revoke()
         let core = self.core
         if !eventLoop.execute({ core.ownerReleased() }) {
             core.abandon()
@@ -91,6 +92,11 @@ public final class Socket: @unchecked Sendable {
     /// Sets both, synchronously (see `delegate`).
     public func setDelegate(_ delegate: SocketDelegate?, callbackQueue: CallbackQueue) {
         setReceiver(SwiftDelegateReceiver(delegate), callbackQueue: callbackQueue)
+    }
+
+    /// For the C API's release: no further copies into callers' read buffers.
+    func revokeCallerBuffers() {
+        shared.callerBuffers.revoke()
     }
 
     func setReceiver(_ receiver: SocketEventReceiver?, callbackQueue: CallbackQueue?) {
@@ -377,7 +383,7 @@ public final class Socket: @unchecked Sendable {
 
     /// Reads whatever is available into `buffer` at `offset` (at most `maxLength` bytes when
     /// positive, and no more than fits). The buffer must stay valid until the read completes
-    /// or the socket disconnects. Completion: `didReadInto`.
+    /// (`didReadInto`), `socketDidDisconnect` arrives, or the socket is released.
     public func read(into buffer: UnsafeMutableRawBufferPointer, offset: Int = 0, maxLength: Int = 0,
                      timeout: Double = -1, tag: Int = 0) throws(SocketError) {
         try checkBuffer(buffer, offset: offset, needing: 1)
@@ -387,7 +393,8 @@ public final class Socket: @unchecked Sendable {
         let (session, _) = try sessionForTransfer()
         try queue(ReadRequest(framing: .available, tag: tag, timeout: timeout,
                               maximumLength: maxLength > 0 ? min(maxLength, room) : room,
-                              callerBuffer: buffer, callerOffset: offset), session: session)
+                              callerBuffer: buffer, callerOffset: offset,
+                              callerBufferGuard: shared.callerBuffers), session: session)
     }
 
     /// Reads exactly `length` bytes.
@@ -407,7 +414,8 @@ public final class Socket: @unchecked Sendable {
         try checkTimeout(timeout)
         let (session, _) = try sessionForTransfer()
         try queue(ReadRequest(framing: .length(length), tag: tag, timeout: timeout, maximumLength: length,
-                              callerBuffer: buffer, callerOffset: offset), session: session)
+                              callerBuffer: buffer, callerOffset: offset, callerBufferGuard: shared.callerBuffers),
+                  session: session)
     }
 
     /// Reads up to and including `separator`. With `maxLength` > 0 the read fails with
@@ -434,7 +442,8 @@ public final class Socket: @unchecked Sendable {
         let (session, _) = try sessionForTransfer()
         try queue(ReadRequest(framing: .separator(separator), tag: tag, timeout: timeout,
                               maximumLength: maxLength > 0 ? min(maxLength, room) : room,
-                              callerBuffer: buffer, callerOffset: offset), session: session)
+                              callerBuffer: buffer, callerOffset: offset, callerBufferGuard: shared.callerBuffers),
+                  session: session)
     }
 
     /// The current read's progress, or nil when no read is under way.

@@ -23,6 +23,7 @@ final class SocketSharedState: @unchecked Sendable {
     }
 
     let published = Mutex(Published())
+    let callerBuffers = CallerBufferGuard()
     let queuedWriteBytes = Atomic<Int>(0)
     let readProgress = ProgressCell()
     let writeProgress = ProgressCell()
@@ -105,5 +106,26 @@ struct ProgressCell: ~Copyable {
             return OperationProgress(tag: currentTag, bytesDone: currentDone,
                                      totalBytes: currentTotal >= 0 ? currentTotal : nil)
         }
+    }
+}
+
+/// Guards copies into callers' read buffers. Releasing a socket revokes it: once that
+/// returns, the loop no longer writes into memory the caller may free (a read in progress
+/// on the loop thread finishes its copy first, or skips it).
+final class CallerBufferGuard: @unchecked Sendable {
+    private let revoked = Mutex(false)
+
+    /// Runs `copy` unless revoked; false when it did not run.
+    @discardableResult
+    func write(_ copy: () -> Void) -> Bool {
+        revoked.withLock { isRevoked in
+            guard !isRevoked else { return false }
+            copy()
+            return true
+        }
+    }
+
+    func revoke() {
+        revoked.withLock { $0 = true }
     }
 }

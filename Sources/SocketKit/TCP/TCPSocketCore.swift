@@ -152,9 +152,18 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         }
     }
 
+    /// Nobody is listening any more (the handle was released): accepted children close,
+    /// and timeouts end the session instead of waiting for an answer that never comes.
     private func discard(_ event: SocketEvent) {
-        if case .didAccept(let child) = event {
+        switch event {
+        case .didAccept(let child):
             child.ownerReleased()
+        case .shouldTimeoutRead(_, _, _, let session):
+            loop.execute { [self] in resolveReadTimeout(extension: 0, session: session) }
+        case .shouldTimeoutWrite(_, _, _, let session):
+            loop.execute { [self] in resolveWriteTimeout(extension: 0, session: session) }
+        default:
+            break
         }
     }
 
@@ -232,8 +241,22 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
 
     // MARK: Ending a session
 
-    /// The user released the handle: close without telling anyone.
+    /// How long a released socket may keep sending what `disconnectAfterWriting` queued.
+    static let lingerSeconds = 120.0
+
+    /// The user released the handle: close without telling anyone. If the user asked to
+    /// disconnect after writing and writes are still queued, they are sent first (for at
+    /// most `lingerSeconds`), like a transport's graceful close; queued reads are dropped.
     func ownerReleased() {
+        if phase == .connected && disconnectAfterWrites && !writeQueue.isEmpty && fd >= 0 {
+            readQueue.removeAll()
+            currentRead = nil
+            disconnectAfterReads = false
+            arm(&connectTimer, deadline: deadline(afterSeconds: TCPSocketCore.lingerSeconds)) {
+                $0.closeSession(nil, notify: false)
+            }
+            return
+        }
         closeSession(nil, notify: false)
         // A child that was never activated still owns its descriptor.
         if fd >= 0 {

@@ -1,0 +1,215 @@
+"""The C API of libsocketkit, declared for ctypes: every function with exact argument and
+result types, the structs, and the callback types. Nothing here is public; the rest of the
+package wraps it. ``tests/test_ffi.py`` checks this table against ``socketkit.h``.
+"""
+from __future__ import annotations
+
+import ctypes
+from ctypes import (
+    CFUNCTYPE,
+    POINTER,
+    Structure,
+    c_char,
+    c_char_p,
+    c_double,
+    c_int,
+    c_long,
+    c_size_t,
+    c_uint,
+    c_uint16,
+    c_uint32,
+    c_void_p,
+)
+
+from ._loader import load_library
+
+#: The C version this binding was written against (SK_VERSION_NUMBER).
+EXPECTED_VERSION_NUMBER = 100
+
+ERROR_MESSAGE_CAPACITY = 256
+
+
+class CError(Structure):
+    """sk_error_t"""
+
+    _fields_ = [
+        ("code", c_int),
+        ("os_error", c_int),
+        ("message", c_char * ERROR_MESSAGE_CAPACITY),
+    ]
+
+
+class SocketDescriptors(Structure):
+    """sk_socket_descriptors_t"""
+
+    _fields_ = [
+        ("primary", c_int),
+        ("ipv4", c_int),
+        ("ipv6", c_int),
+        ("unix_domain", c_int),
+    ]
+
+
+# Callback types of sk_socket_delegate_t, in member order.
+DID_ACCEPT = CFUNCTYPE(None, c_void_p, c_void_p, c_void_p)
+NEW_SOCKET_LOOP_FOR_CONNECTION = CFUNCTYPE(c_int, c_void_p, c_void_p, c_uint32, c_void_p)
+DID_PAUSE_ACCEPTING = CFUNCTYPE(None, c_void_p, POINTER(CError), c_void_p)
+DID_CONNECT = CFUNCTYPE(None, c_void_p, c_char_p, c_uint16, c_void_p)
+DID_READ = CFUNCTYPE(None, c_void_p, c_void_p, c_size_t, c_long, c_void_p)
+DID_READ_PARTIAL = CFUNCTYPE(None, c_void_p, c_size_t, c_long, c_void_p)
+SHOULD_TIMEOUT = CFUNCTYPE(c_double, c_void_p, c_long, c_double, c_size_t, c_void_p)
+DID_WRITE = CFUNCTYPE(None, c_void_p, c_long, c_void_p)
+DID_WRITE_PARTIAL = CFUNCTYPE(None, c_void_p, c_size_t, c_long, c_void_p)
+DID_CLOSE_READ_STREAM = CFUNCTYPE(None, c_void_p, c_void_p)
+DID_WATERMARK = CFUNCTYPE(None, c_void_p, c_size_t, c_void_p)
+DID_DISCONNECT = CFUNCTYPE(None, c_void_p, POINTER(CError), c_void_p)
+
+RELEASE_FUNCTION = CFUNCTYPE(None, c_void_p, c_void_p)
+PERFORM_FUNCTION = CFUNCTYPE(None, POINTER(SocketDescriptors), c_void_p)
+
+
+class SocketDelegate(Structure):
+    """sk_socket_delegate_t"""
+
+    _fields_ = [
+        ("did_accept", DID_ACCEPT),
+        ("new_socket_loop_for_connection", NEW_SOCKET_LOOP_FOR_CONNECTION),
+        ("did_pause_accepting", DID_PAUSE_ACCEPTING),
+        ("did_connect", DID_CONNECT),
+        ("did_read", DID_READ),
+        ("did_read_partial", DID_READ_PARTIAL),
+        ("should_timeout_read", SHOULD_TIMEOUT),
+        ("did_write", DID_WRITE),
+        ("did_write_partial", DID_WRITE_PARTIAL),
+        ("should_timeout_write", SHOULD_TIMEOUT),
+        ("did_close_read_stream", DID_CLOSE_READ_STREAM),
+        ("did_reach_high_watermark", DID_WATERMARK),
+        ("did_drain_to_low_watermark", DID_WATERMARK),
+        ("did_disconnect", DID_DISCONNECT),
+    ]
+
+
+_error = POINTER(CError)
+_handle = c_void_p
+_out_handle = POINTER(c_void_p)
+
+#: name -> (result type, argument types), one entry per function of socketkit.h.
+PROTOTYPES = {
+    "sk_version": (c_char_p, []),
+    "sk_version_number": (c_uint, []),
+    "sk_strerror": (c_char_p, [c_int]),
+    "sk_error_name": (c_char_p, [c_int]),
+    # Loop groups
+    "sk_loop_group_create": (c_int, [c_int, _out_handle, _error]),
+    "sk_loop_group_loop_count": (c_int, [_handle]),
+    "sk_loop_group_release": (c_int, [_handle]),
+    # Callback queues
+    "sk_callback_queue_create_serial": (c_int, [c_char_p, _out_handle, _error]),
+    "sk_callback_queue_create_host": (c_int, [_out_handle, _error]),
+    "sk_callback_queue_fd": (c_int, [_handle]),
+    "sk_callback_queue_drain": (c_int, [_handle, c_int]),
+    "sk_callback_queue_release": (c_int, [_handle]),
+    # Socket lifetime
+    "sk_socket_create": (c_int, [POINTER(SocketDelegate), c_size_t, c_void_p, _handle, _handle, _out_handle, _error]),
+    "sk_socket_create_from_fd": (
+        c_int,
+        [c_int, POINTER(SocketDelegate), c_size_t, c_void_p, _handle, _handle, _out_handle, _error],
+    ),
+    "sk_socket_release": (c_int, [_handle]),
+    "sk_socket_set_delegate": (c_int, [_handle, POINTER(SocketDelegate), c_size_t, c_void_p]),
+    "sk_socket_set_callback_queue": (c_int, [_handle, _handle]),
+    "sk_socket_get_userdata": (c_int, [_handle, POINTER(c_void_p)]),
+    # Configuration
+    "sk_socket_set_ipv4_enabled": (c_int, [_handle, c_int]),
+    "sk_socket_is_ipv4_enabled": (c_int, [_handle]),
+    "sk_socket_set_ipv6_enabled": (c_int, [_handle, c_int]),
+    "sk_socket_is_ipv6_enabled": (c_int, [_handle]),
+    "sk_socket_set_ipv4_preferred_over_ipv6": (c_int, [_handle, c_int]),
+    "sk_socket_is_ipv4_preferred_over_ipv6": (c_int, [_handle]),
+    "sk_socket_set_alternate_address_delay": (c_int, [_handle, c_double]),
+    "sk_socket_get_alternate_address_delay": (c_int, [_handle, POINTER(c_double)]),
+    "sk_socket_set_auto_disconnect_on_closed_read_stream": (c_int, [_handle, c_int]),
+    "sk_socket_get_auto_disconnect_on_closed_read_stream": (c_int, [_handle]),
+    "sk_socket_set_maximum_read_length": (c_int, [_handle, c_size_t]),
+    "sk_socket_get_maximum_read_length": (c_int, [_handle, POINTER(c_size_t)]),
+    "sk_socket_set_write_watermarks": (c_int, [_handle, c_size_t, c_size_t, _error]),
+    "sk_socket_get_write_watermarks": (c_int, [_handle, POINTER(c_size_t), POINTER(c_size_t)]),
+    "sk_socket_set_no_delay": (c_int, [_handle, c_int]),
+    "sk_socket_get_no_delay": (c_int, [_handle]),
+    "sk_socket_set_keep_alive": (c_int, [_handle, c_int, c_int, c_int, c_int, _error]),
+    "sk_socket_get_keep_alive": (
+        c_int,
+        [_handle, POINTER(c_int), POINTER(c_int), POINTER(c_int), POINTER(c_int)],
+    ),
+    "sk_socket_set_buffer_sizes": (c_int, [_handle, c_int, c_int, _error]),
+    "sk_socket_get_buffer_sizes": (c_int, [_handle, POINTER(c_int), POINTER(c_int)]),
+    # Accepting and connecting
+    "sk_socket_accept_on_port": (c_int, [_handle, c_uint16, _error]),
+    "sk_socket_accept_on_interface": (c_int, [_handle, c_char_p, c_uint16, _error]),
+    "sk_socket_accept_on_unix_path": (c_int, [_handle, c_char_p, _error]),
+    "sk_socket_connect_to_host": (c_int, [_handle, c_char_p, c_uint16, c_char_p, c_double, _error]),
+    "sk_socket_connect_to_address": (c_int, [_handle, c_void_p, c_uint32, c_char_p, c_double, _error]),
+    "sk_socket_connect_to_unix_path": (c_int, [_handle, c_char_p, c_double, _error]),
+    # Reading
+    "sk_socket_read": (c_int, [_handle, c_size_t, c_double, c_long, _error]),
+    "sk_socket_read_into": (c_int, [_handle, c_void_p, c_size_t, c_size_t, c_size_t, c_double, c_long, _error]),
+    "sk_socket_read_to_length": (c_int, [_handle, c_size_t, c_double, c_long, _error]),
+    "sk_socket_read_to_length_into": (
+        c_int,
+        [_handle, c_size_t, c_void_p, c_size_t, c_size_t, c_double, c_long, _error],
+    ),
+    "sk_socket_read_to_data": (c_int, [_handle, c_void_p, c_size_t, c_size_t, c_double, c_long, _error]),
+    "sk_socket_read_to_data_into": (
+        c_int,
+        [_handle, c_void_p, c_size_t, c_void_p, c_size_t, c_size_t, c_size_t, c_double, c_long, _error],
+    ),
+    "sk_socket_read_progress": (c_int, [_handle, POINTER(c_long), POINTER(c_size_t), POINTER(c_size_t)]),
+    # Writing
+    "sk_socket_write": (c_int, [_handle, c_void_p, c_size_t, c_double, c_long, _error]),
+    "sk_socket_write_no_copy": (
+        c_int,
+        [_handle, c_void_p, c_size_t, RELEASE_FUNCTION, c_void_p, c_double, c_long, _error],
+    ),
+    "sk_socket_write_progress": (c_int, [_handle, POINTER(c_long), POINTER(c_size_t), POINTER(c_size_t)]),
+    "sk_socket_get_queued_write_bytes": (c_int, [_handle, POINTER(c_size_t)]),
+    # Disconnecting
+    "sk_socket_disconnect": (c_int, [_handle]),
+    "sk_socket_disconnect_after_reading": (c_int, [_handle]),
+    "sk_socket_disconnect_after_writing": (c_int, [_handle]),
+    "sk_socket_disconnect_after_reading_and_writing": (c_int, [_handle]),
+    # Diagnostics
+    "sk_socket_is_connected": (c_int, [_handle]),
+    "sk_socket_is_disconnected": (c_int, [_handle]),
+    "sk_socket_is_accepting": (c_int, [_handle]),
+    "sk_socket_is_ipv4": (c_int, [_handle]),
+    "sk_socket_is_ipv6": (c_int, [_handle]),
+    "sk_socket_is_unix": (c_int, [_handle]),
+    "sk_socket_get_connected_host": (c_int, [_handle, c_char_p, c_size_t]),
+    "sk_socket_get_connected_port": (c_int, [_handle, POINTER(c_uint16)]),
+    "sk_socket_get_connected_address": (c_int, [_handle, c_void_p, POINTER(c_uint32)]),
+    "sk_socket_get_connected_unix_path": (c_int, [_handle, c_char_p, c_size_t]),
+    "sk_socket_get_local_host": (c_int, [_handle, c_char_p, c_size_t]),
+    "sk_socket_get_local_port": (c_int, [_handle, POINTER(c_uint16)]),
+    "sk_socket_get_local_address": (c_int, [_handle, c_void_p, POINTER(c_uint32)]),
+    # Advanced
+    "sk_socket_perform": (c_int, [_handle, PERFORM_FUNCTION, c_void_p]),
+    # Utilities
+    "sk_lookup_host": (c_int, [c_char_p, c_uint16, c_void_p, c_size_t, POINTER(c_size_t), _error]),
+    "sk_address_get_host": (c_int, [c_void_p, c_uint32, c_char_p, c_size_t]),
+    "sk_address_get_port": (c_int, [c_void_p, c_uint32, POINTER(c_uint16)]),
+    "sk_address_is_ipv4": (c_int, [c_void_p, c_uint32]),
+    "sk_address_is_ipv6": (c_int, [c_void_p, c_uint32]),
+}
+
+
+def _bind(library: ctypes.CDLL) -> ctypes.CDLL:
+    for name, (result, arguments) in PROTOTYPES.items():
+        function = getattr(library, name)
+        function.restype = result
+        function.argtypes = arguments
+    return library
+
+
+#: The loaded library, every prototype declared. ctypes.CDLL releases the GIL during each
+#: call, which SocketKit needs: a call may wait for a callback running on another thread.
+lib = _bind(load_library(EXPECTED_VERSION_NUMBER))

@@ -1,0 +1,180 @@
+"""Shared helpers: a delegate that records every callback (and lets a test wait for what it
+expects, with a deadline, no sleeps), and peers made with Python's own socket module."""
+import socket
+import threading
+from typing import Any, Callable, List, Optional, Tuple
+
+import pytest
+
+import socketkit
+
+WAIT = 20.0
+
+
+class Recorder:
+    """Records delegate calls as tuples: ("connect", host, port), ("read", bytes, tag), ...
+    Checks the contract as it goes: no two callbacks overlap, nothing follows disconnect."""
+
+    def __init__(self) -> None:
+        self.events: List[Tuple[Any, ...]] = []
+        self.condition = threading.Condition()
+        self.accepted: List[socketkit.Socket] = []
+        self.threads = set()
+        self.running = 0
+        self.overlaps = 0
+        self.after_disconnect = 0
+        self._disconnected = False
+        self.read_extensions: List[float] = []
+        self.on_read: Optional[Callable[[socketkit.Socket, Any, int], None]] = None
+        self.on_accept: Optional[Callable[[socketkit.Socket, socketkit.Socket], None]] = None
+
+    def _record(self, *event: Any) -> None:
+        with self.condition:
+            self.threads.add(threading.get_ident())
+            if self.running:
+                self.overlaps += 1
+            if event[0] in ("connect", "accept"):
+                self._disconnected = False
+            elif self._disconnected:
+                self.after_disconnect += 1
+            if event[0] == "disconnect":
+                self._disconnected = True
+            self.events.append(event)
+            self.condition.notify_all()
+
+    def wait_for(self, predicate: Callable[[List[Tuple[Any, ...]]], bool], timeout: float = WAIT) -> bool:
+        with self.condition:
+            return self.condition.wait_for(lambda: predicate(self.events), timeout)
+
+    def count(self, kind: str) -> int:
+        with self.condition:
+            return sum(1 for event in self.events if event[0] == kind)
+
+    def expect(self, kind: str, count: int = 1, timeout: float = WAIT) -> List[Tuple[Any, ...]]:
+        assert self.wait_for(lambda events: sum(1 for e in events if e[0] == kind) >= count, timeout), \
+            f"timed out waiting for {count} {kind!r} events; have {self.events}"
+        with self.condition:
+            return [event for event in self.events if event[0] == kind]
+
+    def data(self) -> bytes:
+        with self.condition:
+            return b"".join(event[1] for event in self.events if event[0] == "read")
+
+    def expect_bytes(self, count: int) -> bytes:
+        assert self.wait_for(lambda events: sum(len(e[1]) for e in events if e[0] == "read") >= count), \
+            f"timed out waiting for {count} bytes; have {self.data()!r}"
+        return self.data()
+
+    def disconnect_error(self) -> Optional[socketkit.Error]:
+        return self.expect("disconnect")[0][1]
+
+    # Delegate methods
+    def socket_did_accept(self, listener, new_socket):
+        self.accepted.append(new_socket)
+        if self.on_accept:
+            self.on_accept(listener, new_socket)
+        self._record("accept", new_socket)
+
+    def socket_did_connect(self, sock, host, port):
+        self._record("connect", host, port)
+
+    def socket_did_read(self, sock, data, tag):
+        self._record("read", bytes(data), tag)
+        if self.on_read:
+            self.on_read(sock, data, tag)
+
+    def socket_did_read_partial(self, sock, length, tag):
+        self._record("read_partial", length, tag)
+
+    def socket_should_timeout_read(self, sock, tag, elapsed, done):
+        self._record("read_timeout", tag, elapsed, done)
+        return self.read_extensions.pop(0) if self.read_extensions else 0.0
+
+    def socket_did_write(self, sock, tag):
+        self._record("write", tag)
+
+    def socket_did_write_partial(self, sock, length, tag):
+        self._record("write_partial", length, tag)
+
+    def socket_should_timeout_write(self, sock, tag, elapsed, done):
+        self._record("write_timeout", tag, elapsed, done)
+        return 0.0
+
+    def socket_did_close_read_stream(self, sock):
+        self._record("close_read_stream")
+
+    def socket_did_reach_high_watermark(self, sock, queued):
+        self._record("high_watermark", queued)
+
+    def socket_did_drain_to_low_watermark(self, sock, queued):
+        self._record("low_watermark", queued)
+
+    def socket_did_pause_accepting(self, sock, error):
+        self._record("pause_accepting", error)
+
+    def socket_did_disconnect(self, sock, error):
+        self._record("disconnect", error)
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    return Recorder()
+
+
+class RawPeer:
+    """A SocketKit client connected to a listener made with Python's socket module."""
+
+    def __init__(self, family=socket.AF_INET, host="127.0.0.1", configure=None):
+        self.listener = socket.socket(family, socket.SOCK_STREAM)
+        self.listener.bind((host, 0))
+        self.listener.listen(8)
+        self.port = self.listener.getsockname()[1]
+        self.recorder = Recorder()
+        self.socket = socketkit.Socket(self.recorder)
+        if configure:
+            configure(self.socket)
+        self.socket.connect_to_host(host, self.port, timeout=10)
+        self.listener.settimeout(WAIT)
+        self.peer, _ = self.listener.accept()
+        self.peer.settimeout(WAIT)
+        self.recorder.expect("connect")
+
+    def receive_exactly(self, count: int) -> bytes:
+        data = b""
+        while len(data) < count:
+            chunk = self.peer.recv(count - len(data))
+            assert chunk, f"peer closed after {len(data)} of {count} bytes"
+            data += chunk
+        return data
+
+    def receive_all(self) -> bytes:
+        chunks = []
+        while True:
+            chunk = self.peer.recv(65536)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+
+    def close(self):
+        self.socket.close()
+        self.peer.close()
+        self.listener.close()
+
+
+@pytest.fixture
+def raw_peer():
+    peers = []
+
+    def make(**options) -> RawPeer:
+        peer = RawPeer(**options)
+        peers.append(peer)
+        return peer
+
+    yield make
+    for peer in peers:
+        peer.close()
+
+
+def pattern(count: int, seed: int = 0) -> bytes:
+    block = bytes((index * 31 + seed) % 251 for index in range(min(count, 65521)))
+    return (block * (count // len(block) + 1))[:count] if count else b""

@@ -1,0 +1,144 @@
+"""asyncio integration: delegates on the loop's thread, awaitable helpers, and interop with
+asyncio's own streams in both directions."""
+import asyncio
+import socket
+import threading
+
+import pytest
+
+import socketkit
+from socketkit import aio
+from conftest import pattern
+
+
+def run(coroutine):
+    return asyncio.run(asyncio.wait_for(coroutine, 30))
+
+
+def test_delegate_methods_run_on_the_event_loop_thread():
+    async def main():
+        loop_thread = threading.get_ident()
+        seen = []
+        done = asyncio.get_running_loop().create_future()
+
+        class Client:
+            def socket_did_connect(self, sock, host, port):
+                seen.append(threading.get_ident())
+                sock.write(b"ping\n")
+                sock.read_to_data(socketkit.LF)
+
+            def socket_did_read(self, sock, data, tag):
+                seen.append(threading.get_ident())
+                done.set_result(bytes(data))
+
+        async def echo(reader, writer):
+            writer.write(await reader.readline())
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(echo, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = Client()
+        sock = socketkit.Socket(client, queue=aio.queue())
+        sock.connect_to_host("127.0.0.1", port, timeout=5)
+        assert await done == b"ping\n"
+        assert seen == [loop_thread, loop_thread]
+        sock.close()
+        server.close()
+        await server.wait_closed()
+        aio.detach()
+
+    run(main())
+
+
+def test_async_socket_against_an_asyncio_server():
+    async def main():
+        async def handle(reader, writer):
+            line = await reader.readuntil(b"\r\n")
+            writer.write(line.upper() + pattern(100_000))
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        sock = await aio.AsyncSocket.connect("127.0.0.1", port, timeout=5)
+        await sock.write(b"hello\r\n")
+        assert await sock.read_to_data(b"\r\n") == b"HELLO\r\n"
+        assert await sock.read_to_length(100_000) == pattern(100_000)
+        with pytest.raises(socketkit.ClosedError):
+            await sock.read()
+        await sock.close()
+        server.close()
+        await server.wait_closed()
+
+    run(main())
+
+
+def test_socketkit_server_with_asyncio_clients():
+    async def main():
+        async def echo(connection):
+            while True:
+                try:
+                    line = await connection.read_to_data(b"\n", max_length=1 << 20)
+                except socketkit.ClosedError:
+                    return
+                await connection.write(line)
+
+        async with await aio.start_server(echo, "127.0.0.1", 0) as server:
+            async def client(index):
+                reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+                lines = [f"client {index} line {number}\n".encode() for number in range(20)]
+                for line in lines:
+                    writer.write(line)
+                await writer.drain()
+                received = [await reader.readline() for _ in lines]
+                writer.close()
+                await writer.wait_closed()
+                return received == lines
+
+            assert all(await asyncio.gather(*(client(index) for index in range(25))))
+
+    run(main())
+
+
+def test_errors_arrive_as_exceptions():
+    async def main():
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+        probe.close()
+        with pytest.raises(socketkit.ConnectionRefusedError):
+            await aio.AsyncSocket.connect("127.0.0.1", port, timeout=5)
+
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        sock = await aio.AsyncSocket.connect("127.0.0.1", listener.getsockname()[1], timeout=5)
+        with pytest.raises(socketkit.ReadTimeoutError):
+            await sock.read(timeout=0.1)
+        with pytest.raises(socketkit.ReadTimeoutError):
+            await sock.read()  # the connection ended with that error
+        sock.abort()
+        listener.close()
+
+    run(main())
+
+
+def test_unix_servers_and_clients():
+    async def main():
+        import tempfile
+        path = tempfile.mktemp(prefix="sk-aio-", suffix=".sock", dir="/tmp")
+
+        async def handle(connection):
+            data = await connection.read_to_length(4)
+            await connection.write(data[::-1])
+
+        server = await aio.start_unix_server(handle, path)
+        sock = await aio.AsyncSocket.connect_unix(path, timeout=5)
+        await sock.write(b"abcd")
+        assert await sock.read_to_length(4) == b"dcba"
+        await sock.close()
+        server.close()
+        await server.wait_closed()
+
+    run(main())
