@@ -1,11 +1,12 @@
 /*
  * echo_server.c - a line echo server on SocketKit.
  *
- *     echo_server [--port PORT] [--host ADDRESS]
+ *     echo_server [--port PORT] [--host ADDRESS] [--raw]
  *
  * Accepts on ADDRESS (default 127.0.0.1) and PORT (default 0: the kernel picks one), prints
- * "listening on PORT", and echoes every line each client sends. Callbacks run on the event
- * loop thread (no callback queue), the fastest arrangement. Stops on SIGINT or SIGTERM.
+ * "listening on PORT", and echoes every line each client sends (with --raw: every byte, as
+ * soon as it arrives). Callbacks run on the event loop thread (no callback queue), the
+ * fastest arrangement. Stops on SIGINT or SIGTERM.
  *
  *     cc echo_server.c $(pkg-config --cflags --libs socketkit) -o echo_server
  */
@@ -19,18 +20,26 @@
 
 #define MAX_LINE 65536
 
+static int raw_mode = 0;
+
+/* Queues the next read: a line, or (raw) whatever arrives. */
+static void read_next(sk_socket_t *sock) {
+    if (raw_mode) sk_socket_read(sock, 0, -1, 0, NULL);
+    else sk_socket_read_to_data(sock, SK_LF, 1, MAX_LINE, -1, 0, NULL);
+}
+
 static void did_accept(sk_socket_t *listener, sk_socket_t *connection, void *userdata) {
     (void)listener;
     (void)userdata;
-    /* The new socket is ours; it has the listener's delegate. Read its first line. */
-    sk_socket_read_to_data(connection, SK_LF, 1, MAX_LINE, -1, 0, NULL);
+    /* The new socket is ours; it has the listener's delegate. */
+    read_next(connection);
 }
 
 static void did_read(sk_socket_t *sock, const void *data, size_t length, long tag, void *userdata) {
     (void)tag;
     (void)userdata;
     sk_socket_write(sock, data, length, -1, 0, NULL);
-    sk_socket_read_to_data(sock, SK_LF, 1, MAX_LINE, -1, 0, NULL);
+    read_next(sock);
 }
 
 static void did_disconnect(sk_socket_t *sock, const sk_error_t *error, void *userdata) {
@@ -49,8 +58,10 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--port") == 0 && i + 1 < argc) port = (unsigned)atoi(argv[++i]);
         else if (strcmp(argv[i], "--host") == 0 && i + 1 < argc) host = argv[++i];
+        else if (strcmp(argv[i], "--raw") == 0) raw_mode = 1;
+        else if (strcmp(argv[i], "--udp-port") == 0 && i + 1 < argc) i++; /* benchmark harness: no UDP yet */
         else {
-            fprintf(stderr, "usage: %s [--port PORT] [--host ADDRESS]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--port PORT] [--host ADDRESS] [--raw]\n", argv[0]);
             return 2;
         }
     }

@@ -1,0 +1,52 @@
+"""SocketKit echo server through the Python binding, for the benchmark harness.
+
+    python sk_echo.py --port P [--udp-port Q] [--host ADDR]
+
+Delegate methods run on the asyncio loop (socketkit.aio: the loop drains SocketKit's
+host-driven callback queue), SocketKit's own I/O on one loop of a one-loop group. Echoes
+every TCP byte; prints "listening on PORT"; runs until SIGTERM. UDP and TLS arrive with
+those capabilities (--udp-port is accepted and ignored).
+"""
+import argparse
+import asyncio
+import signal
+
+import socketkit
+from socketkit import aio
+
+
+class Echo:
+    def __init__(self):
+        self.connections = set()
+
+    def socket_did_accept(self, listener, connection):
+        self.connections.add(connection)
+        connection.read()
+
+    def socket_did_read(self, sock, data, tag):
+        sock.write(data)
+        sock.read()
+
+    def socket_did_disconnect(self, sock, error):
+        self.connections.discard(sock)
+
+
+async def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--udp-port", type=int)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--tls", nargs=2)
+    options = parser.parse_args()
+    stop = asyncio.get_running_loop().create_future()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set_result, None)
+    group = socketkit.LoopGroup(1)
+    echo = Echo()
+    listener = socketkit.Socket(echo, queue=aio.queue(), loop_group=group)
+    listener.accept_on_interface(options.host, options.port)
+    print(f"listening on {listener.local_port}", flush=True)
+    await stop
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
