@@ -16,6 +16,13 @@ struct ConnectionTests {
         #expect(pair.server.isConnected)
         #expect(pair.server.connectedPort == pair.client.localPort)
         #expect(pair.server.localPort == pair.listener.localPort)
+        #expect(pair.client.connectedAddress == (try SocketAddress(ipAddress: "127.0.0.1", port: pair.listener.localPort)))
+        #expect(pair.client.localAddress?.port == pair.client.localPort)
+        #expect(pair.server.connectedAddress == pair.client.localAddress)
+        final class Note {}
+        let note = Note()
+        pair.client.userData = note
+        #expect(pair.client.userData === note)
     }
 
     @Test func ipv4OnlyServerAcceptsAnIPv4Client() throws {

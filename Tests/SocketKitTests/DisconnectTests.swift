@@ -148,6 +148,23 @@ struct DisconnectTests {
         #expect(try peer.receiveUntilEndOfStream().isEmpty)
     }
 
+    @Test func releasingAfterDisconnectAfterWritingStillDeliversEverything() throws {
+        let rawListener = try RawSocket.listen()
+        defer { rawListener.close() }
+        var socket: Socket? = recordedSocket().0
+        try socket?.connect(toHost: "127.0.0.1", port: rawListener.localPort)
+        let peer = try rawListener.accept()
+        defer { peer.close() }
+        // Far more than the kernel buffers hold while the peer is not reading.
+        let payload = pattern(16 * 1024 * 1024, seed: 11)
+        try socket?.write(payload)
+        socket?.disconnectAfterWriting()
+        socket = nil
+        let received = try peer.receiveUntilEndOfStream(timeout: 30)
+        #expect(received.count == payload.count)
+        #expect(received == payload)
+    }
+
     @Test func releasingFromInsideItsOwnCallbackIsSafe() throws {
         final class Holder: @unchecked Sendable { var socket: Socket? }
         let holder = Holder()

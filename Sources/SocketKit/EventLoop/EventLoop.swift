@@ -31,6 +31,9 @@ public final class EventLoop: @unchecked Sendable {
         var stopped = false
     }
     private let pending = Mutex(PendingTasks())
+    /// Signalled once the loop thread has closed everything and will touch nothing more.
+    private let finished = ConditionLock()
+    private var hasFinished = false
 
     // Loop-confined state.
     private var handlers: [EventLoopHandler?] = []
@@ -45,6 +48,9 @@ public final class EventLoop: @unchecked Sendable {
     /// Scratch buffer for reads: every socket on this loop reads into it and hands out views
     /// of it, so reads allocate nothing. Valid until the next read on this loop.
     let readBuffer: UnsafeMutableRawBufferPointer
+    /// Where input nobody will read is discarded (graceful closes): never `readBuffer`,
+    /// which a running callback may be looking at.
+    let discardBuffer: UnsafeMutableRawBufferPointer
 
     private static let wakeupToken = UInt64.max
     static let readBufferSize = 128 * 1024
@@ -54,6 +60,7 @@ public final class EventLoop: @unchecked Sendable {
         self.group = group
         events = .allocate(capacity: eventCapacity)
         readBuffer = .allocate(byteCount: EventLoop.readBufferSize, alignment: 16)
+        discardBuffer = .allocate(byteCount: 64 * 1024, alignment: 16)
 
         var failure: SocketError? = nil
         let epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
@@ -71,12 +78,14 @@ public final class EventLoop: @unchecked Sendable {
         startupError = failure
         if failure != nil {
             pending.withLock { $0.stopped = true }
+            hasFinished = true
             return
         }
         do {
             thread = try PosixThread.spawn(name: "socketkit-loop-\(index)") { [self] in run() }
         } catch {
             pending.withLock { $0.stopped = true }
+            hasFinished = true
             closeDescriptors()
         }
     }
@@ -84,6 +93,7 @@ public final class EventLoop: @unchecked Sendable {
     deinit {
         events.deallocate()
         readBuffer.deallocate()
+        discardBuffer.deallocate()
     }
 
     /// True when called on this loop's thread.
@@ -302,6 +312,24 @@ public final class EventLoop: @unchecked Sendable {
         timers.removeAll()
         endOfIterationWork.removeAll()
         closeDescriptors()
+        finished.withLock {
+            hasFinished = true
+            finished.broadcast()
+        }
+    }
+
+    /// Runs `body` once this loop has stopped for good: at once on the loop thread itself,
+    /// otherwise after waiting for the loop thread to finish its shutdown, so `body` never
+    /// races with it. Only for a loop that refused a task (it is stopping or never started).
+    func afterStopping(_ body: () -> Void) {
+        if inEventLoop {
+            body()
+            return
+        }
+        finished.withLock {
+            while !hasFinished { finished.wait() }
+        }
+        body()
     }
 
     private func closeDescriptors() {

@@ -26,9 +26,16 @@ final class Lock: @unchecked Sendable {
 /// Held while a socket's callback runs, so that changing the delegate (or, in C, releasing
 /// the socket) can wait for a running callback and guarantee that none starts afterwards.
 /// The thread running a callback may change its own socket's delegate: it already holds it.
+///
+/// Waiting is refused when it would deadlock: two callbacks on two threads that release
+/// each other's sockets would each wait for the other forever. A global wait-for graph
+/// (which gate each blocked thread waits for) catches the cycle; the thread that would close
+/// it goes on without waiting (no callback of that socket starts afterwards, but the one
+/// running on the other thread may still be finishing).
 final class CallbackGate: @unchecked Sendable {
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
     private let holder = Atomic<UInt>(0)
+    private static let waiting = Mutex<[UInt: UnsafeMutableRawPointer]>([:])
 
     init() {
         mutex = .allocate(capacity: 1)
@@ -41,23 +48,53 @@ final class CallbackGate: @unchecked Sendable {
     }
 
     var isHeldByCurrentThread: Bool {
-        holder.load(ordering: .relaxed) == currentThreadIdentity()
+        holder.load(ordering: .acquiring) == currentThreadIdentity()
     }
 
+    /// Enters for a callback (the delivering thread never holds a gate another thread could
+    /// be waiting on while it waits here).
     func enter() {
         pthread_mutex_lock(mutex)
-        holder.store(currentThreadIdentity(), ordering: .relaxed)
+        holder.store(currentThreadIdentity(), ordering: .releasing)
     }
 
     func leave() {
-        holder.store(0, ordering: .relaxed)
+        holder.store(0, ordering: .releasing)
         pthread_mutex_unlock(mutex)
     }
 
-    /// Runs `body` with the gate held, or directly when this thread already holds it.
+    /// Enters, unless waiting would close a cycle of threads waiting for each other's gates:
+    /// then returns false without entering.
+    private func enterUnlessDeadlocked() -> Bool {
+        let me = currentThreadIdentity()
+        if pthread_mutex_trylock(mutex) == 0 {
+            holder.store(me, ordering: .releasing)
+            return true
+        }
+        let wouldDeadlock = CallbackGate.waiting.withLock { waiting -> Bool in
+            var gate = self
+            for _ in 0..<64 {
+                let owner = gate.holder.load(ordering: .acquiring)
+                if owner == me { return true }
+                guard owner != 0, let next = waiting[owner] else { break }
+                // Alive: the thread registered in `waiting` is inside a method of that gate.
+                gate = Unmanaged<CallbackGate>.fromOpaque(next).takeUnretainedValue()
+            }
+            waiting[me] = Unmanaged.passUnretained(self).toOpaque()
+            return false
+        }
+        if wouldDeadlock { return false }
+        pthread_mutex_lock(mutex)
+        _ = CallbackGate.waiting.withLock { $0.removeValue(forKey: me) }
+        holder.store(me, ordering: .releasing)
+        return true
+    }
+
+    /// Runs `body` with the gate held: directly when this thread already holds it, without
+    /// it when waiting would deadlock (see above).
     func withGate<Result>(_ body: () throws -> Result) rethrows -> Result {
         if isHeldByCurrentThread { return try body() }
-        enter()
+        guard enterUnlessDeadlocked() else { return try body() }
         defer { leave() }
         return try body()
     }

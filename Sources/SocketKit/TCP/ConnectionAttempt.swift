@@ -48,7 +48,7 @@ final class ConnectionAttempt: EventLoopHandler {
         if error != 0 {
             core.attemptFailed(self, error: error)
         } else if events & EPOLLOUT.rawValue != 0 {
-            core.attemptSucceeded(self)
+            core.attemptSucceeded(self, events: events)
         } else if events & (EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0 {
             core.attemptFailed(self, error: ECONNREFUSED)
         }

@@ -82,8 +82,10 @@ struct ReadRequest {
             if callerBuffer == nil && bytesDone == 0 && take == length {
                 return .complete(consumed: take, borrowed: true)
             }
+            // Reserve for what may come soon, never the whole (peer-chosen) length at once:
+            // the array grows as bytes actually arrive.
             if callerBuffer == nil && collected.capacity < length {
-                collected.reserveCapacity(length)
+                collected.reserveCapacity(min(length, max(collected.capacity * 2, 64 * 1024)))
             }
             store(UnsafeRawBufferPointer(rebasing: source[0..<take]))
             return bytesDone == length ? .complete(consumed: take, borrowed: false) : .incomplete(consumed: take)

@@ -68,7 +68,7 @@ public final class Socket: @unchecked Sendable {
         shared.callerBuffers.revoke()
         let core = self.core
         if !eventLoop.execute({ core.ownerReleased() }) {
-            core.abandon()
+            eventLoop.afterStopping { core.abandon() }
         }
     }
 
@@ -119,11 +119,10 @@ public final class Socket: @unchecked Sendable {
     // MARK: Configuration
 
     private func configure(_ change: (inout SocketConfiguration) -> Void) {
-        let updated = shared.published.withLock { published -> SocketConfiguration in
-            change(&published.configuration)
-            return published.configuration
-        }
-        _ = submit(tearsDown: false) { $0.updateConfiguration(updated) }
+        shared.published.withLock { change(&$0.configuration) }
+        // The core reads the configuration when the task runs: concurrent setters cannot be
+        // applied out of order.
+        _ = submit(tearsDown: false) { $0.updateConfiguration($0.shared.published.withLock { $0.configuration }) }
     }
 
     private var configuration: SocketConfiguration { shared.published.withLock { $0.configuration } }
@@ -161,8 +160,10 @@ public final class Socket: @unchecked Sendable {
         set { configure { $0.autoDisconnectOnClosedReadStream = newValue } }
     }
 
-    /// The most bytes a read to a separator without an explicit maximum may gather before
-    /// failing with `.readMaxedOut` (default 16 MiB). Values below 1 become 1.
+    /// The most bytes a read may hold before completing: the limit of reads to a separator
+    /// without an explicit maximum (they fail with `.readMaxedOut`) and of reads to a length
+    /// into SocketKit's memory (larger ones are refused). Default 16 MiB; values below 1
+    /// become 1.
     public var maximumReadLength: Int {
         get { configuration.maximumReadLength }
         set { configure { $0.maximumReadLength = max(1, newValue) } }
@@ -397,11 +398,17 @@ public final class Socket: @unchecked Sendable {
                               callerBufferGuard: shared.callerBuffers), session: session)
     }
 
-    /// Reads exactly `length` bytes.
+    /// Reads exactly `length` bytes. Lengths above `maximumReadLength` are refused
+    /// (`.badParam`): a length usually comes from the peer, and SocketKit holds the bytes
+    /// until the read completes. Raise the limit for bigger reads.
     public func read(toLength length: Int, timeout: Double = -1, tag: Int = 0) throws(SocketError) {
         guard length > 0 else { throw SocketError(.badParam, "length must be positive") }
         try checkTimeout(timeout)
-        let (session, _) = try sessionForTransfer()
+        let (session, configuration) = try sessionForTransfer()
+        guard length <= configuration.maximumReadLength else {
+            throw SocketError(.badParam,
+                              "length \(length) is above maximumReadLength (\(configuration.maximumReadLength)); raise it to read more at once")
+        }
         try queue(ReadRequest(framing: .length(length), tag: tag, timeout: timeout, maximumLength: length),
                   session: session)
     }
@@ -747,6 +754,10 @@ public final class Socket: @unchecked Sendable {
         gate.leave()
         let core = self.core
         switch event {
+        case .didAcceptSocket(let child):
+            // Only now does the child start: none of its callbacks can precede didAccept,
+            // whatever queues the listener and the child use.
+            child.activateAccepted()
         case .shouldTimeoutRead(_, _, _, let session):
             eventLoop.execute { core.resolveReadTimeout(extension: answer, session: session) }
         case .shouldTimeoutWrite(_, _, _, let session):
@@ -756,9 +767,20 @@ public final class Socket: @unchecked Sendable {
         }
     }
 
-    /// The listener's hook for placing a new connection (on the listener's loop thread).
+    /// The listener's hook for placing a new connection (on the listener's loop thread),
+    /// under the gate like any callback: a release or delegate change waits for it.
     func eventLoopForAcceptedConnection(from address: SocketAddress) -> EventLoop? {
-        receiver?.eventLoopForConnection(from: address, on: self)
+        gate.withGate {
+            routingLock.withLock { routing.receiver }?.eventLoopForConnection(from: address, on: self)
+        }
+    }
+
+    /// Starts an accepted connection's I/O on its loop.
+    func activateAccepted() {
+        let core = self.core
+        if !eventLoop.executeInlineIfPossible({ core.activatePrepared(announce: false) }) {
+            eventLoop.afterStopping { core.abandon() }
+        }
     }
 }
 

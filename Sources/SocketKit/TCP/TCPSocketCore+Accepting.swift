@@ -44,7 +44,8 @@ extension TCPSocketCore {
     /// that backs off from 50 ms to 1 s: it never spins, and serves again by itself as soon
     /// as descriptors are free.
     func acceptConnections(on endpoint: ListenerEndpoint) {
-        guard phase == .accepting, !acceptPaused else { return }
+        guard phase == .accepting, !acceptPaused, listeners.contains(where: { $0 === endpoint }) else { return }
+        let session = self.session
         for _ in 0..<TCPSocketCore.acceptsPerEvent {
             var storage = sockaddr_storage()
             var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
@@ -58,7 +59,8 @@ extension TCPSocketCore {
                 acceptFailureReported = false
                 let peer = withUnsafeBytes(of: &storage) { SocketAddress(storage: $0.baseAddress!, length: length) }
                 handleAccepted(child, peer: peer, via: endpoint)
-                guard phase == .accepting else { return }
+                // The callback may have ended this listening session (and started another).
+                guard phase == .accepting, session == self.session else { return }
                 continue
             }
             let error = errno
@@ -80,8 +82,9 @@ extension TCPSocketCore {
     }
 
     func acceptOnAllListeners() {
+        let session = self.session
         for endpoint in listeners {
-            guard phase == .accepting, !acceptPaused else { return }
+            guard phase == .accepting, !acceptPaused, session == self.session else { return }
             acceptConnections(on: endpoint)
         }
     }
@@ -125,12 +128,13 @@ extension TCPSocketCore {
         }
         let child = TCPSocketCore(loop: childLoop, shared: childShared)
         child.prepareConnected(fd: descriptor, peer: peer, unix: unix, session: 1)
+        // The child starts once its didAccept has been delivered (Socket.activateAccepted).
         emit(.didAccept(child))
-        let started = childLoop.executeInlineIfPossible { child.activatePrepared(announce: false) }
-        if !started { child.abandon() }
     }
 
-    /// For a child whose loop has stopped: close the descriptor here, nobody else will.
+    /// For a socket whose loop has stopped (called once the loop thread has finished, or on
+    /// it): close a descriptor the loop never knew about (an accepted child that was never
+    /// activated); registered ones were closed by the loop itself.
     func abandon() {
         if fd >= 0 { close(fd) }
         fd = -1

@@ -1,4 +1,5 @@
 import Glibc
+import SocketKitC
 
 /// What `connect` was asked to reach.
 enum ConnectTarget: Sendable {
@@ -134,7 +135,10 @@ extension TCPSocketCore {
         }
     }
 
-    func attemptSucceeded(_ winner: ConnectionAttempt) {
+    /// `events` is the edge that completed the connect: with edge-triggered epoll it is the
+    /// only report of what had already happened (the peer's data, or its FIN), so it is
+    /// taken into account here rather than lost.
+    func attemptSucceeded(_ winner: ConnectionAttempt, events: UInt32) {
         guard phase == .connecting, let winnerRegistration = winner.registration else { return }
         cancel(attemptTimer)
         cancel(connectTimer)
@@ -149,6 +153,9 @@ extension TCPSocketCore {
         loop.replaceHandler(winnerRegistration, with: self)
         isUnixDomain = winner.address.family == .unix
         becomeConnected(peer: winner.address, announce: true)
+        if events & (EPOLLRDHUP.rawValue | EPOLLHUP.rawValue) != 0 && phase == .connected {
+            peerHalfClosed = true
+        }
     }
 
     func connectTimerFired() {

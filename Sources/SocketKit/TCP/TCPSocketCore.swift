@@ -157,7 +157,8 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     private func discard(_ event: SocketEvent) {
         switch event {
         case .didAccept(let child):
-            child.ownerReleased()
+            // Never activated: it runs on this thread until it is, so closing here is safe.
+            child.abandon()
         case .shouldTimeoutRead(_, _, _, let session):
             loop.execute { [self] in resolveReadTimeout(extension: 0, session: session) }
         case .shouldTimeoutWrite(_, _, _, let session):
@@ -337,9 +338,11 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     private func shutDownGracefully() {
         _ = shutdown(fd, Int32(SHUT_WR))
         // Discard input that arrived and nobody read: closing with unread data makes the
-        // kernel send RST, which can destroy our own unsent tail at the peer.
-        for _ in 0..<8 {
-            let count = recv(fd, loop.readBuffer.baseAddress, loop.readBuffer.count, Int32(MSG_DONTWAIT))
+        // kernel send RST, which can destroy our own unsent tail at the peer. Not into the
+        // loop's read buffer: a running callback of another socket may be looking at it.
+        let scratch = loop.discardBuffer
+        for _ in 0..<16 {
+            let count = recv(fd, scratch.baseAddress, scratch.count, Int32(MSG_DONTWAIT))
             if count <= 0 { break }
         }
     }

@@ -88,7 +88,7 @@ struct RawSocket {
         guard result > 0 else { throw TestFailure("raw socket: timed out waiting") }
     }
 
-    func accept(timeout: Double = 10) throws -> RawSocket {
+    func accept(timeout: Double = 30) throws -> RawSocket {
         try waitFor(Int16(POLLIN), timeout: timeout)
         let child = Glibc.accept(fd, nil, nil)
         guard child >= 0 else { throw TestFailure("accept: \(errno)") }
@@ -109,7 +109,7 @@ struct RawSocket {
     func send(_ text: String) throws { try send(Array(text.utf8)) }
 
     /// Exactly `count` bytes (fails on EOF or timeout).
-    func receive(exactly count: Int, timeout: Double = 10) throws -> [UInt8] {
+    func receive(exactly count: Int, timeout: Double = 30) throws -> [UInt8] {
         var result: [UInt8] = []
         result.reserveCapacity(count)
         var buffer = [UInt8](repeating: 0, count: 65536)
@@ -124,7 +124,7 @@ struct RawSocket {
     }
 
     /// Everything until the peer closes.
-    func receiveUntilEndOfStream(timeout: Double = 10) throws -> [UInt8] {
+    func receiveUntilEndOfStream(timeout: Double = 30) throws -> [UInt8] {
         var result: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65536)
         while true {

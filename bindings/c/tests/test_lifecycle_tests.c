@@ -412,3 +412,142 @@ void test_accept_without_did_accept_closes(void) {
     CHECK_EQ(sk_socket_release(listener), SK_OK);
     recorder_destroy(&recorder);
 }
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int entered;
+    int released;
+} loop_blocker_t;
+
+/* Runs on the socket's loop thread and holds it until the test lets go. */
+static void block_loop(const sk_socket_descriptors_t *descriptors, void *context) {
+    loop_blocker_t *blocker = context;
+    (void)descriptors;
+    pthread_mutex_lock(&blocker->lock);
+    blocker->entered = 1;
+    pthread_cond_broadcast(&blocker->changed);
+    while (!blocker->released) pthread_cond_wait(&blocker->changed, &blocker->lock);
+    pthread_mutex_unlock(&blocker->lock);
+}
+
+void test_release_stops_writes_into_caller_buffers(void) {
+    recorder_t recorder;
+    recorder_init(&recorder);
+    uint16_t port = 0;
+    int listener = raw_listen("127.0.0.1", &port, 8);
+    sk_socket_t *sock = recorded_socket(&recorder, NULL);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
+    int peer = raw_accept(listener);
+    recorder_expect(&recorder, EVENT_CONNECT, 1);
+
+    unsigned char *buffer = malloc(64);
+    CHECK(buffer != NULL);
+    memset(buffer, 0xEE, 64);
+    CHECK_EQ(sk_socket_read_to_length_into(sock, 64, buffer, 64, 0, -1, 1, NULL), SK_OK);
+
+    /* Hold the loop, let the data arrive, release, then let the loop go: it sees the data
+     * before it runs the close, and must not copy it into the released caller's buffer. */
+    loop_blocker_t blocker = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+    CHECK_EQ(sk_socket_perform(sock, block_loop, &blocker), SK_OK);
+    pthread_mutex_lock(&blocker.lock);
+    while (!blocker.entered) pthread_cond_wait(&blocker.changed, &blocker.lock);
+    pthread_mutex_unlock(&blocker.lock);
+    unsigned char payload[64];
+    memset(payload, 'x', sizeof payload);
+    raw_send(peer, payload, sizeof payload);
+    CHECK_EQ(sk_socket_release(sock), SK_OK);
+    pthread_mutex_lock(&blocker.lock);
+    blocker.released = 1;
+    pthread_cond_broadcast(&blocker.changed);
+    pthread_mutex_unlock(&blocker.lock);
+
+    raw_wait_closed(peer);
+    for (int i = 0; i < 64; i++) CHECK_EQ(buffer[i], 0xEE);
+    free(buffer);
+    CHECK_EQ(recorder_count(&recorder, EVENT_READ), 0);
+    close(peer);
+    close(listener);
+    recorder_destroy(&recorder);
+}
+
+void test_release_after_disconnect_after_writing_still_delivers(void) {
+    recorder_t recorder;
+    recorder_init(&recorder);
+    uint16_t port = 0;
+    int listener = raw_listen("127.0.0.1", &port, 8);
+    sk_socket_t *sock = recorded_socket(&recorder, NULL);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
+    int peer = raw_accept(listener);
+    recorder_expect(&recorder, EVENT_CONNECT, 1);
+
+    /* More than the kernel buffers hold while the peer is not reading: most of it is still
+     * queued in SocketKit when the handle goes away. */
+    size_t length = 16 * 1024 * 1024;
+    unsigned char *data = malloc(length);
+    unsigned char *received = malloc(length + 1);
+    CHECK(data != NULL && received != NULL);
+    fill_pattern(data, length, 5);
+    CHECK_EQ(sk_socket_write(sock, data, length, -1, 1, NULL), SK_OK);
+    CHECK_EQ(sk_socket_disconnect_after_writing(sock), SK_OK);
+    CHECK_EQ(sk_socket_release(sock), SK_OK);
+    CHECK_EQ(raw_receive_until_eof(peer, received, length + 1), length);
+    CHECK(memcmp(received, data, length) == 0);
+    /* Released: no callbacks, not even did_disconnect. */
+    CHECK_EQ(recorder_count(&recorder, EVENT_DISCONNECT), 0);
+    free(data);
+    free(received);
+    close(peer);
+    close(listener);
+    recorder_destroy(&recorder);
+}
+
+static void close_other_then_check(recorder_t *recorder, sk_socket_t *sock, const void *data, size_t length, long tag) {
+    (void)sock;
+    (void)tag;
+    unsigned char copy[64];
+    CHECK(length <= sizeof copy);
+    memcpy(copy, data, length);
+    /* The other socket, on the same loop, has unread input: closing it gracefully discards
+     * that input, and must not do so through the buffer `data` points into. */
+    CHECK_EQ(sk_socket_disconnect_after_writing((sk_socket_t *)recorder->context), SK_OK);
+    CHECK(memcmp(copy, data, length) == 0);
+}
+
+void test_graceful_close_in_a_callback_keeps_its_data(void) {
+    sk_loop_group_t *group = NULL;
+    CHECK_EQ(sk_loop_group_create(1, &group, NULL), SK_OK);
+    recorder_t first, second;
+    recorder_init(&first);
+    recorder_init(&second);
+    sk_socket_delegate_t delegate = recorder_delegate();
+    sk_socket_t *a = NULL, *b = NULL;
+    CHECK_EQ(sk_socket_create(&delegate, sizeof delegate, &first, NULL, group, &a, NULL), SK_OK);
+    CHECK_EQ(sk_socket_create(&delegate, sizeof delegate, &second, NULL, group, &b, NULL), SK_OK);
+    uint16_t port = 0;
+    int listener = raw_listen("127.0.0.1", &port, 8);
+    CHECK_EQ(sk_socket_connect_to_host(a, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
+    int peer_a = raw_accept(listener);
+    CHECK_EQ(sk_socket_connect_to_host(b, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
+    int peer_b = raw_accept(listener);
+    recorder_expect(&first, EVENT_CONNECT, 1);
+    recorder_expect(&second, EVENT_CONNECT, 1);
+
+    raw_send(peer_b, "BBBBBBBBBBBBBBBB", 16); /* nobody reads it */
+    first.context = b;
+    first.on_read = close_other_then_check;
+    CHECK_EQ(sk_socket_read_to_length(a, 16, -1, 1, NULL), SK_OK);
+    raw_send(peer_a, "AAAAAAAAAAAAAAAA", 16);
+    recorder_expect(&first, EVENT_READ, 1);
+    CHECK_STR(recorder_event(&first, EVENT_READ, 0).text, "AAAAAAAAAAAAAAAA");
+    recorder_expect(&second, EVENT_DISCONNECT, 1);
+
+    CHECK_EQ(sk_socket_release(a), SK_OK);
+    CHECK_EQ(sk_socket_release(b), SK_OK);
+    CHECK_EQ(sk_loop_group_release(group), SK_OK);
+    close(peer_a);
+    close(peer_b);
+    close(listener);
+    recorder_destroy(&first);
+    recorder_destroy(&second);
+}

@@ -18,7 +18,10 @@
     X(half_close_keeps_writing_open)          \
     X(peer_reset_is_an_error_not_a_signal)    \
     X(no_callback_after_release)              \
+    X(release_stops_writes_into_caller_buffers) \
+    X(release_after_disconnect_after_writing_still_delivers) \
     X(release_inside_own_callback)            \
+    X(graceful_close_in_a_callback_keeps_its_data) \
     X(set_delegate_and_callback_queue)        \
     X(host_queue_runs_callbacks_when_drained) \
     X(serial_queue_runs_callbacks_on_its_thread) \

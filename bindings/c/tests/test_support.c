@@ -458,3 +458,16 @@ size_t raw_receive_until_eof(int fd, void *data, size_t capacity) {
 void fill_pattern(unsigned char *data, size_t length, unsigned seed) {
     for (size_t i = 0; i < length; i++) data[i] = (unsigned char)((i * 31u + seed) % 251u);
 }
+
+void raw_wait_closed(int fd) {
+    char scratch[4096];
+    for (;;) {
+        CHECK(wait_for(fd, POLLIN));
+        ssize_t got = recv(fd, scratch, sizeof scratch, 0);
+        if (got == 0) return;
+        if (got < 0) {
+            CHECK(errno == ECONNRESET);
+            return;
+        }
+    }
+}

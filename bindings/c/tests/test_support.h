@@ -143,6 +143,8 @@ int raw_accept(int listener);
 void raw_send(int fd, const void *data, size_t length);
 void raw_receive(int fd, void *data, size_t length);   /* exactly length bytes */
 size_t raw_receive_until_eof(int fd, void *data, size_t capacity);
+/* Waits until the peer closed: EOF, or a reset (closing with unread input sends RST). */
+void raw_wait_closed(int fd);
 
 /* Fills a buffer with a checkable pattern. */
 void fill_pattern(unsigned char *data, size_t length, unsigned seed);

@@ -415,7 +415,7 @@ def _did_disconnect(handle, error, userdata):
     sock = _socket_for(handle, userdata)
     if sock is None:
         return
-    sock._pending_buffers.clear()  # SocketKit no longer touches them
+    sock._session_ended()  # SocketKit no longer touches that session's buffers
     _invoke(sock, "socket_did_disconnect", _error_from_c(error))
 
 
@@ -481,8 +481,14 @@ class Socket:
         self._handle: Optional[int] = None
         self._delegate = delegate
         self._queue = queue
-        # Caller buffers of pending *_into reads: (start address, end address, target, export).
-        self._pending_buffers: List[Tuple[int, int, Any, Any]] = []
+        # Caller buffers of pending *_into reads: (start address, end address, view, session).
+        # The view keeps the buffer exported (unmovable) until SocketKit is done with it: its
+        # read completed, its session ended (did_disconnect), or the socket was released.
+        self._pending_buffers: List[Tuple[int, int, memoryview, int]] = []
+        # Sessions (connect, accept, adopt) started and ended: each ends with exactly one
+        # did_disconnect, in order, so a late did_disconnect unpins only its own session's buffers.
+        self._sessions_started = 0
+        self._sessions_ended = 0
         self.user_data: Any = None
 
     def _register(self, handle: int) -> None:
@@ -498,8 +504,14 @@ class Socket:
         """Wraps a handle SocketKit created (an accepted connection)."""
         sock = cls.__new__(cls)
         sock._init_common(delegate, queue)
+        sock._sessions_started = 1
         sock._register(handle)
         return sock
+
+    def _session_ended(self) -> None:
+        self._sessions_ended += 1
+        ended = self._sessions_ended
+        self._pending_buffers = [pin for pin in self._pending_buffers if pin[3] > ended]
 
     @classmethod
     def from_fd(cls, fd: int, delegate: Any = None, *, queue: Optional[CallbackQueue] = _UNSET,
@@ -521,6 +533,7 @@ class Socket:
         finally:
             _adopting.pop(token, None)
         _raise_for(status, error)
+        sock._sessions_started = 1
         sock._register(handle.value)
         return sock
 
@@ -709,17 +722,20 @@ class Socket:
         Accepted connections arrive in ``socket_did_accept(listener, new_socket)``."""
         error = _ffi.CError()
         _raise_for(lib.sk_socket_accept_on_port(self.handle, _port(port), byref(error)), error)
+        self._sessions_started += 1
 
     def accept_on_interface(self, interface: Optional[str], port: int) -> None:
         """Listens on an interface name, an address, "localhost" or None (any)."""
         error = _ffi.CError()
         _raise_for(lib.sk_socket_accept_on_interface(self.handle, interface.encode() if interface else None,
                                                      _port(port), byref(error)), error)
+        self._sessions_started += 1
 
     def accept_on_unix_path(self, path: str) -> None:
         """Listens on a Unix-domain socket (a stale socket file there is replaced)."""
         error = _ffi.CError()
         _raise_for(lib.sk_socket_accept_on_unix_path(self.handle, path.encode(), byref(error)), error)
+        self._sessions_started += 1
 
     def connect_to_host(self, host: str, port: int, interface: Optional[str] = None, timeout: float = -1) -> None:
         """Connects to a host name or address (every resolved address is raced, Happy
@@ -729,6 +745,7 @@ class Socket:
         _raise_for(lib.sk_socket_connect_to_host(self.handle, host.encode(), _port(port),
                                                  interface.encode() if interface else None, float(timeout),
                                                  byref(error)), error)
+        self._sessions_started += 1
 
     def connect_to_address(self, address: Address, interface: Optional[str] = None, timeout: float = -1) -> None:
         """Connects to ("ip", port) or a Unix path, without name resolution."""
@@ -737,12 +754,14 @@ class Socket:
         _raise_for(lib.sk_socket_connect_to_address(self.handle, raw, len(raw),
                                                     interface.encode() if interface else None, float(timeout),
                                                     byref(error)), error)
+        self._sessions_started += 1
 
     def connect_to_unix_path(self, path: str, timeout: float = -1) -> None:
         """Connects to a Unix-domain socket."""
         error = _ffi.CError()
         _raise_for(lib.sk_socket_connect_to_unix_path(self.handle, path.encode(), float(timeout), byref(error)),
                    error)
+        self._sessions_started += 1
 
     # ---- reading ---------------------------------------------------------------------------
 
@@ -812,8 +831,7 @@ class Socket:
 
     def _commit_pin(self, status: int, error: _ffi.CError, view: memoryview, address: int, capacity: int) -> None:
         _raise_for(status, error)
-        # `view` keeps the export alive (the buffer cannot be resized or freed meanwhile).
-        self._pending_buffers.append((address, address + capacity, view, view))
+        self._pending_buffers.append((address, address + capacity, view, self._sessions_started))
 
     def _take_read_result(self, data: int, length: int) -> Union[bytes, memoryview]:
         for index, (start, end, view, _) in enumerate(self._pending_buffers):
@@ -831,9 +849,13 @@ class Socket:
     # ---- writing ---------------------------------------------------------------------------
 
     def write(self, data: BytesLike, timeout: float = -1, tag: int = 0) -> None:
-        """Queues a copy of `data` (any bytes-like object); ``socket_did_write(sock, tag)``
-        follows once the kernel accepted it all."""
+        """Queues `data` (any bytes-like object); ``socket_did_write(sock, tag)`` follows once
+        the kernel accepted it all. Large ``bytes`` objects (immutable) are sent without a
+        copy and kept alive until SocketKit is done with them; anything else is copied."""
         source: Any
+        if isinstance(data, bytes) and len(data) >= _NO_COPY_THRESHOLD:
+            self._write_no_copy(data, timeout, tag)
+            return
         if isinstance(data, bytes):
             source, length = data, len(data)
         else:
@@ -846,6 +868,19 @@ class Socket:
         error = _ffi.CError()
         # SocketKit copies the bytes before the call returns.
         _raise_for(lib.sk_socket_write(self.handle, source, length, float(timeout), tag, byref(error)), error)
+
+    def _write_no_copy(self, data: bytes, timeout: float, tag: int) -> None:
+        token = next(_next_token)
+        with _lent_lock:
+            _lent[token] = data
+        error = _ffi.CError()
+        status = lib.sk_socket_write_no_copy(self.handle, data, len(data), _release_lent, token, float(timeout),
+                                             tag, byref(error))
+        if status < 0:
+            # Refused: SocketKit never took the bytes, so the release will not come.
+            with _lent_lock:
+                _lent.pop(token, None)
+        _raise_for(status, error)
 
     @property
     def write_progress(self) -> Optional[Progress]:
@@ -991,6 +1026,18 @@ class Socket:
 
 
 _perform_lock = threading.Lock()
+
+# bytes lent to SocketKit by no-copy writes, by token, until their release callback.
+_NO_COPY_THRESHOLD = 64 * 1024
+_lent: Dict[int, bytes] = {}
+_lent_lock = threading.Lock()
+
+
+@_ffi.RELEASE_FUNCTION
+def _release_lent(data, context):
+    with _lent_lock:
+        _lent.pop(context, None)
+
 _perform_calls: Dict[int, Any] = {}
 
 

@@ -148,8 +148,8 @@ class AsyncSocket:
         self.socket.close()
 
     def abort(self) -> None:
-        """Closes at once, dropping pending operations."""
-        self.socket.close()
+        """Closes at once, dropping pending operations (queued writes are not sent)."""
+        self.socket.abort()
         self._fail(ClosedError("the socket was closed"))
 
     @property

@@ -1,0 +1,243 @@
+"""More of the contract through Python: timeouts of every kind, maximum lengths, partial
+progress, queueing before the connection, callback order, inline callbacks, the loop hook
+and descriptor exhaustion."""
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+import socketkit
+from conftest import WAIT, Recorder, pattern
+
+
+def test_connect_timeout_when_the_peer_never_answers(recorder):
+    blackhole = socket.socket()
+    blackhole.bind(("127.0.0.1", 0))
+    blackhole.listen(0)
+    port = blackhole.getsockname()[1]
+    fillers = []
+    for _ in range(4):
+        filler = socket.socket()
+        filler.setblocking(False)
+        filler.connect_ex(("127.0.0.1", port))
+        fillers.append(filler)
+    sock = socketkit.Socket(recorder)
+    sock.connect_to_host("127.0.0.1", port, timeout=0.3)
+    error = recorder.disconnect_error()
+    assert isinstance(error, socketkit.ConnectTimeoutError) and isinstance(error, TimeoutError)
+    sock.close()
+    for filler in fillers:
+        filler.close()
+    blackhole.close()
+
+
+def test_write_timeout_against_a_peer_that_never_reads(raw_peer):
+    pair = raw_peer()
+    pair.socket.write(bytes(64 * 1024 * 1024), timeout=0.3, tag=9)
+    error = pair.recorder.disconnect_error()
+    assert isinstance(error, socketkit.WriteTimeoutError)
+    asked = pair.recorder.expect("write_timeout")
+    assert asked[0][1] == 9 and asked[0][3] > 0
+    assert pair.recorder.count("write_partial") >= 1
+
+
+def test_a_separator_past_the_maximum_is_read_maxed_out(raw_peer):
+    pair = raw_peer()
+    pair.socket.read_to_data(socketkit.CRLF, max_length=8)
+    pair.peer.sendall(b"123456789\r\n")
+    assert isinstance(pair.recorder.disconnect_error(), socketkit.ReadMaxedOutError)
+
+
+def test_large_bytes_are_sent_without_a_copy_and_arrive_intact(raw_peer):
+    pair = raw_peer()
+    payload = pattern(3 * 1024 * 1024, seed=4)
+    pair.socket.write(payload, tag=1)
+    pair.socket.write(bytearray(payload[:1000]), tag=2)
+    assert pair.receive_exactly(len(payload) + 1000) == payload + payload[:1000]
+    assert [event[1] for event in pair.recorder.expect("write", 2)] == [1, 2]
+    from socketkit import _core
+    assert pair.recorder.wait_for(lambda events: not _core._lent), "the lent bytes are released"
+
+
+def test_reads_and_writes_queued_before_the_connection_and_callback_order(recorder):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    sock = socketkit.Socket(recorder)
+    sock.connect_to_host("127.0.0.1", listener.getsockname()[1], timeout=5)
+    for tag in range(3):
+        sock.write(f"request {tag}\n".encode(), tag=100 + tag)
+        sock.read_to_data(socketkit.LF, tag=tag)
+    listener.settimeout(WAIT)
+    peer, _ = listener.accept()
+    peer.settimeout(WAIT)
+    received = b""
+    while len(received) < 30:
+        received += peer.recv(64)
+    assert received == b"request 0\nrequest 1\nrequest 2\n"
+    peer.sendall(b"reply 0\nreply 1\nreply 2\n")
+    recorder.expect("read", 3)
+    sock.disconnect_after_reading_and_writing()
+    assert recorder.disconnect_error() is None
+    kinds = [event[0] for event in recorder.events]
+    assert kinds[0] == "connect" and kinds[-1] == "disconnect"
+    assert [event[1] for event in recorder.events if event[0] == "write"] == [100, 101, 102]
+    assert [event[2] for event in recorder.events if event[0] == "read"] == [0, 1, 2]
+    assert recorder.overlaps == 0 and recorder.after_disconnect == 0
+    sock.close()
+    peer.close()
+    listener.close()
+
+
+def test_inline_callbacks_on_the_event_loop_thread_may_call_the_socket(recorder):
+    server = Recorder()
+    server.on_accept = lambda listener, connection: connection.read()
+    server.on_read = lambda sock, data, tag: (sock.write(bytes(data)), sock.read())
+    listener = socketkit.Socket(server, queue=None)
+    listener.accept_on_interface("127.0.0.1", 0)
+    client = socket.create_connection(("127.0.0.1", listener.local_port), timeout=WAIT)
+    for index in range(50):
+        message = f"message {index}".encode()
+        client.sendall(message)
+        received = b""
+        while len(received) < len(message):
+            received += client.recv(64)
+        assert received == message
+    assert threading.get_ident() not in server.threads
+    client.close()
+    listener.close()
+    for connection in server.accepted:
+        connection.close()
+
+
+def test_the_new_loop_hook_places_accepted_sockets():
+    class Placer(Recorder):
+        def socket_new_loop_for_connection(self, listener, address):
+            self.addresses = getattr(self, "addresses", []) + [address]
+            return 1
+
+    placer = Placer()
+    placer.on_accept = lambda listener, connection: connection.read()
+    with socketkit.LoopGroup(2) as group:
+        listener = socketkit.Socket(placer, queue=None, loop_group=group)
+        listener.accept_on_interface("127.0.0.1", 0)
+        clients = [socket.create_connection(("127.0.0.1", listener.local_port), timeout=WAIT) for _ in range(3)]
+        for client in clients:
+            client.sendall(b"x")
+        placer.expect("read", 3)
+        reads = [event for event in placer.events if event[0] == "read"]
+        assert len(reads) == 3
+        assert len({thread for thread in placer.threads}) >= 1
+        assert all(address[0] == "127.0.0.1" for address in placer.addresses)
+        for client in clients:
+            client.close()
+        listener.close()
+        for connection in placer.accepted:
+            connection.close()
+
+
+def test_a_listener_out_of_descriptors_pauses_and_recovers():
+    # The descriptor limit is process-wide: run the listener in a child interpreter.
+    script = textwrap.dedent(f"""
+        import resource, socket, sys, threading
+        sys.path.insert(0, {repr(str(__import__('pathlib').Path(socketkit.__file__).parents[1]))})
+        import socketkit
+        paused = threading.Event(); served = threading.Semaphore(0)
+        class Server:
+            def __init__(self): self.kept = []
+            def socket_did_accept(self, listener, connection):
+                self.kept.append(connection); connection.read()
+            def socket_did_read(self, sock, data, tag):
+                served.release()
+            def socket_did_pause_accepting(self, sock, error):
+                print("paused", error.errno, type(error).__name__, flush=True); paused.set()
+        server = Server()
+        listener = socketkit.Socket(server)
+        listener.accept_on_interface("127.0.0.1", 0)
+        clients = [socket.socket() for _ in range(12)]
+        probe = socket.socket(); highest = probe.fileno(); probe.close()
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 3, hard))
+        for client in clients:
+            client.connect(("127.0.0.1", listener.local_port)); client.sendall(b"x")
+        assert paused.wait(20), "no pause"
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        for _ in clients:
+            assert served.acquire(timeout=20), "not every client was served"
+        print("recovered", len(server.kept), flush=True)
+        listener.close()
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.split()
+    assert lines[:3] == ["paused", str(__import__("errno").EMFILE), "SystemCallError"]
+    assert lines[3:] == ["recovered", "12"]
+
+
+def test_a_late_disconnect_of_the_previous_session_keeps_the_new_sessions_buffer(raw_peer):
+    # Callbacks wait in a host queue we drain by hand, so the old session's did_disconnect
+    # is delivered after the new session's read_into was issued.
+    import select
+    host = socketkit.HostQueue()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    port = listener.getsockname()[1]
+    recorder = Recorder()
+    sock = socketkit.Socket(recorder, queue=host)
+    sock.connect_to_host("127.0.0.1", port, timeout=5)
+    listener.settimeout(WAIT)
+    first_peer, _ = listener.accept()
+    sock.disconnect()
+    sock.connect_to_host("127.0.0.1", port, timeout=5)
+    second_peer, _ = listener.accept()
+    buffer = bytearray(5)
+    sock.read_to_length_into(5, buffer)
+    while recorder.count("disconnect") < 1:
+        assert select.select([host.fileno()], [], [], WAIT)[0]
+        host.drain(1)
+    assert len(sock._pending_buffers) == 1, "the new session's buffer stays pinned"
+    second_peer.sendall(b"HELLO")
+    while recorder.count("read") < 1:
+        assert select.select([host.fileno()], [], [], WAIT)[0]
+        host.drain()
+    assert bytes(buffer) == b"HELLO"
+    sock.abort()
+    for peer in (first_peer, second_peer, listener):
+        peer.close()
+    host.close()
+
+
+def test_abort_drops_queued_writes():
+    import asyncio
+    from socketkit import aio
+
+    async def main():
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        connection = await aio.AsyncSocket.connect("127.0.0.1", listener.getsockname()[1], timeout=5)
+        peer, _ = listener.accept()
+        pending = asyncio.ensure_future(connection.write(bytes(64 * 1024 * 1024)))
+        await asyncio.sleep(0)  # let the write be queued
+        connection.abort()
+        with pytest.raises(socketkit.ClosedError):
+            await pending
+        peer.settimeout(WAIT)
+        received = 0
+        while True:
+            try:
+                chunk = peer.recv(1 << 20)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            received += len(chunk)
+        assert received < 64 * 1024 * 1024, "abort must not send the queued write"
+        peer.close()
+        listener.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
