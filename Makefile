@@ -23,7 +23,7 @@ STAGE      := $(BUILD)/stage
 # The shipping library: the Swift runtime linked in (loads with no toolchain around), only
 # sk_* exported (version script), a soname, never unloaded (-z nodelete: Swift code must not
 # be), DWARF 4 so valgrind can read the C shim's debug info.
-RELEASE_FLAGS := -c release -Xswiftc -static-stdlib -Xcc -gdwarf-4 \
+RELEASE_FLAGS := -c release -Xswiftc -static-stdlib -Xswiftc -enforce-exclusivity=unchecked -Xcc -gdwarf-4 \
 	-Xlinker --version-script=$(CURDIR)/Sources/SocketKit/socketkit.map \
 	-Xlinker -soname=$(SONAME) -Xlinker -z -Xlinker nodelete
 

@@ -83,7 +83,7 @@ struct ConnectionTests {
         defer { listener.disconnect() }
         let raw = try RawSocket.connect(to: host, port: listener.localPort)
         let recorder = Recorder()
-        let adopted = try Socket(connectedSocketDescriptor: raw.fd, delegate: recorder)
+        let adopted = try Socket(connectedSocketDescriptor: raw.detach(), delegate: recorder)
         #expect(adopted.isConnected)
         #expect(adopted.connectedHost == host)
         #expect(adopted.connectedPort == listener.localPort)
@@ -102,13 +102,13 @@ struct ConnectionTests {
     @Test func adoptingAConnectedUnixDescriptorWorks() throws {
         var pair: [Int32] = [-1, -1]
         #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair) == 0)
-        defer { close(pair[1]) }
+        let peer = RawSocket(fd: pair[1])
+        defer { peer.close() }
         let recorder = Recorder()
         let adopted = try Socket(connectedSocketDescriptor: pair[0], delegate: recorder)
         #expect(adopted.isUnixDomain)
         #expect(recorder.waitForConnect())
         try adopted.read(toLength: 3)
-        let peer = RawSocket(fd: pair[1])
         try peer.send("abc")
         #expect(recorder.waitForBytes(3) == bytes("abc"))
         try adopted.write(bytes("xyz"))

@@ -18,7 +18,16 @@ final class CDelegateReceiver: SocketEventReceiver, @unchecked Sendable {
         }
         delegate = copy
         self.userdata = userdata
+        var wanted: SocketEventInterests = []
+        if copy.did_read != nil { wanted.insert(.read) }
+        if copy.did_read_partial != nil { wanted.insert(.readPartial) }
+        if copy.did_write != nil { wanted.insert(.write) }
+        if copy.did_write_partial != nil { wanted.insert(.writePartial) }
+        if copy.did_reach_high_watermark != nil || copy.did_drain_to_low_watermark != nil { wanted.insert(.watermarks) }
+        interests = wanted
     }
+
+    let interests: SocketEventInterests
 
     /// Validates the size a caller passed with its delegate struct.
     static func checkSize(_ size: Int) throws(SocketError) {

@@ -9,8 +9,8 @@ import SocketKitC
 /// counted inside (a socket keeps its queue and loop alive), so handles may be released in
 /// any order.
 final class HandleRegistry: @unchecked Sendable {
-    enum Kind: Sendable {
-        case socket, loopGroup, callbackQueue
+    enum Kind: UInt8, Sendable {
+        case socket = 1, loopGroup, callbackQueue
 
         var name: String {
             switch self {
@@ -21,46 +21,68 @@ final class HandleRegistry: @unchecked Sendable {
         }
     }
 
-    private struct Entry {
-        let kind: Kind
-        let object: AnyObject
+    private struct Slot {
+        var generation: UInt32 = 0
+        var kind: Kind? = nil
+        var object: AnyObject? = nil
     }
 
     static let shared = HandleRegistry()
 
     private let lock = Lock()
-    private var entries: [UInt: Entry] = [:]
-    private var nextIdentifier: UInt = 1
+    private var slots: [Slot] = []
+    private var freeSlots: [Int] = []
 
-    /// Registers `object` and returns its new handle. Handle values are 16-aligned and
-    /// never repeat.
+    // A handle is (generation << 24 | slot + 1) << 4: never 0, 16-aligned, and a released
+    // slot's next handle differs in generation, so stale handles are recognised (a slot is
+    // only reused after 2^32 releases of it).
+    private static let slotBits = 24
+
+    /// Registers `object` and returns its new handle.
     func register(_ object: AnyObject, kind: Kind) -> OpaquePointer {
         lock.withLock {
-            let value = nextIdentifier << 4
-            nextIdentifier += 1
-            entries[value] = Entry(kind: kind, object: object)
-            // A non-zero value always makes a pointer.
+            let slot: Int
+            if let reused = freeSlots.popLast() {
+                slot = reused
+            } else {
+                slot = slots.count
+                slots.append(Slot())
+            }
+            slots[slot].kind = kind
+            slots[slot].object = object
+            let value = (UInt(slots[slot].generation) << HandleRegistry.slotBits | UInt(slot + 1)) << 4
             return OpaquePointer(bitPattern: value)!
         }
     }
 
-    func lookup<Object: AnyObject>(_ handle: OpaquePointer?, _ kind: Kind, as type: Object.Type) -> Object? {
+    /// The slot and generation a handle names, if it can name one at all.
+    private func decode(_ handle: OpaquePointer?) -> (slot: Int, generation: UInt32)? {
         guard let handle else { return nil }
         let value = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(handle)))
+        guard value & 0xF == 0 else { return nil }
+        let index = Int((value >> 4) & ((1 << HandleRegistry.slotBits) - 1))
+        let generation = (value >> 4) >> HandleRegistry.slotBits
+        guard index > 0, generation <= UInt(UInt32.max) else { return nil }
+        return (index - 1, UInt32(generation))
+    }
+
+    func lookup<Object: AnyObject>(_ handle: OpaquePointer?, _ kind: Kind, as type: Object.Type) -> Object? {
+        guard let (slot, generation) = decode(handle) else { return nil }
         return lock.withLock {
-            guard let entry = entries[value], entry.kind == kind else { return nil }
-            return entry.object as? Object
+            guard slot < slots.count, slots[slot].generation == generation, slots[slot].kind == kind else { return nil }
+            return slots[slot].object as? Object
         }
     }
 
     /// Removes the handle; returns the object it held (the caller drops it outside the lock).
     func remove(_ handle: OpaquePointer?, _ kind: Kind) -> AnyObject? {
-        guard let handle else { return nil }
-        let value = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(handle)))
+        guard let (slot, generation) = decode(handle) else { return nil }
         return lock.withLock {
-            guard let entry = entries[value], entry.kind == kind else { return nil }
-            entries.removeValue(forKey: value)
-            return entry.object
+            guard slot < slots.count, slots[slot].generation == generation, slots[slot].kind == kind else { return nil }
+            let object = slots[slot].object
+            slots[slot] = Slot(generation: generation &+ 1)
+            freeSlots.append(slot)
+            return object
         }
     }
 

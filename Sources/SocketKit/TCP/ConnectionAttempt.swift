@@ -3,8 +3,10 @@ import SocketKitC
 
 /// One non-blocking `connect` of a Happy Eyeballs race. Registered with the loop for the
 /// connection's final event mask, so the winner's registration becomes the connection's.
+/// Holds its core `unowned`, like ListenerEndpoint: attempts are closed (deregistered) by the
+/// core before it can go away.
 final class ConnectionAttempt: EventLoopHandler {
-    private weak var core: TCPSocketCore?
+    private unowned let core: TCPSocketCore
     private(set) var fd: Int32
     let address: SocketAddress
     private(set) var registration: RegistrationID?
@@ -43,7 +45,7 @@ final class ConnectionAttempt: EventLoopHandler {
     }
 
     func handleEvents(_ events: UInt32) {
-        guard let core, fd >= 0 else { return }
+        guard fd >= 0 else { return }
         let error = SystemCalls.pendingError(fd)
         if error != 0 {
             core.attemptFailed(self, error: error)
@@ -55,7 +57,7 @@ final class ConnectionAttempt: EventLoopHandler {
     }
 
     func eventLoopWillStop() {
-        core?.eventLoopWillStop()
+        core.eventLoopWillStop()
         close()
     }
 
@@ -67,7 +69,7 @@ final class ConnectionAttempt: EventLoopHandler {
 
     func close() {
         guard fd >= 0 else { return }
-        if let registration, let core { core.loop.deregister(registration, fd: fd) }
+        if let registration { core.loop.deregister(registration, fd: fd) }
         Glibc.close(fd)
         fd = -1
         registration = nil

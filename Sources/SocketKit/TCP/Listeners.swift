@@ -1,8 +1,10 @@
 import Glibc
 
 /// One listening descriptor of a socket that accepts (IPv4, IPv6 or Unix-domain).
+/// Holds its core `unowned` (no side table on the core): the core deregisters its endpoints
+/// in `closeSession` before it can go away, so no event reaches an endpoint of a dead core.
 final class ListenerEndpoint: EventLoopHandler {
-    weak var core: TCPSocketCore?
+    unowned let core: TCPSocketCore
     let fd: Int32
     let address: SocketAddress
     var registration: RegistrationID? = nil
@@ -14,11 +16,11 @@ final class ListenerEndpoint: EventLoopHandler {
     }
 
     func handleEvents(_ events: UInt32) {
-        core?.acceptConnections(on: self)
+        core.acceptConnections(on: self)
     }
 
     func eventLoopWillStop() {
-        core?.eventLoopWillStop()
+        core.eventLoopWillStop()
     }
 }
 

@@ -28,6 +28,14 @@ public final class Socket: @unchecked Sendable {
     private let mailbox = EventMailbox()
     /// The C API's handle for this socket (0 when it has none).
     let cHandle = Atomic<UInt>(0)
+    /// The receiver's interests, readable by the loop without a lock.
+    private let interestBits = Atomic<UInt32>(0)
+
+    /// Whether the receiver wants events of this kind (loop thread, per event).
+    @inline(__always)
+    func wants(_ interest: SocketEventInterests) -> Bool {
+        interestBits.load(ordering: .relaxed) & interest.rawValue != 0
+    }
 
     /// A socket with a delegate and a callback queue, on `eventLoop` (default: the next loop
     /// of `EventLoopGroup.default`).
@@ -42,6 +50,7 @@ public final class Socket: @unchecked Sendable {
         shared = SocketSharedState()
         core = TCPSocketCore(loop: loop, shared: shared)
         routing = Routing(queue: callbackQueue, receiver: receiver, userData: nil)
+        interestBits.store(receiver?.interests.rawValue ?? 0, ordering: .relaxed)
         core.owner = self
     }
 
@@ -51,6 +60,7 @@ public final class Socket: @unchecked Sendable {
         shared = acceptedCore.shared
         core = acceptedCore
         routing = Routing(queue: callbackQueue, receiver: receiver, userData: nil)
+        interestBits.store(receiver?.interests.rawValue ?? 0, ordering: .relaxed)
         core.owner = self
     }
 
@@ -105,6 +115,7 @@ public final class Socket: @unchecked Sendable {
                 routing.receiver = receiver
                 if let callbackQueue { routing.queue = callbackQueue }
             }
+            interestBits.store(receiver?.interests.rawValue ?? 0, ordering: .relaxed)
         }
     }
 
@@ -404,10 +415,10 @@ public final class Socket: @unchecked Sendable {
     public func read(toLength length: Int, timeout: Double = -1, tag: Int = 0) throws(SocketError) {
         guard length > 0 else { throw SocketError(.badParam, "length must be positive") }
         try checkTimeout(timeout)
-        let (session, configuration) = try sessionForTransfer()
-        guard length <= configuration.maximumReadLength else {
+        let (session, maximumReadLength) = try sessionForTransfer()
+        guard length <= maximumReadLength else {
             throw SocketError(.badParam,
-                              "length \(length) is above maximumReadLength (\(configuration.maximumReadLength)); raise it to read more at once")
+                              "length \(length) is above maximumReadLength (\(maximumReadLength)); raise it to read more at once")
         }
         try queue(ReadRequest(framing: .length(length), tag: tag, timeout: timeout, maximumLength: length),
                   session: session)
@@ -432,8 +443,8 @@ public final class Socket: @unchecked Sendable {
                      tag: Int = 0) throws(SocketError) {
         try checkSeparator(separator, maxLength: maxLength)
         try checkTimeout(timeout)
-        let (session, configuration) = try sessionForTransfer()
-        let limit = maxLength > 0 ? maxLength : max(configuration.maximumReadLength, separator.count)
+        let (session, maximumReadLength) = try sessionForTransfer()
+        let limit = maxLength > 0 ? maxLength : max(maximumReadLength, separator.count)
         try queue(ReadRequest(framing: .separator(separator), tag: tag, timeout: timeout, maximumLength: limit),
                   session: session)
     }
@@ -681,8 +692,9 @@ public final class Socket: @unchecked Sendable {
         }
     }
 
-    private func sessionForTransfer() throws(SocketError) -> (UInt64, SocketConfiguration) {
-        try shared.published.withLock { published throws(SocketError) -> (UInt64, SocketConfiguration) in
+    /// The session to queue a read or write in, and the socket's read limit.
+    private func sessionForTransfer() throws(SocketError) -> (UInt64, Int) {
+        try shared.published.withLock { published throws(SocketError) -> (UInt64, Int) in
             switch published.status {
             case .connecting, .connected:
                 break
@@ -694,7 +706,7 @@ public final class Socket: @unchecked Sendable {
             guard published.acceptsReadsAndWrites else {
                 throw SocketError(.badConfig, "no reads or writes after disconnectAfterReading/Writing")
             }
-            return (published.session, published.configuration)
+            return (published.session, published.configuration.maximumReadLength)
         }
     }
 

@@ -82,9 +82,24 @@ extension SocketDelegate {
     public func socketDidDisconnect(_ sock: Socket, withError error: SocketError?) {}
 }
 
+/// Events a receiver may not care about; the engine does not even produce those it does
+/// not want (a C delegate with a NULL `did_write` costs nothing per write).
+struct SocketEventInterests: OptionSet, Sendable {
+    let rawValue: UInt32
+    static let read = SocketEventInterests(rawValue: 1 << 0)
+    static let readPartial = SocketEventInterests(rawValue: 1 << 1)
+    static let write = SocketEventInterests(rawValue: 1 << 2)
+    static let writePartial = SocketEventInterests(rawValue: 1 << 3)
+    static let watermarks = SocketEventInterests(rawValue: 1 << 4)
+    static let all = SocketEventInterests(rawValue: .max)
+}
+
 /// The front ends' side of event delivery: the Swift delegate adapter below, and the C
 /// API's table of function pointers. Called on the callback queue with the gate held.
 protocol SocketEventReceiver: AnyObject {
+    /// Which optional events to produce at all.
+    var interests: SocketEventInterests { get }
+
     /// Delivers one event; for `shouldTimeout…` events returns the extension in seconds.
     func receive(_ event: SocketEvent, on socket: Socket) -> Double
     /// The receiver for a connection accepted by a socket using this one.
@@ -100,6 +115,9 @@ final class SwiftDelegateReceiver: SocketEventReceiver {
     init(_ delegate: SocketDelegate?) {
         self.delegate = delegate
     }
+
+    /// A Swift protocol cannot tell which methods are implemented: everything.
+    var interests: SocketEventInterests { .all }
 
     func receive(_ event: SocketEvent, on socket: Socket) -> Double {
         guard let delegate else { return 0 }

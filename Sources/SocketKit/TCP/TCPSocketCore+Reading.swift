@@ -78,7 +78,7 @@ extension TCPSocketCore {
             if fromPrebuffer { prebuffer.consume(consumed) }
             guard let request = currentRead else { return true }
             shared.readProgress.update(done: request.bytesDone)
-            if request.reportsPartialProgress {
+            if request.reportsPartialProgress && ownerWants(.readPartial) {
                 emit(.didReadPartial(length: consumed, tag: request.tag))
                 return session == self.session && phase == .connected
             }
@@ -93,15 +93,16 @@ extension TCPSocketCore {
             if !fromPrebuffer && consumed < source.count {
                 prebuffer.append(UnsafeRawBufferPointer(rebasing: source[consumed...]))
             }
-            guard var request = currentRead else { return true }
-            currentRead = nil
+            guard var request = currentRead.take() else { return true }
             cancel(readTimer)
             shared.readProgress.clear()
-            let payload: ReadPayload = borrowed
-                ? .borrowed(UnsafeRawBufferPointer(rebasing: source[0..<consumed]))
-                : request.takePayload()
-            // The payload may point into the prebuffer: consume it only after delivery.
-            emit(.didRead(payload, tag: request.tag))
+            if ownerWants(.read) {
+                let payload: ReadPayload = borrowed
+                    ? .borrowed(UnsafeRawBufferPointer(rebasing: source[0..<consumed]))
+                    : request.takePayload()
+                // The payload may point into the prebuffer: consume it only after delivery.
+                emit(.didRead(payload, tag: request.tag))
+            }
             guard session == self.session && phase == .connected else { return false }
             if fromPrebuffer { prebuffer.consume(consumed) }
             return true

@@ -100,14 +100,18 @@ extension TCPSocketCore {
                 headWriteStarted = false
                 cancel(writeTimer)
                 shared.writeProgress.clear()
-                emit(.didWrite(tag: head.tag))
-                guard session == self.session && phase == .connected else { return false }
+                if ownerWants(.write) {
+                    emit(.didWrite(tag: head.tag))
+                    guard session == self.session && phase == .connected else { return false }
+                }
                 if !headWriteStarted { startHeadWrite() }
             } else {
                 writeQueue[0].offset += chunk
                 shared.writeProgress.update(done: writeQueue[0].offset)
-                emit(.didWritePartial(length: chunk, tag: head.tag))
-                guard session == self.session && phase == .connected else { return false }
+                if ownerWants(.writePartial) {
+                    emit(.didWritePartial(length: chunk, tag: head.tag))
+                    guard session == self.session && phase == .connected else { return false }
+                }
             }
         }
         checkWatermarks()
@@ -118,10 +122,10 @@ extension TCPSocketCore {
     func checkWatermarks() {
         if !aboveHighWatermark && queuedWriteBytes >= configuration.writeHighWatermark {
             aboveHighWatermark = true
-            emit(.didReachWriteHighWatermark(queuedBytes: queuedWriteBytes))
+            if ownerWants(.watermarks) { emit(.didReachWriteHighWatermark(queuedBytes: queuedWriteBytes)) }
         } else if aboveHighWatermark && queuedWriteBytes <= configuration.writeLowWatermark {
             aboveHighWatermark = false
-            emit(.didDrainToWriteLowWatermark(queuedBytes: queuedWriteBytes))
+            if ownerWants(.watermarks) { emit(.didDrainToWriteLowWatermark(queuedBytes: queuedWriteBytes)) }
         }
     }
 

@@ -168,6 +168,12 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         }
     }
 
+    /// Whether the owner wants optional events of this kind (false once released).
+    @inline(__always)
+    func ownerWants(_ interest: SocketEventInterests) -> Bool {
+        owner?.wants(interest) ?? false
+    }
+
     // MARK: End of iteration
 
     func scheduleReadPump() {
@@ -227,11 +233,12 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     // MARK: Timers
 
     /// Arms `timer` (created on first use) for `deadline`; `action` runs on expiry.
+    /// The timer holds the core `unowned`: a weak reference would give the core a side table
+    /// and slow every retain and release of it. Safe because every timer is cancelled in
+    /// `closeSession`, and a core with a scheduled timer is alive (a session is running).
     func arm(_ timer: inout LoopTimer?, deadline: UInt64, _ action: @escaping (TCPSocketCore) -> Void) {
         if timer == nil {
-            timer = LoopTimer { [weak self] in
-                if let self { action(self) }
-            }
+            timer = LoopTimer { [unowned self] in action(self) }
         }
         loop.schedule(timer!, deadline: deadline)
     }

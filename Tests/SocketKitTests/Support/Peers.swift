@@ -44,9 +44,14 @@ final class Pair: @unchecked Sendable {
 }
 
 /// A plain blocking socket made with the system calls directly: a peer SocketKit did not
-/// write. Every wait is bounded.
-struct RawSocket {
-    let fd: Int32
+/// write. Every wait is bounded. Closing is idempotent: a descriptor number closed twice
+/// could belong to another test by the second time.
+final class RawSocket: @unchecked Sendable {
+    private(set) var fd: Int32
+
+    init(fd: Int32) {
+        self.fd = fd
+    }
 
     static func connect(to host: String = "127.0.0.1", port: UInt16) throws -> RawSocket {
         let address = try SocketAddress(ipAddress: host, port: port)
@@ -140,12 +145,23 @@ struct RawSocket {
 
     /// Closes with a reset (SO_LINGER 0) instead of a FIN.
     func reset() {
+        guard fd >= 0 else { return }
         var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
         setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
-        Glibc.close(fd)
+        close()
     }
 
-    func close() { Glibc.close(fd) }
+    func close() {
+        guard fd >= 0 else { return }
+        Glibc.close(fd)
+        fd = -1
+    }
+
+    /// Gives up ownership (the descriptor was handed to SocketKit).
+    func detach() -> Int32 {
+        defer { fd = -1 }
+        return fd
+    }
 }
 
 /// Bytes that are easy to check: a counter pattern seeded by `seed`, repeating every 65521
