@@ -138,6 +138,18 @@ struct ReadTests {
         #expect(contents[22] == 0xEE)
     }
 
+    @Test func aReadIntoABufferWithoutMaximumTakesWhatFits() throws {
+        let pair = try RawPair()
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 6, alignment: 1)
+        defer { buffer.deallocate() }
+        try pair.peer.send("0123456789")
+        try pair.socket.read(into: buffer, offset: 2, tag: 1)
+        #expect(pair.recorder.wait { $0.contains(.readInto(range: 2..<6, tag: 1)) })
+        #expect(Array(buffer[2..<6]) == bytes("0123"))
+        try pair.socket.read(tag: 2)
+        #expect(pair.recorder.waitForBytes(6) == bytes("456789"))
+    }
+
     @Test func aSeparatorThatDoesNotFitTheCallerBufferFailsWithReadMaxedOut() throws {
         let pair = try RawPair()
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 8, alignment: 1)

@@ -22,7 +22,8 @@ static void raw_pair_open(raw_pair_t *pair, void (*configure)(sk_socket_t *sock)
     pair->sock = recorded_socket(&pair->recorder, NULL);
     if (configure) configure(pair->sock);
     sk_error_t error;
-    CHECK_EQ(sk_socket_connect_to_host(pair->sock, "127.0.0.1", pair->port, NULL, 10, &error), SK_OK);
+    /* No timeout (negative): the connect just completes. */
+    CHECK_EQ(sk_socket_connect_to_host(pair->sock, "127.0.0.1", pair->port, NULL, -1, &error), SK_OK);
     pair->peer = raw_accept(pair->listener);
     recorder_expect(&pair->recorder, EVENT_CONNECT, 1);
 }
@@ -132,6 +133,36 @@ void test_callbacks_arrive_in_order_and_end_with_one_disconnect(void) {
     free(events);
     CHECK_EQ(pair.recorder.after_disconnect, 0);
     CHECK_EQ(pair.recorder.overlaps, 0);
+    raw_pair_close(&pair);
+}
+
+void test_read_limits(void) {
+    /* An available read with a maximum takes at most that much; the rest waits. */
+    raw_pair_t pair;
+    raw_pair_open(&pair, NULL);
+    raw_send(pair.peer, "abcdefgh", 8);
+    CHECK_EQ(sk_socket_read(pair.sock, 3, -1, 1, NULL), SK_OK);
+    recorder_expect(&pair.recorder, EVENT_READ, 1);
+    CHECK_EQ(recorder_event(&pair.recorder, EVENT_READ, 0).length, 3);
+    CHECK_STR(recorder_event(&pair.recorder, EVENT_READ, 0).text, "abc");
+    CHECK_EQ(sk_socket_read(pair.sock, 0, -1, 2, NULL), SK_OK);
+    recorder_expect(&pair.recorder, EVENT_READ, 2);
+    CHECK_STR(recorder_event(&pair.recorder, EVENT_READ, 1).text, "defgh");
+    /* A separator past its maximum ends the connection with SK_ERR_READ_MAXED_OUT. */
+    CHECK_EQ(sk_socket_read_to_data(pair.sock, SK_CRLF, 2, 6, -1, 3, NULL), SK_OK);
+    raw_send(pair.peer, "1234567\r\n", 9);
+    recorder_expect(&pair.recorder, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&pair.recorder, EVENT_DISCONNECT, 0).error_code, SK_ERR_READ_MAXED_OUT);
+    /* A length above the socket's maximum read length is refused at once. */
+    raw_pair_t limited;
+    raw_pair_open(&limited, NULL);
+    CHECK_EQ(sk_socket_set_maximum_read_length(limited.sock, 100), SK_OK);
+    sk_error_t error;
+    CHECK_EQ(sk_socket_read_to_length(limited.sock, 101, -1, 1, &error), SK_ERR_BAD_PARAM);
+    CHECK(strstr(error.message, "maximumReadLength") != NULL);
+    unsigned char room[200];
+    CHECK_EQ(sk_socket_read_to_length_into(limited.sock, 150, room, sizeof room, 0, -1, 2, NULL), SK_OK);
+    raw_pair_close(&limited);
     raw_pair_close(&pair);
 }
 

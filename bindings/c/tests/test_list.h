@@ -9,6 +9,7 @@
     X(echo_with_every_read_variant)           \
     X(callbacks_arrive_in_order_and_end_with_one_disconnect) \
     X(reads_and_writes_queued_before_connect) \
+    X(read_limits)                            \
     X(write_no_copy_releases_exactly_once)    \
     X(progress_and_queued_bytes)              \
     X(disconnect_after_writing_delivers_everything) \

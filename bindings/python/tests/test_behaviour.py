@@ -241,3 +241,23 @@ def test_abort_drops_queued_writes():
         listener.close()
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_connect_via_an_interface_and_user_data(recorder):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    local = socket.socket()
+    local.bind(("127.0.0.1", 0))
+    local_port = local.getsockname()[1]
+    local.close()
+    sock = socketkit.Socket(recorder)
+    sock.user_data = {"name": "client"}
+    sock.connect_to_host("127.0.0.1", listener.getsockname()[1], interface=f"lo:{local_port}", timeout=5)
+    recorder.expect("connect")
+    assert sock.local_port == local_port and sock.local_host == "127.0.0.1"
+    assert sock.user_data == {"name": "client"}
+    with pytest.raises(socketkit.BadParamError):
+        socketkit.Socket(Recorder()).connect_to_host("127.0.0.1", 1, interface="no-such-if0")
+    sock.close()
+    listener.close()
