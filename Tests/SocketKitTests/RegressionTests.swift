@@ -65,10 +65,10 @@ struct RegressionTests {
         let returned = Atomic<Int>(0)
         let bothReturned = Latch()
         func crossOver(_ other: Socket) -> (Socket, [UInt8], Int) -> Void {
-            { _, _, _ in
+            { [weak other] _, _, _ in
                 if arrived.add(1, ordering: .acquiringAndReleasing).newValue == 2 { bothInside.open() }
                 bothInside.wait()
-                other.delegate = nil
+                other?.delegate = nil
                 if returned.add(1, ordering: .acquiringAndReleasing).newValue == 2 { bothReturned.open() }
             }
         }
@@ -195,5 +195,30 @@ struct RegressionTests {
         #expect(!recorder.wait(timeout: 0.3) { $0.contains { if case .pausedAccepting = $0 { return true }; return false } },
                 "\(recorder.events)")
         #expect(listener.isAccepting)
+    }
+
+    /// Sanitizer run (LeakSanitizer): the drain job a socket enqueued on a host queue held the
+    /// socket strongly, and the socket holds its queue, so a socket dropped while a callback
+    /// waited undrained was never freed and its connection stayed open.
+    @Test func aSocketDroppedWhileItsCallbackWaitsInAHostQueueIsFreedAndClosed() throws {
+        let rawListener = try RawSocket.listen()
+        defer { rawListener.close() }
+        let queue = try HostCallbackQueue()
+        let recorder = Recorder("dropped")
+        weak var weakSocket: Socket?
+        let peer: RawSocket
+        do {
+            let socket = Socket(delegate: recorder, callbackQueue: queue)
+            try socket.connect(toHost: "127.0.0.1", port: rawListener.localPort)
+            peer = try rawListener.accept()
+            var descriptor = pollfd(fd: queue.fileDescriptor, events: Int16(POLLIN), revents: 0)
+            #expect(poll(&descriptor, 1, 10_000) == 1, "didConnect is waiting in the host queue")
+            weakSocket = socket
+        }
+        defer { peer.close() }
+        #expect(try peer.receiveUntilEndOfStream(timeout: 10).isEmpty, "the peer sees the connection closed")
+        #expect(weakSocket == nil, "nothing keeps a dropped socket alive")
+        #expect(queue.drain() == 0, "no callback runs for a socket nobody holds")
+        #expect(recorder.events.isEmpty)
     }
 }

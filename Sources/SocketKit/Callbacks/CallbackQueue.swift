@@ -94,7 +94,7 @@ public final class HostCallbackQueue: CallbackQueue, @unchecked Sendable {
         var head = 0
         var draining = false
     }
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
     private let eventFD: Int32
 
     /// Creates the queue and its descriptor. Throws `.system` if no descriptor is left.

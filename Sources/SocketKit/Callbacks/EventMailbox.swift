@@ -8,7 +8,7 @@ final class EventMailbox: @unchecked Sendable {
         var events: [SocketEvent] = []
         var drainScheduled = false
     }
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
     /// Read by the loop without the lock: only the loop sets it, only the drainer clears it.
     private let busy = Atomic<Bool>(false)
 

@@ -30,7 +30,7 @@ public final class EventLoop: @unchecked Sendable {
         var stopRequested = false
         var stopped = false
     }
-    private let pending = Mutex(PendingTasks())
+    private let pending = LockedValue(PendingTasks())
     /// Signalled once the loop thread has closed everything and will touch nothing more.
     private let finished = ConditionLock()
     private var hasFinished = false

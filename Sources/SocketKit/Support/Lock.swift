@@ -23,6 +23,34 @@ final class Lock: @unchecked Sendable {
     }
 }
 
+/// A value guarded by a pthread mutex. Used instead of `Synchronization.Mutex` because
+/// ThreadSanitizer intercepts pthread_mutex_* but not Mutex's futex-based slow path, so
+/// with `Mutex` a contended hand-over looked like a data race (swift test --sanitize=thread).
+final class LockedValue<Value>: @unchecked Sendable {
+    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    private var value: Value
+
+    init(_ initialValue: Value) {
+        value = initialValue
+        mutex = .allocate(capacity: 1)
+        pthread_mutex_init(mutex, nil)
+    }
+
+    deinit {
+        pthread_mutex_destroy(mutex)
+        mutex.deallocate()
+    }
+
+    @inline(__always)
+    func withLock<Result, Failure: Error>(
+        _ body: (inout Value) throws(Failure) -> Result
+    ) throws(Failure) -> Result {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return try body(&value)
+    }
+}
+
 /// Held while a socket's callback runs, so that changing the delegate (or, in C, releasing
 /// the socket) can wait for a running callback and guarantee that none starts afterwards.
 /// The thread running a callback may change its own socket's delegate: it already holds it.
@@ -35,7 +63,7 @@ final class Lock: @unchecked Sendable {
 final class CallbackGate: @unchecked Sendable {
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
     private let holder = Atomic<UInt>(0)
-    private static let waiting = Mutex<[UInt: UnsafeMutableRawPointer]>([:])
+    private static let waiting = LockedValue<[UInt: UnsafeMutableRawPointer]>([:])
 
     init() {
         mutex = .allocate(capacity: 1)

@@ -741,7 +741,7 @@ public final class Socket: @unchecked Sendable {
             return
         }
         if mailbox.post(event.owned()) {
-            queue.enqueue({ [self] budget in drainMailbox(budget: budget) }, loop: eventLoop)
+            queue.enqueue({ [weak self] budget in self?.drainMailbox(budget: budget) ?? 0 }, loop: eventLoop)
         }
     }
 
@@ -754,7 +754,7 @@ public final class Socket: @unchecked Sendable {
         }
         if mailbox.finishDrain() {
             let queue = routingLock.withLock { routing.queue }
-            queue.enqueue({ [self] budget in drainMailbox(budget: budget) }, loop: eventLoop)
+            queue.enqueue({ [weak self] budget in self?.drainMailbox(budget: budget) ?? 0 }, loop: eventLoop)
         }
         return events.count
     }

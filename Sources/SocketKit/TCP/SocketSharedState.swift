@@ -22,7 +22,7 @@ final class SocketSharedState: @unchecked Sendable {
         var configuration = SocketConfiguration()
     }
 
-    let published = Mutex(Published())
+    let published = LockedValue(Published())
     let callerBuffers = CallerBufferGuard()
     let queuedWriteBytes = Atomic<Int>(0)
     let readProgress = ProgressCell()
@@ -113,7 +113,7 @@ struct ProgressCell: ~Copyable {
 /// returns, the loop no longer writes into memory the caller may free (a read in progress
 /// on the loop thread finishes its copy first, or skips it).
 final class CallerBufferGuard: @unchecked Sendable {
-    private let revoked = Mutex(false)
+    private let revoked = LockedValue(false)
 
     /// Runs `copy` unless revoked; false when it did not run.
     @discardableResult

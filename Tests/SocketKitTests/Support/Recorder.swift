@@ -28,7 +28,20 @@ final class Recorder: SocketDelegate, @unchecked Sendable {
         var description: String {
             switch self {
             case .read(let bytes, let tag): return "read(\(bytes.count) bytes, tag: \(tag))"
-            default: return "\(String(reflecting: self))"
+            case .connected(let host, let port): return "connected(\(host), \(port))"
+            case .connectedUnix(let path): return "connectedUnix(\(path))"
+            case .accepted: return "accepted"
+            case .pausedAccepting(let code): return "pausedAccepting(\(code))"
+            case .readInto(let range, let tag): return "readInto(\(range), tag: \(tag))"
+            case .readPartial(let length, let tag): return "readPartial(\(length), tag: \(tag))"
+            case .readTimeout(let tag, let elapsed, let done): return "readTimeout(tag: \(tag), elapsed: \(elapsed), bytesDone: \(done))"
+            case .wrote(let tag): return "wrote(tag: \(tag))"
+            case .wrotePartial(let length, let tag): return "wrotePartial(\(length), tag: \(tag))"
+            case .writeTimeout(let tag, let elapsed, let done): return "writeTimeout(tag: \(tag), elapsed: \(elapsed), bytesDone: \(done))"
+            case .closedReadStream: return "closedReadStream"
+            case .highWatermark(let n): return "highWatermark(\(n))"
+            case .lowWatermark(let n): return "lowWatermark(\(n))"
+            case .disconnected(let error): return "disconnected(\(error.map { "\($0)" } ?? "nil"))"
             }
         }
 
