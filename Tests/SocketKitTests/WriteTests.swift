@@ -67,6 +67,40 @@ struct WriteTests {
         #expect(pair.socket.queuedWriteBytes == 0)
     }
 
+    /// A write made inside the socket's own callback goes to the kernel at once (no copy,
+    /// no queue); what the kernel does not take is queued and reported as usual; the
+    /// completions follow the callback, in order.
+    @Test func writesFromInsideACallbackGoOutAtOnceAndCompleteAfterIt() throws {
+        let pair = try ReadTests.RawPair()
+        let large = pattern(32 * 1024 * 1024, seed: 3)
+        let queuedInside = Atomic<Int>(-1)
+        let doneInside = Atomic<Int>(-1)
+        pair.recorder.onRead = { socket, _, _ in
+            try? socket.write(bytes("small;"), tag: 1)
+            try? socket.write(large, tag: 2)
+            queuedInside.store(socket.queuedWriteBytes, ordering: .releasing)
+            doneInside.store(socket.writeProgress?.bytesDone ?? -1, ordering: .releasing)
+        }
+        try pair.socket.read(toLength: 1, tag: 9)
+        try pair.peer.send("x")
+        #expect(try pair.peer.receive(exactly: 6 + large.count, timeout: 30) == bytes("small;") + large)
+        #expect(pair.recorder.wait { $0.contains(.wrote(tag: 2)) })
+        let firstChunk = doneInside.load(ordering: .acquiring)
+        #expect(firstChunk > 0 && firstChunk < large.count, "the kernel took part of the large write at once")
+        #expect(queuedInside.load(ordering: .acquiring) == large.count - firstChunk)
+        let events = pair.recorder.events.filter {
+            switch $0 {
+            case .read, .wrote, .wrotePartial: return true
+            default: return false
+            }
+        }
+        #expect(Array(events.prefix(3)) == [.read(bytes("x"), tag: 9), .wrote(tag: 1), .wrotePartial(length: firstChunk, tag: 2)])
+        #expect(events.last == .wrote(tag: 2))
+        #expect(events.filter { $0 == .wrote(tag: 2) }.count == 1)
+        #expect(pair.socket.queuedWriteBytes == 0)
+        #expect(pair.socket.writeProgress == nil)
+    }
+
     @Test func watermarksTellWhenAPeerStopsReadingAndCatchesUp() throws {
         let pair = try ReadTests.RawPair()
         try pair.socket.setWriteWatermarks(low: 64 * 1024, high: 1024 * 1024)

@@ -404,7 +404,7 @@ public func sk_socket_write(_ handle: OpaquePointer?, _ data: UnsafeRawPointer?,
     withSocket(handle, error) { (socket) throws(SocketError) in
         let count = try checkedLength(length, "length")
         guard let data else { throw badParam("data is NULL") }
-        try socket.write(Array(UnsafeRawBufferPointer(start: data, count: count)), timeout: timeout, tag: tag)
+        try socket.write(copying: UnsafeRawBufferPointer(start: data, count: count), timeout: timeout, tag: tag)
     }
 }
 

@@ -487,7 +487,40 @@ public final class Socket: @unchecked Sendable {
         guard !data.isEmpty else { throw SocketError(.badParam, "empty write") }
         try checkTimeout(timeout)
         let (session, _) = try sessionForTransfer()
+        let core = self.core
+        if eventLoop.inEventLoop && core.acceptsInlineOperation,
+           let written = data.withUnsafeBytes({ core.writeImmediately($0, session: session) }) {
+            if written == data.count {
+                core.finishImmediateWrite(tag: tag)
+            } else {
+                var request = WriteRequest(.array(data), tag: tag, timeout: timeout)
+                request.offset = written
+                core.enqueuePartlyWritten(request, session: session)
+            }
+            return
+        }
         try queue(WriteRequest(.array(data), tag: tag, timeout: timeout), session: session)
+    }
+
+    /// Writes bytes the caller keeps (the C API's copying write): sent at once when the
+    /// fast path allows, so the copy is made only of what the kernel did not take.
+    func write(copying bytes: UnsafeRawBufferPointer, timeout: Double, tag: Int) throws(SocketError) {
+        guard bytes.count > 0 else { throw SocketError(.badParam, "empty write") }
+        try checkTimeout(timeout)
+        let (session, _) = try sessionForTransfer()
+        let core = self.core
+        if eventLoop.inEventLoop && core.acceptsInlineOperation,
+           let written = core.writeImmediately(bytes, session: session) {
+            if written == bytes.count {
+                core.finishImmediateWrite(tag: tag)
+            } else {
+                var request = WriteRequest(.array(Array(bytes)), tag: tag, timeout: timeout)
+                request.offset = written
+                core.enqueuePartlyWritten(request, session: session)
+            }
+            return
+        }
+        try queue(WriteRequest(.array(Array(bytes)), tag: tag, timeout: timeout), session: session)
     }
 
     /// Queues caller memory without copying; `external` releases it when done.

@@ -10,13 +10,47 @@ extension TCPSocketCore {
         guard session == self.session, phase == .resolving || phase == .connecting || phase == .connected,
               !disconnectAfterReads, !disconnectAfterWrites else { return }
         writeQueue.append(request)
-        queuedWriteBytes += request.length
+        queuedWriteBytes += request.remaining
         shared.queuedWriteBytes.store(queuedWriteBytes, ordering: .relaxed)
         if phase == .connected {
             if !headWriteStarted { startHeadWrite() }
             scheduleWriteFlush()
         }
         checkWatermarks()
+    }
+
+    /// The fast path of a write made on the loop thread: with nothing queued ahead and the
+    /// socket writable, the bytes go to the kernel at once (as libuv's uv_write does), so
+    /// a callback that answers a read costs one `send` and no copy. Returns the bytes the
+    /// kernel took, or nil when the write must take the queue (nothing sent: not connected,
+    /// writes queued ahead, a disconnect pending, the socket full, or an error, which the
+    /// queued path then meets and reports).
+    ///
+    /// Taken only where its completion cannot run user code re-entrantly: inside this
+    /// socket's own callback (didWrite then follows that callback, as always), or when the
+    /// delegate does not listen for write completions.
+    func writeImmediately(_ bytes: UnsafeRawBufferPointer, session: UInt64) -> Int? {
+        guard session == self.session, phase == .connected, writable, writeQueue.isEmpty,
+              !writeTimeoutPending, !disconnectAfterReads, !disconnectAfterWrites, bytes.count > 0,
+              inCallout || (!ownerWants(.write) && !ownerWants(.writePartial)) else { return nil }
+        let written = send(fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags)
+        guard written > 0 else {
+            if written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { writable = false }
+            return nil
+        }
+        if written < bytes.count { writable = false }
+        return written
+    }
+
+    /// Completes a write the fast path sent whole.
+    func finishImmediateWrite(tag: Int) {
+        if ownerWants(.write) { emit(.didWrite(tag: tag)) }
+    }
+
+    /// Queues the rest of a write the fast path sent in part (`request.offset` bytes).
+    func enqueuePartlyWritten(_ request: WriteRequest, session: UInt64) {
+        if ownerWants(.writePartial) { emit(.didWritePartial(length: request.offset, tag: request.tag)) }
+        enqueueWrite(request, session: session)
     }
 
     /// Makes the front of the queue the current write: publishes its progress and arms its

@@ -302,6 +302,46 @@ void test_progress_and_queued_bytes(void) {
     raw_pair_close(&pair);
 }
 
+/* A write from the socket's own callback goes to the kernel at once; the part the kernel
+ * does not take is copied, so the caller may scribble over and free its buffer as soon as
+ * sk_socket_write returns. */
+enum { CALLBACK_WRITE_LENGTH = 16 * 1024 * 1024 };
+
+static void write_then_scribble(recorder_t *recorder, sk_socket_t *sock, const void *data, size_t length, long tag) {
+    (void)recorder;
+    (void)data;
+    (void)length;
+    (void)tag;
+    unsigned char *buffer = malloc(CALLBACK_WRITE_LENGTH);
+    CHECK(buffer != NULL);
+    fill_pattern(buffer, CALLBACK_WRITE_LENGTH, 11);
+    CHECK_EQ(sk_socket_write(sock, buffer, CALLBACK_WRITE_LENGTH, -1, 5, NULL), SK_OK);
+    memset(buffer, 0, CALLBACK_WRITE_LENGTH);
+    free(buffer);
+}
+
+void test_write_from_a_callback_copies_what_the_kernel_did_not_take(void) {
+    raw_pair_t pair;
+    raw_pair_open(&pair, NULL);
+    pair.recorder.on_read = write_then_scribble;
+    CHECK_EQ(sk_socket_read_to_length(pair.sock, 1, -1, 1, NULL), SK_OK);
+    raw_send(pair.peer, "x", 1);
+    unsigned char *expected = malloc(CALLBACK_WRITE_LENGTH);
+    unsigned char *received = malloc(CALLBACK_WRITE_LENGTH);
+    CHECK(expected != NULL && received != NULL);
+    fill_pattern(expected, CALLBACK_WRITE_LENGTH, 11);
+    raw_receive(pair.peer, received, CALLBACK_WRITE_LENGTH);
+    CHECK(memcmp(received, expected, CALLBACK_WRITE_LENGTH) == 0);
+    recorder_expect(&pair.recorder, EVENT_WRITE, 1);
+    CHECK_EQ(recorder_event(&pair.recorder, EVENT_WRITE, 0).tag, 5);
+    size_t queued = 99;
+    CHECK_EQ(sk_socket_get_queued_write_bytes(pair.sock, &queued), SK_OK);
+    CHECK_EQ(queued, 0);
+    free(expected);
+    free(received);
+    raw_pair_close(&pair);
+}
+
 void test_disconnect_after_writing_delivers_everything(void) {
     raw_pair_t pair;
     raw_pair_open(&pair, NULL);

@@ -12,6 +12,7 @@
     X(read_limits)                            \
     X(write_no_copy_releases_exactly_once)    \
     X(progress_and_queued_bytes)              \
+    X(write_from_a_callback_copies_what_the_kernel_did_not_take) \
     X(disconnect_after_writing_delivers_everything) \
     X(disconnect_after_reading_waits_for_reads) \
     X(read_timeout_extends_then_fails)        \
