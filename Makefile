@@ -4,6 +4,11 @@
 #                             package (a wheel in .build/dist), and run the demos
 #   make test                 every suite: Swift, C (valgrind and sanitizers), header/ABI
 #                             checks, Python (pytest), and a clean `pip install`
+#   make sanitize             the Swift suite under ThreadSanitizer, then AddressSanitizer
+#                             and LeakSanitizer (~15 minutes; not part of `make test`)
+#   make bench                the benchmarks (SocketKit beside C epoll, libuv, SwiftNIO,
+#                             asyncio, uvloop; allocations; idle memory), written to
+#                             docs/PERFORMANCE.md (~25 minutes; BENCH_REPS=1 for ~10)
 #   make install PREFIX=...   install the library, its soname links, the header and the .pc
 #   make uninstall PREFIX=...
 #
@@ -32,7 +37,7 @@ REQUIRED_TOOLS := cc:gcc pkg-config:pkg-config valgrind:valgrind python3:python3
 
 .DEFAULT_GOAL := all
 .PHONY: all tools library c-prefix demo test swift-test c-test python python-test python-install-test \
-	install uninstall clean
+	install uninstall clean bench bench-tools sanitize
 
 C_PREFIX   := $(BUILD)/c-prefix
 VENV       := $(BUILD)/venv
@@ -120,6 +125,36 @@ python-install-test: library
 	cd / && env -u LD_LIBRARY_PATH -u SOCKETKIT_LIBRARY $(BUILD)/venv-install/bin/python -c \
 		'import socketkit, socketkit._ffi as f; assert "site-packages" in f.lib._name, f.lib._name; print("python-install-test: socketkit", socketkit.LIBRARY_VERSION, "loads from", f.lib._name)'
 
+sanitize: tools
+	$(SWIFT) test --sanitize=thread --scratch-path $(CURDIR)/.build-tsan
+	LSAN_OPTIONS=suppressions=$(CURDIR)/Tests/lsan.supp $(SWIFT) test --sanitize=address --scratch-path $(CURDIR)/.build-asan
+	@echo "make sanitize: clean under ThreadSanitizer and AddressSanitizer/LeakSanitizer"
+
+# Benchmarks (never part of `make test`: they are measurements, not timed tests).
+BENCH_PACKAGES := libuv1-dev libssl-dev openssl util-linux
+BENCH_REPS     ?= 3
+bench-tools: tools
+	@missing=""; for package in $(BENCH_PACKAGES); do \
+		dpkg -s $$package >/dev/null 2>&1 || missing="$$missing $$package"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing:$$missing"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; \
+		else \
+			echo "error: missing Debian packages:$$missing  (sudo apt-get install$$missing)"; exit 1; \
+		fi; \
+	fi
+
+$(VENV)/.bench-ready: $(VENV)/.ready
+	$(VENV_PY) -m pip install -q uvloop
+	@touch $@
+
+bench: bench-tools c-prefix $(VENV)/.bench-ready
+	@$(MAKE) --no-print-directory -C bindings/c examples SOCKETKIT_PREFIX=$(C_PREFIX)
+	@$(MAKE) --no-print-directory -C bench all SWIFT=$(SWIFT)
+	bench/bench.sh -r $(BENCH_REPS)
+
 install: library
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
 	install -m 755 $(STAGE)/lib/$(LIBFILE) $(DESTDIR)$(PREFIX)/lib/$(LIBFILE)
@@ -134,5 +169,5 @@ uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/include/socketkit.h $(DESTDIR)$(PREFIX)/lib/pkgconfig/socketkit.pc
 
 clean:
-	rm -rf .build
+	rm -rf .build .build-tsan .build-asan
 	@$(MAKE) --no-print-directory -C bindings/c clean

@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""Write docs/PERFORMANCE.md from a bench.sh run (RUN lines from run.sh, ALLOC lines from
+alloc_bench.py): medians, ratios to the C epoll server, and issue 7's targets.
+
+    python3 report.py results/<run>/raw.txt > ../docs/PERFORMANCE.md
+"""
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from collections import defaultdict
+
+from summarize import HEADLINE, num, parse
+
+REFERENCE = "c-epoll"
+PEERS = ["c-epoll", "libuv", "nio", "asyncio", "uvloop"]
+OURS = ["sk-c", "sk-swift", "sk-py"]
+LABELS = {
+    "c-epoll": "C epoll", "libuv": "libuv", "nio": "SwiftNIO", "asyncio": "asyncio", "uvloop": "uvloop",
+    "sk-c": "**SocketKit C**", "sk-swift": "**SocketKit Swift**", "sk-py": "**SocketKit Python**",
+}
+SCENARIO_TEXT = {
+    "pp1": "64 B ping-pong, 1 connection",
+    "pp64": "64 B ping-pong, 64 connections",
+    "pp1000": "64 B ping-pong, 1,000 connections",
+    "stream1": "stream of 64 KiB writes, 1 connection",
+    "connect": "connect / 64 B echo / close, 16 at a time",
+    "idlemax": "idle connections held (one echo each)",
+}
+
+
+def fmt(value, digits=None):
+    if value is None:
+        return "n/a"
+    if digits is not None:
+        return f"{value:,.{digits}f}"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+class Data:
+    def __init__(self, path):
+        self.path = path
+        self.runs = parse([path])
+        self.by = defaultdict(list)
+        for run in self.runs:
+            self.by[(run.get("scenario"), run.get("server"))].append(run)
+        self.allocs = {}
+        self.header = []
+        for line in open(path):
+            if line.startswith("ALLOC "):
+                fields = dict(t.split("=", 1) for t in line.split()[1:] if "=" in t)
+                self.allocs[fields["server"]] = fields
+            elif line.startswith("# "):
+                self.header.append(line[2:].strip())
+        self.servers = [s for s in PEERS + OURS if any(k[1] == s for k in self.by)]
+        self.scenarios = [s for s in SCENARIO_TEXT if any(k[0] == s for k in self.by)]
+
+    def values(self, scenario, server, key):
+        values = [num(r.get(key)) for r in self.by.get((scenario, server), [])]
+        return [v for v in values if v is not None]
+
+    def median(self, scenario, server, key):
+        values = self.values(scenario, server, key)
+        return statistics.median(values) if values else None
+
+    def headline_key(self, scenario):
+        mode = next((r.get("mode") for (sc, _), runs in self.by.items() if sc == scenario for r in runs), None)
+        return HEADLINE.get(mode, (None, None, None))
+
+    def cost(self, scenario, server):
+        """Median over runs of server core-microseconds per operation (per MB for streams)."""
+        key = self.headline_key(scenario)[0]
+        values = []
+        for run in self.by.get((scenario, server), []):
+            rate, core = num(run.get(key)), num(run.get("srv_core"))
+            if rate and core is not None:
+                values.append(core * 1e6 / rate)
+        return statistics.median(values) if values else None
+
+    def idle_bytes(self, server, scenario="idlemax"):
+        values = []
+        for run in self.by.get((scenario, server), []):
+            before, holding, count = num(run.get("rss0_kb")), num(run.get("rss_hold_kb")), num(run.get("established"))
+            if before is not None and holding is not None and count:
+                values.append((holding - before) * 1024 / count)
+        return statistics.median(values) if values else None
+
+    def idle_count(self, server, scenario="idlemax"):
+        values = self.values(scenario, server, "established")
+        return int(statistics.median(values)) if values else None
+
+    def spread(self, scenario, server, key):
+        values = self.values(scenario, server, key)
+        if not values or not statistics.median(values):
+            return None
+        return (max(values) - min(values)) / statistics.median(values)
+
+    def saturated(self, scenario, server):
+        loads = self.values(scenario, server, "lg_core")
+        return bool(loads) and statistics.median(loads) >= 0.96
+
+
+def ratio(value, reference):
+    if value is None or not reference:
+        return None
+    return value / reference
+
+
+def cell(value, reference=None, star=False, digits=None):
+    if value is None:
+        return "n/a"
+    text = fmt(value, digits)
+    r = ratio(value, reference)
+    if r is not None:
+        text += f" ({r:.2f}x)"
+    return text + (" \\*" if star else "")
+
+
+def versions():
+    def run(command):
+        try:
+            return subprocess.run(command, capture_output=True, text=True, timeout=30).stdout.strip()
+        except OSError:
+            return ""
+    swift = run(["swift", "--version"]).splitlines()
+    dpkg = lambda package: run(["dpkg-query", "-W", "-f", "${Version}", package]) or "?"
+    return {
+        "swift": swift[0] if swift else "?",
+        "python": platform.python_version(),
+        "libuv": dpkg("libuv1-dev"),
+        "openssl": run(["openssl", "version"]) or "?",
+        "uvloop": run([os.path.join(os.path.dirname(__file__), "..", ".build", "venv", "bin", "python"), "-c",
+                       "import uvloop; print(uvloop.__version__)"]) or "?",
+    }
+
+
+def main():
+    data = Data(sys.argv[1])
+    out = []
+    w = out.append
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    v = versions()
+    header = next((h for h in data.header if "reps=" in h), "")
+    limits = next((h for h in data.header if h.startswith("limits:")), "")
+    w("# SocketKit performance")
+    w("")
+    w("Written by `make bench` (bench/bench.sh, bench/report.py) from `bench/%s`." % os.path.relpath(data.path, os.path.dirname(os.path.abspath(__file__))))
+    w("Re-run it on your machine: the figures below are only comparable within one run.")
+    w("")
+    w("## Machine and method")
+    w("")
+    w(f"- Run: {header}")
+    w(f"- Machine: {os.cpu_count()} CPUs, {cpu}, {platform.system()} {platform.release()}")
+    w(f"- Toolchain: {v['swift']}; Python {v['python']}, uvloop {v['uvloop']}; libuv {v['libuv']}; {v['openssl']}")
+    if limits:
+        w(f"- {limits[0].upper() + limits[1:]}")
+    w("- Every server is a fresh process per run, pinned to CPU 0 with one event-loop thread; the")
+    w("  load generator (`bench/loadgen.c`, one epoll thread) is pinned to CPU 1; loopback 127.0.0.1.")
+    w("- **Server CPU per operation** = busy fraction of CPU 0 (from `/proc/stat`, kernel work")
+    w("  included) x 10^6 / rate. It compares servers even when the load generator's core is the")
+    w("  one that saturates (marked \\* below: the throughput is then a lower bound).")
+    w("- Medians over the repetitions; spreads are in the last section.")
+    w("")
+
+    servers = data.servers
+    w("## 1. Server CPU per operation (core-µs; per MB for stream), ratio to C epoll — lower is better")
+    w("")
+    w("| scenario | " + " | ".join(LABELS[s] for s in servers) + " |")
+    w("|---|" + "---|" * len(servers))
+    for scenario in data.scenarios:
+        if scenario.startswith("idle"):
+            continue
+        reference = data.cost(scenario, REFERENCE)
+        w(f"| {SCENARIO_TEXT[scenario]} | " + " | ".join(
+            cell(data.cost(scenario, s), None if s == REFERENCE else reference) for s in servers) + " |")
+    w("")
+    w("## 2. Throughput, ratio to C epoll — higher is better")
+    w("")
+    w("| scenario | metric | " + " | ".join(LABELS[s] for s in servers) + " |")
+    w("|---|---|" + "---|" * len(servers))
+    for scenario in data.scenarios:
+        key, unit, _ = data.headline_key(scenario)
+        if key is None or scenario.startswith("idle"):
+            continue
+        reference = data.median(scenario, REFERENCE, key)
+        w(f"| {SCENARIO_TEXT[scenario]} | {unit} | " + " | ".join(
+            cell(data.median(scenario, s, key), None if s == REFERENCE else reference, data.saturated(scenario, s))
+            for s in servers) + " |")
+    w("")
+    w("## 3. Latency: median of each run's p50 / p99 (µs)")
+    w("")
+    w("| scenario | " + " | ".join(LABELS[s] for s in servers) + " |")
+    w("|---|" + "---|" * len(servers))
+    for scenario in data.scenarios:
+        if not data.values(scenario, REFERENCE, "p99_us"):
+            continue
+        cells = []
+        for s in servers:
+            p50, p99 = data.median(scenario, s, "p50_us"), data.median(scenario, s, "p99_us")
+            cells.append("n/a" if p50 is None else f"{fmt(p50)} / {fmt(p99)}")
+        w(f"| {SCENARIO_TEXT[scenario]} | " + " | ".join(cells) + " |")
+    w("")
+    if "idlemax" in data.scenarios:
+        w("## 4. Memory per idle connection (server RSS growth while holding them / connections)")
+        w("")
+        w("| | " + " | ".join(LABELS[s] for s in servers) + " |")
+        w("|---|" + "---|" * len(servers))
+        w("| bytes per connection | " + " | ".join(fmt(data.idle_bytes(s), 0) for s in servers) + " |")
+        w("| connections held | " + " | ".join(fmt(data.idle_count(s), 0) for s in servers) + " |")
+        w("| peak RSS (VmHWM, KiB) | " + " | ".join(fmt(data.median("idlemax", s, "hwm_kb"), 0) for s in servers) + " |")
+        w("")
+    if data.allocs:
+        names = [s for s in PEERS + OURS if s in data.allocs]
+        w("## 5. Heap allocations (interposed malloc; Python servers with PYTHONMALLOC=malloc)")
+        w("")
+        w("| | " + " | ".join(LABELS[s] for s in names) + " |")
+        w("|---|" + "---|" * len(names))
+        rows = [("per echoed 64 B message (64 connections)", "per_message", 2),
+                ("  of which not freed again (live)", "live_per_message", 2),
+                ("bytes allocated per message", "bytes_per_message", 0),
+                ("per connection (accept, one echo, close)", "per_connection", 1),
+                ("  of which not freed again (live)", "live_per_connection", 2),
+                ("bytes allocated per connection", "bytes_per_connection", 0)]
+        for text, key, digits in rows:
+            cells = []
+            for s in names:
+                fields = data.allocs[s]
+                cells.append("failed" if "FAILED" in fields else fmt(num(fields.get(key)), digits))
+            w(f"| {text} | " + " | ".join(cells) + " |")
+        w("")
+
+    # Issue 7's targets.
+    w("## 6. Targets (issue 7)")
+    w("")
+    w("| target | measured | met |")
+    w("|---|---|---|")
+
+    def target(text, value, limit, higher=False, unit="x"):
+        if value is None:
+            w(f"| {text} | not measured | — |")
+            return
+        ok = value >= limit if higher else value <= limit
+        shown = f"{value:.2f}{unit}" if unit == "x" else f"{fmt(value, 0)} {unit}"
+        w(f"| {text} | {shown} | {'yes' if ok else '**no**'} |")
+
+    for scenario in ("pp64", "pp1000"):
+        target(f"C API, {SCENARIO_TEXT[scenario]}: CPU per round trip ≤ 1.15x C epoll",
+               ratio(data.cost(scenario, "sk-c"), data.cost(scenario, REFERENCE)), 1.15)
+        target(f"Python, {SCENARIO_TEXT[scenario]}: CPU per round trip ≤ 1.0x uvloop",
+               ratio(data.cost(scenario, "sk-py"), data.cost(scenario, "uvloop")), 1.0)
+    target("C API, 1 connection: p99 latency ≤ 1.1x C epoll",
+           ratio(data.median("pp1", "sk-c", "p99_us"), data.median("pp1", REFERENCE, "p99_us")), 1.1)
+    target("Python, 1 connection: p99 latency ≤ 1.2x C epoll",
+           ratio(data.median("pp1", "sk-py", "p99_us"), data.median("pp1", REFERENCE, "p99_us")), 1.2)
+    target("C API, stream: throughput ≥ 1.2x C epoll",
+           ratio(data.median("stream1", "sk-c", "mbps"), data.median("stream1", REFERENCE, "mbps")), 1.2, higher=True)
+    target("Python, stream: throughput ≥ 1.0x asyncio",
+           ratio(data.median("stream1", "sk-py", "mbps"), data.median("stream1", "asyncio", "mbps")), 1.0, higher=True)
+    target("C API, idle connection: ≤ 512 B", data.idle_bytes("sk-c"), 512, unit="B")
+    target("Python, idle connection: ≤ 1,200 B", data.idle_bytes("sk-py"), 1200, unit="B")
+    sk_c_alloc = data.allocs.get("sk-c", {})
+    target("C API: allocations per echoed message = 0", num(sk_c_alloc.get("per_message")), 0.01, unit="allocations")
+    target("C API: allocations per connection ≤ 100", num(sk_c_alloc.get("per_connection")), 100, unit="allocations")
+    w("| UDP ping-pong, TLS rows | not measured: UDP (issue 6) and TLS (issue 5) are not built yet | — |")
+    w("")
+    w("## 7. Noise: (max − min) / median of the throughput over the repetitions")
+    w("")
+    w("| scenario | " + " | ".join(LABELS[s] for s in servers) + " |")
+    w("|---|" + "---|" * len(servers))
+    for scenario in data.scenarios:
+        key = data.headline_key(scenario)[0]
+        if key is None or scenario.startswith("idle"):
+            continue
+        cells = []
+        for s in servers:
+            spread = data.spread(scenario, s, key)
+            cells.append("n/a" if spread is None else f"{spread * 100:.0f}% (n={len(data.values(scenario, s, key))})")
+        w(f"| {SCENARIO_TEXT[scenario]} | " + " | ".join(cells) + " |")
+    failures = [r for r in data.runs if r.get("FAILED") or num(r.get("errors")) or num(r.get("timeouts"))]
+    if failures:
+        w("")
+        w("Runs with errors, timeouts or failures:")
+        for r in failures:
+            w(f"- {r.get('server')} {r.get('scenario')} rep {r.get('rep')}: errors={r.get('errors')} "
+              f"timeouts={r.get('timeouts')} failed={r.get('FAILED', '-')}")
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()
