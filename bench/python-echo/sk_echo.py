@@ -43,6 +43,7 @@ async def main():
     group = socketkit.LoopGroup(1)
     echo = Echo()
     listener = socketkit.Socket(echo, queue=aio.queue(), loop_group=group)
+    listener.no_delay = True  # inherited by accepted connections (every bench server sets TCP_NODELAY)
     listener.accept_on_interface(options.host, options.port)
     print(f"listening on {listener.local_port}", flush=True)
     await stop

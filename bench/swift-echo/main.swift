@@ -77,6 +77,7 @@ pthread_sigmask(SIG_UNBLOCK, &termination, nil)
 let group = EventLoopGroup(loopCount: loopCount)
 let server = EchoServer()
 let listener = Socket(delegate: server, eventLoop: group.next())
+listener.noDelay = true // inherited by accepted connections, as every bench server sets TCP_NODELAY
 do {
     try listener.accept(onInterface: host, port: port)
 } catch {

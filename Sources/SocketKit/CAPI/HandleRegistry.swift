@@ -39,8 +39,19 @@ final class HandleRegistry: @unchecked Sendable {
     private static let slotBits = 24
 
     /// Registers `object` and returns its new handle.
+    /// Whether `object` is of the class a handle of `kind` stands for. Checked once, when
+    /// the handle is made, so that lookups can downcast without a dynamic cast.
+    private static func matches(_ object: AnyObject, _ kind: Kind) -> Bool {
+        switch kind {
+        case .socket: return object is Socket
+        case .loopGroup: return object is EventLoopGroup
+        case .callbackQueue: return object is CallbackQueue
+        }
+    }
+
     func register(_ object: AnyObject, kind: Kind) -> OpaquePointer {
-        lock.withLock {
+        precondition(HandleRegistry.matches(object, kind), "registered a \(type(of: object)) as \(kind.name)")
+        return lock.withLock {
             let slot: Int
             if let reused = freeSlots.popLast() {
                 slot = reused
@@ -69,8 +80,12 @@ final class HandleRegistry: @unchecked Sendable {
     func lookup<Object: AnyObject>(_ handle: OpaquePointer?, _ kind: Kind, as type: Object.Type) -> Object? {
         guard let (slot, generation) = decode(handle) else { return nil }
         return lock.withLock {
-            guard slot < slots.count, slots[slot].generation == generation, slots[slot].kind == kind else { return nil }
-            return slots[slot].object as? Object
+            guard slot < slots.count, slots[slot].generation == generation, slots[slot].kind == kind,
+                  let object = slots[slot].object else { return nil }
+            // The kind was checked against the class at registration; `Object` is that class
+            // (or a superclass of it) at every call site.
+            assert(object is Object)
+            return unsafeDowncast(object, to: Object.self)
         }
     }
 

@@ -53,7 +53,7 @@ public final class EventLoop: @unchecked Sendable {
     let discardBuffer: UnsafeMutableRawBufferPointer
 
     private static let wakeupToken = UInt64.max
-    static let readBufferSize = 128 * 1024
+    static let readBufferSize = 64 * 1024
 
     init(index: Int, group: EventLoopGroup?) {
         self.index = index

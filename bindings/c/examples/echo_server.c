@@ -86,6 +86,8 @@ int main(int argc, char **argv) {
     }
     /* The userdata is the listener itself, so did_disconnect can tell it apart. */
     sk_socket_set_delegate(listener, &delegate, sizeof delegate, listener);
+    /* Accepted connections inherit the listener's settings: no Nagle delay for echoes. */
+    sk_socket_set_no_delay(listener, 1);
     if (sk_socket_accept_on_interface(listener, host, (uint16_t)port, &error) != SK_OK) {
         fprintf(stderr, "cannot listen on %s port %u: %s\n", host, port, error.message);
         sk_socket_release(listener);
