@@ -305,6 +305,61 @@ int sk_socket_set_callback_queue(sk_socket_t *sock, sk_callback_queue_t *queue);
 /* The delegate's userdata. Errors: SK_ERR_INVALID_HANDLE, SK_ERR_BAD_PARAM. */
 int sk_socket_get_userdata(sk_socket_t *sock, void **out_userdata);
 
+/* ---- Events as records (for hosts whose callbacks are expensive) ----------------------
+ *
+ * A host-driven queue can hand its pending events over as an array instead of running
+ * callbacks: one call moves a batch, and the host (an interpreter behind a foreign-function
+ * interface, say) handles it in its own loop. A record is what a delegate member would
+ * have received; only events whose member is non-NULL are recorded (the members still say
+ * what the host wants). Sockets on the queue with a Swift delegate get their calls during
+ * the poll, as with sk_callback_queue_drain(). new_socket_loop_for_connection is not a
+ * queued event: it is still called, on the loop thread.
+ */
+typedef enum sk_event_kind {
+    SK_EVENT_ACCEPT = 1,          /* new_socket: the accepted connection, yours (as did_accept) */
+    SK_EVENT_PAUSE_ACCEPTING = 2, /* error */
+    SK_EVENT_CONNECT = 3,         /* host, port */
+    SK_EVENT_READ = 4,            /* data, length, tag */
+    SK_EVENT_READ_PARTIAL = 5,    /* length, tag */
+    SK_EVENT_READ_TIMEOUT = 6,    /* tag, elapsed, length (bytes done): answer it */
+    SK_EVENT_WRITE = 7,           /* tag */
+    SK_EVENT_WRITE_PARTIAL = 8,   /* length, tag */
+    SK_EVENT_WRITE_TIMEOUT = 9,   /* tag, elapsed, length (bytes done): answer it */
+    SK_EVENT_CLOSE_READ_STREAM = 10,
+    SK_EVENT_HIGH_WATERMARK = 11, /* length (queued bytes) */
+    SK_EVENT_LOW_WATERMARK = 12,  /* length (queued bytes) */
+    SK_EVENT_DISCONNECT = 13      /* error (NULL: a clean close) */
+} sk_event_kind_t;
+
+typedef struct sk_event {
+    sk_socket_t *sock;
+    void *userdata;               /* the delegate's userdata */
+    int32_t kind;                 /* sk_event_kind_t */
+    uint16_t port;
+    long tag;
+    const void *data;
+    size_t length;
+    double elapsed;
+    const char *host;
+    const sk_error_t *error;
+    sk_socket_t *new_socket;
+    uint64_t token;               /* timeouts: identifies the question (see below) */
+} sk_event_t;
+
+/* Moves up to `capacity` pending events of a host-driven queue into `events`, in order,
+ * and returns how many (0: nothing pending), or SK_ERR_INVALID_HANDLE, SK_ERR_BAD_PARAM
+ * (events NULL, capacity < 1), SK_ERR_BAD_CONFIG (a serial queue). The memory records
+ * point to (data, host, error) stays valid until the next poll or drain of the queue. One
+ * thread drains or polls a queue at a time: a concurrent or nested call returns 0. */
+int sk_callback_queue_poll_events(sk_callback_queue_t *queue, sk_event_t *events, int capacity);
+
+/* Answers a SK_EVENT_READ_TIMEOUT or SK_EVENT_WRITE_TIMEOUT record (or a copy of it), from
+ * any thread, now or later: `extension` > 0 seconds extends the read or write, anything
+ * else ends the connection with SK_ERR_READ_TIMEOUT / SK_ERR_WRITE_TIMEOUT. Until it is
+ * answered the operation waits. Only the first answer counts. Errors: SK_ERR_BAD_PARAM
+ * (NULL, not a timeout record), SK_ERR_INVALID_HANDLE (the socket was released). */
+int sk_socket_answer_timeout(const sk_event_t *event, double extension);
+
 /* ---- Configuration (read when a session starts; TCP options also apply at once) ----- */
 
 /* Address families used to connect and accept (both on by default). Return SK_OK,

@@ -46,6 +46,9 @@ final class CDelegateReceiver: SocketEventReceiver, @unchecked Sendable {
 
     func receive(_ event: SocketEvent, on socket: Socket) -> Double {
         let handle = OpaquePointer(bitPattern: socket.cHandle.load(ordering: .relaxed))
+        if let sink = sink(for: socket) {
+            return record(event, on: socket, handle: handle, into: sink)
+        }
         switch event {
         case .didConnect(let peer):
             guard let callback = delegate.did_connect else { return 0 }
@@ -78,13 +81,13 @@ final class CDelegateReceiver: SocketEventReceiver, @unchecked Sendable {
         case .didReadPartial(let length, let tag):
             delegate.did_read_partial?(handle, length, tag, userdata)
         case .shouldTimeoutRead(let tag, let elapsed, let bytesDone, _):
-            return delegate.should_timeout_read?(handle, tag, elapsed, bytesDone, userdata) ?? 0
+            return timeoutAnswer(delegate.should_timeout_read?(handle, tag, elapsed, bytesDone, userdata) ?? 0)
         case .didWrite(let tag):
             delegate.did_write?(handle, tag, userdata)
         case .didWritePartial(let length, let tag):
             delegate.did_write_partial?(handle, length, tag, userdata)
         case .shouldTimeoutWrite(let tag, let elapsed, let bytesDone, _):
-            return delegate.should_timeout_write?(handle, tag, elapsed, bytesDone, userdata) ?? 0
+            return timeoutAnswer(delegate.should_timeout_write?(handle, tag, elapsed, bytesDone, userdata) ?? 0)
         case .didCloseReadStream:
             delegate.did_close_read_stream?(handle, userdata)
         case .didReachWriteHighWatermark(let queued):

@@ -127,12 +127,27 @@ public final class HostCallbackQueue: CallbackQueue, @unchecked Sendable {
     /// limit). Only one thread drains at a time: a concurrent or nested call returns 0.
     @discardableResult
     public func drain(maxCallbacks: Int = Int.max) -> Int {
+        exclusively { runCallbacks(maxCallbacks: maxCallbacks) } ?? 0
+    }
+
+    /// State a draining front end keeps with the queue (the C API's event records); only
+    /// touched inside `exclusively`.
+    var drainAttachment: AnyObject? = nil
+
+    /// Runs `body` as the queue's only drainer, or returns nil if another call drains.
+    func exclusively<Result>(_ body: () -> Result) -> Result? {
         let claimed = state.withLock { state -> Bool in
             guard !state.draining else { return false }
             state.draining = true
             return true
         }
-        guard claimed else { return 0 }
+        guard claimed else { return nil }
+        defer { state.withLock { $0.draining = false } }
+        return body()
+    }
+
+    /// The drain loop; call inside `exclusively`.
+    func runCallbacks(maxCallbacks: Int) -> Int {
         var ran = 0
         while ran < maxCallbacks {
             let job = state.withLock { state -> Job? in
@@ -149,7 +164,6 @@ public final class HostCallbackQueue: CallbackQueue, @unchecked Sendable {
             guard let job else { break }
             ran += job(maxCallbacks - ran)
         }
-        state.withLock { $0.draining = false }
         return ran
     }
 

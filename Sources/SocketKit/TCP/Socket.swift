@@ -803,12 +803,23 @@ public final class Socket: @unchecked Sendable {
             // Only now does the child start: none of its callbacks can precede didAccept,
             // whatever queues the listener and the child use.
             child.activateAccepted()
-        case .shouldTimeoutRead(_, _, _, let session):
-            eventLoop.execute { core.resolveReadTimeout(extension: answer, session: session) }
-        case .shouldTimeoutWrite(_, _, _, let session):
-            eventLoop.execute { core.resolveWriteTimeout(extension: answer, session: session) }
+        case .shouldTimeoutRead(_, _, _, let question) where !answer.isNaN:
+            eventLoop.execute { core.resolveReadTimeout(extension: answer, question: question) }
+        case .shouldTimeoutWrite(_, _, _, let question) where !answer.isNaN:
+            eventLoop.execute { core.resolveWriteTimeout(extension: answer, question: question) }
         default:
-            break
+            break // a NaN answer: the receiver answers later, with `answerTimeout`
+        }
+    }
+
+    /// A receiver's later answer to the `shouldTimeoutRead`/`shouldTimeoutWrite` event that
+    /// carried `question` (only the first answer to a question counts).
+    func answerTimeout(ofRead read: Bool, question: UInt64, extension seconds: Double) {
+        let core = self.core
+        if read {
+            _ = eventLoop.execute { core.resolveReadTimeout(extension: seconds, question: question) }
+        } else {
+            _ = eventLoop.execute { core.resolveWriteTimeout(extension: seconds, question: question) }
         }
     }
 

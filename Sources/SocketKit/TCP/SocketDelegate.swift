@@ -100,7 +100,8 @@ protocol SocketEventReceiver: AnyObject {
     /// Which optional events to produce at all.
     var interests: SocketEventInterests { get }
 
-    /// Delivers one event; for `shouldTimeout…` events returns the extension in seconds.
+    /// Delivers one event; for `shouldTimeout…` events returns the extension in seconds, or
+    /// NaN when the answer comes later (`Socket.answerTimeout`: the C API's event records).
     func receive(_ event: SocketEvent, on socket: Socket) -> Double
     /// The receiver for a connection accepted by a socket using this one.
     func receiverForAcceptedSocket() -> SocketEventReceiver?
@@ -146,13 +147,13 @@ final class SwiftDelegateReceiver: SocketEventReceiver {
         case .didReadPartial(let length, let tag):
             delegate.socket(socket, didReadPartialDataOfLength: length, tag: tag)
         case .shouldTimeoutRead(let tag, let elapsed, let bytesDone, _):
-            return delegate.socket(socket, shouldTimeoutReadWithTag: tag, elapsed: elapsed, bytesDone: bytesDone)
+            return timeoutAnswer(delegate.socket(socket, shouldTimeoutReadWithTag: tag, elapsed: elapsed, bytesDone: bytesDone))
         case .didWrite(let tag):
             delegate.socket(socket, didWriteDataWithTag: tag)
         case .didWritePartial(let length, let tag):
             delegate.socket(socket, didWritePartialDataOfLength: length, tag: tag)
         case .shouldTimeoutWrite(let tag, let elapsed, let bytesDone, _):
-            return delegate.socket(socket, shouldTimeoutWriteWithTag: tag, elapsed: elapsed, bytesDone: bytesDone)
+            return timeoutAnswer(delegate.socket(socket, shouldTimeoutWriteWithTag: tag, elapsed: elapsed, bytesDone: bytesDone))
         case .didCloseReadStream:
             delegate.socketDidCloseReadStream(socket)
         case .didReachWriteHighWatermark(let queuedBytes):
@@ -171,3 +172,8 @@ final class SwiftDelegateReceiver: SocketEventReceiver {
         delegate?.newEventLoop(forConnectionFrom: address, on: listener)
     }
 }
+
+/// A delegate's answer to a timeout question, as the engine takes it: NaN (which would mean
+/// "answered later") counts as no extension.
+@inline(__always)
+func timeoutAnswer(_ seconds: Double) -> Double { seconds.isNaN ? 0 : seconds }

@@ -19,10 +19,10 @@ enum SocketEvent {
     case didNotAccept(SocketError)
     case didRead(ReadPayload, tag: Int)
     case didReadPartial(length: Int, tag: Int)
-    case shouldTimeoutRead(tag: Int, elapsed: Double, bytesDone: Int, session: UInt64)
+    case shouldTimeoutRead(tag: Int, elapsed: Double, bytesDone: Int, question: UInt64)
     case didWrite(tag: Int)
     case didWritePartial(length: Int, tag: Int)
-    case shouldTimeoutWrite(tag: Int, elapsed: Double, bytesDone: Int, session: UInt64)
+    case shouldTimeoutWrite(tag: Int, elapsed: Double, bytesDone: Int, question: UInt64)
     case didCloseReadStream
     case didReachWriteHighWatermark(queuedBytes: Int)
     case didDrainToWriteLowWatermark(queuedBytes: Int)

@@ -127,14 +127,16 @@ extension TCPSocketCore {
     func readTimerFired() {
         guard phase == .connected, let request = currentRead, !readTimeoutPending else { return }
         readTimeoutPending = true
+        timeoutQuestions += 1
+        readTimeoutQuestion = timeoutQuestions
         emit(.shouldTimeoutRead(tag: request.tag, elapsed: request.timeout, bytesDone: request.bytesDone,
-                                session: session))
+                                question: readTimeoutQuestion))
     }
 
     /// The delegate's answer to `shouldTimeoutRead`: a positive extension re-arms the timer
     /// and resumes reading; anything else ends the session with `.readTimeout`.
-    func resolveReadTimeout(extension seconds: Double, session: UInt64) {
-        guard session == self.session, phase == .connected, readTimeoutPending, currentRead != nil else { return }
+    func resolveReadTimeout(extension seconds: Double, question: UInt64) {
+        guard question == readTimeoutQuestion, phase == .connected, readTimeoutPending, currentRead != nil else { return }
         readTimeoutPending = false
         if seconds > 0 && seconds.isFinite {
             currentRead?.timeout += seconds

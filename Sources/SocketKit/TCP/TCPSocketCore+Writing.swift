@@ -168,12 +168,15 @@ extension TCPSocketCore {
     func writeTimerFired() {
         guard phase == .connected, let head = writeQueue.first, !writeTimeoutPending else { return }
         writeTimeoutPending = true
-        emit(.shouldTimeoutWrite(tag: head.tag, elapsed: head.timeout, bytesDone: head.offset, session: session))
+        timeoutQuestions += 1
+        writeTimeoutQuestion = timeoutQuestions
+        emit(.shouldTimeoutWrite(tag: head.tag, elapsed: head.timeout, bytesDone: head.offset,
+                                 question: writeTimeoutQuestion))
     }
 
     /// The delegate's answer to `shouldTimeoutWrite`.
-    func resolveWriteTimeout(extension seconds: Double, session: UInt64) {
-        guard session == self.session, phase == .connected, writeTimeoutPending, !writeQueue.isEmpty else { return }
+    func resolveWriteTimeout(extension seconds: Double, question: UInt64) {
+        guard question == writeTimeoutQuestion, phase == .connected, writeTimeoutPending, !writeQueue.isEmpty else { return }
         writeTimeoutPending = false
         if seconds > 0 && seconds.isFinite {
             writeQueue[0].timeout += seconds

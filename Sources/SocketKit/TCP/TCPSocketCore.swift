@@ -46,6 +46,11 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     var currentRead: ReadRequest? = nil
     var prebuffer = ByteQueue()
     var readTimeoutPending = false
+    /// Each timeout question gets a number never used before by this socket, so an answer
+    /// (possibly late: event records) can only ever answer its own question.
+    var timeoutQuestions: UInt64 = 0
+    var readTimeoutQuestion: UInt64 = 0
+    var writeTimeoutQuestion: UInt64 = 0
     var readTimer: LoopTimer? = nil
 
     // Writes. The front of `writeQueue` is the current write.
@@ -159,10 +164,10 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         case .didAccept(let child):
             // Never activated: it runs on this thread until it is, so closing here is safe.
             child.abandon()
-        case .shouldTimeoutRead(_, _, _, let session):
-            loop.execute { [self] in resolveReadTimeout(extension: 0, session: session) }
-        case .shouldTimeoutWrite(_, _, _, let session):
-            loop.execute { [self] in resolveWriteTimeout(extension: 0, session: session) }
+        case .shouldTimeoutRead(_, _, _, let question):
+            loop.execute { [self] in resolveReadTimeout(extension: 0, question: question) }
+        case .shouldTimeoutWrite(_, _, _, let question):
+            loop.execute { [self] in resolveWriteTimeout(extension: 0, question: question) }
         default:
             break
         }

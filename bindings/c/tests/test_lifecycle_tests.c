@@ -2,6 +2,7 @@
 #include "test_support.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -277,6 +278,108 @@ void test_loop_group_release_closes_its_sockets(void) {
     CHECK_EQ(raw_receive_until_eof(peer, nothing, sizeof nothing), 0);
     CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 5, &error), SK_ERR_BAD_CONFIG);
     CHECK_EQ(sk_socket_release(sock), SK_OK);
+    close(peer);
+    close(listener);
+    recorder_destroy(&recorder);
+}
+
+/* Polls `queue` until at least one record arrives (or the wait runs out); returns the count. */
+static int poll_records(sk_callback_queue_t *queue, sk_event_t *events, int capacity) {
+    int fd = sk_callback_queue_fd(queue);
+    double deadline = now_seconds() + WAIT_SECONDS;
+    while (now_seconds() < deadline) {
+        if (!readable(fd, 100)) continue;
+        int count = sk_callback_queue_poll_events(queue, events, capacity);
+        CHECK(count >= 0);
+        if (count > 0) return count;
+    }
+    return 0;
+}
+
+void test_host_queue_hands_events_over_as_records(void) {
+    /* The layout the Python binding unpacks (bindings/python/socketkit/_ffi.py). */
+    CHECK_EQ(sizeof(sk_event_t), 88);
+    CHECK_EQ(offsetof(sk_event_t, kind), 16);
+    CHECK_EQ(offsetof(sk_event_t, tag), 24);
+    CHECK_EQ(offsetof(sk_event_t, token), 80);
+    recorder_t recorder; /* its delegate members say which events to record */
+    recorder_init(&recorder);
+    sk_callback_queue_t *queue = NULL;
+    CHECK_EQ(sk_callback_queue_create_host(&queue, NULL), SK_OK);
+    uint16_t port = 0;
+    int listener = raw_listen("127.0.0.1", &port, 8);
+    sk_socket_t *sock = recorded_socket(&recorder, queue);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
+    int peer = raw_accept(listener);
+
+    sk_event_t events[64];
+    CHECK_EQ(poll_records(queue, events, 64), 1);
+    CHECK_EQ(events[0].kind, SK_EVENT_CONNECT);
+    CHECK(events[0].sock == sock);
+    CHECK_EQ(strcmp(events[0].host, "127.0.0.1"), 0);
+    CHECK_EQ(events[0].port, port);
+    CHECK(events[0].userdata == &recorder);
+    CHECK_EQ(recorder_count(&recorder, EVENT_CONNECT), 0); /* recorded, not called */
+
+    /* 100 one-byte reads complete at once: records come in order, 64 then 36, and every
+     * record's bytes stay readable until the next poll. */
+    for (long tag = 0; tag < 100; tag++) CHECK_EQ(sk_socket_read_to_length(sock, 1, -1, tag, NULL), SK_OK);
+    unsigned char payload[100];
+    fill_pattern(payload, sizeof payload, 3);
+    raw_send(peer, payload, sizeof payload);
+    int seen = 0;
+    while (seen < 100) {
+        int count = poll_records(queue, events, 64);
+        CHECK(count > 0 && count <= 64);
+        for (int i = 0; i < count; i++, seen++) {
+            CHECK_EQ(events[i].kind, SK_EVENT_READ);
+            CHECK_EQ(events[i].tag, seen);
+            CHECK_EQ(events[i].length, 1);
+            CHECK_EQ(((const unsigned char *)events[i].data)[0], payload[seen]);
+        }
+    }
+
+    CHECK_EQ(sk_socket_write(sock, "hi", 2, -1, 7, NULL), SK_OK);
+    CHECK_EQ(poll_records(queue, events, 64), 1);
+    CHECK_EQ(events[0].kind, SK_EVENT_WRITE);
+    CHECK_EQ(events[0].tag, 7);
+    char echoed[2];
+    raw_receive(peer, echoed, 2);
+
+    /* A timeout record waits for its answer: extend once, then let it fail. */
+    CHECK_EQ(sk_socket_answer_timeout(NULL, 1), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_socket_answer_timeout(&events[0], 1), SK_ERR_BAD_PARAM); /* not a timeout */
+    CHECK_EQ(sk_socket_read_to_length(sock, 5, 0.1, 9, NULL), SK_OK);
+    CHECK_EQ(poll_records(queue, events, 64), 1);
+    CHECK_EQ(events[0].kind, SK_EVENT_READ_TIMEOUT);
+    CHECK_EQ(events[0].tag, 9);
+    CHECK(events[0].elapsed > 0.099 && events[0].elapsed < 0.101); /* the timeout so far */
+    sk_event_t question = events[0]; /* a copy answers as well as the record */
+    CHECK_EQ(sk_socket_answer_timeout(&question, 0.1), SK_OK);
+    CHECK_EQ(sk_socket_answer_timeout(&question, 100), SK_OK); /* only the first answer counts */
+    CHECK_EQ(poll_records(queue, events, 64), 1);
+    CHECK_EQ(events[0].kind, SK_EVENT_READ_TIMEOUT);
+    CHECK(events[0].elapsed > 0.199 && events[0].elapsed < 0.201);
+    CHECK_EQ(sk_socket_answer_timeout(&events[0], 0), SK_OK);
+    CHECK_EQ(poll_records(queue, events, 64), 1);
+    CHECK_EQ(events[0].kind, SK_EVENT_DISCONNECT);
+    CHECK(events[0].error != NULL);
+    CHECK_EQ(events[0].error->code, SK_ERR_READ_TIMEOUT);
+    CHECK_EQ(recorder_count(&recorder, EVENT_DISCONNECT), 0);
+
+    /* Bad input. */
+    CHECK_EQ(sk_callback_queue_poll_events(queue, NULL, 4), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_callback_queue_poll_events(queue, events, 0), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_callback_queue_poll_events(NULL, events, 4), SK_ERR_INVALID_HANDLE);
+    sk_callback_queue_t *serial = NULL;
+    CHECK_EQ(sk_callback_queue_create_serial("s", &serial, NULL), SK_OK);
+    CHECK_EQ(sk_callback_queue_poll_events(serial, events, 4), SK_ERR_BAD_CONFIG);
+    CHECK_EQ(sk_callback_queue_release(serial), SK_OK);
+    sk_event_t stale = question;
+    CHECK_EQ(sk_socket_release(sock), SK_OK);
+    CHECK_EQ(sk_socket_answer_timeout(&stale, 1), SK_ERR_INVALID_HANDLE);
+
+    CHECK_EQ(sk_callback_queue_release(queue), SK_OK);
     close(peer);
     close(listener);
     recorder_destroy(&recorder);

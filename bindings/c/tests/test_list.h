@@ -26,6 +26,7 @@
     X(graceful_close_in_a_callback_keeps_its_data) \
     X(set_delegate_and_callback_queue)        \
     X(host_queue_runs_callbacks_when_drained) \
+    X(host_queue_hands_events_over_as_records) \
     X(serial_queue_runs_callbacks_on_its_thread) \
     X(loop_group_release_closes_its_sockets)  \
     X(loop_group_release_from_its_own_loop)   \

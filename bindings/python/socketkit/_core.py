@@ -114,14 +114,42 @@ class HostQueue(CallbackQueue):
         error = _ffi.CError()
         _raise_for(lib.sk_callback_queue_create_host(byref(handle), byref(error)), error)
         super().__init__(handle.value)
+        self._records = (_ffi.Event * self.BATCH)()
+        self._raw_records = memoryview((ctypes.c_ubyte * ctypes.sizeof(self._records)).from_buffer(self._records))
+        # Held while a batch is handled: the memory its records point to lives until the
+        # queue's next poll, so no other poll may start meanwhile.
+        self._drain_lock = threading.Lock()
 
     def fileno(self) -> int:
         """A descriptor readable exactly while callbacks are pending (owned by the queue)."""
         return _raise_for(lib.sk_callback_queue_fd(self.handle))
 
+    #: Events moved per foreign call.
+    BATCH = 256
+
     def drain(self, max_callbacks: int = 0) -> int:
-        """Runs pending callbacks (all, or at most `max_callbacks`) and returns how many ran."""
-        return _raise_for(lib.sk_callback_queue_drain(self.handle, max_callbacks))
+        """Runs the delegate methods of pending events (all, or at most `max_callbacks`) and
+        returns how many events were handled. Events come over in batches
+        (sk_callback_queue_poll_events): one foreign call per batch, not one per event. One
+        thread drains at a time: a concurrent call, or one from a delegate method, returns 0."""
+        if not self._drain_lock.acquire(blocking=False):
+            return 0
+        try:
+            handled = 0
+            while True:
+                room = self.BATCH if max_callbacks <= 0 else min(self.BATCH, max_callbacks - handled)
+                if room <= 0:
+                    break
+                count = _raise_for(lib.sk_callback_queue_poll_events(self.handle, self._records, room))
+                if count == 0:
+                    break
+                _dispatch_records(self._raw_records, self._records, count)
+                handled += count
+                if count < room:
+                    break  # anything that arrived meanwhile keeps the descriptor readable
+            return handled
+        finally:
+            self._drain_lock.release()
 
 
 class LoopGroup:
@@ -308,14 +336,64 @@ def _invoke(sock: "Socket", name: str, *arguments: Any, default: Any = None) -> 
         return default
 
 
-@_ffi.DID_ACCEPT
-def _did_accept(listener_handle, new_handle, userdata):
+# Event handlers, shared by the C trampolines (serial queues, the loop thread) and the
+# record dispatcher of HostQueue (sk_callback_queue_poll_events).
+
+def _on_accept(listener_handle, new_handle):
     listener = _socket_for(listener_handle)
     if listener is None:
         lib.sk_socket_release(new_handle)
         return
     child = Socket._adopt_handle(new_handle, listener._delegate, listener._queue)
     _invoke(listener, "socket_did_accept", child)
+
+
+def _on_pause_accepting(handle, error):
+    sock = _socket_for(handle)
+    if sock is not None:
+        _invoke(sock, "socket_did_pause_accepting", error)
+
+
+def _on_connect(handle, host, port, userdata):
+    sock = _socket_for(handle, userdata)
+    if sock is not None:
+        _invoke(sock, "socket_did_connect", host.decode("utf-8", "replace"), port)
+
+
+def _on_read(handle, data, length, tag):
+    sock = _socket_for(handle)
+    if sock is not None:
+        _invoke(sock, "socket_did_read", sock._take_read_result(data, length), tag)
+
+
+def _on_timeout(handle, name, tag, elapsed, done) -> float:
+    sock = _socket_for(handle)
+    if sock is None:
+        return 0.0
+    extension = _invoke(sock, name, tag, elapsed, done, default=0.0)
+    try:
+        return float(extension or 0.0)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _on_disconnect(handle, error, userdata):
+    sock = _socket_for(handle, userdata)
+    if sock is None:
+        return
+    sock._session_ended()  # SocketKit no longer touches that session's buffers
+    _invoke(sock, "socket_did_disconnect", error)
+
+
+def _on_simple(handle, name, *arguments):
+    sock = _socket_for(handle)
+    if sock is not None:
+        _invoke(sock, name, *arguments)
+
+
+@_ffi.DID_ACCEPT
+def _did_accept(listener_handle, new_handle, userdata):
+    _on_accept(listener_handle, new_handle)
 
 
 @_ffi.NEW_SOCKET_LOOP_FOR_CONNECTION
@@ -330,93 +408,111 @@ def _new_socket_loop(listener_handle, address, length, userdata):
 
 @_ffi.DID_PAUSE_ACCEPTING
 def _did_pause_accepting(handle, error, userdata):
-    sock = _socket_for(handle)
-    if sock is not None:
-        _invoke(sock, "socket_did_pause_accepting", _error_from_c(error))
+    _on_pause_accepting(handle, _error_from_c(error))
 
 
 @_ffi.DID_CONNECT
 def _did_connect(handle, host, port, userdata):
-    sock = _socket_for(handle, userdata)
-    if sock is not None:
-        _invoke(sock, "socket_did_connect", host.decode("utf-8", "replace"), port)
+    _on_connect(handle, host, port, userdata)
 
 
 @_ffi.DID_READ
 def _did_read(handle, data, length, tag, userdata):
-    sock = _socket_for(handle)
-    if sock is None:
-        return
-    _invoke(sock, "socket_did_read", sock._take_read_result(data, length), tag)
+    _on_read(handle, data, length, tag)
 
 
 @_ffi.DID_READ_PARTIAL
 def _did_read_partial(handle, length, tag, userdata):
-    sock = _socket_for(handle)
-    if sock is not None:
-        _invoke(sock, "socket_did_read_partial", length, tag)
+    _on_simple(handle, "socket_did_read_partial", length, tag)
 
 
 @_ffi.SHOULD_TIMEOUT
 def _should_timeout_read(handle, tag, elapsed, done, userdata):
-    sock = _socket_for(handle)
-    if sock is None:
-        return 0.0
-    extension = _invoke(sock, "socket_should_timeout_read", tag, elapsed, done, default=0.0)
-    return float(extension or 0.0)
+    return _on_timeout(handle, "socket_should_timeout_read", tag, elapsed, done)
 
 
 @_ffi.DID_WRITE
 def _did_write(handle, tag, userdata):
-    sock = _socket_for(handle)
-    if sock is not None:
-        _invoke(sock, "socket_did_write", tag)
+    _on_simple(handle, "socket_did_write", tag)
 
 
 @_ffi.DID_WRITE_PARTIAL
 def _did_write_partial(handle, length, tag, userdata):
-    sock = _socket_for(handle)
-    if sock is not None:
-        _invoke(sock, "socket_did_write_partial", length, tag)
+    _on_simple(handle, "socket_did_write_partial", length, tag)
 
 
 @_ffi.SHOULD_TIMEOUT
 def _should_timeout_write(handle, tag, elapsed, done, userdata):
-    sock = _socket_for(handle)
-    if sock is None:
-        return 0.0
-    extension = _invoke(sock, "socket_should_timeout_write", tag, elapsed, done, default=0.0)
-    return float(extension or 0.0)
+    return _on_timeout(handle, "socket_should_timeout_write", tag, elapsed, done)
 
 
 @_ffi.DID_CLOSE_READ_STREAM
 def _did_close_read_stream(handle, userdata):
-    sock = _socket_for(handle)
-    if sock is not None:
-        _invoke(sock, "socket_did_close_read_stream")
+    _on_simple(handle, "socket_did_close_read_stream")
 
 
 @_ffi.DID_WATERMARK
 def _did_reach_high_watermark(handle, queued, userdata):
-    sock = _socket_for(handle)
-    if sock is not None:
-        _invoke(sock, "socket_did_reach_high_watermark", queued)
+    _on_simple(handle, "socket_did_reach_high_watermark", queued)
 
 
 @_ffi.DID_WATERMARK
 def _did_drain_to_low_watermark(handle, queued, userdata):
-    sock = _socket_for(handle)
-    if sock is not None:
-        _invoke(sock, "socket_did_drain_to_low_watermark", queued)
+    _on_simple(handle, "socket_did_drain_to_low_watermark", queued)
 
 
 @_ffi.DID_DISCONNECT
 def _did_disconnect(handle, error, userdata):
-    sock = _socket_for(handle, userdata)
-    if sock is None:
-        return
-    sock._session_ended()  # SocketKit no longer touches that session's buffers
-    _invoke(sock, "socket_did_disconnect", _error_from_c(error))
+    _on_disconnect(handle, _error_from_c(error), userdata)
+
+
+def _error_at(address: int) -> Optional[Error]:
+    return _error_from_c(ctypes.cast(address, ctypes.POINTER(_ffi.CError))) if address else None
+
+
+_EVENT_SIZE = _ffi.EVENT_FORMAT.size
+_unpack_event = _ffi.EVENT_FORMAT.unpack_from
+
+
+def _dispatch_records(raw: memoryview, records: Any, count: int) -> None:
+    """Handles `count` records of a poll, in order (one struct unpack per record: no ctypes
+    callback and no ctypes field access on the common paths)."""
+    for index in range(count):
+        (handle, userdata, kind, port, tag, data, length, elapsed, host, error, new_socket,
+         _token) = _unpack_event(raw, index * _EVENT_SIZE)
+        try:
+            if kind == _ffi.EVENT_READ:
+                _on_read(handle, data, length, tag)
+            elif kind == _ffi.EVENT_WRITE:
+                _on_simple(handle, "socket_did_write", tag)
+            elif kind == _ffi.EVENT_ACCEPT:
+                _on_accept(handle, new_socket)
+            elif kind == _ffi.EVENT_CONNECT:
+                _on_connect(handle, ctypes.string_at(host), port, userdata)
+            elif kind == _ffi.EVENT_DISCONNECT:
+                _on_disconnect(handle, _error_at(error), userdata)
+            elif kind == _ffi.EVENT_READ_PARTIAL:
+                _on_simple(handle, "socket_did_read_partial", length, tag)
+            elif kind == _ffi.EVENT_WRITE_PARTIAL:
+                _on_simple(handle, "socket_did_write_partial", length, tag)
+            elif kind == _ffi.EVENT_READ_TIMEOUT or kind == _ffi.EVENT_WRITE_TIMEOUT:
+                name = "socket_should_timeout_read" if kind == _ffi.EVENT_READ_TIMEOUT else "socket_should_timeout_write"
+                extension = 0.0
+                try:
+                    extension = _on_timeout(handle, name, tag, elapsed, length)
+                finally:
+                    # Always answered: the read or write waits for it.
+                    lib.sk_socket_answer_timeout(byref(records[index]), extension)
+            elif kind == _ffi.EVENT_CLOSE_READ_STREAM:
+                _on_simple(handle, "socket_did_close_read_stream")
+            elif kind == _ffi.EVENT_HIGH_WATERMARK:
+                _on_simple(handle, "socket_did_reach_high_watermark", length)
+            elif kind == _ffi.EVENT_LOW_WATERMARK:
+                _on_simple(handle, "socket_did_drain_to_low_watermark", length)
+            elif kind == _ffi.EVENT_PAUSE_ACCEPTING:
+                _on_pause_accepting(handle, _error_at(error))
+        except BaseException:  # pragma: no cover - _invoke already reports delegate errors
+            _report_unraisable("Exception ignored while dispatching a socketkit event", None)
 
 
 _TRAMPOLINES = {

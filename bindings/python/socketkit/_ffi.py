@@ -17,9 +17,12 @@ from ctypes import (
     c_size_t,
     c_uint,
     c_uint16,
+    c_int32,
     c_uint32,
+    c_uint64,
     c_void_p,
 )
+import struct
 
 from ._loader import load_library
 
@@ -89,6 +92,37 @@ class SocketDelegate(Structure):
     ]
 
 
+class Event(Structure):
+    """sk_event_t: one event record from sk_callback_queue_poll_events."""
+
+    _fields_ = [
+        ("sock", c_void_p),
+        ("userdata", c_void_p),
+        ("kind", c_int32),
+        ("port", c_uint16),
+        ("tag", c_long),
+        ("data", c_void_p),
+        ("length", c_size_t),
+        ("elapsed", c_double),
+        ("host", c_void_p),
+        ("error", c_void_p),
+        ("new_socket", c_void_p),
+        ("token", c_uint64),
+    ]
+
+
+# sk_event_kind_t
+(EVENT_ACCEPT, EVENT_PAUSE_ACCEPTING, EVENT_CONNECT, EVENT_READ, EVENT_READ_PARTIAL, EVENT_READ_TIMEOUT,
+ EVENT_WRITE, EVENT_WRITE_PARTIAL, EVENT_WRITE_TIMEOUT, EVENT_CLOSE_READ_STREAM, EVENT_HIGH_WATERMARK,
+ EVENT_LOW_WATERMARK, EVENT_DISCONNECT) = range(1, 14)
+
+#: sk_event_t as a struct format: one unpack_from reads a whole record (much cheaper than
+#: ctypes field access). Fields: sock, userdata, kind, port, tag, data, length, elapsed,
+#: host, error, new_socket, token (None for NULL pointers is not given: 0 is).
+EVENT_FORMAT = struct.Struct("@PPiHlPNdPPPQ")
+assert EVENT_FORMAT.size == ctypes.sizeof(Event), (EVENT_FORMAT.size, ctypes.sizeof(Event))
+assert [getattr(Event, name).offset for name in ("kind", "port", "tag", "token")] == [16, 20, 24, 80]
+
 _error = POINTER(CError)
 _handle = c_void_p
 _out_handle = POINTER(c_void_p)
@@ -108,6 +142,7 @@ PROTOTYPES = {
     "sk_callback_queue_create_host": (c_int, [_out_handle, _error]),
     "sk_callback_queue_fd": (c_int, [_handle]),
     "sk_callback_queue_drain": (c_int, [_handle, c_int]),
+    "sk_callback_queue_poll_events": (c_int, [_handle, POINTER(Event), c_int]),
     "sk_callback_queue_release": (c_int, [_handle]),
     # Socket lifetime
     "sk_socket_create": (c_int, [POINTER(SocketDelegate), c_size_t, c_void_p, _handle, _handle, _out_handle, _error]),
@@ -119,6 +154,7 @@ PROTOTYPES = {
     "sk_socket_set_delegate": (c_int, [_handle, POINTER(SocketDelegate), c_size_t, c_void_p]),
     "sk_socket_set_callback_queue": (c_int, [_handle, _handle]),
     "sk_socket_get_userdata": (c_int, [_handle, POINTER(c_void_p)]),
+    "sk_socket_answer_timeout": (c_int, [POINTER(Event), c_double]),
     # Configuration
     "sk_socket_set_ipv4_enabled": (c_int, [_handle, c_int]),
     "sk_socket_is_ipv4_enabled": (c_int, [_handle]),

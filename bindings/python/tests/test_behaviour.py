@@ -108,6 +108,9 @@ def test_inline_callbacks_on_the_event_loop_thread_may_call_the_socket(recorder)
         assert received == message
     assert threading.get_ident() not in server.threads
     client.close()
+    # Closing the server's socket while its callback still runs on the loop thread would make
+    # that callback's next call raise InvalidHandleError: wait until the connection is done.
+    server.expect("disconnect")
     listener.close()
     for connection in server.accepted:
         connection.close()

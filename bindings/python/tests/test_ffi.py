@@ -47,6 +47,9 @@ def test_struct_layouts_match_the_header():
     assert ctypes.sizeof(_ffi.SocketDelegate) == 14 * pointer
     assert ctypes.sizeof(_ffi.CError) == 8 + _ffi.ERROR_MESSAGE_CAPACITY
     assert ctypes.sizeof(_ffi.SocketDescriptors) == 16
+    # sk_event_t (the C suite checks the same numbers against the header)
+    assert ctypes.sizeof(_ffi.Event) == _ffi.EVENT_FORMAT.size == 88
+    assert (_ffi.Event.kind.offset, _ffi.Event.tag.offset, _ffi.Event.token.offset) == (16, 24, 80)
 
 
 def test_error_tables_agree_with_the_library():

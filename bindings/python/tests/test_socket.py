@@ -466,6 +466,41 @@ def test_queues_serial_host_and_event_loop(raw_peer):
     host.close()
 
 
+def test_a_host_queue_hands_over_batches_in_order_and_answers_timeouts(raw_peer):
+    """HostQueue.drain moves events in batches (sk_callback_queue_poll_events): 300 reads that
+    complete at once arrive in order with their bytes (each batch's memory lives until the
+    next poll), and timeout questions are answered through the records."""
+    import select
+    host = socketkit.HostQueue()
+    pair = raw_peer()
+    pair.socket.queue = host
+
+    def drain_until(predicate):
+        while not pair.recorder.wait_for(predicate, timeout=0):
+            assert select.select([host.fileno()], [], [], WAIT)[0], f"nothing arrived; have {pair.recorder.events}"
+            handled = host.drain()
+            assert 0 <= handled
+
+    for tag in range(300):
+        pair.socket.read_to_length(1, tag=tag)
+    payload = pattern(300, seed=5)
+    pair.peer.sendall(payload)
+    drain_until(lambda events: sum(1 for e in events if e[0] == "read") == 300)
+    reads = [event for event in pair.recorder.events if event[0] == "read"]
+    assert [event[2] for event in reads] == list(range(300))
+    assert b"".join(event[1] for event in reads) == payload
+
+    pair.recorder.read_extensions = [0.1]
+    pair.socket.read_to_length(5, timeout=0.1, tag=9)
+    drain_until(lambda events: events[-1][0] == "disconnect")
+    timeouts = [event for event in pair.recorder.events if event[0] == "read_timeout"]
+    assert [(tag, round(elapsed, 3)) for _, tag, elapsed, _ in timeouts] == [(9, 0.1), (9, 0.2)]
+    assert isinstance(pair.recorder.events[-1][1], socketkit.ReadTimeoutError)
+    assert pair.recorder.overlaps == 0 and pair.recorder.after_disconnect == 0
+    assert threading.get_ident() in pair.recorder.threads
+    host.close()
+
+
 def test_loop_groups(recorder):
     with socketkit.LoopGroup(2) as group:
         assert group.loop_count == 2
