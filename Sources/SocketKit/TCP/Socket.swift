@@ -25,7 +25,10 @@ public final class Socket: @unchecked Sendable {
     private let routingLock = Lock()
     private nonisolated(unsafe) var routing: Routing
     private let gate = CallbackGate()
-    private let mailbox = EventMailbox()
+    /// Made on the first event that waits for a queue (a socket whose callbacks run on its
+    /// loop never needs one). Set on the loop thread before any drain job exists; a drain
+    /// job reads it after the queue handed it over (the queue's lock orders the two).
+    private nonisolated(unsafe) var mailboxStorage: EventMailbox? = nil
     /// The C API's handle for this socket (0 when it has none).
     let cHandle = Atomic<UInt>(0)
     /// The receiver's interests, readable by the loop without a lock.
@@ -75,7 +78,7 @@ public final class Socket: @unchecked Sendable {
     }
 
     deinit {
-        shared.callerBuffers.revoke()
+        shared.revokeCallerBuffers()
         let core = self.core
         if !eventLoop.execute({ core.ownerReleased() }) {
             eventLoop.afterStopping { core.abandon() }
@@ -106,7 +109,7 @@ public final class Socket: @unchecked Sendable {
 
     /// For the C API's release: no further copies into callers' read buffers.
     func revokeCallerBuffers() {
-        shared.callerBuffers.revoke()
+        shared.revokeCallerBuffers()
     }
 
     func setReceiver(_ receiver: SocketEventReceiver?, callbackQueue: CallbackQueue?) {
@@ -769,9 +772,16 @@ public final class Socket: @unchecked Sendable {
             event = .didAcceptSocket(child)
         }
         let queue = routingLock.withLock { routing.queue }
-        if queue.runsOnEventLoop && !mailbox.isBusy {
+        if queue.runsOnEventLoop && !(mailboxStorage?.isBusy ?? false) {
             deliverNow(event)
             return
+        }
+        let mailbox: EventMailbox
+        if let existing = mailboxStorage {
+            mailbox = existing
+        } else {
+            mailbox = EventMailbox()
+            mailboxStorage = mailbox
         }
         if mailbox.post(event.owned()) {
             queue.enqueue({ [weak self] budget in self?.drainMailbox(budget: budget) ?? 0 }, loop: eventLoop)
@@ -781,6 +791,7 @@ public final class Socket: @unchecked Sendable {
     /// One drain job: delivers up to `budget` events, then goes to the back of the
     /// (possibly new) queue if more are waiting, to be fair to other sockets sharing it.
     private func drainMailbox(budget: Int) -> Int {
+        guard let mailbox = mailboxStorage else { return 0 }
         let events = mailbox.take(upTo: max(1, budget))
         for event in events {
             deliverNow(event)

@@ -18,16 +18,75 @@ public struct KeepAlive: Hashable, Sendable {
 
 /// Per-socket settings. Read by the engine when a session starts (connect, accept, adopt);
 /// the TCP options are also applied at once to a connected socket.
+///
+/// Copy-on-write: a socket's handle, its core and every connection a listener accepted share
+/// one storage until one of them changes a setting, so a connection costs a pointer here
+/// instead of a hundred bytes (copies are made on the thread that owns each copy).
 struct SocketConfiguration: Sendable {
-    var isIPv4Enabled = true
-    var isIPv6Enabled = true
-    var isIPv4PreferredOverIPv6 = true
-    var alternateAddressDelay = 0.3
-    var autoDisconnectOnClosedReadStream = true
-    var maximumReadLength = 16 * 1024 * 1024
-    var writeHighWatermark = 64 * 1024
-    var writeLowWatermark = 32 * 1024
-    var tcpOptions = TCPOptions()
+    struct Values: Sendable {
+        var isIPv4Enabled = true
+        var isIPv6Enabled = true
+        var isIPv4PreferredOverIPv6 = true
+        var alternateAddressDelay = 0.3
+        var autoDisconnectOnClosedReadStream = true
+        var maximumReadLength = 16 * 1024 * 1024
+        var writeHighWatermark = 64 * 1024
+        var writeLowWatermark = 32 * 1024
+        var tcpOptions = TCPOptions()
+    }
+
+    private final class Storage: @unchecked Sendable {
+        var values: Values
+        init(_ values: Values) { self.values = values }
+    }
+
+    private var storage: Storage
+
+    init() { storage = Storage(Values()) }
+
+    private var values: Values {
+        get { storage.values }
+        set {
+            if !isKnownUniquelyReferenced(&storage) { storage = Storage(newValue) } else { storage.values = newValue }
+        }
+    }
+
+    var isIPv4Enabled: Bool {
+        get { storage.values.isIPv4Enabled }
+        set { values.isIPv4Enabled = newValue }
+    }
+    var isIPv6Enabled: Bool {
+        get { storage.values.isIPv6Enabled }
+        set { values.isIPv6Enabled = newValue }
+    }
+    var isIPv4PreferredOverIPv6: Bool {
+        get { storage.values.isIPv4PreferredOverIPv6 }
+        set { values.isIPv4PreferredOverIPv6 = newValue }
+    }
+    var alternateAddressDelay: Double {
+        get { storage.values.alternateAddressDelay }
+        set { values.alternateAddressDelay = newValue }
+    }
+    var autoDisconnectOnClosedReadStream: Bool {
+        get { storage.values.autoDisconnectOnClosedReadStream }
+        set { values.autoDisconnectOnClosedReadStream = newValue }
+    }
+    var maximumReadLength: Int {
+        get { storage.values.maximumReadLength }
+        set { values.maximumReadLength = newValue }
+    }
+    var writeHighWatermark: Int {
+        get { storage.values.writeHighWatermark }
+        set { values.writeHighWatermark = newValue }
+    }
+    var writeLowWatermark: Int {
+        get { storage.values.writeLowWatermark }
+        set { values.writeLowWatermark = newValue }
+    }
+    var tcpOptions: TCPOptions {
+        get { storage.values.tcpOptions }
+        set { values.tcpOptions = newValue }
+    }
 }
 
 /// TCP options, applied whenever a connection is established and when changed while

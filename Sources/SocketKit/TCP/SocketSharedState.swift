@@ -20,16 +20,38 @@ final class SocketSharedState: @unchecked Sendable {
         var listenerAddresses: [SocketAddress] = []
         var isUnixDomain = false
         var configuration = SocketConfiguration()
+        /// Made on the first read into a caller's buffer (most sockets never need one).
+        var callerBuffers: CallerBufferGuard? = nil
+        var callerBuffersRevoked = false
     }
 
     let published = LockedValue(Published())
-    let callerBuffers = CallerBufferGuard()
     let queuedWriteBytes = Atomic<Int>(0)
     let readProgress = ProgressCell()
     let writeProgress = ProgressCell()
 
     init(configuration: SocketConfiguration = SocketConfiguration()) {
         published.withLock { $0.configuration = configuration }
+    }
+
+    /// The guard for reads into callers' buffers (revoked from birth once the handle was
+    /// released).
+    var callerBuffers: CallerBufferGuard {
+        published.withLock { published in
+            if let existing = published.callerBuffers { return existing }
+            let made = CallerBufferGuard(revoked: published.callerBuffersRevoked)
+            published.callerBuffers = made
+            return made
+        }
+    }
+
+    /// Once this returns, the loop writes into no caller buffer of this socket.
+    func revokeCallerBuffers() {
+        let existing = published.withLock { published -> CallerBufferGuard? in
+            published.callerBuffersRevoked = true
+            return published.callerBuffers
+        }
+        existing?.revoke()
     }
 }
 
@@ -113,7 +135,9 @@ struct ProgressCell: ~Copyable {
 /// returns, the loop no longer writes into memory the caller may free (a read in progress
 /// on the loop thread finishes its copy first, or skips it).
 final class CallerBufferGuard: @unchecked Sendable {
-    private let revoked = LockedValue(false)
+    private let revoked: LockedValue<Bool>
+
+    init(revoked: Bool) { self.revoked = LockedValue(revoked) }
 
     /// Runs `copy` unless revoked; false when it did not run.
     @discardableResult

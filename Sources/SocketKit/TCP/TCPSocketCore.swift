@@ -61,23 +61,103 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     var writeTimeoutPending = false
     var writeTimer: LoopTimer? = nil
 
-    // Connecting.
-    var connectTimer: LoopTimer? = nil
-    var attemptTimer: LoopTimer? = nil
-    var resolution: AddressResolver.Request? = nil
-    var connectAddresses: [SocketAddress] = []
-    var nextConnectAddress = 0
-    var connectAttempts: [ConnectionAttempt] = []
-    var lastAttemptError: SocketError? = nil
-    var localEndpoints: Interfaces.Endpoints? = nil
+    // Connecting and accepting: state only a connecting socket or a listener has, kept out
+    // of line so that an accepted connection does not carry it (memory per connection).
+    final class ConnectingState {
+        var connectTimer: LoopTimer? = nil
+        var attemptTimer: LoopTimer? = nil
+        var resolution: AddressResolver.Request? = nil
+        var connectAddresses: [SocketAddress] = []
+        var nextConnectAddress = 0
+        var connectAttempts: [ConnectionAttempt] = []
+        var lastAttemptError: SocketError? = nil
+        var localEndpoints: Interfaces.Endpoints? = nil
+    }
 
-    // Accepting.
-    var listeners: [ListenerEndpoint] = []
-    var unixListenerPath: String? = nil
-    var acceptPaused = false
-    var acceptBackoff: UInt64 = 0
-    var acceptFailureReported = false
-    var acceptTimer: LoopTimer? = nil
+    final class AcceptingState {
+        var listeners: [ListenerEndpoint] = []
+        var unixListenerPath: String? = nil
+        var acceptPaused = false
+        var acceptBackoff: UInt64 = 0
+        var acceptFailureReported = false
+        var acceptTimer: LoopTimer? = nil
+    }
+
+    private var connectingState: ConnectingState? = nil
+    private var acceptingState: AcceptingState? = nil
+
+    // Setting a default value where there is no state yet leaves it absent (teardown
+    // resets these on every socket).
+    private var connecting: ConnectingState {
+        if let state = connectingState { return state }
+        let state = ConnectingState()
+        connectingState = state
+        return state
+    }
+
+    private var accepting: AcceptingState {
+        if let state = acceptingState { return state }
+        let state = AcceptingState()
+        acceptingState = state
+        return state
+    }
+
+    var connectTimer: LoopTimer? {
+        get { connectingState?.connectTimer }
+        set { if connectingState != nil || !(newValue == nil) { connecting.connectTimer = newValue } }
+    }
+    var attemptTimer: LoopTimer? {
+        get { connectingState?.attemptTimer }
+        set { if connectingState != nil || !(newValue == nil) { connecting.attemptTimer = newValue } }
+    }
+    var resolution: AddressResolver.Request? {
+        get { connectingState?.resolution }
+        set { if connectingState != nil || !(newValue == nil) { connecting.resolution = newValue } }
+    }
+    var connectAddresses: [SocketAddress] {
+        get { connectingState?.connectAddresses ?? [] }
+        set { if connectingState != nil || !(newValue.isEmpty) { connecting.connectAddresses = newValue } }
+    }
+    var nextConnectAddress: Int {
+        get { connectingState?.nextConnectAddress ?? 0 }
+        set { if connectingState != nil || !(newValue == 0) { connecting.nextConnectAddress = newValue } }
+    }
+    var connectAttempts: [ConnectionAttempt] {
+        get { connectingState?.connectAttempts ?? [] }
+        set { if connectingState != nil || !(newValue.isEmpty) { connecting.connectAttempts = newValue } }
+    }
+    var lastAttemptError: SocketError? {
+        get { connectingState?.lastAttemptError }
+        set { if connectingState != nil || !(newValue == nil) { connecting.lastAttemptError = newValue } }
+    }
+    var localEndpoints: Interfaces.Endpoints? {
+        get { connectingState?.localEndpoints }
+        set { if connectingState != nil || !(newValue == nil) { connecting.localEndpoints = newValue } }
+    }
+    var listeners: [ListenerEndpoint] {
+        get { acceptingState?.listeners ?? [] }
+        set { if acceptingState != nil || !(newValue.isEmpty) { accepting.listeners = newValue } }
+    }
+    var unixListenerPath: String? {
+        get { acceptingState?.unixListenerPath }
+        set { if acceptingState != nil || !(newValue == nil) { accepting.unixListenerPath = newValue } }
+    }
+    var acceptPaused: Bool {
+        get { acceptingState?.acceptPaused ?? false }
+        set { if acceptingState != nil || !(!newValue) { accepting.acceptPaused = newValue } }
+    }
+    var acceptBackoff: UInt64 {
+        get { acceptingState?.acceptBackoff ?? 0 }
+        set { if acceptingState != nil || !(newValue == 0) { accepting.acceptBackoff = newValue } }
+    }
+    var acceptFailureReported: Bool {
+        get { acceptingState?.acceptFailureReported ?? false }
+        set { if acceptingState != nil || !(!newValue) { accepting.acceptFailureReported = newValue } }
+    }
+    var acceptTimer: LoopTimer? {
+        get { acceptingState?.acceptTimer }
+        set { if acceptingState != nil || !(newValue == nil) { accepting.acceptTimer = newValue } }
+    }
 
     // Callouts and deferred work.
     var inCallout = false
