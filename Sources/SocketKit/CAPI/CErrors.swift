@@ -79,6 +79,7 @@ private let errorNames: [Int32: StaticString] = [
     0: "SK_OK", -1: "SK_ERR_BAD_CONFIG", -2: "SK_ERR_BAD_PARAM", -3: "SK_ERR_CONNECT_TIMEOUT",
     -4: "SK_ERR_READ_TIMEOUT", -5: "SK_ERR_WRITE_TIMEOUT", -6: "SK_ERR_READ_MAXED_OUT", -7: "SK_ERR_CLOSED",
     -8: "SK_ERR_OTHER", -9: "SK_ERR_SYSTEM", -10: "SK_ERR_RESOLUTION", -11: "SK_ERR_INVALID_HANDLE",
+    -12: "SK_ERR_SEND_TIMEOUT", -13: "SK_ERR_TRUNCATED",
 ]
 
 private let errorSummaries: [Int32: StaticString] = [
@@ -94,6 +95,8 @@ private let errorSummaries: [Int32: StaticString] = [
     -9: "operating system error",
     -10: "host name did not resolve",
     -11: "invalid, released or wrong-kind handle",
+    -12: "send timed out",
+    -13: "datagram larger than the receive limit",
 ]
 
 private func cString(_ text: StaticString) -> UnsafePointer<CChar> {

@@ -3,9 +3,9 @@ import Synchronization
 /// A socket's pending callbacks when they run off the loop: the loop posts, one job at a
 /// time drains them on the callback queue. At most one drain job exists per socket, which
 /// is what keeps a socket's callbacks ordered and never concurrent.
-final class EventMailbox: @unchecked Sendable {
+final class EventMailbox<Event>: @unchecked Sendable {
     private struct State {
-        var events: [SocketEvent] = []
+        var events: [Event] = []
         var drainScheduled = false
     }
     private let state = LockedValue(State())
@@ -17,7 +17,7 @@ final class EventMailbox: @unchecked Sendable {
     var isBusy: Bool { busy.load(ordering: .acquiring) }
 
     /// Queues an event; true when the caller must schedule a drain job.
-    func post(_ event: SocketEvent) -> Bool {
+    func post(_ event: Event) -> Bool {
         let unchecked = UncheckedSendable(event)
         let mustSchedule = state.withLock { state -> Bool in
             state.events.append(unchecked.value)
@@ -30,9 +30,9 @@ final class EventMailbox: @unchecked Sendable {
     }
 
     /// Takes up to `limit` events, oldest first.
-    func take(upTo limit: Int) -> [SocketEvent] {
-        let taken = state.withLock { state -> UncheckedSendable<[SocketEvent]> in
-            var taken: [SocketEvent] = []
+    func take(upTo limit: Int) -> [Event] {
+        let taken = state.withLock { state -> UncheckedSendable<[Event]> in
+            var taken: [Event] = []
             if limit >= state.events.count {
                 swap(&taken, &state.events)
             } else {

@@ -36,11 +36,15 @@ public struct SocketError: Error, Hashable, Sendable, CustomStringConvertible {
         public static let resolution = Code(rawValue: -10)
         /// A handle was NULL, released, stale or of the wrong kind (C and Python only).
         public static let invalidHandle = Code(rawValue: -11)
+        /// A UDP datagram was not sent in time (delivered through `didNotSendDataWithTag`).
+        public static let sendTimeout = Code(rawValue: -12)
+        /// A UDP datagram was larger than the receive limit and was dropped.
+        public static let truncated = Code(rawValue: -13)
 
         /// Every code, in raw-value order; the C and Python tables are checked against it.
         public static let all: [Code] = [
             .badConfig, .badParam, .connectTimeout, .readTimeout, .writeTimeout, .readMaxedOut,
-            .closed, .other, .system, .resolution, .invalidHandle,
+            .closed, .other, .system, .resolution, .invalidHandle, .sendTimeout, .truncated,
         ]
 
         /// The name of the code, e.g. `"readTimeout"`.
@@ -57,6 +61,8 @@ public struct SocketError: Error, Hashable, Sendable, CustomStringConvertible {
             case .system: return "system"
             case .resolution: return "resolution"
             case .invalidHandle: return "invalidHandle"
+            case .sendTimeout: return "sendTimeout"
+            case .truncated: return "truncated"
             default: return "code(\(rawValue))"
             }
         }
@@ -75,6 +81,8 @@ public struct SocketError: Error, Hashable, Sendable, CustomStringConvertible {
             case .system: return "operating system error"
             case .resolution: return "host name did not resolve"
             case .invalidHandle: return "invalid, released or wrong-kind handle"
+            case .sendTimeout: return "send timed out"
+            case .truncated: return "datagram larger than the receive limit"
             default: return "unknown error"
             }
         }

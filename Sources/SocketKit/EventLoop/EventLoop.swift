@@ -52,6 +52,9 @@ public final class EventLoop: @unchecked Sendable {
     /// which a running callback may be looking at.
     let discardBuffer: UnsafeMutableRawBufferPointer
 
+    /// UDP sockets' system-call memory, made when the first one needs it (loop thread only).
+    private(set) lazy var udpScratch = UDPScratch()
+
     private static let wakeupToken = UInt64.max
     static let readBufferSize = 64 * 1024
 

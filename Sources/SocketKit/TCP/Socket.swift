@@ -28,7 +28,7 @@ public final class Socket: @unchecked Sendable {
     /// Made on the first event that waits for a queue (a socket whose callbacks run on its
     /// loop never needs one). Set on the loop thread before any drain job exists; a drain
     /// job reads it after the queue handed it over (the queue's lock orders the two).
-    private nonisolated(unsafe) var mailboxStorage: EventMailbox? = nil
+    private nonisolated(unsafe) var mailboxStorage: EventMailbox<SocketEvent>? = nil
     /// The C API's handle for this socket (0 when it has none).
     let cHandle = Atomic<UInt>(0)
     /// The receiver's interests, readable by the loop without a lock.
@@ -776,7 +776,7 @@ public final class Socket: @unchecked Sendable {
             deliverNow(event)
             return
         }
-        let mailbox: EventMailbox
+        let mailbox: EventMailbox<SocketEvent>
         if let existing = mailboxStorage {
             mailbox = existing
         } else {

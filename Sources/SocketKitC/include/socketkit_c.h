@@ -50,4 +50,11 @@ static inline int skc_bytes_readable(int fd, int *count) {
     return ioctl(fd, FIONREAD, count);
 }
 
+/* recvmmsg(2) / sendmmsg(2) (GNU-only) over plain msghdr arrays: at most
+ * SKC_MAX_DATAGRAM_BATCH headers; lengths[i] receives each message's byte count.
+ * Return the number of messages handled, or -1 with errno. */
+#define SKC_MAX_DATAGRAM_BATCH 64
+int skc_recv_datagrams(int fd, struct msghdr *headers, unsigned int *lengths, unsigned int count);
+int skc_send_datagrams(int fd, struct msghdr *headers, unsigned int *lengths, unsigned int count);
+
 #endif

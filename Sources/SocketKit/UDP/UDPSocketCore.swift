@@ -1,0 +1,976 @@
+import Glibc
+import SocketKitC
+
+/// Settings of a UDP socket. Read when its descriptors are created (buffer sizes) or when a
+/// datagram is received (receive limits) or a name resolved (families, preference).
+struct UdpConfiguration: Sendable {
+    var isIPv4Enabled = true
+    var isIPv6Enabled = true
+    var preference = UdpAddressPreference.neutral
+    /// The largest datagram delivered per family (1...65535); larger ones are reported as
+    /// truncated and dropped.
+    var maxReceiveIPv4BufferSize = 65535
+    var maxReceiveIPv6BufferSize = 65535
+    /// SO_SNDBUF / SO_RCVBUF requested at creation (0: the kernel's default).
+    var sendBufferSize = 0
+    var receiveBufferSize = 0
+}
+
+/// What any thread may read without waiting for the loop.
+struct UdpPublished: Sendable {
+    var configuration = UdpConfiguration()
+    var local4: SocketAddress? = nil
+    var local6: SocketAddress? = nil
+    var connectedAddress: SocketAddress? = nil
+    var has4 = false
+    var has6 = false
+    var isConnected = false
+    var descriptors = SocketDescriptors()
+}
+
+/// One family's descriptor, registered with the loop.
+final class UDPChannel: EventLoopHandler {
+    let fd: Int32
+    let family: SocketAddress.Family
+    var registration: RegistrationID? = nil
+    var events: UInt32 = 0
+    var local: SocketAddress? = nil
+    weak var core: UDPSocketCore?
+
+    init(fd: Int32, family: SocketAddress.Family) {
+        self.fd = fd
+        self.family = family
+    }
+
+    func handleEvents(_ events: UInt32) { core?.handle(self, events: events) }
+    func eventLoopWillStop() { core?.loopWillStop() }
+}
+
+/// A destination as queued.
+enum UdpDestination {
+    case connected
+    case address(SocketAddress)
+    case host(String, UInt16)
+}
+
+/// A queued datagram's bytes, in memory of their own so a batch can point at many at once.
+final class DatagramBytes {
+    let bytes: UnsafeMutableRawBufferPointer
+
+    init(copying source: UnsafeRawBufferPointer) {
+        bytes = .allocate(byteCount: max(source.count, 1), alignment: 1)
+        if source.count > 0 { bytes.copyMemory(from: source) }
+        count = source.count
+    }
+
+    let count: Int
+    var view: UnsafeRawBufferPointer { UnsafeRawBufferPointer(start: bytes.baseAddress, count: count) }
+
+    deinit { bytes.deallocate() }
+}
+
+/// The UDP engine of one socket. Loop-confined: every method runs on `loop`'s thread.
+final class UDPSocketCore {
+    let loop: EventLoop
+    let published: LockedValue<UdpPublished>
+    weak var owner: UdpSocket?
+
+    private var configuration = UdpConfiguration()
+    private var v4: UDPChannel? = nil
+    private var v6: UDPChannel? = nil
+    /// Families given up by a bind to one family or by a connect (until close).
+    private var deactivated4 = false
+    private var deactivated6 = false
+    private var bound = false
+    private var connected = false
+    private var connectQueued = false
+    private var connectedAddress: SocketAddress? = nil
+    /// Bumped by close: async completions of an earlier session are dropped.
+    private var generation: UInt64 = 0
+    private var released = false
+
+    // Sending.
+    private enum Item {
+        case datagram(DatagramBytes, UdpDestination, tag: Int, timeout: Double)
+        case connect(UdpDestination)
+    }
+    private struct Queued {
+        let id: UInt64
+        var item: Item
+        var resolved: SocketAddress? = nil
+        var filtered = false
+    }
+    private var queue: [Queued] = []
+    private var head = 0
+    private var nextID: UInt64 = 1
+    private enum Phase { case idle, resolving, filtering, waitingWritable }
+    private var phase = Phase.idle
+    private var timedItem: UInt64 = 0
+    private var timer: LoopTimer? = nil
+    private var closeAfterSending = false
+
+    // Receiving.
+    enum ReceiveMode { case off, once, continuous }
+    private(set) var receiveMode = ReceiveMode.off
+    private var asyncFiltersPending = 0
+    private var receiveFilter: (filter: UdpReceiveFilter, queue: CallbackQueue?, async: Bool)? = nil
+    private var sendFilter: (filter: UdpSendFilter, queue: CallbackQueue?, async: Bool)? = nil
+
+    // Options remembered for descriptors made later.
+    private var broadcast = false
+    private var reusePort = false
+    private var reuseAddress = false
+    private var multicastTTL: Int32? = nil
+    private var multicastLoopback: Bool? = nil
+    private var multicastInterface4: Int32? = nil
+    private var multicastInterface6: Int32? = nil
+
+    init(loop: EventLoop, published: LockedValue<UdpPublished>) {
+        self.loop = loop
+        self.published = published
+    }
+
+    // MARK: Configuration
+
+    func updateConfiguration() {
+        configuration = published.withLock { $0.configuration }
+    }
+
+    // MARK: Descriptors
+
+    private func channel(_ family: SocketAddress.Family) -> UDPChannel? { family == .ipv4 ? v4 : v6 }
+
+    private func isUsable(_ family: SocketAddress.Family) -> Bool {
+        switch family {
+        case .ipv4: return configuration.isIPv4Enabled && !deactivated4
+        case .ipv6: return configuration.isIPv6Enabled && !deactivated6
+        case .unix: return false
+        }
+    }
+
+    /// The family's descriptor, made on first use (an unbound socket gets its port from the
+    /// kernel on the first send).
+    private func ensureChannel(_ family: SocketAddress.Family) throws(SocketError) -> UDPChannel {
+        if let existing = channel(family) { return existing }
+        guard isUsable(family) else {
+            let name = family == .ipv4 ? "IPv4" : "IPv6"
+            if bound || connected {
+                throw SocketError(.other, "the socket is bound or connected without \(name)")
+            }
+            throw SocketError(.other, "\(name) is disabled on this socket")
+        }
+        let made = try makeChannel(family)
+        if family == .ipv4 { v4 = made } else { v6 = made }
+        publish()
+        return made
+    }
+
+    private func makeChannel(_ family: SocketAddress.Family) throws(SocketError) -> UDPChannel {
+        if let error = loop.startupError { throw error }
+        let fd = socket(family == .ipv4 ? AF_INET : AF_INET6, Int32(SOCK_DGRAM.rawValue) | SystemCalls.nonBlockingFlags, 0)
+        guard fd >= 0 else { throw SocketError.lastSystemError("socket") }
+        do throws(SocketError) {
+            if reuseAddress { try SystemCalls.setOption(fd, SOL_SOCKET, SO_REUSEADDR, 1, "SO_REUSEADDR") }
+            if family == .ipv6 {
+                try SystemCalls.setOption(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, 1, "IPV6_V6ONLY")
+            }
+            if reusePort { try SystemCalls.setOption(fd, SOL_SOCKET, SO_REUSEPORT, 1, "SO_REUSEPORT") }
+            if broadcast && family == .ipv4 {
+                try SystemCalls.setOption(fd, SOL_SOCKET, SO_BROADCAST, 1, "SO_BROADCAST")
+            }
+            if configuration.sendBufferSize > 0 {
+                try SystemCalls.setOption(fd, SOL_SOCKET, SO_SNDBUF, Int32(clamping: configuration.sendBufferSize), "SO_SNDBUF")
+            }
+            if configuration.receiveBufferSize > 0 {
+                try SystemCalls.setOption(fd, SOL_SOCKET, SO_RCVBUF, Int32(clamping: configuration.receiveBufferSize), "SO_RCVBUF")
+            }
+            try applyMulticastOptions(fd, family)
+            let made = UDPChannel(fd: fd, family: family)
+            made.core = self
+            made.events = wantedEvents(made)
+            made.registration = try loop.register(fd: fd, events: made.events, handler: made)
+            return made
+        } catch {
+            close(fd)
+            throw error
+        }
+    }
+
+    private func applyMulticastOptions(_ fd: Int32, _ family: SocketAddress.Family) throws(SocketError) {
+        if family == .ipv4 {
+            if let ttl = multicastTTL { try SystemCalls.setOption(fd, Int32(IPPROTO_IP), IP_MULTICAST_TTL, ttl, "IP_MULTICAST_TTL") }
+            if let loopback = multicastLoopback {
+                try SystemCalls.setOption(fd, Int32(IPPROTO_IP), IP_MULTICAST_LOOP, loopback ? 1 : 0, "IP_MULTICAST_LOOP")
+            }
+            if let index = multicastInterface4 { try setIPv4MulticastInterface(fd, index: index) }
+        } else {
+            if let ttl = multicastTTL { try SystemCalls.setOption(fd, Int32(IPPROTO_IPV6), IPV6_MULTICAST_HOPS, ttl, "IPV6_MULTICAST_HOPS") }
+            if let loopback = multicastLoopback {
+                try SystemCalls.setOption(fd, Int32(IPPROTO_IPV6), IPV6_MULTICAST_LOOP, loopback ? 1 : 0, "IPV6_MULTICAST_LOOP")
+            }
+            if let index = multicastInterface6 {
+                try SystemCalls.setOption(fd, Int32(IPPROTO_IPV6), IPV6_MULTICAST_IF, index, "IPV6_MULTICAST_IF")
+            }
+        }
+    }
+
+    private func setIPv4MulticastInterface(_ fd: Int32, index: Int32) throws(SocketError) {
+        var request = ip_mreqn()
+        request.imr_ifindex = index
+        let result = setsockopt(fd, Int32(IPPROTO_IP), IP_MULTICAST_IF, &request, socklen_t(MemoryLayout<ip_mreqn>.size))
+        guard result == 0 else { throw SocketError.lastSystemError("setsockopt(IP_MULTICAST_IF)") }
+    }
+
+    private func closeChannel(_ family: SocketAddress.Family) {
+        guard let existing = channel(family) else { return }
+        if let registration = existing.registration { loop.deregister(registration, fd: existing.fd) }
+        existing.core = nil
+        close(existing.fd)
+        if family == .ipv4 { v4 = nil } else { v6 = nil }
+    }
+
+    private func wantedEvents(_ channel: UDPChannel) -> UInt32 {
+        var events: UInt32 = 0
+        if receiveMode != .off && !(receiveMode == .once && asyncFiltersPending > 0) { events |= EPOLLIN.rawValue }
+        if phase == .waitingWritable, let current = currentChannelFamily, current == channel.family { events |= EPOLLOUT.rawValue }
+        return events
+    }
+
+    private var currentChannelFamily: SocketAddress.Family? = nil
+
+    private func updateInterest() {
+        for case let existing? in [v4, v6] {
+            let wanted = wantedEvents(existing)
+            guard wanted != existing.events, let registration = existing.registration else { continue }
+            existing.events = wanted
+            try? loop.modify(registration, fd: existing.fd, events: wanted)
+        }
+    }
+
+    private func publish() {
+        if let v4, v4.local == nil || v4.local?.port == 0 { v4.local = SystemCalls.localAddress(v4.fd) }
+        if let v6, v6.local == nil || v6.local?.port == 0 { v6.local = SystemCalls.localAddress(v6.fd) }
+        let snapshot = (v4?.local, v6?.local, v4?.fd ?? -1, v6?.fd ?? -1)
+        published.withLock { state in
+            state.local4 = snapshot.0
+            state.local6 = snapshot.1
+            state.has4 = snapshot.2 >= 0
+            state.has6 = snapshot.3 >= 0
+            state.connectedAddress = connectedAddress
+            state.isConnected = connected
+            state.descriptors = SocketDescriptors(primary: snapshot.2 >= 0 ? snapshot.2 : snapshot.3,
+                                                  ipv4: snapshot.2, ipv6: snapshot.3, unix: -1)
+        }
+    }
+
+    var descriptors: SocketDescriptors {
+        SocketDescriptors(primary: v4?.fd ?? v6?.fd ?? -1, ipv4: v4?.fd ?? -1, ipv6: v6?.fd ?? -1, unix: -1)
+    }
+
+    // MARK: Binding
+
+    func bind(port: UInt16, interface: String?) throws(SocketError) {
+        try checkBindable()
+        let endpoints = try Interfaces.endpoints(for: interface, port: port)
+        let use4 = endpoints.ipv4 != nil && isUsable(.ipv4)
+        let use6 = endpoints.ipv6 != nil && isUsable(.ipv6)
+        guard use4 || use6 else {
+            throw SocketError(.badParam, "no enabled address family has an address on '\(interface ?? "any")'")
+        }
+        var attempt = 0
+        while true {
+            attempt += 1
+            do throws(SocketError) {
+                var chosenPort = port
+                if use4, let address = endpoints.ipv4 {
+                    let made = try ensureChannel(.ipv4)
+                    try SystemCalls.bind(made.fd, to: address)
+                    if port == 0 { chosenPort = SystemCalls.localAddress(made.fd)?.port ?? 0 }
+                }
+                if use6, let address = endpoints.ipv6 {
+                    let made = try ensureChannel(.ipv6)
+                    try SystemCalls.bind(made.fd, to: address.withPort(chosenPort))
+                }
+                break
+            } catch {
+                closeChannel(.ipv4)
+                closeChannel(.ipv6)
+                // Port 0: the port the kernel gave IPv4 may be taken on IPv6; try another.
+                if port == 0 && use4 && use6 && error.osError == EADDRINUSE && attempt < 8 { continue }
+                publish()
+                throw error
+            }
+        }
+        if !use4 { closeChannel(.ipv4); deactivated4 = true }
+        if !use6 { closeChannel(.ipv6); deactivated6 = true }
+        bound = true
+        publish()
+    }
+
+    func bind(address: SocketAddress) throws(SocketError) {
+        try checkBindable()
+        guard address.family != .unix else { throw SocketError(.badParam, "UDP binds IPv4 or IPv6 addresses") }
+        guard isUsable(address.family) else {
+            throw SocketError(.badParam, "\(address.family == .ipv4 ? "IPv4" : "IPv6") is disabled on this socket")
+        }
+        let made = try ensureChannel(address.family)
+        do throws(SocketError) {
+            try SystemCalls.bind(made.fd, to: address)
+        } catch {
+            closeChannel(address.family)
+            publish()
+            throw error
+        }
+        let other: SocketAddress.Family = address.family == .ipv4 ? .ipv6 : .ipv4
+        closeChannel(other)
+        if other == .ipv4 { deactivated4 = true } else { deactivated6 = true }
+        bound = true
+        publish()
+    }
+
+    private func checkBindable() throws(SocketError) {
+        guard !bound else { throw SocketError(.badConfig, "the socket is already bound") }
+        guard !connected && !connectQueued else { throw SocketError(.badConfig, "bind before connecting") }
+        for case let existing? in [v4, v6] where (SystemCalls.localAddress(existing.fd)?.port ?? 0) != 0 {
+            throw SocketError(.badConfig, "the socket is already bound (implicitly, by an earlier send); bind first")
+        }
+        guard configuration.isIPv4Enabled || configuration.isIPv6Enabled else {
+            throw SocketError(.badConfig, "both IPv4 and IPv6 are disabled")
+        }
+    }
+
+    // MARK: Connecting and sending (the send queue)
+
+    func connect(_ destination: UdpDestination) throws(SocketError) {
+        guard !connected && !connectQueued else { throw SocketError(.badConfig, "the socket is already connected") }
+        guard configuration.isIPv4Enabled || configuration.isIPv6Enabled else {
+            throw SocketError(.badConfig, "both IPv4 and IPv6 are disabled")
+        }
+        connectQueued = true
+        append(.connect(destination))
+    }
+
+    func send(_ bytes: DatagramBytes, to destination: UdpDestination, timeout: Double, tag: Int) {
+        guard !released else { return }
+        append(.datagram(bytes, destination, tag: tag, timeout: timeout))
+    }
+
+    private func append(_ item: Item) {
+        queue.append(Queued(id: nextID, item: item))
+        nextID += 1
+        pumpSends()
+    }
+
+    func setCloseAfterSending() {
+        closeAfterSending = true
+        pumpSends()
+    }
+
+    /// True while `pumpSends` runs: a send queued from a callback it caused joins its loop
+    /// instead of starting another.
+    private var pumping = false
+
+    private func pumpSends() {
+        guard !pumping else { return }
+        pumping = true
+        defer { pumping = false }
+        while phase == .idle && head < queue.count {
+            let current = queue[head]
+            if timedItem != current.id {
+                timedItem = current.id
+                armTimer(for: current)
+            }
+            let before = generation
+            let finished = process(head)
+            if before != generation { continue } // a callback closed (and maybe reused) the socket
+            if finished == 0 { break }
+            popHead(finished)
+        }
+        if head >= queue.count {
+            queue.removeAll(keepingCapacity: queue.capacity <= 64)
+            head = 0
+            if closeAfterSending {
+                closeSocket(error: nil, announce: true)
+            }
+        }
+    }
+
+    private func popHead(_ count: Int) {
+        head += count
+        timer.map { loop.cancel($0) }
+        if head > 64 && head * 2 > queue.count {
+            queue.removeFirst(head)
+            head = 0
+        }
+    }
+
+    private func armTimer(for current: Queued) {
+        guard case .datagram(_, _, _, let timeout) = current.item, timeout >= 0 else {
+            timer.map { loop.cancel($0) }
+            return
+        }
+        let made = timer ?? LoopTimer { [unowned self] in sendTimedOut() }
+        timer = made
+        loop.schedule(made, deadline: monotonicNanoseconds() &+ UInt64(min(timeout, 1e9) * 1e9))
+    }
+
+    private func sendTimedOut() {
+        guard head < queue.count, case .datagram(_, _, let tag, let timeout) = queue[head].item else { return }
+        phase = .idle
+        currentChannelFamily = nil
+        updateInterest()
+        popHead(1)
+        report(.didNotSend(tag: tag, SocketError(.sendTimeout, "the datagram was not sent within \(timeout) s")))
+        pumpSends()
+    }
+
+    /// Works on the item at `index` (the head); returns how many items finished (0: the
+    /// head waits for something).
+    private func process(_ index: Int) -> Int {
+        switch queue[index].item {
+        case .connect(let destination):
+            guard let address = destinationAddress(index, destination) else { return phase == .resolving ? 0 : 1 }
+            finishConnect(to: address)
+            return 1
+        case .datagram(let bytes, let destination, let tag, _):
+            if case .connected = destination, !connected {
+                report(.didNotSend(tag: tag, SocketError(.badConfig,
+                    "the socket is not connected: give a destination, or connect first")))
+                return 1
+            }
+            if !isConnectedDestination(destination) && connected {
+                report(.didNotSend(tag: tag, SocketError(.badConfig,
+                    "the socket is connected: send without a destination")))
+                return 1
+            }
+            guard let address = destinationAddress(index, destination) else { return phase == .resolving ? 0 : 1 }
+            let target: UDPChannel
+            do throws(SocketError) {
+                target = try ensureChannel(address.family)
+            } catch {
+                report(.didNotSend(tag: tag, error))
+                return 1
+            }
+            if let sendFilter, !queue[index].filtered {
+                return filterAndSend(index, bytes: bytes, address: address, tag: tag, filter: sendFilter)
+            }
+            return transmit(from: index, first: address, channel: target)
+        }
+    }
+
+    private func isConnectedDestination(_ destination: UdpDestination) -> Bool {
+        if case .connected = destination { return true }
+        return false
+    }
+
+    /// The item's address: known, resolved earlier, or (nil) being resolved now / failed
+    /// (the failure already reported).
+    private func destinationAddress(_ index: Int, _ destination: UdpDestination) -> SocketAddress? {
+        if let resolved = queue[index].resolved { return resolved }
+        switch destination {
+        case .connected:
+            return connectedAddress
+        case .address(let address):
+            guard address.family != .unix else {
+                fail(index, SocketError(.badParam, "UDP sends to IPv4 or IPv6 addresses"))
+                return nil
+            }
+            guard isUsable(address.family) else {
+                fail(index, SocketError(.other, "no usable \(address.family == .ipv4 ? "IPv4" : "IPv6") socket for \(address)"))
+                return nil
+            }
+            return address
+        case .host(let host, let port):
+            if let literal = SocketAddress.parseIPLiteral(host, port: port) {
+                queue[index].resolved = literal
+                return destinationAddress(index, .address(literal))
+            }
+            phase = .resolving
+            let id = queue[index].id
+            let session = generation
+            let loop = self.loop
+            let core = UncheckedSendable(self)
+            AddressResolver.shared.resolve(host: host, port: port) { result in
+                _ = loop.execute { core.value.resolved(id: id, session: session, result) }
+            }
+            return nil
+        }
+    }
+
+    private func resolved(id: UInt64, session: UInt64, _ result: Result<[SocketAddress], SocketError>) {
+        guard session == generation, phase == .resolving, head < queue.count, queue[head].id == id else { return }
+        phase = .idle
+        switch result {
+        case .failure(let error):
+            fail(head, error)
+            popHead(1)
+        case .success(let addresses):
+            if let chosen = choose(from: addresses) {
+                queue[head].resolved = chosen
+            } else {
+                fail(head, SocketError(.other, "no address of the host is usable by this socket (families enabled, bound or connected)"))
+                popHead(1)
+            }
+        }
+        pumpSends()
+    }
+
+    private func choose(from addresses: [SocketAddress]) -> SocketAddress? {
+        let usable = addresses.filter { isUsable($0.family) && (!bound || channel($0.family) != nil) }
+        switch configuration.preference {
+        case .neutral: return usable.first
+        case .ipv4: return usable.first { $0.family == .ipv4 } ?? usable.first
+        case .ipv6: return usable.first { $0.family == .ipv6 } ?? usable.first
+        }
+    }
+
+    /// Reports the item at `index` as failed (the caller pops it).
+    private func fail(_ index: Int, _ error: SocketError) {
+        switch queue[index].item {
+        case .connect:
+            connectQueued = false
+            report(.didNotConnect(error))
+        case .datagram(_, _, let tag, _):
+            report(.didNotSend(tag: tag, error))
+        }
+    }
+
+    private func finishConnect(to address: SocketAddress) {
+        connectQueued = false
+        do throws(SocketError) {
+            if bound && channel(address.family) == nil {
+                throw SocketError(.other, "the socket is bound without \(address.family == .ipv4 ? "IPv4" : "IPv6")")
+            }
+            let target = try ensureChannel(address.family)
+            let result = address.withSockAddr { Glibc.connect(target.fd, $0, $1) }
+            guard result == 0 else { throw SocketError.lastSystemError("connect(\(address))") }
+        } catch {
+            publish()
+            report(.didNotConnect(error))
+            return
+        }
+        let other: SocketAddress.Family = address.family == .ipv4 ? .ipv6 : .ipv4
+        closeChannel(other)
+        if other == .ipv4 { deactivated4 = true } else { deactivated6 = true }
+        connected = true
+        connectedAddress = address
+        channel(address.family)?.local = nil
+        publish()
+        report(.didConnect(address))
+    }
+
+    private func filterAndSend(_ index: Int, bytes: DatagramBytes, address: SocketAddress, tag: Int,
+                               filter: (filter: UdpSendFilter, queue: CallbackQueue?, async: Bool)) -> Int {
+        let data = Array(bytes.view)
+        if !filter.async {
+            if filter.filter(data, address, tag) {
+                queue[index].filtered = true
+                return process(index)
+            }
+            report(.didSend(tag: tag))
+            return 1
+        }
+        phase = .filtering
+        let id = queue[index].id
+        let session = generation
+        let core = UncheckedSendable(self)
+        let loop = self.loop
+        let run = filter.filter
+        (filter.queue ?? owner?.callbackQueue ?? .eventLoop).enqueue({ _ in
+            let verdict = run(data, address, tag)
+            _ = loop.execute { core.value.sendFilterAnswered(id: id, session: session, send: verdict) }
+            return 1
+        }, loop: loop)
+        return 0
+    }
+
+    private func sendFilterAnswered(id: UInt64, session: UInt64, send: Bool) {
+        guard session == generation, phase == .filtering, head < queue.count, queue[head].id == id,
+              case .datagram(_, _, let tag, _) = queue[head].item else { return }
+        phase = .idle
+        if send {
+            queue[head].filtered = true
+        } else {
+            popHead(1)
+            report(.didSend(tag: tag))
+        }
+        pumpSends()
+    }
+
+    /// Sends the head datagram and as many following ready ones as one `sendmmsg` takes.
+    private func transmit(from index: Int, first address: SocketAddress, channel target: UDPChannel) -> Int {
+        guard case .datagram(let bytes, _, let tag, _) = queue[index].item else { return 1 }
+        var batch = [(bytes, address, tag)]
+        var cursor = index + 1
+        // Only datagrams whose destination needs no work (and no filter) join a batch.
+        while sendFilter == nil && cursor < queue.count && batch.count < UDPScratch.capacity,
+              case .datagram(let more, let destination, let moreTag, _) = queue[cursor].item,
+              let next = readyAddress(destination, family: target.family) {
+            batch.append((more, next, moreTag))
+            cursor += 1
+        }
+        return send(batch, channel: target)
+    }
+
+    private func readyAddress(_ destination: UdpDestination, family: SocketAddress.Family) -> SocketAddress? {
+        switch destination {
+        case .connected where connected: return connectedAddress
+        case .address(let given) where !connected && given.family == family: return given
+        default: return nil
+        }
+    }
+
+    private func send(_ batch: [(DatagramBytes, SocketAddress, Int)], channel target: UDPChannel) -> Int {
+        let count = batch.count
+        let scratch = loop.udpScratch
+        let connectedSend = connected
+        for (offset, entry) in batch.enumerated() {
+            scratch.sendVectors[offset] = iovec(iov_base: entry.0.bytes.baseAddress, iov_len: entry.0.count)
+            var header = msghdr()
+            if !connectedSend {
+                let name = UnsafeMutableRawPointer(scratch.sendNames + offset)
+                header.msg_namelen = entry.1.withSockAddr { address, length -> socklen_t in
+                    name.copyMemory(from: address, byteCount: Int(length))
+                    return length
+                }
+                header.msg_name = name
+            }
+            header.msg_iov = scratch.sendVectors + offset
+            header.msg_iovlen = 1
+            scratch.sendHeaders[offset] = header
+        }
+        let sent = skc_send_datagrams(target.fd, scratch.sendHeaders, scratch.sendLengths, UInt32(count))
+        if sent < 0 {
+            let number = errno
+            if number == EAGAIN || number == EWOULDBLOCK || number == ENOBUFS {
+                phase = .waitingWritable
+                currentChannelFamily = target.family
+                updateInterest()
+                return 0
+            }
+            if number == EINTR { return 0 }
+            report(.didNotSend(tag: batch[0].2, SocketError.systemError(number, "sendmsg(\(batch[0].1))")))
+            return 1
+        }
+        if target.local == nil || target.local?.port == 0 { publish() }
+        for entry in batch.prefix(Int(sent)) {
+            report(.didSend(tag: entry.2))
+        }
+        return Int(sent)
+    }
+
+    // MARK: Receiving
+
+    func setReceiveMode(_ mode: ReceiveMode) throws(SocketError) {
+        if mode != .off && v4 == nil && v6 == nil {
+            throw SocketError(.badConfig, "bind, connect or send before receiving")
+        }
+        receiveMode = mode
+        updateInterest()
+    }
+
+    func setReceiveFilter(_ filter: (filter: UdpReceiveFilter, queue: CallbackQueue?, async: Bool)?) {
+        receiveFilter = filter
+    }
+
+    func setSendFilter(_ filter: (filter: UdpSendFilter, queue: CallbackQueue?, async: Bool)?) {
+        sendFilter = filter
+    }
+
+    func handle(_ source: UDPChannel, events: UInt32) {
+        if events & EPOLLOUT.rawValue != 0 && phase == .waitingWritable && currentChannelFamily == source.family {
+            phase = .idle
+            currentChannelFamily = nil
+            updateInterest()
+            pumpSends()
+        }
+        guard source.core != nil else { return }
+        if events & EPOLLIN.rawValue != 0 && receiveMode != .off {
+            receive(on: source)
+        } else if events & (EPOLLERR.rawValue | EPOLLIN.rawValue) != 0 {
+            // An ICMP error for an earlier datagram (nobody is receiving): report it once.
+            let pending = SystemCalls.pendingError(source.fd)
+            if pending != 0 {
+                report(.didReceiveError(SocketError.systemError(pending, "ICMP error for an earlier datagram")))
+            }
+        }
+    }
+
+    private func receive(on source: UDPChannel) {
+        let session = generation
+        let scratch = loop.udpScratch
+        let buffer = scratch.receiveBuffer
+        let limit = max(1, min(65535, source.family == .ipv4 ? configuration.maxReceiveIPv4BufferSize
+                                                               : configuration.maxReceiveIPv6BufferSize))
+        // One byte more than the limit: a datagram that fills it was too large.
+        let stride = (limit + 1 + 15) & ~15
+        let slots = max(1, min(UDPScratch.receiveSlots, UDPScratch.receiveBufferSize / stride))
+        var budget = 64
+        while budget > 0 && session == generation && source.core != nil && receiveMode != .off
+                && !(receiveMode == .once && asyncFiltersPending > 0) {
+            let count = receiveMode == .once ? 1 : min(slots, budget)
+            for slot in 0..<count {
+                scratch.receiveVectors[slot] = iovec(iov_base: buffer + slot * stride, iov_len: limit + 1)
+                var header = msghdr()
+                header.msg_name = UnsafeMutableRawPointer(scratch.receiveNames + slot)
+                header.msg_namelen = socklen_t(MemoryLayout<sockaddr_storage>.size)
+                header.msg_iov = scratch.receiveVectors + slot
+                header.msg_iovlen = 1
+                scratch.receiveHeaders[slot] = header
+            }
+            let received = Int(skc_recv_datagrams(source.fd, scratch.receiveHeaders, scratch.receiveLengths, UInt32(count)))
+            if received < 0 {
+                let number = errno
+                if number == EAGAIN || number == EWOULDBLOCK { return }
+                if number == EINTR { continue }
+                report(.didReceiveError(SocketError.systemError(number, "recvmmsg")))
+                if number == ECONNREFUSED || number == EHOSTUNREACH || number == ENETUNREACH || number == EHOSTDOWN {
+                    budget -= 1
+                    continue // an ICMP report for an earlier datagram: consumed, go on
+                }
+                return
+            }
+            // Callbacks below may send on this loop: the receive scratch stays ours.
+            for slot in 0..<received {
+                let length = Int(scratch.receiveLengths[slot])
+                let header = scratch.receiveHeaders[slot]
+                guard let sender = SocketAddress(storage: scratch.receiveNames + slot, length: header.msg_namelen) else {
+                    continue
+                }
+                if header.msg_flags & Int32(MSG_TRUNC) != 0 || length > limit {
+                    report(.didReceiveError(SocketError(.truncated,
+                        "a datagram from \(sender) was larger than the receive limit of \(limit) bytes and was dropped")))
+                    guard session == generation else { return }
+                    continue
+                }
+                let bytes = UnsafeRawBufferPointer(start: buffer + slot * stride, count: length)
+                handleDatagram(bytes, from: sender, session: session)
+                guard session == generation else { return }
+            }
+            budget -= received
+            if received < count { return }
+        }
+    }
+
+    private func handleDatagram(_ bytes: UnsafeRawBufferPointer, from sender: SocketAddress, session: UInt64) {
+        guard let receiveFilter else {
+            deliverDatagram(.borrowed(bytes), from: sender, context: nil)
+            return
+        }
+        let data = Array(bytes)
+        if !receiveFilter.async {
+            if case .accept(let context) = receiveFilter.filter(data, sender) {
+                deliverDatagram(.owned(data), from: sender, context: context)
+            }
+            return
+        }
+        asyncFiltersPending += 1
+        if receiveMode == .once { updateInterest() }
+        let core = UncheckedSendable(self)
+        let loop = self.loop
+        let run = receiveFilter.filter
+        (receiveFilter.queue ?? owner?.callbackQueue ?? .eventLoop).enqueue({ _ in
+            let verdict = run(data, sender)
+            let answer = UncheckedSendable(verdict)
+            _ = loop.execute { core.value.receiveFilterAnswered(session: session, data: data, sender: sender, answer.value) }
+            return 1
+        }, loop: loop)
+    }
+
+    private func receiveFilterAnswered(session: UInt64, data: [UInt8], sender: SocketAddress,
+                                       _ verdict: UdpReceiveFilterVerdict) {
+        guard session == generation else { return }
+        asyncFiltersPending -= 1
+        if case .accept(let context) = verdict {
+            deliverDatagram(.owned(data), from: sender, context: context)
+        }
+        updateInterest()
+    }
+
+    private func deliverDatagram(_ payload: DatagramPayload, from sender: SocketAddress, context: (any Sendable)?) {
+        if receiveMode == .once {
+            receiveMode = .off
+            updateInterest()
+        }
+        report(.didReceive(payload, from: sender, context: context))
+    }
+
+    // MARK: Multicast, broadcast, options
+
+    func joinOrLeave(join: Bool, group: String, interface: String?) throws(SocketError) {
+        guard v4 != nil || v6 != nil else {
+            throw SocketError(.badConfig, "bind before joining a multicast group")
+        }
+        guard !connected else { throw SocketError(.badConfig, "a connected socket cannot join multicast groups") }
+        guard let address = SocketAddress.parseIPLiteral(group, port: 0) else {
+            throw SocketError(.badParam, "'\(group)' is not a numeric IP address")
+        }
+        guard let target = channel(address.family) else {
+            throw SocketError(.badParam, "the socket has no \(address.family == .ipv4 ? "IPv4" : "IPv6") descriptor for \(group)")
+        }
+        let index = try UDPSocketCore.interfaceIndex(interface, family: address.family)
+        let result: Int32
+        if address.family == .ipv4 {
+            var request = ip_mreqn()
+            request.imr_multiaddr = address.bytes.withUnsafeBytes { $0.loadUnaligned(as: sockaddr_in.self).sin_addr }
+            request.imr_ifindex = index
+            result = setsockopt(target.fd, Int32(IPPROTO_IP), join ? IP_ADD_MEMBERSHIP : IP_DROP_MEMBERSHIP,
+                                &request, socklen_t(MemoryLayout<ip_mreqn>.size))
+        } else {
+            var request = ipv6_mreq()
+            request.ipv6mr_multiaddr = address.bytes.withUnsafeBytes { $0.loadUnaligned(as: sockaddr_in6.self).sin6_addr }
+            request.ipv6mr_interface = UInt32(index)
+            // Linux's numbers (20/21), not Darwin's IP_ADD_MEMBERSHIP at the IPv6 level.
+            result = setsockopt(target.fd, Int32(IPPROTO_IPV6), join ? 20 : 21,
+                                &request, socklen_t(MemoryLayout<ipv6_mreq>.size))
+        }
+        guard result == 0 else {
+            throw SocketError.lastSystemError(join ? "join multicast group \(group)" : "leave multicast group \(group)")
+        }
+    }
+
+    /// The index of `interface` (nil: 0, any; a name; "localhost"/"loopback"; an IP of one).
+    static func interfaceIndex(_ interface: String?, family: SocketAddress.Family) throws(SocketError) -> Int32 {
+        guard let interface, !interface.isEmpty else { return 0 }
+        let name = (interface == "localhost" || interface == "loopback") ? "lo" : interface
+        if SocketAddress.parseIPLiteral(name, port: 0) == nil {
+            let index = if_nametoindex(name)
+            guard index != 0 else { throw SocketError(.badParam, "unknown interface '\(interface)'") }
+            return Int32(index)
+        }
+        let wanted = SocketAddress.parseIPLiteral(name, port: 0)!
+        var list: UnsafeMutablePointer<ifaddrs>? = nil
+        guard getifaddrs(&list) == 0 else { throw SocketError.lastSystemError("getifaddrs") }
+        defer { freeifaddrs(list) }
+        var cursor = list
+        while let entry = cursor {
+            defer { cursor = entry.pointee.ifa_next }
+            guard let raw = entry.pointee.ifa_addr else { continue }
+            let length = socklen_t(raw.pointee.sa_family == sa_family_t(AF_INET6) ? MemoryLayout<sockaddr_in6>.size
+                                                                                   : MemoryLayout<sockaddr_in>.size)
+            guard raw.pointee.sa_family == sa_family_t(AF_INET) || raw.pointee.sa_family == sa_family_t(AF_INET6),
+                  let address = SocketAddress(storage: raw, length: length),
+                  address.host == wanted.host else { continue }
+            return Int32(if_nametoindex(entry.pointee.ifa_name))
+        }
+        throw SocketError(.badParam, "no interface has the address '\(interface)'")
+    }
+
+    func setMulticastInterface(_ interface: String?, family: SocketAddress.Family) throws(SocketError) {
+        let index = try UDPSocketCore.interfaceIndex(interface, family: family)
+        if family == .ipv4 {
+            multicastInterface4 = index
+            if let v4 { try setIPv4MulticastInterface(v4.fd, index: index) }
+        } else {
+            multicastInterface6 = index
+            if let v6 { try SystemCalls.setOption(v6.fd, Int32(IPPROTO_IPV6), IPV6_MULTICAST_IF, index, "IPV6_MULTICAST_IF") }
+        }
+    }
+
+    func setMulticastTTL(_ ttl: Int32) throws(SocketError) {
+        guard (0...255).contains(ttl) else { throw SocketError(.badParam, "multicast TTL / hop limit must be 0...255") }
+        multicastTTL = ttl
+        if let v4 { try SystemCalls.setOption(v4.fd, Int32(IPPROTO_IP), IP_MULTICAST_TTL, ttl, "IP_MULTICAST_TTL") }
+        if let v6 { try SystemCalls.setOption(v6.fd, Int32(IPPROTO_IPV6), IPV6_MULTICAST_HOPS, ttl, "IPV6_MULTICAST_HOPS") }
+    }
+
+    func setMulticastLoopback(_ enabled: Bool) throws(SocketError) {
+        multicastLoopback = enabled
+        if let v4 { try SystemCalls.setOption(v4.fd, Int32(IPPROTO_IP), IP_MULTICAST_LOOP, enabled ? 1 : 0, "IP_MULTICAST_LOOP") }
+        if let v6 { try SystemCalls.setOption(v6.fd, Int32(IPPROTO_IPV6), IPV6_MULTICAST_LOOP, enabled ? 1 : 0, "IPV6_MULTICAST_LOOP") }
+    }
+
+    func setBroadcast(_ enabled: Bool) throws(SocketError) {
+        broadcast = enabled
+        if let v4 { try SystemCalls.setOption(v4.fd, SOL_SOCKET, SO_BROADCAST, enabled ? 1 : 0, "SO_BROADCAST") }
+    }
+
+    func setReuseAddress(_ enabled: Bool) throws(SocketError) {
+        guard !bound else { throw SocketError(.badConfig, "enable address reuse before binding") }
+        reuseAddress = enabled
+        for case let existing? in [v4, v6] {
+            try SystemCalls.setOption(existing.fd, SOL_SOCKET, SO_REUSEADDR, enabled ? 1 : 0, "SO_REUSEADDR")
+        }
+    }
+
+    func setReusePort(_ enabled: Bool) throws(SocketError) {
+        guard !bound else { throw SocketError(.badConfig, "enable port reuse before binding") }
+        reusePort = enabled
+        for case let existing? in [v4, v6] {
+            try SystemCalls.setOption(existing.fd, SOL_SOCKET, SO_REUSEPORT, enabled ? 1 : 0, "SO_REUSEPORT")
+        }
+    }
+
+    // MARK: Closing
+
+    func closeSocket(error: SocketError?, announce: Bool) {
+        let hadDescriptors = v4 != nil || v6 != nil
+        generation += 1
+        timer.map { loop.cancel($0) }
+        queue.removeAll()
+        head = 0
+        timedItem = 0
+        phase = .idle
+        currentChannelFamily = nil
+        closeAfterSending = false
+        receiveMode = .off
+        asyncFiltersPending = 0
+        bound = false
+        connected = false
+        connectQueued = false
+        connectedAddress = nil
+        deactivated4 = false
+        deactivated6 = false
+        closeChannel(.ipv4)
+        closeChannel(.ipv6)
+        publish()
+        if hadDescriptors && announce { report(.didClose(error)) }
+    }
+
+    func ownerReleased() {
+        released = true
+        closeSocket(error: nil, announce: false)
+        timer = nil
+    }
+
+    func loopWillStop() {
+        closeSocket(error: SocketError(.closed, "the event loop stopped"), announce: true)
+    }
+
+    private func report(_ event: UdpSocketEvent) {
+        guard !released else { return }
+        owner?.deliver(event)
+    }
+}
+
+/// A loop's memory for UDP system calls, made on its first use: the receive buffer (1 MiB
+/// of address space; pages are touched only as large datagrams arrive) and the message
+/// headers of one `recvmmsg` and one `sendmmsg`. Receive and send parts are separate:
+/// a callback run from the receive path may send.
+final class UDPScratch {
+    static let capacity = Int(SKC_MAX_DATAGRAM_BATCH)
+    static let receiveSlots = 16
+    static let receiveBufferSize = 16 * 65536
+
+    let receiveBuffer = UnsafeMutableRawPointer.allocate(byteCount: UDPScratch.receiveBufferSize, alignment: 16)
+    let receiveHeaders = UnsafeMutablePointer<msghdr>.allocate(capacity: UDPScratch.receiveSlots)
+    let receiveVectors = UnsafeMutablePointer<iovec>.allocate(capacity: UDPScratch.receiveSlots)
+    let receiveNames = UnsafeMutablePointer<sockaddr_storage>.allocate(capacity: UDPScratch.receiveSlots)
+    let receiveLengths = UnsafeMutablePointer<UInt32>.allocate(capacity: UDPScratch.receiveSlots)
+    let sendHeaders = UnsafeMutablePointer<msghdr>.allocate(capacity: UDPScratch.capacity)
+    let sendVectors = UnsafeMutablePointer<iovec>.allocate(capacity: UDPScratch.capacity)
+    let sendNames = UnsafeMutablePointer<sockaddr_storage>.allocate(capacity: UDPScratch.capacity)
+    let sendLengths = UnsafeMutablePointer<UInt32>.allocate(capacity: UDPScratch.capacity)
+
+    deinit {
+        receiveBuffer.deallocate()
+        receiveHeaders.deallocate()
+        receiveVectors.deallocate()
+        receiveNames.deallocate()
+        receiveLengths.deallocate()
+        sendHeaders.deallocate()
+        sendVectors.deallocate()
+        sendNames.deallocate()
+        sendLengths.deallocate()
+    }
+}

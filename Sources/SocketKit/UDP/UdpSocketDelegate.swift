@@ -1,0 +1,130 @@
+/// What a `UdpSocket` tells its delegate, on the socket's callback queue, in the order it
+/// happened; `udpSocketDidClose` is the last call of a session. Every method has an empty
+/// default, so implement only those you need.
+public protocol UdpSocketDelegate: AnyObject {
+    /// `connect(toHost:port:)` / `connect(toAddress:)` succeeded: only `address` can now
+    /// send to this socket, and sends without a destination go there.
+    func udpSocket(_ sock: UdpSocket, didConnectToAddress address: SocketAddress)
+    /// The connect failed (resolution, family disabled, `connect(2)`); the socket stays
+    /// bound and usable.
+    func udpSocket(_ sock: UdpSocket, didNotConnect error: SocketError)
+    /// The kernel accepted the datagram queued with `tag` (or the send filter dropped it).
+    func udpSocket(_ sock: UdpSocket, didSendDataWithTag tag: Int)
+    /// The datagram queued with `tag` was not sent: timeout, resolution failure, a bad
+    /// destination, or the kernel refused it (`EMSGSIZE`, `ENETUNREACH`, ...). The socket
+    /// stays open and goes on with the next datagram.
+    func udpSocket(_ sock: UdpSocket, didNotSendDataWithTag tag: Int, dueToError error: SocketError)
+    /// One datagram (possibly empty) from `address`; `context` is what the receive filter
+    /// attached (nil without a filter).
+    func udpSocket(_ sock: UdpSocket, didReceive data: [UInt8], fromAddress address: SocketAddress,
+                   withFilterContext context: (any Sendable)?)
+    /// A problem while receiving that does not close the socket: an ICMP error for an
+    /// earlier datagram (`ECONNREFUSED` on a connected socket) or a datagram larger than the
+    /// receive limit (`.truncated`, dropped).
+    func udpSocket(_ sock: UdpSocket, didReceiveError error: SocketError)
+    /// The socket closed: nil after `close()` / `closeAfterSending()`, an error when its loop
+    /// stopped. Only sent if the socket had created its descriptors.
+    func udpSocketDidClose(_ sock: UdpSocket, withError error: SocketError?)
+}
+
+public extension UdpSocketDelegate {
+    func udpSocket(_ sock: UdpSocket, didConnectToAddress address: SocketAddress) {}
+    func udpSocket(_ sock: UdpSocket, didNotConnect error: SocketError) {}
+    func udpSocket(_ sock: UdpSocket, didSendDataWithTag tag: Int) {}
+    func udpSocket(_ sock: UdpSocket, didNotSendDataWithTag tag: Int, dueToError error: SocketError) {}
+    func udpSocket(_ sock: UdpSocket, didReceive data: [UInt8], fromAddress address: SocketAddress,
+                   withFilterContext context: (any Sendable)?) {}
+    func udpSocket(_ sock: UdpSocket, didReceiveError error: SocketError) {}
+    func udpSocketDidClose(_ sock: UdpSocket, withError error: SocketError?) {}
+}
+
+/// The bytes of a received datagram as the engine hands them over.
+enum DatagramPayload {
+    /// A view of the loop's receive buffer, valid only while the callback runs.
+    case borrowed(UnsafeRawBufferPointer)
+    case owned([UInt8])
+
+    func withBytes<Result>(_ body: (UnsafeRawBufferPointer) -> Result) -> Result {
+        switch self {
+        case .borrowed(let bytes): return body(bytes)
+        case .owned(let bytes): return bytes.withUnsafeBytes(body)
+        }
+    }
+
+    var array: [UInt8] {
+        switch self {
+        case .borrowed(let bytes): return Array(bytes)
+        case .owned(let bytes): return bytes
+        }
+    }
+}
+
+/// Everything a UDP socket reports, in order.
+enum UdpSocketEvent {
+    case didConnect(SocketAddress)
+    case didNotConnect(SocketError)
+    case didSend(tag: Int)
+    case didNotSend(tag: Int, SocketError)
+    case didReceive(DatagramPayload, from: SocketAddress, context: (any Sendable)?)
+    case didReceiveError(SocketError)
+    case didClose(SocketError?)
+
+    /// The same event with no borrowed memory.
+    func owned() -> UdpSocketEvent {
+        if case .didReceive(.borrowed(let bytes), let address, let context) = self {
+            return .didReceive(.owned(Array(bytes)), from: address, context: context)
+        }
+        return self
+    }
+}
+
+/// Turns events into calls of a delegate (Swift protocol or C struct).
+protocol UdpSocketEventReceiver: AnyObject {
+    func receive(_ event: UdpSocketEvent, on socket: UdpSocket)
+}
+
+final class SwiftUdpDelegateReceiver: UdpSocketEventReceiver {
+    weak var delegate: UdpSocketDelegate?
+
+    init?(_ delegate: UdpSocketDelegate?) {
+        guard let delegate else { return nil }
+        self.delegate = delegate
+    }
+
+    func receive(_ event: UdpSocketEvent, on socket: UdpSocket) {
+        guard let delegate else { return }
+        switch event {
+        case .didConnect(let address): delegate.udpSocket(socket, didConnectToAddress: address)
+        case .didNotConnect(let error): delegate.udpSocket(socket, didNotConnect: error)
+        case .didSend(let tag): delegate.udpSocket(socket, didSendDataWithTag: tag)
+        case .didNotSend(let tag, let error): delegate.udpSocket(socket, didNotSendDataWithTag: tag, dueToError: error)
+        case .didReceive(let payload, let address, let context):
+            delegate.udpSocket(socket, didReceive: payload.array, fromAddress: address, withFilterContext: context)
+        case .didReceiveError(let error): delegate.udpSocket(socket, didReceiveError: error)
+        case .didClose(let error): delegate.udpSocketDidClose(socket, withError: error)
+        }
+    }
+}
+
+/// A send filter's verdict is a Bool (false drops the datagram, which is still reported as
+/// sent, as upstream does); a receive filter's is this.
+public enum UdpReceiveFilterVerdict: Sendable {
+    /// Pass the datagram to the delegate with `context` (its `withFilterContext`).
+    case accept(context: (any Sendable)?)
+    /// Drop it silently (in receive-once mode the socket goes on waiting for one it keeps).
+    case drop
+}
+
+/// Decides on each received datagram: `(data, sender) -> verdict`.
+public typealias UdpReceiveFilter = @Sendable ([UInt8], SocketAddress) -> UdpReceiveFilterVerdict
+/// Decides on each datagram about to be sent: `(data, destination, tag) -> send it?`.
+public typealias UdpSendFilter = @Sendable ([UInt8], SocketAddress, Int) -> Bool
+
+/// Which of a host name's addresses a UDP socket uses (only one address is ever used per
+/// send or connect).
+public enum UdpAddressPreference: Int32, Sendable {
+    /// The resolver's first address (default).
+    case neutral = 0
+    case ipv4 = 1
+    case ipv6 = 2
+}
