@@ -97,12 +97,8 @@ public final class UdpSocket: @unchecked Sendable {
 
     private func configure(_ change: (inout UdpConfiguration) -> Void) {
         published.withLock { change(&$0.configuration) }
-        let core = UncheckedSendable(self.core)
-        if eventLoop.inEventLoop {
-            core.value.updateConfiguration()
-        } else {
-            _ = eventLoop.execute { core.value.updateConfiguration() }
-        }
+        // Applied before the setter returns: a datagram arriving next sees the new value.
+        try? onLoop { core throws(SocketError) in core.updateConfiguration() }
     }
 
     /// Whether IPv4 is used (default true). Set before the first bind, connect or send.
