@@ -125,7 +125,12 @@ typedef enum sk_error_code {
     /* A host name did not resolve; os_error holds the resolver's EAI_* code. */
     SK_ERR_RESOLUTION = -10,
     /* A handle was NULL, released, stale or of the wrong kind. */
-    SK_ERR_INVALID_HANDLE = -11
+    SK_ERR_INVALID_HANDLE = -11,
+    /* UDP: a datagram was not sent within its timeout (through did_not_send). */
+    SK_ERR_SEND_TIMEOUT = -12,
+    /* UDP: a datagram was larger than the receive limit and was dropped (through
+     * did_receive_error). */
+    SK_ERR_TRUNCATED = -13
 } sk_error_code_t;
 
 #define SK_ERROR_MESSAGE_CAPACITY 256
@@ -201,6 +206,7 @@ int sk_callback_queue_release(sk_callback_queue_t *queue);
  * ====================================================================================== */
 
 typedef struct sk_socket sk_socket_t;
+typedef struct sk_udp_socket sk_udp_socket_t;   /* a UDP socket */
 
 /*
  * The delegate: what a socket tells you. Every member is optional (NULL = not interested).
@@ -328,7 +334,15 @@ typedef enum sk_event_kind {
     SK_EVENT_CLOSE_READ_STREAM = 10,
     SK_EVENT_HIGH_WATERMARK = 11, /* length (queued bytes) */
     SK_EVENT_LOW_WATERMARK = 12,  /* length (queued bytes) */
-    SK_EVENT_DISCONNECT = 13      /* error (NULL: a clean close) */
+    SK_EVENT_DISCONNECT = 13,     /* error (NULL: a clean close) */
+    /* UDP sockets' events: `udp_sock` is set, `sock` is NULL. */
+    SK_EVENT_UDP_CONNECT = 20,    /* address, address_length, host, port */
+    SK_EVENT_UDP_NOT_CONNECT = 21,/* error */
+    SK_EVENT_UDP_SEND = 22,       /* tag */
+    SK_EVENT_UDP_NOT_SEND = 23,   /* tag, error */
+    SK_EVENT_UDP_RECEIVE = 24,    /* data, length, address, address_length, host, port, context */
+    SK_EVENT_UDP_RECEIVE_ERROR = 25, /* error */
+    SK_EVENT_UDP_CLOSE = 26       /* error (NULL: closed by the program) */
 } sk_event_kind_t;
 
 typedef struct sk_event {
@@ -344,6 +358,10 @@ typedef struct sk_event {
     const sk_error_t *error;
     sk_socket_t *new_socket;
     uint64_t token;               /* timeouts: identifies the question (see below) */
+    sk_udp_socket_t *udp_sock;    /* UDP events */
+    const struct sockaddr *address;
+    socklen_t address_length;
+    void *context;                /* UDP receive: what the receive filter set */
 } sk_event_t;
 
 /* Moves up to `capacity` pending events of a host-driven queue into `events`, in order,
@@ -577,6 +595,189 @@ typedef struct sk_socket_descriptors {
  * Errors: SK_ERR_BAD_PARAM (function NULL), SK_ERR_BAD_CONFIG (stopped loop). */
 int sk_socket_perform(sk_socket_t *sock, void (*function)(const sk_socket_descriptors_t *descriptors, void *context),
                       void *context);
+
+/* ======================================================================================
+ * UDP sockets (GCDAsyncUdpSocket)
+ *
+ * Descriptors are made lazily, one per address family (IPv6 with IPV6_V6ONLY), by the
+ * first bind, connect or send. Sends are queued (with tags and timeouts) and answered by
+ * did_send / did_not_send; a datagram that cannot be sent fails alone and the socket stays
+ * open. Receiving is off until sk_udp_socket_receive_once or _begin_receiving.
+ *
+ * Threads: every function may be called from any thread. Those that can fail at once
+ * (bind, receive, multicast, options, close) run on the socket's event loop and return its
+ * answer: the caller waits for the loop (from a callback on the loop thread they run
+ * inline). The same lifetime rules as for sk_socket_t apply: after sk_udp_socket_release
+ * returns, no callback and no filter call of that socket starts.
+ * ====================================================================================== */
+
+/* Which of a host name's addresses a UDP socket uses (one address per send or connect). */
+typedef enum sk_udp_address_preference {
+    SK_UDP_PREFER_NEUTRAL = 0,   /* the resolver's first address (default) */
+    SK_UDP_PREFER_IPV4 = 1,
+    SK_UDP_PREFER_IPV6 = 2
+} sk_udp_address_preference_t;
+
+/* A UDP socket's callbacks (NULL members: not interested). Addresses and data are
+ * borrowed for the call only. did_close is the last callback of a session. */
+typedef struct sk_udp_socket_delegate {
+    /* The connect succeeded: only `address` can send to this socket now. */
+    void (*did_connect)(sk_udp_socket_t *sock, const struct sockaddr *address, socklen_t address_length,
+                        void *userdata);
+    /* The connect failed (resolution, family, connect(2)); the socket stays usable. */
+    void (*did_not_connect)(sk_udp_socket_t *sock, const sk_error_t *error, void *userdata);
+    /* The kernel accepted the datagram queued with `tag` (or the send filter dropped it). */
+    void (*did_send)(sk_udp_socket_t *sock, long tag, void *userdata);
+    /* The datagram was not sent: SK_ERR_SEND_TIMEOUT, SK_ERR_RESOLUTION, SK_ERR_BAD_CONFIG
+     * (no destination on an unconnected socket, a destination on a connected one),
+     * SK_ERR_OTHER (no usable family), SK_ERR_SYSTEM (EMSGSIZE, EACCES, ENETUNREACH, ...). */
+    void (*did_not_send)(sk_udp_socket_t *sock, long tag, const sk_error_t *error, void *userdata);
+    /* One datagram (`length` may be 0) from `address`; `context` is what the receive
+     * filter set (NULL without one). */
+    void (*did_receive)(sk_udp_socket_t *sock, const void *data, size_t length, const struct sockaddr *address,
+                        socklen_t address_length, void *context, void *userdata);
+    /* A receive problem that does not close the socket: SK_ERR_SYSTEM for an ICMP error
+     * about an earlier datagram (ECONNREFUSED, ...), SK_ERR_TRUNCATED for a datagram larger
+     * than the receive limit (dropped). */
+    void (*did_receive_error)(sk_udp_socket_t *sock, const sk_error_t *error, void *userdata);
+    /* The socket closed: error NULL after sk_udp_socket_close / _close_after_sending,
+     * SK_ERR_CLOSED when its loop stopped. Only if it had descriptors. */
+    void (*did_close)(sk_udp_socket_t *sock, const sk_error_t *error, void *userdata);
+} sk_udp_socket_delegate_t;
+
+/* Receive filter: return nonzero to pass the datagram to did_receive (with *out_context
+ * as its context), 0 to drop it. Send filter: nonzero to send, 0 to drop (the datagram is
+ * still reported by did_send). `data` and `address` are borrowed for the call. */
+typedef int (*sk_udp_receive_filter_fn)(sk_udp_socket_t *sock, const void *data, size_t length,
+                                        const struct sockaddr *address, socklen_t address_length,
+                                        void **out_context, void *filter_userdata);
+typedef int (*sk_udp_send_filter_fn)(sk_udp_socket_t *sock, const void *data, size_t length,
+                                     const struct sockaddr *address, socklen_t address_length, long tag,
+                                     void *filter_userdata);
+
+/* Creates a UDP socket (no descriptors yet). `delegate` is copied (NULL: none); pass
+ * sizeof(sk_udp_socket_delegate_t). `queue` NULL runs callbacks on the event loop thread;
+ * `group` NULL uses the default loop group. Errors: SK_ERR_BAD_PARAM, SK_ERR_INVALID_HANDLE. */
+int sk_udp_socket_create(const sk_udp_socket_delegate_t *delegate, size_t delegate_size, void *userdata,
+                         sk_callback_queue_t *queue, sk_loop_group_t *group, sk_udp_socket_t **out_socket,
+                         sk_error_t *error);
+/* Drops your reference: the socket closes without callbacks (no did_close). Once this
+ * returns no callback or filter call of it starts (one running on another thread has
+ * finished). Do not call it from inside one of the socket's filters. */
+int sk_udp_socket_release(sk_udp_socket_t *sock);
+/* Replaces the delegate and userdata, synchronously (as sk_socket_set_delegate). */
+int sk_udp_socket_set_delegate(sk_udp_socket_t *sock, const sk_udp_socket_delegate_t *delegate,
+                               size_t delegate_size, void *userdata);
+int sk_udp_socket_set_callback_queue(sk_udp_socket_t *sock, sk_callback_queue_t *queue);
+int sk_udp_socket_get_userdata(sk_udp_socket_t *sock, void **out_userdata);
+
+/* Configuration: families (both on by default; set before the first bind, connect or
+ * send), address preference, the largest datagram delivered per family (1...65535, 65535
+ * by default; larger ones give SK_ERR_TRUNCATED), SO_SNDBUF/SO_RCVBUF requested when
+ * descriptors are made (0: the kernel's default). Getters return 1/0 or the value. */
+int sk_udp_socket_set_ipv4_enabled(sk_udp_socket_t *sock, int enabled);
+int sk_udp_socket_is_ipv4_enabled(sk_udp_socket_t *sock);
+int sk_udp_socket_set_ipv6_enabled(sk_udp_socket_t *sock, int enabled);
+int sk_udp_socket_is_ipv6_enabled(sk_udp_socket_t *sock);
+int sk_udp_socket_set_address_preference(sk_udp_socket_t *sock, int preference);
+int sk_udp_socket_get_address_preference(sk_udp_socket_t *sock);
+int sk_udp_socket_set_max_receive_sizes(sk_udp_socket_t *sock, size_t ipv4_size, size_t ipv6_size, sk_error_t *error);
+int sk_udp_socket_get_max_receive_sizes(sk_udp_socket_t *sock, size_t *out_ipv4_size, size_t *out_ipv6_size);
+int sk_udp_socket_set_buffer_sizes(sk_udp_socket_t *sock, int send_size, int receive_size, sk_error_t *error);
+int sk_udp_socket_get_buffer_sizes(sk_udp_socket_t *sock, int *out_send_size, int *out_receive_size);
+
+/* Binds every enabled family on `interface` (NULL: any; "localhost"/"loopback"; a name;
+ * an IP address) to `port`; 0 picks one free port for both families. Families without an
+ * address there are given up. Errors: SK_ERR_BAD_CONFIG (bound twice, after a connect or a
+ * send), SK_ERR_BAD_PARAM (unknown interface), SK_ERR_SYSTEM (EADDRINUSE, EACCES). */
+int sk_udp_socket_bind_to_port(sk_udp_socket_t *sock, const char *interface, uint16_t port, sk_error_t *error);
+/* Binds the address's family only (the other is given up). */
+int sk_udp_socket_bind_to_address(sk_udp_socket_t *sock, const struct sockaddr *address, socklen_t address_length,
+                                  sk_error_t *error);
+
+/* Connects (queued behind earlier sends; the name resolved off the loop): did_connect or
+ * did_not_connect follows. Errors: SK_ERR_BAD_CONFIG (connected or connecting already),
+ * SK_ERR_BAD_PARAM. */
+int sk_udp_socket_connect_to_host(sk_udp_socket_t *sock, const char *host, uint16_t port, sk_error_t *error);
+int sk_udp_socket_connect_to_address(sk_udp_socket_t *sock, const struct sockaddr *address, socklen_t address_length,
+                                     sk_error_t *error);
+
+/* Queues a datagram (copied; 0...65535 bytes, `data` may be NULL when `length` is 0): to
+ * the connected peer, to a host (resolved off the loop), or to an address. `timeout`
+ * seconds (negative: none) count from when it reaches the head of the queue. Errors
+ * (synchronous): SK_ERR_BAD_PARAM (length, NULL, NaN timeout), SK_ERR_BAD_CONFIG (stopped
+ * loop); everything else comes through did_not_send. */
+int sk_udp_socket_send(sk_udp_socket_t *sock, const void *data, size_t length, double timeout, long tag,
+                       sk_error_t *error);
+int sk_udp_socket_send_to_host(sk_udp_socket_t *sock, const void *data, size_t length, const char *host, uint16_t port,
+                               double timeout, long tag, sk_error_t *error);
+int sk_udp_socket_send_to_address(sk_udp_socket_t *sock, const void *data, size_t length,
+                                  const struct sockaddr *address, socklen_t address_length, double timeout, long tag,
+                                  sk_error_t *error);
+
+/* Filters (NULL function: none). `asynchronous` 0 runs it on the event loop thread as each
+ * datagram passes (`queue` must be NULL); nonzero on `queue` (NULL: the socket's callback
+ * queue), in order. In receive-once mode a dropped datagram does not count. */
+int sk_udp_socket_set_send_filter(sk_udp_socket_t *sock, sk_udp_send_filter_fn filter, void *filter_userdata,
+                                  sk_callback_queue_t *queue, int asynchronous, sk_error_t *error);
+int sk_udp_socket_set_receive_filter(sk_udp_socket_t *sock, sk_udp_receive_filter_fn filter, void *filter_userdata,
+                                     sk_callback_queue_t *queue, int asynchronous, sk_error_t *error);
+
+/* Receiving: the next datagram only, every datagram, or none (datagrams wait in the
+ * kernel; callbacks already queued still come). Errors: SK_ERR_BAD_CONFIG (no descriptors
+ * yet: bind, connect or send first). */
+int sk_udp_socket_receive_once(sk_udp_socket_t *sock, sk_error_t *error);
+int sk_udp_socket_begin_receiving(sk_udp_socket_t *sock, sk_error_t *error);
+int sk_udp_socket_pause_receiving(sk_udp_socket_t *sock);
+
+/* Multicast: join or leave `group` (a numeric IPv4 or IPv6 address) on `interface` (NULL:
+ * the kernel's choice; a name, "localhost", or an IP address of one); each family on its
+ * own descriptor, the other family stays open. Needs a bound, unconnected socket.
+ * Errors: SK_ERR_BAD_CONFIG, SK_ERR_BAD_PARAM, SK_ERR_SYSTEM (e.g. EADDRNOTAVAIL when
+ * leaving a group not joined). */
+int sk_udp_socket_join_multicast_group(sk_udp_socket_t *sock, const char *group, const char *interface,
+                                       sk_error_t *error);
+int sk_udp_socket_leave_multicast_group(sk_udp_socket_t *sock, const char *group, const char *interface,
+                                        sk_error_t *error);
+/* The interface multicast leaves through, per family (IP_MULTICAST_IF / IPV6_MULTICAST_IF). */
+int sk_udp_socket_send_ipv4_multicast_on_interface(sk_udp_socket_t *sock, const char *interface, sk_error_t *error);
+int sk_udp_socket_send_ipv6_multicast_on_interface(sk_udp_socket_t *sock, const char *interface, sk_error_t *error);
+/* Multicast TTL / hop limit (0...255) and loopback, both families, now and for
+ * descriptors made later. */
+int sk_udp_socket_set_multicast_ttl(sk_udp_socket_t *sock, int ttl, sk_error_t *error);
+int sk_udp_socket_set_multicast_loopback(sk_udp_socket_t *sock, int enabled, sk_error_t *error);
+/* SO_BROADCAST (IPv4); SO_REUSEPORT and SO_REUSEADDR (both off by default; before bind:
+ * SK_ERR_BAD_CONFIG after). */
+int sk_udp_socket_enable_broadcast(sk_udp_socket_t *sock, int enabled, sk_error_t *error);
+int sk_udp_socket_enable_reuse_port(sk_udp_socket_t *sock, int enabled, sk_error_t *error);
+int sk_udp_socket_enable_reuse_address(sk_udp_socket_t *sock, int enabled, sk_error_t *error);
+
+/* Closes now (queued datagrams dropped without callbacks; did_close follows if the socket
+ * had descriptors), or once every queued datagram has been sent. The socket can be bound,
+ * connected or used to send again afterwards. */
+int sk_udp_socket_close(sk_udp_socket_t *sock);
+int sk_udp_socket_close_after_sending(sk_udp_socket_t *sock);
+
+/* Diagnostics. `family` is AF_UNSPEC (IPv4 if the socket has it, else IPv6), AF_INET or
+ * AF_INET6. Host getters return the length written (SK_ERR_BAD_CONFIG when there is no
+ * such address); address getters as sk_socket_get_local_address. */
+int sk_udp_socket_get_local_host(sk_udp_socket_t *sock, int family, char *buffer, size_t capacity);
+int sk_udp_socket_get_local_port(sk_udp_socket_t *sock, int family, uint16_t *out_port);
+int sk_udp_socket_get_local_address(sk_udp_socket_t *sock, int family, struct sockaddr *address,
+                                    socklen_t *address_length);
+int sk_udp_socket_get_connected_host(sk_udp_socket_t *sock, char *buffer, size_t capacity);
+int sk_udp_socket_get_connected_port(sk_udp_socket_t *sock, uint16_t *out_port);
+int sk_udp_socket_get_connected_address(sk_udp_socket_t *sock, struct sockaddr *address, socklen_t *address_length);
+/* 1/0 or SK_ERR_INVALID_HANDLE. is_closed: no descriptors. is_ipv4/is_ipv6: with
+ * descriptors, whether that family has one; before, whether it is enabled. */
+int sk_udp_socket_is_connected(sk_udp_socket_t *sock);
+int sk_udp_socket_is_closed(sk_udp_socket_t *sock);
+int sk_udp_socket_is_ipv4(sk_udp_socket_t *sock);
+int sk_udp_socket_is_ipv6(sk_udp_socket_t *sock);
+/* Runs `function` on the socket's loop with its descriptors (-1 where absent). */
+int sk_udp_socket_perform(sk_udp_socket_t *sock,
+                          void (*function)(const sk_socket_descriptors_t *descriptors, void *context), void *context);
+
 
 /* ======================================================================================
  * Utilities

@@ -10,13 +10,14 @@ import SocketKitC
 /// any order.
 final class HandleRegistry: @unchecked Sendable {
     enum Kind: UInt8, Sendable {
-        case socket = 1, loopGroup, callbackQueue
+        case socket = 1, loopGroup, callbackQueue, udpSocket
 
         var name: String {
             switch self {
             case .socket: return "sk_socket_t"
             case .loopGroup: return "sk_loop_group_t"
             case .callbackQueue: return "sk_callback_queue_t"
+            case .udpSocket: return "sk_udp_socket_t"
             }
         }
     }
@@ -46,6 +47,7 @@ final class HandleRegistry: @unchecked Sendable {
         case .socket: return object is Socket
         case .loopGroup: return object is EventLoopGroup
         case .callbackQueue: return object is CallbackQueue
+        case .udpSocket: return object is UdpSocket
         }
     }
 

@@ -33,6 +33,8 @@ public final class UdpSocket: @unchecked Sendable {
     private nonisolated(unsafe) var mailboxStorage: EventMailbox<UdpSocketEvent>? = nil
     /// The C API's handle for this socket (0 when it has none).
     let cHandle = Atomic<UInt>(0)
+    /// Set by the C API: its filters stop once the handle is released.
+    nonisolated(unsafe) var cFilterGuard: CFilterGuard? = nil
 
     /// A UDP socket with a delegate and a callback queue, on `eventLoop` (default: the next
     /// loop of `EventLoopGroup.default`).

@@ -58,10 +58,19 @@ def split_parameters(text):
     return [part.strip() for part in parts if part.strip() != "void"]
 
 
+# Function-pointer typedefs of the header (sk_udp_send_filter_fn, ...): pointers.
+POINTER_TYPEDEFS = set()
+
+
+def find_pointer_typedefs(text):
+    for match in re.finditer(r"typedef[^;]*?\(\s*\*\s*([A-Za-z_]\w*)\s*\)\s*\(", strip_comments(text)):
+        POINTER_TYPEDEFS.add(match.group(1))
+
+
 def abi_class(declaration):
     text = re.sub(r"\b(const|struct|_Nullable|_Nonnull|SWIFT_NOESCAPE)\b", " ", declaration)
     text = " ".join(text.split())
-    if "(" in text or "*" in text:
+    if "(" in text or "*" in text or (text.split() and text.split()[0] in POINTER_TYPEDEFS):
         return "pointer"
     words = text.split()
     # Drop a parameter name when present (the last word, if more than one).
@@ -84,7 +93,9 @@ def main():
     args = parser.parse_args()
 
     problems = []
-    header = declarations(open(args.header).read())
+    header_text = open(args.header).read()
+    find_pointer_typedefs(header_text)
+    header = declarations(header_text)
     symbols = exported_symbols(args.library)
     exported = {name for name in symbols if name.startswith("sk_")}
     others = sorted(name for name, kind in symbols.items() if not name.startswith("sk_") and kind != "A")
@@ -107,6 +118,9 @@ def main():
             actual = [abi_class(swift_result.replace("SWIFT_EXTERN", ""))] + [abi_class(p) for p in swift_parameters]
             if declared != actual:
                 problems.append(f"{name}: header says {declared}, implementation is {actual}")
+            unknown = [kind for kind in declared + actual if kind.startswith("?")]
+            if unknown:
+                problems.append(f"{name}: types the check cannot classify: {unknown} (teach abi_class)")
             compared += 1
 
     for problem in problems:

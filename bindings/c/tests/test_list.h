@@ -1,5 +1,13 @@
 /* Every C test, in one table (see test_main.c). */
 #define TEST_LIST(X)                          \
+    X(udp_round_trip_with_tags_and_empty_datagrams) \
+    X(udp_invalid_handles_and_bad_arguments)  \
+    X(udp_a_failed_datagram_fails_alone)      \
+    X(udp_filters_drop_and_attach_context)    \
+    X(udp_host_queue_records)                 \
+    X(udp_no_callback_after_release)          \
+    X(udp_multicast_on_loopback)              \
+    X(udp_interop_with_bsd_sockets)           \
     X(version_matches_the_header)             \
     X(every_error_code_has_a_name)            \
     X(invalid_handles_are_errors)             \

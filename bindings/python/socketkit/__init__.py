@@ -1,6 +1,7 @@
 """SocketKit for Python: asynchronous TCP and Unix-domain sockets with CocoaAsyncSocket's
-model (queued reads and writes with tags and timeouts, framing, listeners, delegates), on
-the SocketKit engine through its C library.
+model (queued reads and writes with tags and timeouts, framing, listeners, delegates), and
+UDP sockets with GCDAsyncUdpSocket's (:class:`UdpSocket`), on the SocketKit engine through
+its C library.
 
 A delegate is any object; SocketKit calls the methods it defines::
 
@@ -25,6 +26,16 @@ A delegate is any object; SocketKit calls the methods it defines::
         sock.connect_to_host("example.com", 7, timeout=5)
         done.wait()
 
+UDP works the same way, with datagrams and ("ip", port) addresses::
+
+    class Echo:
+        def udp_socket_did_receive(self, sock, data, address, context):
+            sock.send_to_address(data, address)
+
+    server = socketkit.UdpSocket(Echo())
+    server.bind_to_port(9999, "127.0.0.1")
+    server.begin_receiving()
+
 With asyncio, :mod:`socketkit.aio` runs delegates on the event loop and offers awaitable
 helpers (``await sock.read_to_data(b"\\r\\n")``).
 """
@@ -33,6 +44,7 @@ from ._core import (
     CRLF,
     LF,
     ZERO,
+    AddressPreference,
     CallbackQueue,
     Descriptors,
     HostQueue,
@@ -41,6 +53,7 @@ from ._core import (
     Progress,
     SerialQueue,
     Socket,
+    UdpSocket,
     default_queue,
     lookup_host,
 )
@@ -58,8 +71,10 @@ from .errors import (
     ReadMaxedOutError,
     ReadTimeoutError,
     ResolutionError,
+    SendTimeoutError,
     SystemCallError,
     TimeoutError,
+    TruncatedError,
     WriteTimeoutError,
 )
 
@@ -68,9 +83,10 @@ LIBRARY_VERSION: str = _lib.sk_version().decode()
 __version__ = "0.1.0"
 
 __all__ = [
-    "BadConfigError", "BadParamError", "CR", "CRLF", "CallbackQueue", "ClosedError", "ConnectTimeoutError",
-    "ConnectionRefusedError", "ConnectionResetError", "Descriptors", "Error", "HostQueue", "InvalidHandleError",
-    "KeepAlive", "LF", "LIBRARY_VERSION", "LoopGroup", "OtherError", "Progress", "ReadMaxedOutError",
-    "ReadTimeoutError", "ResolutionError", "SerialQueue", "Socket", "SystemCallError", "TimeoutError",
-    "WriteTimeoutError", "ZERO", "default_queue", "lookup_host",
+    "AddressPreference", "BadConfigError", "BadParamError", "CR", "CRLF", "CallbackQueue", "ClosedError",
+    "ConnectTimeoutError", "ConnectionRefusedError", "ConnectionResetError", "Descriptors", "Error", "HostQueue",
+    "InvalidHandleError", "KeepAlive", "LF", "LIBRARY_VERSION", "LoopGroup", "OtherError", "Progress",
+    "ReadMaxedOutError", "ReadTimeoutError", "ResolutionError", "SendTimeoutError", "SerialQueue", "Socket",
+    "SystemCallError", "TimeoutError", "TruncatedError", "UdpSocket", "WriteTimeoutError", "ZERO", "default_queue",
+    "lookup_host",
 ]

@@ -1,15 +1,16 @@
-"""Sockets, callback queues and loop groups over the C API.
+"""Sockets (TCP, Unix-domain and UDP), callback queues and loop groups over the C API.
 
 Callbacks: SocketKit calls a small fixed set of C trampolines (module-level, alive for the
-process's life); each finds the Python :class:`Socket` by its handle and calls the method
-of the same name on its delegate, if the delegate has one. An exception raised by a
-delegate method goes to :func:`sys.unraisablehook`: it never crashes the process and is
-never silently lost.
+process's life); each finds the Python :class:`Socket` or :class:`UdpSocket` by its handle
+and calls the method of the same name on its delegate, if the delegate has one. An
+exception raised by a delegate method goes to :func:`sys.unraisablehook`: it never crashes
+the process and is never silently lost.
 """
 from __future__ import annotations
 
 import atexit
 import ctypes
+import enum
 import socket as _stdlib_socket
 import struct
 import sys
@@ -479,12 +480,30 @@ def _dispatch_records(raw: memoryview, records: Any, count: int) -> None:
     callback and no ctypes field access on the common paths)."""
     for index in range(count):
         (handle, userdata, kind, port, tag, data, length, elapsed, host, error, new_socket,
-         _token) = _unpack_event(raw, index * _EVENT_SIZE)
+         _token, udp_handle, _address, _address_length, context) = _unpack_event(raw, index * _EVENT_SIZE)
         try:
             if kind == _ffi.EVENT_READ:
                 _on_read(handle, data, length, tag)
             elif kind == _ffi.EVENT_WRITE:
                 _on_simple(handle, "socket_did_write", tag)
+            elif kind >= _ffi.EVENT_UDP_CONNECT:
+                # UDP records carry the peer as text (host, port) beside the sockaddr.
+                if kind == _ffi.EVENT_UDP_RECEIVE:
+                    _on_udp_receive(udp_handle, ctypes.string_at(data, length) if length else b"",
+                                    (ctypes.string_at(host).decode("utf-8", "replace"), port), context)
+                elif kind == _ffi.EVENT_UDP_SEND:
+                    _on_udp_simple(udp_handle, "udp_socket_did_send", tag)
+                elif kind == _ffi.EVENT_UDP_NOT_SEND:
+                    _on_udp_simple(udp_handle, "udp_socket_did_not_send", tag, _error_at(error))
+                elif kind == _ffi.EVENT_UDP_CONNECT:
+                    _on_udp_simple(udp_handle, "udp_socket_did_connect",
+                                   (ctypes.string_at(host).decode("utf-8", "replace"), port))
+                elif kind == _ffi.EVENT_UDP_NOT_CONNECT:
+                    _on_udp_simple(udp_handle, "udp_socket_did_not_connect", _error_at(error))
+                elif kind == _ffi.EVENT_UDP_RECEIVE_ERROR:
+                    _on_udp_simple(udp_handle, "udp_socket_did_receive_error", _error_at(error))
+                elif kind == _ffi.EVENT_UDP_CLOSE:
+                    _on_udp_simple(udp_handle, "udp_socket_did_close", _error_at(error))
             elif kind == _ffi.EVENT_ACCEPT:
                 _on_accept(handle, new_socket)
             elif kind == _ffi.EVENT_CONNECT:
@@ -1158,14 +1177,788 @@ def _port(port: int) -> int:
     return port
 
 
+# --------------------------------------------------------------------------------------
+# UDP sockets
+# --------------------------------------------------------------------------------------
+
+#: An IPv4 or IPv6 peer: ("address", port). IPv6 link-local hosts carry their scope
+#: ("fe80::1%eth0").
+IPAddress = Tuple[str, int]
+
+
+class AddressPreference(enum.IntEnum):
+    """Which of a host name's addresses a :class:`UdpSocket` uses (sk_udp_address_preference)."""
+
+    NEUTRAL = _ffi.UDP_PREFER_NEUTRAL  #: the resolver's first address (default)
+    IPV4 = _ffi.UDP_PREFER_IPV4
+    IPV6 = _ffi.UDP_PREFER_IPV6
+
+
+# Delegate method name -> sk_udp_socket_delegate_t member.
+_UDP_DELEGATE_METHODS = {
+    "udp_socket_did_connect": "did_connect",
+    "udp_socket_did_not_connect": "did_not_connect",
+    "udp_socket_did_send": "did_send",
+    "udp_socket_did_not_send": "did_not_send",
+    "udp_socket_did_receive": "did_receive",
+    "udp_socket_did_receive_error": "did_receive_error",
+    "udp_socket_did_close": "did_close",
+}
+
+# Live UDP sockets by handle, held weakly, as _sockets.
+_udp_sockets: "weakref.WeakValueDictionary[int, UdpSocket]" = weakref.WeakValueDictionary()
+
+_AF_INET = _stdlib_socket.AF_INET
+_AF_INET6 = _stdlib_socket.AF_INET6
+_unpack_family = struct.Struct("=H").unpack_from
+_unpack_port = struct.Struct("!H").unpack_from
+_unpack_scope = struct.Struct("=I").unpack_from
+
+
+def _ip_address_from_sockaddr(raw: bytes) -> Optional[IPAddress]:
+    """("host", port) of a sockaddr_in / sockaddr_in6, as sk_address_get_host writes it (IPv6
+    scope as "%name", or "%index" for an interface that no longer exists); None otherwise."""
+    if len(raw) < 4:
+        return None
+    family = _unpack_family(raw)[0]
+    if family == _AF_INET and len(raw) >= 8:
+        return (_stdlib_socket.inet_ntop(_AF_INET, raw[4:8]), _unpack_port(raw, 2)[0])
+    if family == _AF_INET6 and len(raw) >= 28:
+        host = _stdlib_socket.inet_ntop(_AF_INET6, raw[8:24])
+        scope = _unpack_scope(raw, 24)[0]
+        if scope:
+            try:
+                host += "%" + _stdlib_socket.if_indextoname(scope)
+            except OSError:
+                host += f"%{scope}"
+        return (host, _unpack_port(raw, 2)[0])
+    return None
+
+
+def _ip_address_at(pointer: Optional[int], length: int) -> Optional[IPAddress]:
+    if not pointer or length <= 0:
+        return None
+    return _ip_address_from_sockaddr(ctypes.string_at(pointer, length))
+
+
+def _ip_sockaddr(address: Any) -> bytes:
+    """The C sockaddr for ("ip", port) or ("ip6", port, flowinfo, scope_id) (as Python's
+    socket module gives them). Host names are refused: use the *_to_host methods."""
+    try:
+        if not isinstance(address, tuple) or len(address) not in (2, 4):
+            raise TypeError("expected (host, port)")
+        host, port = address[0], _port(address[1])
+        if not isinstance(host, str):
+            raise TypeError("host must be a str")
+        if len(address) == 4 and address[3] and "%" not in host and ":" in host:
+            host = f"{host}%{int(address[3])}"
+        return _sockaddr((host, port))
+    except Error:
+        raise
+    except (OSError, TypeError, ValueError) as problem:
+        raise error_from_code(-2, 0, f"not a numeric IPv4 or IPv6 address with a port: {address!r} ({problem})"
+                              ) from None
+
+
+def _udp_socket_for(handle: Optional[int]) -> Optional["UdpSocket"]:
+    if _shutting_down or not handle:
+        return None
+    return _udp_sockets.get(handle)
+
+
+# Handlers shared by the C trampolines and the record dispatcher.
+
+def _on_udp_simple(handle, name, *arguments):
+    sock = _udp_socket_for(handle)
+    if sock is not None:
+        _invoke(sock, name, *arguments)
+
+
+def _on_udp_receive(handle, data: bytes, address: Optional[IPAddress], context: Optional[int]):
+    sock = _udp_socket_for(handle)
+    if sock is None:
+        return
+    value = sock._contexts.pop(context, None) if context else None
+    _invoke(sock, "udp_socket_did_receive", data, address, value)
+
+
+@_ffi.UDP_DID_CONNECT
+def _udp_did_connect(handle, address, length, userdata):
+    _on_udp_simple(handle, "udp_socket_did_connect", _ip_address_at(address, length))
+
+
+@_ffi.UDP_DID_NOT_CONNECT
+def _udp_did_not_connect(handle, error, userdata):
+    _on_udp_simple(handle, "udp_socket_did_not_connect", _error_from_c(error))
+
+
+@_ffi.UDP_DID_SEND
+def _udp_did_send(handle, tag, userdata):
+    _on_udp_simple(handle, "udp_socket_did_send", tag)
+
+
+@_ffi.UDP_DID_NOT_SEND
+def _udp_did_not_send(handle, tag, error, userdata):
+    _on_udp_simple(handle, "udp_socket_did_not_send", tag, _error_from_c(error))
+
+
+@_ffi.UDP_DID_RECEIVE
+def _udp_did_receive(handle, data, length, address, address_length, context, userdata):
+    _on_udp_receive(handle, ctypes.string_at(data, length) if length else b"",
+                    _ip_address_at(address, address_length), context)
+
+
+@_ffi.UDP_DID_RECEIVE_ERROR
+def _udp_did_receive_error(handle, error, userdata):
+    _on_udp_simple(handle, "udp_socket_did_receive_error", _error_from_c(error))
+
+
+@_ffi.UDP_DID_CLOSE
+def _udp_did_close(handle, error, userdata):
+    _on_udp_simple(handle, "udp_socket_did_close", _error_from_c(error))
+
+
+_UDP_TRAMPOLINES = {
+    "did_connect": _udp_did_connect,
+    "did_not_connect": _udp_did_not_connect,
+    "did_send": _udp_did_send,
+    "did_not_send": _udp_did_not_send,
+    "did_receive": _udp_did_receive,
+    "did_receive_error": _udp_did_receive_error,
+    "did_close": _udp_did_close,
+}
+
+
+def _udp_delegate_struct(delegate: Any) -> _ffi.UdpSocketDelegate:
+    """The C delegate for a Python delegate: only the methods it has are wired, plus
+    did_receive always (it hands back, and so frees, the receive filter's contexts)."""
+    struct_ = _ffi.UdpSocketDelegate()
+    for method, member in _UDP_DELEGATE_METHODS.items():
+        if delegate is not None and getattr(delegate, method, None) is not None:
+            setattr(struct_, member, _UDP_TRAMPOLINES[member])
+    struct_.did_receive = _UDP_TRAMPOLINES["did_receive"]
+    return struct_
+
+
+# The UDP sockets whose filter is running on this thread (innermost last). SocketKit holds
+# a lock of the socket around each filter call that sk_udp_socket_release takes as well, so
+# a release from inside a filter (explicit, or by the garbage collector) is handed to
+# another thread instead of deadlocking.
+_filter_calls = threading.local()
+
+
+def _filters_running() -> List[int]:
+    running = getattr(_filter_calls, "handles", None)
+    if running is None:
+        running = _filter_calls.handles = []
+    return running
+
+
+def _release_udp_handle(handle: int) -> None:
+    if handle in _filters_running():
+        try:
+            threading.Thread(target=lib.sk_udp_socket_release, args=(handle,), name="socketkit-udp-release",
+                             daemon=True).start()
+            return
+        except RuntimeError:  # pragma: no cover - interpreter shutdown: no threads any more
+            return
+    lib.sk_udp_socket_release(handle)
+
+
+@_ffi.UDP_RECEIVE_FILTER
+def _udp_receive_filter(handle, data, length, address, address_length, out_context, userdata):
+    sock = _udp_socket_for(handle)
+    function = sock._receive_filter if sock is not None else None
+    if function is None:
+        return 1  # removed meanwhile (or shutting down): no filter
+    running = _filters_running()
+    running.append(handle)
+    verdict: Any = None
+    context: Any = None
+    try:
+        verdict = function(ctypes.string_at(data, length) if length else b"", _ip_address_at(address, address_length))
+        if isinstance(verdict, tuple):
+            verdict, context = verdict
+        if not verdict:
+            return 0
+        if context is not None and out_context:
+            token = next(_next_token)
+            sock._contexts[token] = context
+            out_context[0] = token
+        return 1
+    except BaseException:
+        _report_unraisable("Exception ignored in socketkit UDP receive filter (the datagram is dropped)", function)
+        return 0
+    finally:
+        # Dropped while still marked as inside the filter (see _release_udp_handle).
+        sock = function = verdict = context = None
+        running.pop()
+
+
+@_ffi.UDP_SEND_FILTER
+def _udp_send_filter(handle, data, length, address, address_length, tag, userdata):
+    sock = _udp_socket_for(handle)
+    function = sock._send_filter if sock is not None else None
+    if function is None:
+        return 1
+    running = _filters_running()
+    running.append(handle)
+    try:
+        send = function(ctypes.string_at(data, length) if length else b"", _ip_address_at(address, address_length),
+                        tag)
+        return 1 if send else 0
+    except BaseException:
+        _report_unraisable("Exception ignored in socketkit UDP send filter (the datagram is dropped)", function)
+        return 0
+    finally:
+        sock = function = send = None
+        running.pop()
+
+
+#: A receive filter: ``filter(data, address)`` returns whether to keep the datagram, or
+#: ``(keep, context)`` to hand `context` to ``udp_socket_did_receive``.
+ReceiveFilter = Callable[[bytes, Optional[IPAddress]], Union[bool, Tuple[bool, Any]]]
+#: A send filter: ``filter(data, address, tag)`` returns whether to send the datagram.
+SendFilter = Callable[[bytes, Optional[IPAddress], int], bool]
+
+
+def _send_source(data: BytesLike) -> Tuple[Any, int]:
+    """What to pass as `data` (SocketKit copies it during the call) and its length."""
+    if isinstance(data, bytes):
+        return (data if data else None), len(data)
+    view = memoryview(data)
+    length = view.nbytes
+    if length == 0:
+        return None, 0
+    if view.readonly or not view.c_contiguous:
+        return view.tobytes(), length
+    return (ctypes.c_char * length).from_buffer(view.cast("B")), length
+
+
+class UdpSocket:
+    """An asynchronous UDP socket (GCDAsyncUdpSocket's model).
+
+    Datagrams are queued with tags and timeouts and answered by the delegate; receiving is
+    off until :meth:`receive_once` or :meth:`begin_receiving`. Descriptors (one per address
+    family) are made by the first bind, connect or send. Addresses are ``("ip", port)``
+    tuples, IPv4 or IPv6.
+
+    ``delegate`` is any object; SocketKit calls the methods it defines:
+
+    - ``udp_socket_did_connect(sock, address)`` / ``udp_socket_did_not_connect(sock, error)``
+    - ``udp_socket_did_send(sock, tag)`` / ``udp_socket_did_not_send(sock, tag, error)``
+      (a datagram that cannot be sent fails alone: the socket stays open)
+    - ``udp_socket_did_receive(sock, data, address, context)``: `data` is ``bytes``
+      (possibly empty), `context` what the receive filter attached (else None)
+    - ``udp_socket_did_receive_error(sock, error)``: an ICMP error about an earlier
+      datagram, or :class:`~socketkit.TruncatedError` for one larger than the receive limit
+    - ``udp_socket_did_close(sock, error)``: last; `error` None after :meth:`close`
+
+    They run on ``queue``, as for :class:`Socket`: by default :func:`default_queue`; a
+    :class:`HostQueue` to run them yourself (:mod:`socketkit.aio` for asyncio); ``None`` for
+    SocketKit's loop thread. An exception raised by one goes to :func:`sys.unraisablehook`.
+
+    Keep a reference: a socket nobody holds is released (closed without callbacks). Use it
+    as a context manager or call :meth:`release`; afterwards every method raises
+    :class:`InvalidHandleError`. :meth:`close` only closes: the socket can be used again.
+    """
+
+    def __init__(self, delegate: Any = None, *, queue: Optional[CallbackQueue] = _UNSET,
+                 loop_group: Optional[LoopGroup] = None) -> None:
+        self._handle: Optional[int] = None
+        self._delegate = delegate
+        self._queue = default_queue() if queue is _UNSET else queue
+        # Receive-filter contexts waiting for their did_receive, by the token given to C.
+        self._contexts: Dict[int, Any] = {}
+        self._send_filter: Optional[SendFilter] = None
+        self._receive_filter: Optional[ReceiveFilter] = None
+        # Queues the filters run on (held so a HostQueue is not collected under them).
+        self._filter_queues: Dict[str, Optional[CallbackQueue]] = {}
+        self.user_data: Any = None
+        handle = c_void_p()
+        error = _ffi.CError()
+        struct_ = _udp_delegate_struct(delegate)
+        _raise_for(lib.sk_udp_socket_create(byref(struct_), ctypes.sizeof(struct_), None, self._queue_handle,
+                                            loop_group.handle if loop_group is not None else None,
+                                            byref(handle), byref(error)), error)
+        self._handle = handle.value
+        _udp_sockets[handle.value] = self
+
+    # ---- lifetime ------------------------------------------------------------------------
+
+    @property
+    def handle(self) -> int:
+        """The C handle (an integer), for use with the C API directly."""
+        if self._handle is None:
+            raise InvalidHandleError("the UDP socket is released", -11)
+        return self._handle
+
+    @property
+    def _queue_handle(self) -> Optional[int]:
+        return self._queue.handle if self._queue is not None else None
+
+    def release(self) -> None:
+        """Releases the socket: it closes without callbacks (no ``udp_socket_did_close``),
+        and no delegate method or filter of it starts once this returns (one running on
+        another thread is waited for). Idempotent. Called from inside one of the socket's
+        own filters, the release completes on another thread once the filter returns."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            _udp_sockets.pop(handle, None)
+            _release_udp_handle(handle)
+            self._contexts.clear()
+
+    def __enter__(self) -> "UdpSocket":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
+
+    def __repr__(self) -> str:
+        if self._handle is None:
+            return "<socketkit.UdpSocket released>"
+        if self.is_closed:
+            state = "closed"
+        elif self.is_connected:
+            state = f"connected to {self.connected_address}"
+        else:
+            state = f"bound to {self.local_address}"
+        return f"<socketkit.UdpSocket {state} handle={self._handle:#x}>"
+
+    @property
+    def delegate(self) -> Any:
+        return self._delegate
+
+    @delegate.setter
+    def delegate(self, delegate: Any) -> None:
+        """Replaces the delegate, synchronously: once set, no method of the old one runs."""
+        struct_ = _udp_delegate_struct(delegate)
+        _raise_for(lib.sk_udp_socket_set_delegate(self.handle, byref(struct_), ctypes.sizeof(struct_), None))
+        self._delegate = delegate
+
+    @property
+    def queue(self) -> Optional[CallbackQueue]:
+        return self._queue
+
+    @queue.setter
+    def queue(self, queue: Optional[CallbackQueue]) -> None:
+        """Moves callbacks to another queue (None: SocketKit's loop thread), keeping order."""
+        _raise_for(lib.sk_udp_socket_set_callback_queue(self.handle, queue.handle if queue is not None else None))
+        self._queue = queue
+
+    # ---- configuration -------------------------------------------------------------------
+
+    def _flag(self, getter: Callable[[int], int]) -> bool:
+        return bool(_raise_for(getter(self.handle)))
+
+    @property
+    def ipv4_enabled(self) -> bool:
+        """Whether IPv4 is used (default True). Set before the first bind, connect or send."""
+        return self._flag(lib.sk_udp_socket_is_ipv4_enabled)
+
+    @ipv4_enabled.setter
+    def ipv4_enabled(self, enabled: bool) -> None:
+        _raise_for(lib.sk_udp_socket_set_ipv4_enabled(self.handle, int(bool(enabled))))
+
+    @property
+    def ipv6_enabled(self) -> bool:
+        """Whether IPv6 is used (default True). Set before the first bind, connect or send."""
+        return self._flag(lib.sk_udp_socket_is_ipv6_enabled)
+
+    @ipv6_enabled.setter
+    def ipv6_enabled(self, enabled: bool) -> None:
+        _raise_for(lib.sk_udp_socket_set_ipv6_enabled(self.handle, int(bool(enabled))))
+
+    @property
+    def address_preference(self) -> AddressPreference:
+        """Which resolved address of a host name sends and connects use."""
+        return AddressPreference(_raise_for(lib.sk_udp_socket_get_address_preference(self.handle)))
+
+    @address_preference.setter
+    def address_preference(self, preference: Union[AddressPreference, int]) -> None:
+        _raise_for(lib.sk_udp_socket_set_address_preference(self.handle, _int(preference)))
+
+    @property
+    def max_receive_sizes(self) -> Tuple[int, int]:
+        """(IPv4, IPv6): the largest datagram delivered per family (1...65535, 65535 by
+        default); larger ones are dropped and reported as TruncatedError."""
+        ipv4, ipv6 = c_size_t(), c_size_t()
+        _raise_for(lib.sk_udp_socket_get_max_receive_sizes(self.handle, byref(ipv4), byref(ipv6)))
+        return (ipv4.value, ipv6.value)
+
+    @max_receive_sizes.setter
+    def max_receive_sizes(self, sizes: Tuple[int, int]) -> None:
+        ipv4, ipv6 = sizes
+        error = _ffi.CError()
+        _raise_for(lib.sk_udp_socket_set_max_receive_sizes(self.handle, _size(ipv4, "ipv4_size"),
+                                                           _size(ipv6, "ipv6_size"), byref(error)), error)
+
+    @property
+    def buffer_sizes(self) -> Tuple[int, int]:
+        """(send, receive) sizes requested with SO_SNDBUF/SO_RCVBUF when descriptors are
+        made; 0 = the kernel's default."""
+        send, receive = c_int(), c_int()
+        _raise_for(lib.sk_udp_socket_get_buffer_sizes(self.handle, byref(send), byref(receive)))
+        return (send.value, receive.value)
+
+    @buffer_sizes.setter
+    def buffer_sizes(self, sizes: Tuple[int, int]) -> None:
+        send, receive = sizes
+        error = _ffi.CError()
+        _raise_for(lib.sk_udp_socket_set_buffer_sizes(self.handle, _int(send), _int(receive), byref(error)), error)
+
+    # ---- binding and connecting ---------------------------------------------------------
+
+    def bind_to_port(self, port: int = 0, interface: Optional[str] = None) -> None:
+        """Binds every enabled family on `interface` (None: any; "localhost"; a name such as
+        "lo"; an IP address) to `port` (0: one free port for both families). Raises
+        SystemCallError (EADDRINUSE, EACCES), BadParamError (unknown interface),
+        BadConfigError (bound already, or after a connect or send)."""
+        error = _ffi.CError()
+        _raise_for(lib.sk_udp_socket_bind_to_port(self.handle, interface.encode() if interface else None,
+                                                  _port(port), byref(error)), error)
+
+    def bind_to_address(self, address: IPAddress) -> None:
+        """Binds the address's family only, to ("ip", port); the other family is given up."""
+        raw = _ip_sockaddr(address)
+        error = _ffi.CError()
+        _raise_for(lib.sk_udp_socket_bind_to_address(self.handle, raw, len(raw), byref(error)), error)
+
+    def connect_to_host(self, host: str, port: int) -> None:
+        """Connects (queued behind earlier sends; the name is resolved off the loop): only
+        that peer can then send to the socket. ``udp_socket_did_connect(sock, address)`` or
+        ``udp_socket_did_not_connect(sock, error)`` follows."""
+        error = _ffi.CError()
+        _raise_for(lib.sk_udp_socket_connect_to_host(self.handle, host.encode(), _port(port), byref(error)), error)
+
+    def connect_to_address(self, address: IPAddress) -> None:
+        """Connects to ("ip", port), without name resolution."""
+        raw = _ip_sockaddr(address)
+        error = _ffi.CError()
+        _raise_for(lib.sk_udp_socket_connect_to_address(self.handle, raw, len(raw), byref(error)), error)
+
+    # ---- sending ---------------------------------------------------------------------------
+
+    def send(self, data: BytesLike, timeout: float = -1, tag: int = 0) -> None:
+        """Queues a datagram (copied; 0...65535 bytes) to the connected peer.
+        ``udp_socket_did_send(sock, tag)`` or ``udp_socket_did_not_send(sock, tag, error)``
+        follows. `timeout` (seconds, negative: none) counts from when the datagram reaches
+        the head of the queue."""
+        source, length = _send_source(data)
+        error = _ffi.CError()
+        _raise_for(lib.sk_udp_socket_send(self.handle, source, length, float(timeout), tag, byref(error)), error)
+
+    def send_to_host(self, data: BytesLike, host: str, port: int, timeout: float = -1, tag: int = 0) -> None:
+        """Queues a datagram to `host` (resolved off the loop: a name that does not resolve
+        comes back as ``udp_socket_did_not_send`` with ResolutionError)."""
+        source, length = _send_source(data)
+        error = _ffi.CError()
+        _raise_for(lib.sk_udp_socket_send_to_host(self.handle, source, length, host.encode(), _port(port),
+                                                  float(timeout), tag, byref(error)), error)
+
+    def send_to_address(self, data: BytesLike, address: IPAddress, timeout: float = -1, tag: int = 0) -> None:
+        """Queues a datagram to ("ip", port)."""
+        raw = _ip_sockaddr(address)
+        source, length = _send_source(data)
+        error = _ffi.CError()
+        _raise_for(lib.sk_udp_socket_send_to_address(self.handle, source, length, raw, len(raw), float(timeout),
+                                                     tag, byref(error)), error)
+
+    # ---- filters -------------------------------------------------------------------------
+
+    def set_send_filter(self, filter: Optional[SendFilter], queue: Optional[CallbackQueue] = None,  # noqa: A002
+                        asynchronous: bool = True) -> None:
+        """Sets (None: removes) the send filter: ``filter(data, address, tag)`` returns
+        whether to send the datagram; one it refuses is still reported by
+        ``udp_socket_did_send``. `asynchronous` False runs it on SocketKit's loop thread as
+        each datagram goes out (`queue` must then be None); True on `queue` (None: the
+        socket's callback queue). A filter that raises drops the datagram (the exception
+        goes to sys.unraisablehook)."""
+        self._set_filter("send", filter, queue, asynchronous)
+
+    def set_receive_filter(self, filter: Optional[ReceiveFilter],  # noqa: A002
+                           queue: Optional[CallbackQueue] = None, asynchronous: bool = True) -> None:
+        """Sets (None: removes) the receive filter: ``filter(data, address)`` returns whether
+        to keep the datagram, or ``(keep, context)``: `context` (any object) is then passed
+        to ``udp_socket_did_receive``. Threads as for :meth:`set_send_filter`; a filter that
+        raises drops the datagram. In receive-once mode a dropped datagram does not count."""
+        self._set_filter("receive", filter, queue, asynchronous)
+
+    def _set_filter(self, which: str, function: Optional[Callable[..., Any]], queue: Optional[CallbackQueue],
+                    asynchronous: bool) -> None:
+        if function is not None and not callable(function):
+            raise error_from_code(-2, 0, f"the {which} filter must be callable or None")
+        handle = self.handle
+        attribute = "_send_filter" if which == "send" else "_receive_filter"
+        previous = getattr(self, attribute)
+        # Set first: SocketKit may call the filter before the C call returns.
+        setattr(self, attribute, function)
+        error = _ffi.CError()
+        queue_handle = queue.handle if queue is not None else None
+        if which == "send":
+            trampoline = _udp_send_filter if function is not None else _ffi.UDP_SEND_FILTER()
+            status = lib.sk_udp_socket_set_send_filter(handle, trampoline, None, queue_handle, int(bool(asynchronous)),
+                                                       byref(error))
+        else:
+            trampoline = _udp_receive_filter if function is not None else _ffi.UDP_RECEIVE_FILTER()
+            status = lib.sk_udp_socket_set_receive_filter(handle, trampoline, None, queue_handle,
+                                                          int(bool(asynchronous)), byref(error))
+        if status < 0:
+            setattr(self, attribute, previous)
+        _raise_for(status, error)
+        self._filter_queues[which] = queue
+
+    # ---- receiving -----------------------------------------------------------------------
+
+    def receive_once(self) -> None:
+        """Delivers the next datagram (one the receive filter keeps), then stops. Raises
+        BadConfigError before the socket has descriptors (bind, connect or send first)."""
+        error = _ffi.CError()
+        _raise_for(lib.sk_udp_socket_receive_once(self.handle, byref(error)), error)
+
+    def begin_receiving(self) -> None:
+        """Delivers every datagram until :meth:`pause_receiving` or close."""
+        error = _ffi.CError()
+        _raise_for(lib.sk_udp_socket_begin_receiving(self.handle, byref(error)), error)
+
+    def pause_receiving(self) -> None:
+        """Stops reading (datagrams wait in the kernel); callbacks already queued still come."""
+        _raise_for(lib.sk_udp_socket_pause_receiving(self.handle))
+
+    # ---- multicast, broadcast, reuse ---------------------------------------------------
+
+    def join_multicast_group(self, group: str, interface: Optional[str] = None) -> None:
+        """Joins `group` (a numeric IPv4 or IPv6 address) on `interface` (None: the kernel's
+        choice; a name, "localhost", or an IP address of one). Needs a bound, unconnected
+        socket."""
+        error = _ffi.CError()
+        _raise_for(lib.sk_udp_socket_join_multicast_group(self.handle, group.encode(),
+                                                          interface.encode() if interface else None,
+                                                          byref(error)), error)
+
+    def leave_multicast_group(self, group: str, interface: Optional[str] = None) -> None:
+        """Leaves `group` (SystemCallError EADDRNOTAVAIL if it was not joined)."""
+        error = _ffi.CError()
+        _raise_for(lib.sk_udp_socket_leave_multicast_group(self.handle, group.encode(),
+                                                           interface.encode() if interface else None,
+                                                           byref(error)), error)
+
+    def send_ipv4_multicast_on_interface(self, interface: str) -> None:
+        """The interface IPv4 multicast leaves through (IP_MULTICAST_IF)."""
+        error = _ffi.CError()
+        _raise_for(lib.sk_udp_socket_send_ipv4_multicast_on_interface(self.handle, interface.encode(),
+                                                                      byref(error)), error)
+
+    def send_ipv6_multicast_on_interface(self, interface: str) -> None:
+        """The interface IPv6 multicast leaves through (IPV6_MULTICAST_IF)."""
+        error = _ffi.CError()
+        _raise_for(lib.sk_udp_socket_send_ipv6_multicast_on_interface(self.handle, interface.encode(),
+                                                                      byref(error)), error)
+
+    def set_multicast_ttl(self, ttl: int) -> None:
+        """Multicast TTL / hop limit (0...255), both families."""
+        error = _ffi.CError()
+        _raise_for(lib.sk_udp_socket_set_multicast_ttl(self.handle, _int(ttl), byref(error)), error)
+
+    def set_multicast_loopback(self, enabled: bool) -> None:
+        """Whether this host's own multicast comes back to it (the kernel's default: yes)."""
+        error = _ffi.CError()
+        _raise_for(lib.sk_udp_socket_set_multicast_loopback(self.handle, int(bool(enabled)), byref(error)), error)
+
+    def enable_broadcast(self, enabled: bool = True) -> None:
+        """SO_BROADCAST (IPv4): without it a send to a broadcast address fails with EACCES."""
+        error = _ffi.CError()
+        _raise_for(lib.sk_udp_socket_enable_broadcast(self.handle, int(bool(enabled)), byref(error)), error)
+
+    def enable_reuse_port(self, enabled: bool = True) -> None:
+        """SO_REUSEPORT (several sockets on one port); before binding."""
+        error = _ffi.CError()
+        _raise_for(lib.sk_udp_socket_enable_reuse_port(self.handle, int(bool(enabled)), byref(error)), error)
+
+    def enable_reuse_address(self, enabled: bool = True) -> None:
+        """SO_REUSEADDR; before binding."""
+        error = _ffi.CError()
+        _raise_for(lib.sk_udp_socket_enable_reuse_address(self.handle, int(bool(enabled)), byref(error)), error)
+
+    # ---- closing -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Closes now: queued datagrams are dropped without callbacks, then
+        ``udp_socket_did_close(sock, None)`` follows if the socket had descriptors. The
+        socket can be bound, connected or used to send again."""
+        _raise_for(lib.sk_udp_socket_close(self.handle))
+
+    def close_after_sending(self) -> None:
+        """Closes once every queued datagram has been sent."""
+        _raise_for(lib.sk_udp_socket_close_after_sending(self.handle))
+
+    # ---- diagnostics ---------------------------------------------------------------------
+
+    @property
+    def is_connected(self) -> bool:
+        return self._flag(lib.sk_udp_socket_is_connected)
+
+    @property
+    def is_closed(self) -> bool:
+        """True while the socket has no descriptor (fresh, or closed)."""
+        return self._flag(lib.sk_udp_socket_is_closed)
+
+    @property
+    def is_ipv4(self) -> bool:
+        """With descriptors: whether an IPv4 one exists; before: whether IPv4 is enabled."""
+        return self._flag(lib.sk_udp_socket_is_ipv4)
+
+    @property
+    def is_ipv6(self) -> bool:
+        return self._flag(lib.sk_udp_socket_is_ipv6)
+
+    # AF_UNSPEC ("IPv4 if the socket has it, else IPv6") is asked as AF_INET, then AF_INET6:
+    # the library's sk_udp_socket_get_local_host / _get_local_address answer AF_UNSPEC with
+    # SK_ERR_BAD_PARAM (0.1.0), and the two questions mean the same.
+
+    def _local_host(self, family: int) -> Optional[str]:
+        if family == _stdlib_socket.AF_UNSPEC:
+            return self._local_host(_AF_INET) or self._local_host(_AF_INET6)
+        buffer = ctypes.create_string_buffer(128)
+        status = lib.sk_udp_socket_get_local_host(self.handle, family, buffer, len(buffer))
+        if status == -1:  # SK_ERR_BAD_CONFIG: no such address
+            return None
+        _raise_for(status)
+        return buffer.value.decode("utf-8", "replace")
+
+    def _local_port(self, family: int) -> int:
+        port = c_uint16()
+        status = lib.sk_udp_socket_get_local_port(self.handle, family, byref(port))
+        if status == -1:
+            return 0
+        _raise_for(status)
+        return port.value
+
+    def _local_address(self, family: int) -> Optional[IPAddress]:
+        if family == _stdlib_socket.AF_UNSPEC:
+            return self._local_address(_AF_INET) or self._local_address(_AF_INET6)
+        storage = ctypes.create_string_buffer(128)
+        length = c_uint32(len(storage))
+        status = lib.sk_udp_socket_get_local_address(self.handle, family, storage, byref(length))
+        if status == -1:
+            return None
+        _raise_for(status)
+        return _ip_address_from_sockaddr(storage.raw[:length.value])
+
+    @property
+    def local_host(self) -> Optional[str]:
+        """The local IPv4 address if the socket has one, else the IPv6 one; None before a
+        bind, connect or send."""
+        return self._local_host(_stdlib_socket.AF_UNSPEC)
+
+    @property
+    def local_port(self) -> int:
+        """The local port (IPv4's if the socket has it, else IPv6's); 0 when none."""
+        return self._local_port(_stdlib_socket.AF_UNSPEC)
+
+    @property
+    def local_address(self) -> Optional[IPAddress]:
+        return self._local_address(_stdlib_socket.AF_UNSPEC)
+
+    @property
+    def local_host_ipv4(self) -> Optional[str]:
+        return self._local_host(_AF_INET)
+
+    @property
+    def local_port_ipv4(self) -> int:
+        return self._local_port(_AF_INET)
+
+    @property
+    def local_address_ipv4(self) -> Optional[IPAddress]:
+        return self._local_address(_AF_INET)
+
+    @property
+    def local_host_ipv6(self) -> Optional[str]:
+        return self._local_host(_AF_INET6)
+
+    @property
+    def local_port_ipv6(self) -> int:
+        return self._local_port(_AF_INET6)
+
+    @property
+    def local_address_ipv6(self) -> Optional[IPAddress]:
+        return self._local_address(_AF_INET6)
+
+    @property
+    def connected_host(self) -> Optional[str]:
+        """The connected peer's IP address, or None."""
+        buffer = ctypes.create_string_buffer(128)
+        status = lib.sk_udp_socket_get_connected_host(self.handle, buffer, len(buffer))
+        if status == -1:
+            return None
+        _raise_for(status)
+        return buffer.value.decode("utf-8", "replace")
+
+    @property
+    def connected_port(self) -> int:
+        """The connected peer's port, or 0."""
+        port = c_uint16()
+        status = lib.sk_udp_socket_get_connected_port(self.handle, byref(port))
+        if status == -1:
+            return 0
+        _raise_for(status)
+        return port.value
+
+    @property
+    def connected_address(self) -> Optional[IPAddress]:
+        storage = ctypes.create_string_buffer(128)
+        length = c_uint32(len(storage))
+        status = lib.sk_udp_socket_get_connected_address(self.handle, storage, byref(length))
+        if status == -1:
+            return None
+        _raise_for(status)
+        return _ip_address_from_sockaddr(storage.raw[:length.value])
+
+    # ---- advanced ------------------------------------------------------------------------
+
+    def perform(self, function: Callable[[Descriptors], None]) -> None:
+        """Runs `function(descriptors)` on the socket's loop thread with its descriptors
+        (-1 where absent; ``unix`` is always -1), e.g. for a setsockopt SocketKit does not
+        offer. Do not close them."""
+        def trampoline(descriptors, context):
+            try:
+                value = descriptors.contents
+                function(Descriptors(value.primary, value.ipv4, value.ipv6, value.unix_domain))
+            except BaseException:
+                _report_unraisable("Exception ignored in socketkit perform function", function)
+            finally:
+                with _perform_lock:
+                    _perform_calls.pop(id(callback), None)
+
+        callback = _ffi.PERFORM_FUNCTION(trampoline)
+        with _perform_lock:
+            _perform_calls[id(callback)] = callback
+        status = lib.sk_udp_socket_perform(self.handle, callback, None)
+        if status < 0:
+            with _perform_lock:
+                _perform_calls.pop(id(callback), None)
+        _raise_for(status)
+
+
 @atexit.register
 def _shutdown() -> None:
-    """Closes every live socket before the interpreter goes away, so no SocketKit thread
-    calls into a finalizing interpreter."""
+    """Closes every live socket (TCP and UDP) before the interpreter goes away, so no
+    SocketKit thread calls into a finalizing interpreter."""
     global _shutting_down
     _shutting_down = True
     for sock in list(_sockets.values()):
         try:
             sock.abort()
+        except Exception:  # pragma: no cover
+            pass
+    for udp_socket in list(_udp_sockets.values()):
+        try:
+            udp_socket.release()
         except Exception:  # pragma: no cover
             pass

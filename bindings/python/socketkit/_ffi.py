@@ -1,6 +1,6 @@
 """The C API of libsocketkit, declared for ctypes: every function with exact argument and
-result types, the structs, and the callback types. Nothing here is public; the rest of the
-package wraps it. ``tests/test_ffi.py`` checks this table against ``socketkit.h``.
+result types, the structs, and the callback types (TCP and UDP). Nothing here is public; the
+rest of the package wraps it. ``tests/test_ffi.py`` checks this table against ``socketkit.h``.
 """
 from __future__ import annotations
 
@@ -92,6 +92,38 @@ class SocketDelegate(Structure):
     ]
 
 
+# Callback types of sk_udp_socket_delegate_t, in member order, and the UDP filters.
+UDP_DID_CONNECT = CFUNCTYPE(None, c_void_p, c_void_p, c_uint32, c_void_p)
+UDP_DID_NOT_CONNECT = CFUNCTYPE(None, c_void_p, POINTER(CError), c_void_p)
+UDP_DID_SEND = CFUNCTYPE(None, c_void_p, c_long, c_void_p)
+UDP_DID_NOT_SEND = CFUNCTYPE(None, c_void_p, c_long, POINTER(CError), c_void_p)
+UDP_DID_RECEIVE = CFUNCTYPE(None, c_void_p, c_void_p, c_size_t, c_void_p, c_uint32, c_void_p, c_void_p)
+UDP_DID_RECEIVE_ERROR = CFUNCTYPE(None, c_void_p, POINTER(CError), c_void_p)
+UDP_DID_CLOSE = CFUNCTYPE(None, c_void_p, POINTER(CError), c_void_p)
+#: sk_udp_receive_filter_fn(sock, data, length, address, address_length, out_context, filter_userdata)
+UDP_RECEIVE_FILTER = CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t, c_void_p, c_uint32, POINTER(c_void_p), c_void_p)
+#: sk_udp_send_filter_fn(sock, data, length, address, address_length, tag, filter_userdata)
+UDP_SEND_FILTER = CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t, c_void_p, c_uint32, c_long, c_void_p)
+
+
+class UdpSocketDelegate(Structure):
+    """sk_udp_socket_delegate_t"""
+
+    _fields_ = [
+        ("did_connect", UDP_DID_CONNECT),
+        ("did_not_connect", UDP_DID_NOT_CONNECT),
+        ("did_send", UDP_DID_SEND),
+        ("did_not_send", UDP_DID_NOT_SEND),
+        ("did_receive", UDP_DID_RECEIVE),
+        ("did_receive_error", UDP_DID_RECEIVE_ERROR),
+        ("did_close", UDP_DID_CLOSE),
+    ]
+
+
+# sk_udp_address_preference_t
+UDP_PREFER_NEUTRAL, UDP_PREFER_IPV4, UDP_PREFER_IPV6 = 0, 1, 2
+
+
 class Event(Structure):
     """sk_event_t: one event record from sk_callback_queue_poll_events."""
 
@@ -108,6 +140,11 @@ class Event(Structure):
         ("error", c_void_p),
         ("new_socket", c_void_p),
         ("token", c_uint64),
+        # UDP records (`sock` is NULL for them)
+        ("udp_sock", c_void_p),
+        ("address", c_void_p),
+        ("address_length", c_uint32),  # socklen_t
+        ("context", c_void_p),
     ]
 
 
@@ -115,13 +152,17 @@ class Event(Structure):
 (EVENT_ACCEPT, EVENT_PAUSE_ACCEPTING, EVENT_CONNECT, EVENT_READ, EVENT_READ_PARTIAL, EVENT_READ_TIMEOUT,
  EVENT_WRITE, EVENT_WRITE_PARTIAL, EVENT_WRITE_TIMEOUT, EVENT_CLOSE_READ_STREAM, EVENT_HIGH_WATERMARK,
  EVENT_LOW_WATERMARK, EVENT_DISCONNECT) = range(1, 14)
+(EVENT_UDP_CONNECT, EVENT_UDP_NOT_CONNECT, EVENT_UDP_SEND, EVENT_UDP_NOT_SEND, EVENT_UDP_RECEIVE,
+ EVENT_UDP_RECEIVE_ERROR, EVENT_UDP_CLOSE) = range(20, 27)
 
 #: sk_event_t as a struct format: one unpack_from reads a whole record (much cheaper than
 #: ctypes field access). Fields: sock, userdata, kind, port, tag, data, length, elapsed,
-#: host, error, new_socket, token (None for NULL pointers is not given: 0 is).
-EVENT_FORMAT = struct.Struct("@PPiHlPNdPPPQ")
+#: host, error, new_socket, token, udp_sock, address, address_length, context (NULL
+#: pointers unpack as 0, not None).
+EVENT_FORMAT = struct.Struct("@PPiHlPNdPPPQPPIP")
 assert EVENT_FORMAT.size == ctypes.sizeof(Event), (EVENT_FORMAT.size, ctypes.sizeof(Event))
-assert [getattr(Event, name).offset for name in ("kind", "port", "tag", "token")] == [16, 20, 24, 80]
+assert [getattr(Event, name).offset for name in ("kind", "port", "tag", "token", "udp_sock", "address",
+                                                 "address_length", "context")] == [16, 20, 24, 80, 88, 96, 104, 112]
 
 _error = POINTER(CError)
 _handle = c_void_p
@@ -229,6 +270,71 @@ PROTOTYPES = {
     "sk_socket_get_local_address": (c_int, [_handle, c_void_p, POINTER(c_uint32)]),
     # Advanced
     "sk_socket_perform": (c_int, [_handle, PERFORM_FUNCTION, c_void_p]),
+    # UDP sockets: lifetime
+    "sk_udp_socket_create": (
+        c_int,
+        [POINTER(UdpSocketDelegate), c_size_t, c_void_p, _handle, _handle, _out_handle, _error],
+    ),
+    "sk_udp_socket_release": (c_int, [_handle]),
+    "sk_udp_socket_set_delegate": (c_int, [_handle, POINTER(UdpSocketDelegate), c_size_t, c_void_p]),
+    "sk_udp_socket_set_callback_queue": (c_int, [_handle, _handle]),
+    "sk_udp_socket_get_userdata": (c_int, [_handle, POINTER(c_void_p)]),
+    # UDP configuration
+    "sk_udp_socket_set_ipv4_enabled": (c_int, [_handle, c_int]),
+    "sk_udp_socket_is_ipv4_enabled": (c_int, [_handle]),
+    "sk_udp_socket_set_ipv6_enabled": (c_int, [_handle, c_int]),
+    "sk_udp_socket_is_ipv6_enabled": (c_int, [_handle]),
+    "sk_udp_socket_set_address_preference": (c_int, [_handle, c_int]),
+    "sk_udp_socket_get_address_preference": (c_int, [_handle]),
+    "sk_udp_socket_set_max_receive_sizes": (c_int, [_handle, c_size_t, c_size_t, _error]),
+    "sk_udp_socket_get_max_receive_sizes": (c_int, [_handle, POINTER(c_size_t), POINTER(c_size_t)]),
+    "sk_udp_socket_set_buffer_sizes": (c_int, [_handle, c_int, c_int, _error]),
+    "sk_udp_socket_get_buffer_sizes": (c_int, [_handle, POINTER(c_int), POINTER(c_int)]),
+    # UDP binding and connecting
+    "sk_udp_socket_bind_to_port": (c_int, [_handle, c_char_p, c_uint16, _error]),
+    "sk_udp_socket_bind_to_address": (c_int, [_handle, c_void_p, c_uint32, _error]),
+    "sk_udp_socket_connect_to_host": (c_int, [_handle, c_char_p, c_uint16, _error]),
+    "sk_udp_socket_connect_to_address": (c_int, [_handle, c_void_p, c_uint32, _error]),
+    # UDP sending, filters, receiving
+    "sk_udp_socket_send": (c_int, [_handle, c_void_p, c_size_t, c_double, c_long, _error]),
+    "sk_udp_socket_send_to_host": (
+        c_int,
+        [_handle, c_void_p, c_size_t, c_char_p, c_uint16, c_double, c_long, _error],
+    ),
+    "sk_udp_socket_send_to_address": (
+        c_int,
+        [_handle, c_void_p, c_size_t, c_void_p, c_uint32, c_double, c_long, _error],
+    ),
+    "sk_udp_socket_set_send_filter": (c_int, [_handle, UDP_SEND_FILTER, c_void_p, _handle, c_int, _error]),
+    "sk_udp_socket_set_receive_filter": (c_int, [_handle, UDP_RECEIVE_FILTER, c_void_p, _handle, c_int, _error]),
+    "sk_udp_socket_receive_once": (c_int, [_handle, _error]),
+    "sk_udp_socket_begin_receiving": (c_int, [_handle, _error]),
+    "sk_udp_socket_pause_receiving": (c_int, [_handle]),
+    # UDP multicast, broadcast, reuse
+    "sk_udp_socket_join_multicast_group": (c_int, [_handle, c_char_p, c_char_p, _error]),
+    "sk_udp_socket_leave_multicast_group": (c_int, [_handle, c_char_p, c_char_p, _error]),
+    "sk_udp_socket_send_ipv4_multicast_on_interface": (c_int, [_handle, c_char_p, _error]),
+    "sk_udp_socket_send_ipv6_multicast_on_interface": (c_int, [_handle, c_char_p, _error]),
+    "sk_udp_socket_set_multicast_ttl": (c_int, [_handle, c_int, _error]),
+    "sk_udp_socket_set_multicast_loopback": (c_int, [_handle, c_int, _error]),
+    "sk_udp_socket_enable_broadcast": (c_int, [_handle, c_int, _error]),
+    "sk_udp_socket_enable_reuse_port": (c_int, [_handle, c_int, _error]),
+    "sk_udp_socket_enable_reuse_address": (c_int, [_handle, c_int, _error]),
+    # UDP closing
+    "sk_udp_socket_close": (c_int, [_handle]),
+    "sk_udp_socket_close_after_sending": (c_int, [_handle]),
+    # UDP diagnostics
+    "sk_udp_socket_get_local_host": (c_int, [_handle, c_int, c_char_p, c_size_t]),
+    "sk_udp_socket_get_local_port": (c_int, [_handle, c_int, POINTER(c_uint16)]),
+    "sk_udp_socket_get_local_address": (c_int, [_handle, c_int, c_void_p, POINTER(c_uint32)]),
+    "sk_udp_socket_get_connected_host": (c_int, [_handle, c_char_p, c_size_t]),
+    "sk_udp_socket_get_connected_port": (c_int, [_handle, POINTER(c_uint16)]),
+    "sk_udp_socket_get_connected_address": (c_int, [_handle, c_void_p, POINTER(c_uint32)]),
+    "sk_udp_socket_is_connected": (c_int, [_handle]),
+    "sk_udp_socket_is_closed": (c_int, [_handle]),
+    "sk_udp_socket_is_ipv4": (c_int, [_handle]),
+    "sk_udp_socket_is_ipv6": (c_int, [_handle]),
+    "sk_udp_socket_perform": (c_int, [_handle, PERFORM_FUNCTION, c_void_p]),
     # Utilities
     "sk_lookup_host": (c_int, [c_char_p, c_uint16, c_void_p, c_size_t, POINTER(c_size_t), _error]),
     "sk_address_get_host": (c_int, [c_void_p, c_uint32, c_char_p, c_size_t]),

@@ -17,14 +17,21 @@ On top of that, :class:`AsyncSocket` and :func:`start_server` offer awaitable ca
 Errors arrive as the same exceptions as everywhere in socketkit; a read or write pending
 when the connection ends raises the error that ended it (ClosedError when the peer closed,
 or the error of ``socket_did_disconnect``).
+
+UDP: :class:`AsyncUdpSocket` sends and receives datagrams with awaitable calls::
+
+    server = await socketkit.aio.AsyncUdpSocket.bind("127.0.0.1", 9999)
+    data, address = await server.receive()
+    await server.send_to(data, address)
 """
 from __future__ import annotations
 
 import asyncio
+import collections
 import weakref
-from typing import Any, Awaitable, Callable, Dict, Optional, Tuple
+from typing import Any, Awaitable, Callable, Deque, Dict, Optional, Tuple, Union
 
-from ._core import HostQueue, LoopGroup, Socket
+from ._core import HostQueue, IPAddress, LoopGroup, Socket, UdpSocket
 from .errors import ClosedError, Error
 
 _queues: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, HostQueue]" = weakref.WeakKeyDictionary()
@@ -250,3 +257,206 @@ async def start_unix_server(handler: Callable[[AsyncSocket], Awaitable[None]], p
     server = Server(handler, None)
     server.socket.accept_on_unix_path(path)
     return server
+
+
+class AsyncUdpSocket:
+    """A UDP socket with awaitable operations; its delegate methods run on the asyncio loop.
+
+    Sends resolve when SocketKit reports the datagram sent, and raise what failed it
+    (SystemCallError with EMSGSIZE, ResolutionError, ...: the socket stays open). Received
+    datagrams wait in a queue for :meth:`receive`; past :attr:`max_queued` of them the
+    socket stops reading (they wait in the kernel, where the kernel may drop them) until
+    :meth:`receive` has taken half. A receive error (an ICMP error about an earlier
+    datagram, TruncatedError) is raised by the :meth:`receive` whose turn it is.
+    """
+
+    def __init__(self, sock: Optional[UdpSocket] = None, *, loop_group: Optional[LoopGroup] = None,
+                 max_queued: int = 1024) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._sends: Dict[int, asyncio.Future] = {}
+        self._next_tag = 0
+        self._received: Deque[Union[Tuple[bytes, IPAddress], BaseException]] = collections.deque()
+        self._waiters: Deque[asyncio.Future] = collections.deque()
+        self._connected: Optional[asyncio.Future] = None
+        self._closed: asyncio.Future = self._loop.create_future()
+        self._error: Optional[BaseException] = None
+        self._receiving = False
+        self._paused = False
+        #: Datagrams queued for :meth:`receive` before reading pauses.
+        self.max_queued = max_queued
+        if sock is None:
+            sock = UdpSocket(self, queue=queue(self._loop), loop_group=loop_group)
+        else:
+            sock.queue = queue(self._loop)
+            sock.delegate = self
+        self.socket = sock
+
+    @classmethod
+    async def bind(cls, host: Optional[str] = "127.0.0.1", port: int = 0, *, loop_group: Optional[LoopGroup] = None,
+                   max_queued: int = 1024) -> "AsyncUdpSocket":
+        """A socket bound to `host` (None: every interface) and `port` (0: one free port),
+        receiving."""
+        self = cls(loop_group=loop_group, max_queued=max_queued)
+        try:
+            self.socket.bind_to_port(port, host)
+            self._start_receiving()
+        except BaseException:
+            self.socket.release()
+            raise
+        return self
+
+    @classmethod
+    async def connect(cls, host: str, port: int, *, loop_group: Optional[LoopGroup] = None,
+                      max_queued: int = 1024) -> "AsyncUdpSocket":
+        """A socket connected to `host` and `port` (only that peer is heard), receiving.
+        Raises what failed the connect (ResolutionError, ...)."""
+        self = cls(loop_group=loop_group, max_queued=max_queued)
+        self._connected = self._loop.create_future()
+        try:
+            self.socket.connect_to_host(host, port)
+            await self._connected
+            self._start_receiving()
+        except BaseException:
+            self.socket.release()
+            raise
+        return self
+
+    @property
+    def local_address(self) -> Optional[IPAddress]:
+        return self.socket.local_address
+
+    # ---- sending -------------------------------------------------------------------
+
+    async def _send(self, start: Callable[[int], None]) -> None:
+        if self._error is not None:
+            raise self._error
+        tag = self._next_tag
+        self._next_tag += 1
+        future = self._loop.create_future()
+        self._sends[tag] = future
+        try:
+            start(tag)
+        except BaseException:
+            self._sends.pop(tag, None)
+            raise
+        await future
+
+    async def send(self, data: Any, timeout: float = -1) -> None:
+        """Sends a datagram to the connected peer."""
+        await self._send(lambda tag: self.socket.send(data, timeout, tag))
+
+    async def send_to(self, data: Any, address: IPAddress, timeout: float = -1) -> None:
+        """Sends a datagram to ("ip", port)."""
+        await self._send(lambda tag: self.socket.send_to_address(data, address, timeout, tag))
+
+    async def send_to_host(self, data: Any, host: str, port: int, timeout: float = -1) -> None:
+        """Sends a datagram to a host name (resolved off the loop)."""
+        await self._send(lambda tag: self.socket.send_to_host(data, host, port, timeout, tag))
+
+    # ---- receiving -----------------------------------------------------------------
+
+    def _start_receiving(self) -> None:
+        self.socket.begin_receiving()
+        self._receiving = True
+
+    async def receive(self) -> Tuple[bytes, IPAddress]:
+        """The next datagram and its sender. Raises ClosedError (or the error that closed
+        the socket) once it is closed and every datagram received before was taken."""
+        if not self._received:
+            if self._error is not None:
+                raise self._error
+            waiter = self._loop.create_future()
+            self._waiters.append(waiter)
+            return await waiter
+        item = self._received.popleft()
+        if self._paused and len(self._received) <= self.max_queued // 2 and self._error is None:
+            self._paused = False
+            self.socket.begin_receiving()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def _deliver(self, item: Union[Tuple[bytes, IPAddress], BaseException]) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                if isinstance(item, BaseException):
+                    waiter.set_exception(item)
+                else:
+                    waiter.set_result(item)
+                return
+        self._received.append(item)
+        if len(self._received) >= self.max_queued and self._receiving and not self._paused:
+            self._paused = True
+            self.socket.pause_receiving()
+
+    # ---- closing -------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Closes once queued datagrams were sent, then releases the socket."""
+        if not self._closed.done():
+            try:
+                self.socket.close_after_sending()
+                if self.socket.is_closed and not self._closed.done():
+                    self._closed.set_result(None)  # it never had descriptors: no did_close
+            except Error:
+                if not self._closed.done():
+                    self._closed.set_result(None)
+            await asyncio.shield(self._closed)
+        self.socket.release()
+        self._fail(ClosedError("the socket was closed"))
+
+    def abort(self) -> None:
+        """Releases the socket at once; pending operations raise ClosedError."""
+        self.socket.release()
+        self._fail(ClosedError("the socket was closed"))
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+    @property
+    def closed(self) -> Awaitable[None]:
+        """Resolves when the socket closes."""
+        return asyncio.shield(self._closed)
+
+    def _fail(self, error: BaseException) -> None:
+        if self._error is None:
+            self._error = error
+        futures = list(self._sends.values()) + list(self._waiters)
+        self._sends.clear()
+        self._waiters.clear()
+        if self._connected is not None and not self._connected.done():
+            futures.append(self._connected)
+        for future in futures:
+            if not future.done():
+                future.set_exception(self._error)
+
+    # ---- delegate methods (run on the loop thread) -----------------------------
+
+    def udp_socket_did_connect(self, sock: UdpSocket, address: IPAddress) -> None:
+        if self._connected is not None and not self._connected.done():
+            self._connected.set_result(address)
+
+    def udp_socket_did_not_connect(self, sock: UdpSocket, error: Error) -> None:
+        if self._connected is not None and not self._connected.done():
+            self._connected.set_exception(error)
+
+    def udp_socket_did_send(self, sock: UdpSocket, tag: int) -> None:
+        future = self._sends.pop(tag, None)
+        if future is not None and not future.done():
+            future.set_result(None)
+
+    def udp_socket_did_not_send(self, sock: UdpSocket, tag: int, error: Error) -> None:
+        future = self._sends.pop(tag, None)
+        if future is not None and not future.done():
+            future.set_exception(error)
+
+    def udp_socket_did_receive(self, sock: UdpSocket, data: bytes, address: IPAddress, context: Any) -> None:
+        self._deliver((data, address))
+
+    def udp_socket_did_receive_error(self, sock: UdpSocket, error: Error) -> None:
+        self._deliver(error)
+
+    def udp_socket_did_close(self, sock: UdpSocket, error: Optional[Error]) -> None:
+        self._fail(error if error is not None else ClosedError("the socket was closed"))
+        if not self._closed.done():
+            self._closed.set_result(None)

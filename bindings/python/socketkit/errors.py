@@ -9,7 +9,8 @@ or ``except ConnectionRefusedError`` work as in the standard library:
   - :class:`BadConfigError` -- not valid in the socket's state (not connected, ...)
   - :class:`BadParamError` (also ``ValueError``) -- an argument is not acceptable
   - :class:`TimeoutError` (also the built-in ``TimeoutError``)
-    - :class:`ConnectTimeoutError`, :class:`ReadTimeoutError`, :class:`WriteTimeoutError`
+    - :class:`ConnectTimeoutError`, :class:`ReadTimeoutError`, :class:`WriteTimeoutError`,
+      :class:`SendTimeoutError` (UDP: a datagram was not sent in time)
   - :class:`ReadMaxedOutError` -- a separator read passed its maximum length
   - :class:`ClosedError` (also ``ConnectionError``) -- the peer closed the connection
   - :class:`OtherError`
@@ -18,6 +19,7 @@ or ``except ConnectionRefusedError`` work as in the standard library:
       (also the built-in, for ECONNRESET and EPIPE)
   - :class:`ResolutionError` -- a host name did not resolve
   - :class:`InvalidHandleError` -- the socket, queue or group was closed or released
+  - :class:`TruncatedError` -- UDP: a datagram larger than the receive limit was dropped
 """
 from __future__ import annotations
 
@@ -37,6 +39,8 @@ OTHER = -8
 SYSTEM = -9
 RESOLUTION = -10
 INVALID_HANDLE = -11
+SEND_TIMEOUT = -12
+TRUNCATED = -13
 
 
 class Error(Exception):
@@ -125,6 +129,19 @@ class InvalidHandleError(Error):
     code = INVALID_HANDLE
 
 
+class SendTimeoutError(TimeoutError):
+    """UDP: a datagram was not sent within its timeout (``udp_socket_did_not_send``)."""
+
+    code = SEND_TIMEOUT
+
+
+class TruncatedError(Error):
+    """UDP: a datagram larger than the receive limit arrived and was dropped
+    (``udp_socket_did_receive_error``)."""
+
+    code = TRUNCATED
+
+
 #: C code -> exception class (the table tests compare with the C and Swift tables).
 CLASSES: Dict[int, Type[Error]] = {
     BAD_CONFIG: BadConfigError,
@@ -138,6 +155,8 @@ CLASSES: Dict[int, Type[Error]] = {
     SYSTEM: SystemCallError,
     RESOLUTION: ResolutionError,
     INVALID_HANDLE: InvalidHandleError,
+    SEND_TIMEOUT: SendTimeoutError,
+    TRUNCATED: TruncatedError,
 }
 
 

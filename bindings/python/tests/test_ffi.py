@@ -1,7 +1,12 @@
-"""The binding's tables agree with the C library's: prototypes and error codes."""
+"""The binding's tables agree with the C library's: prototypes, struct layouts and error codes."""
 import ctypes
 import importlib.util
 import pathlib
+import re
+import shutil
+import subprocess
+
+import pytest
 
 import socketkit
 from socketkit import _ffi, errors
@@ -31,12 +36,28 @@ def _class_of(ctype):
     return {2: "int16", 4: "int32", 8: "int64"}[size]
 
 
+def _function_pointer_typedefs(text):
+    """Names of the header's function-pointer typedefs (sk_udp_send_filter_fn, ...): the ABI
+    checker does not resolve typedefs, and these are pointers."""
+    return set(re.findall(r"typedef\s[^;{}]*?\(\s*\*\s*(\w+)\s*\)\s*\(", text))
+
+
 def test_every_header_function_is_declared_with_matching_types():
     checker = _load_abi_checker()
-    declared = checker.declarations(HEADER.read_text())
+    text = HEADER.read_text()
+    declared = checker.declarations(text)
+    pointer_types = _function_pointer_typedefs(text)
+    assert {"sk_udp_receive_filter_fn", "sk_udp_send_filter_fn"} <= pointer_types
+
+    def abi_class(declaration):
+        if declaration.split() and declaration.replace("const", " ").split()[0] in pointer_types:
+            return "pointer"
+        return checker.abi_class(declaration)
+
     assert set(declared) == set(_ffi.PROTOTYPES), set(declared) ^ set(_ffi.PROTOTYPES)
     for name, (result, parameters) in declared.items():
-        expected = [checker.abi_class(result)] + [checker.abi_class(parameter) for parameter in parameters]
+        expected = [abi_class(result)] + [abi_class(parameter) for parameter in parameters]
+        assert not any(kind.startswith("?") for kind in expected), f"{name}: unknown type in {expected}"
         restype, argtypes = _ffi.PROTOTYPES[name]
         actual = [_class_of(restype)] + [_class_of(argtype) for argtype in argtypes]
         assert actual == expected, f"{name}: binding {actual}, header {expected}"
@@ -47,9 +68,49 @@ def test_struct_layouts_match_the_header():
     assert ctypes.sizeof(_ffi.SocketDelegate) == 14 * pointer
     assert ctypes.sizeof(_ffi.CError) == 8 + _ffi.ERROR_MESSAGE_CAPACITY
     assert ctypes.sizeof(_ffi.SocketDescriptors) == 16
-    # sk_event_t (the C suite checks the same numbers against the header)
-    assert ctypes.sizeof(_ffi.Event) == _ffi.EVENT_FORMAT.size == 88
+    assert ctypes.sizeof(_ffi.UdpSocketDelegate) == 7 * pointer
+    assert [name for name, _ in _ffi.UdpSocketDelegate._fields_] == [
+        "did_connect", "did_not_connect", "did_send", "did_not_send", "did_receive", "did_receive_error", "did_close"]
+    # sk_event_t, with the UDP fields at the end
+    assert ctypes.sizeof(_ffi.Event) == _ffi.EVENT_FORMAT.size == 120
     assert (_ffi.Event.kind.offset, _ffi.Event.tag.offset, _ffi.Event.token.offset) == (16, 24, 80)
+    assert (_ffi.Event.udp_sock.offset, _ffi.Event.address.offset, _ffi.Event.address_length.offset,
+            _ffi.Event.context.offset) == (88, 96, 104, 112)
+
+
+_LAYOUT_PROGRAM = r"""
+#include <stddef.h>
+#include <stdio.h>
+#include "socketkit.h"
+#define FIELD(type, name) printf(#type "." #name " %zu\n", offsetof(type, name));
+int main(void) {
+    printf("sk_event_t %zu\n", sizeof(sk_event_t));
+    printf("sk_socket_delegate_t %zu\n", sizeof(sk_socket_delegate_t));
+    printf("sk_udp_socket_delegate_t %zu\n", sizeof(sk_udp_socket_delegate_t));
+    printf("sk_error_t %zu\n", sizeof(sk_error_t));
+    %s
+    return 0;
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+def test_struct_layouts_match_a_compiled_header(tmp_path):
+    """Every field offset of sk_event_t and sk_udp_socket_delegate_t, as the C compiler lays
+    them out from socketkit.h, equals the ctypes declaration's."""
+    fields = [("sk_event_t", _ffi.Event), ("sk_udp_socket_delegate_t", _ffi.UdpSocketDelegate),
+              ("sk_socket_delegate_t", _ffi.SocketDelegate), ("sk_error_t", _ffi.CError)]
+    lines = " ".join(f"FIELD({c_name}, {name})" for c_name, structure in fields for name, _ in structure._fields_)
+    source = tmp_path / "layout.c"
+    source.write_text(_LAYOUT_PROGRAM.replace("%s", lines))
+    program = tmp_path / "layout"
+    subprocess.run(["cc", "-I", str(HEADER.parent), str(source), "-o", str(program)], check=True)
+    measured = dict(line.rsplit(" ", 1) for line in subprocess.run(
+        [str(program)], check=True, capture_output=True, text=True).stdout.splitlines())
+    for c_name, structure in fields:
+        assert int(measured[c_name]) == ctypes.sizeof(structure), c_name
+        for name, _ in structure._fields_:
+            assert int(measured[f"{c_name}.{name}"]) == getattr(structure, name).offset, f"{c_name}.{name}"
 
 
 def test_error_tables_agree_with_the_library():
@@ -59,13 +120,17 @@ def test_error_tables_agree_with_the_library():
         errors.WRITE_TIMEOUT: "SK_ERR_WRITE_TIMEOUT", errors.READ_MAXED_OUT: "SK_ERR_READ_MAXED_OUT",
         errors.CLOSED: "SK_ERR_CLOSED", errors.OTHER: "SK_ERR_OTHER", errors.SYSTEM: "SK_ERR_SYSTEM",
         errors.RESOLUTION: "SK_ERR_RESOLUTION", errors.INVALID_HANDLE: "SK_ERR_INVALID_HANDLE",
+        errors.SEND_TIMEOUT: "SK_ERR_SEND_TIMEOUT", errors.TRUNCATED: "SK_ERR_TRUNCATED",
     }
     assert set(names) == set(errors.CLASSES)
     for code, name in names.items():
         assert _ffi.lib.sk_error_name(code).decode() == name
         exception = errors.error_from_code(code, 0, "message")
         assert isinstance(exception, socketkit.Error) and exception.code == code
-    assert _ffi.lib.sk_error_name(-12).decode() == "SK_ERR_UNKNOWN", "a C code the binding does not know"
+    assert _ffi.lib.sk_error_name(-14).decode() == "SK_ERR_UNKNOWN", "a C code the binding does not know"
+    assert isinstance(errors.error_from_code(errors.SEND_TIMEOUT), socketkit.TimeoutError)
+    assert isinstance(errors.error_from_code(errors.SEND_TIMEOUT), TimeoutError)
+    assert type(errors.error_from_code(errors.TRUNCATED)) is socketkit.TruncatedError
 
 
 def test_versions():
