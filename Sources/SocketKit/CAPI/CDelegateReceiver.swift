@@ -11,11 +11,7 @@ final class CDelegateReceiver: SocketEventReceiver, @unchecked Sendable {
     /// Copies the caller's struct; members beyond `size` (an older header) stay NULL and
     /// members beyond ours (a newer header) are ignored.
     init(delegate source: UnsafePointer<sk_socket_delegate_t>, size: Int, userdata: UnsafeMutableRawPointer?) {
-        var copy = sk_socket_delegate_t()
-        let known = MemoryLayout<sk_socket_delegate_t>.size
-        withUnsafeMutableBytes(of: &copy) { destination in
-            destination.copyMemory(from: UnsafeRawBufferPointer(start: source, count: min(size, known)))
-        }
+        let copy = copyDelegateStruct(source, size: size, into: sk_socket_delegate_t())
         delegate = copy
         self.userdata = userdata
         var wanted: SocketEventInterests = []
@@ -114,6 +110,16 @@ final class CDelegateReceiver: SocketEventReceiver, @unchecked Sendable {
         guard let loops = listener.eventLoop.group?.loops, index >= 0, Int(index) < loops.count else { return nil }
         return loops[Int(index)]
     }
+}
+
+/// The caller's delegate struct copied over `empty`: members beyond `size` (an older
+/// header) stay NULL and members beyond ours (a newer header) are ignored.
+func copyDelegateStruct<Delegate>(_ source: UnsafePointer<Delegate>, size: Int, into empty: Delegate) -> Delegate {
+    var copy = empty
+    withUnsafeMutableBytes(of: &copy) { destination in
+        destination.copyMemory(from: UnsafeRawBufferPointer(start: source, count: min(size, MemoryLayout<Delegate>.size)))
+    }
+    return copy
 }
 
 /// Calls `body` with a C copy of `error`, valid for the call.

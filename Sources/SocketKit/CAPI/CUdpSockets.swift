@@ -16,12 +16,7 @@ final class CUdpDelegateReceiver: UdpSocketEventReceiver, @unchecked Sendable {
     let userdata: UnsafeMutableRawPointer?
 
     init(delegate source: UnsafePointer<sk_udp_socket_delegate_t>, size: Int, userdata: UnsafeMutableRawPointer?) {
-        var copy = sk_udp_socket_delegate_t()
-        let known = MemoryLayout<sk_udp_socket_delegate_t>.size
-        withUnsafeMutableBytes(of: &copy) { destination in
-            destination.copyMemory(from: UnsafeRawBufferPointer(start: source, count: min(size, known)))
-        }
-        delegate = copy
+        delegate = copyDelegateStruct(source, size: size, into: sk_udp_socket_delegate_t())
         self.userdata = userdata
     }
 
@@ -119,12 +114,6 @@ final class CUdpDelegateReceiver: UdpSocketEventReceiver, @unchecked Sendable {
     }
 }
 
-/// Keeps a socket's C filters from running once its handle is released (the release waits
-/// for a call in progress).
-final class CFilterGuard: @unchecked Sendable {
-    let gate = CallerBufferGuard(revoked: false)
-}
-
 // MARK: Lookup
 
 func lookupUdpSocket(_ handle: OpaquePointer?) throws(SocketError) -> UdpSocket {
@@ -182,7 +171,7 @@ public func sk_udp_socket_create(_ delegate: UnsafePointer<sk_udp_socket_delegat
         let callbackQueue = try lookupQueue(queue)
         let loopGroup = try lookupGroup(group)
         let socket = UdpSocket(receiver: receiver, callbackQueue: callbackQueue, eventLoop: loopGroup?.next())
-        socket.cFilterGuard = CFilterGuard()
+        socket.cFilterGuard = CallerBufferGuard(revoked: false)
         let handle = HandleRegistry.shared.register(socket, kind: .udpSocket)
         socket.cHandle.store(UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(handle))), ordering: .relaxed)
         outSocket.pointee = handle
@@ -195,7 +184,7 @@ public func sk_udp_socket_release(_ handle: OpaquePointer?) -> Int32 {
         return SocketError.Code.invalidHandle.rawValue
     }
     socket.setReceiver(nil, callbackQueue: nil)
-    socket.cFilterGuard?.gate.revoke()
+    socket.cFilterGuard?.revoke()
     return 0
 }
 
@@ -382,10 +371,10 @@ public func sk_udp_socket_set_send_filter(_ handle: OpaquePointer?, _ filter: sk
             return
         }
         let call = CValue((filter, filterUserdata, socket.cHandle.load(ordering: .relaxed),
-                           socket.cFilterGuard ?? CFilterGuard()))
+                           socket.cFilterGuard ?? CallerBufferGuard(revoked: false)))
         try socket.setSendFilter({ data, address, tag in
             var send = false
-            call.value.3.gate.write {
+            call.value.3.write {
                 send = data.withUnsafeBytes { bytes in
                     address.withSockAddr { pointer, length in
                         call.value.0(OpaquePointer(bitPattern: call.value.2), bytes.baseAddress, bytes.count,
@@ -409,10 +398,10 @@ public func sk_udp_socket_set_receive_filter(_ handle: OpaquePointer?, _ filter:
             return
         }
         let call = CValue((filter, filterUserdata, socket.cHandle.load(ordering: .relaxed),
-                           socket.cFilterGuard ?? CFilterGuard()))
+                           socket.cFilterGuard ?? CallerBufferGuard(revoked: false)))
         try socket.setReceiveFilter({ data, address in
             var verdict = UdpReceiveFilterVerdict.drop
-            call.value.3.gate.write {
+            call.value.3.write {
                 var context: UnsafeMutableRawPointer? = nil
                 let keep = data.withUnsafeBytes { bytes in
                     address.withSockAddr { pointer, length in

@@ -33,8 +33,9 @@ public final class UdpSocket: @unchecked Sendable {
     private nonisolated(unsafe) var mailboxStorage: EventMailbox<UdpSocketEvent>? = nil
     /// The C API's handle for this socket (0 when it has none).
     let cHandle = Atomic<UInt>(0)
-    /// Set by the C API: its filters stop once the handle is released.
-    nonisolated(unsafe) var cFilterGuard: CFilterGuard? = nil
+    /// Set by the C API: its filters run under it and stop once the handle is released
+    /// (the release waits for a call in progress).
+    nonisolated(unsafe) var cFilterGuard: CallerBufferGuard? = nil
 
     /// A UDP socket with a delegate and a callback queue, on `eventLoop` (default: the next
     /// loop of `EventLoopGroup.default`).
