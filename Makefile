@@ -33,7 +33,7 @@ RELEASE_FLAGS := -c release -Xswiftc -static-stdlib -Xswiftc -enforce-exclusivit
 	-Xlinker -soname=$(SONAME) -Xlinker -z -Xlinker nodelete
 
 # Debian packages the build and the tests need (command -> package).
-REQUIRED_TOOLS := cc:gcc pkg-config:pkg-config valgrind:valgrind python3:python3 strip:binutils
+REQUIRED_TOOLS := cc:gcc pkg-config:pkg-config valgrind:valgrind python3:python3 strip:binutils openssl:openssl curl:curl
 
 .DEFAULT_GOAL := all
 .PHONY: all tools library c-prefix demo test swift-test c-test python python-test python-install-test \
@@ -51,6 +51,7 @@ tools:
 		command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair##*:}"; \
 	done; \
 	$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
+	[ -f /usr/include/openssl/ssl.h ] || missing="$$missing libssl-dev"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 			echo "installing:$$missing"; \

@@ -17,7 +17,9 @@ let package = Package(
     targets: [
         .target(
             name: "SocketKitC",
-            path: "Sources/SocketKitC"
+            path: "Sources/SocketKitC",
+            // TLS: OpenSSL 3 from the system (libssl-dev).
+            linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]
         ),
         .target(
             name: "SocketKit",

@@ -130,7 +130,33 @@ typedef enum sk_error_code {
     SK_ERR_SEND_TIMEOUT = -12,
     /* UDP: a datagram was larger than the receive limit and was dropped (through
      * did_receive_error). */
-    SK_ERR_TRUNCATED = -13
+    SK_ERR_TRUNCATED = -13,
+    /* TLS. Each handshake or TLS failure reaches did_disconnect with one of these; the
+     * message carries OpenSSL's reason. os_error holds the X.509 verification result
+     * (X509_V_ERR_*) for the certificate codes, else OpenSSL's reason code (or 0). */
+    /* TLS failed for a reason without its own code: a handshake_failure alert, no shared
+     * cipher, a bad record, the peer rejecting our certificate, a peer that is not TLS. */
+    SK_ERR_TLS_FAILED = -14,
+    SK_ERR_TLS_CERT_EXPIRED = -15,          /* the peer's certificate has expired */
+    SK_ERR_TLS_CERT_NOT_YET_VALID = -16,    /* the peer's certificate is not valid yet */
+    SK_ERR_TLS_SELF_SIGNED = -17,           /* self-signed (leaf or root) and not trusted */
+    SK_ERR_TLS_UNKNOWN_ISSUER = -18,        /* the chain leads to no trusted root */
+    SK_ERR_TLS_HOSTNAME_MISMATCH = -19,     /* the certificate does not name the peer */
+    /* The certificate failed verification for another reason: an issuer that is not a CA,
+     * a bad signature, a weak key or digest, the wrong purpose (see the message). */
+    SK_ERR_TLS_CERT_INVALID = -20,
+    SK_ERR_TLS_CLIENT_CERT_REQUIRED = -21,  /* the server requires a client certificate */
+    SK_ERR_TLS_PROTOCOL_VERSION = -22,      /* no protocol version both sides accept */
+    SK_ERR_TLS_PEER_CLOSED = -23,           /* the peer closed during the handshake */
+    SK_ERR_TLS_HANDSHAKE_TIMEOUT = -24,     /* the handshake outlived its timeout */
+    /* The peer closed the TCP connection without close_notify: the data may be cut short.
+     * Never reported as a clean close. */
+    SK_ERR_TLS_TRUNCATED = -25,
+    SK_ERR_TLS_PEER_REJECTED = -26,         /* manual trust evaluation answered no */
+    /* The TLS settings cannot be used: an unreadable or invalid certificate, key or trust
+     * file, a key that does not match its certificate, a wrong key password, an unknown
+     * cipher, a server without a certificate, maximum version below minimum. */
+    SK_ERR_TLS_SETTINGS = -27
 } sk_error_code_t;
 
 #define SK_ERROR_MESSAGE_CAPACITY 256
@@ -152,8 +178,9 @@ const char *sk_error_name(int code);
  *
  * A group is a fixed set of event loops, one thread each. Sockets take the next loop of
  * their group, and a listener spreads the connections it accepts over its group's loops.
- * A process-wide default group (one loop per online CPU) serves sockets created with a
- * NULL group, so simple programs never create one.
+ * A process-wide default group (one loop per CPU the process may run on: its affinity
+ * mask, so one under `taskset -c 0`) serves sockets created with a NULL group, so simple
+ * programs never create one.
  * ====================================================================================== */
 
 typedef struct sk_loop_group sk_loop_group_t;
@@ -207,6 +234,25 @@ int sk_callback_queue_release(sk_callback_queue_t *queue);
 
 typedef struct sk_socket sk_socket_t;
 typedef struct sk_udp_socket sk_udp_socket_t;   /* a UDP socket */
+
+/* A certificate in DER (see sk_certificate_get_info and sk_certificate_to_pem). */
+typedef struct sk_certificate {
+    const uint8_t *der;
+    size_t der_length;
+} sk_certificate_t;
+
+/* What did_receive_trust shows: the peer's chain as it sent it (leaf first) and what
+ * OpenSSL's own verification concluded. Valid only during the callback (or, for an event
+ * record, until the next poll); answer with sk_socket_answer_trust(sock, token, ...). */
+typedef struct sk_tls_trust {
+    uint64_t token;                     /* identifies the question */
+    const sk_certificate_t *chain;      /* leaf first; NULL when chain_count is 0 */
+    size_t chain_count;                 /* 0: the peer sent no certificate */
+    /* NULL when built-in verification (trust roots, validity, peer name) passes; else the
+     * error a socket without manual trust would have disconnected with. */
+    const sk_error_t *verification_error;
+    const char *peer_name;              /* the name checked against, or NULL */
+} sk_tls_trust_t;
 
 /*
  * The delegate: what a socket tells you. Every member is optional (NULL = not interested).
@@ -271,6 +317,16 @@ typedef struct sk_socket_delegate {
      * otherwise why (SK_ERR_CLOSED, SK_ERR_READ_TIMEOUT, SK_ERR_SYSTEM with ECONNREFUSED,
      * SK_ERR_RESOLUTION, ...). The socket may connect or accept again. */
     void (*did_disconnect)(sk_socket_t *sock, const sk_error_t *error, void *userdata);
+
+    /* The TLS handshake queued by sk_socket_start_tls finished (and manual trust, if any,
+     * said yes): reads and writes queued after it now run encrypted. */
+    void (*did_secure)(sk_socket_t *sock, void *userdata);
+
+    /* Manual trust evaluation (sk_tls_settings_set_manual_trust_evaluation): the handshake
+     * is done, and nothing is read or written until sk_socket_answer_trust(sock,
+     * trust->token, accept) is called, from any thread, now or later. If this member is
+     * NULL the peer is rejected (SK_ERR_TLS_PEER_REJECTED). */
+    void (*did_receive_trust)(sk_socket_t *sock, const sk_tls_trust_t *trust, void *userdata);
 } sk_socket_delegate_t;
 
 /* ---- Lifetime ------------------------------------------------------------------------ */
@@ -335,6 +391,8 @@ typedef enum sk_event_kind {
     SK_EVENT_HIGH_WATERMARK = 11, /* length (queued bytes) */
     SK_EVENT_LOW_WATERMARK = 12,  /* length (queued bytes) */
     SK_EVENT_DISCONNECT = 13,     /* error (NULL: a clean close) */
+    SK_EVENT_SECURE = 14,
+    SK_EVENT_TRUST = 15,          /* trust, token: answer with sk_socket_answer_trust */
     /* UDP sockets' events: `udp_sock` is set, `sock` is NULL. */
     SK_EVENT_UDP_CONNECT = 20,    /* address, address_length, host, port */
     SK_EVENT_UDP_NOT_CONNECT = 21,/* error */
@@ -362,6 +420,7 @@ typedef struct sk_event {
     const struct sockaddr *address;
     socklen_t address_length;
     void *context;                /* UDP receive: what the receive filter set */
+    const sk_tls_trust_t *trust;  /* SK_EVENT_TRUST */
 } sk_event_t;
 
 /* Moves up to `capacity` pending events of a host-driven queue into `events`, in order,
@@ -595,6 +654,144 @@ typedef struct sk_socket_descriptors {
  * Errors: SK_ERR_BAD_PARAM (function NULL), SK_ERR_BAD_CONFIG (stopped loop). */
 int sk_socket_perform(sk_socket_t *sock, void (*function)(const sk_socket_descriptors_t *descriptors, void *context),
                       void *context);
+
+/* ---- TLS ------------------------------------------------------------------------------
+ *
+ * sk_socket_start_tls queues the handshake behind every read and write already queued
+ * (GCDAsyncSocket's startTLS:): those run in plaintext, the ones queued afterwards run
+ * encrypted once did_secure was called. So "write STARTTLS, start_tls, read" can be
+ * queued back to back. Bytes that arrived before the handshake are fed to it.
+ *
+ * Secure by default: a client verifies the server's chain against the system trust store
+ * and the host given to connect (IP literals against the certificate's IP addresses, and
+ * never sent as SNI); TLS 1.2 minimum; OpenSSL security level 2; a 30 s handshake
+ * timeout. An orderly disconnect sends close_notify; a peer's FIN without one is
+ * SK_ERR_TLS_TRUNCATED. No SIGPIPE: SocketKit does all socket I/O itself.
+ */
+
+typedef struct sk_tls_settings sk_tls_settings_t;
+
+typedef enum sk_tls_role {
+    SK_TLS_CLIENT = 0,
+    SK_TLS_SERVER = 1
+} sk_tls_role_t;
+
+typedef enum sk_tls_verification {
+    SK_TLS_VERIFY_DEFAULT = -1,          /* clients verify the server; servers ask nothing */
+    SK_TLS_VERIFY_NONE = 0,              /* accept any peer */
+    SK_TLS_VERIFY_PEER = 1,              /* verify the peer's certificate if it sends one */
+    SK_TLS_VERIFY_REQUIRE_CERTIFICATE = 2 /* servers: clients must send one that verifies */
+} sk_tls_verification_t;
+
+typedef enum sk_tls_version {
+    SK_TLS_VERSION_DEFAULT = 0,  /* minimum: TLS 1.2; maximum: the newest OpenSSL knows */
+    SK_TLS_VERSION_1_0 = 0x0301,
+    SK_TLS_VERSION_1_1 = 0x0302,
+    SK_TLS_VERSION_1_2 = 0x0303,
+    SK_TLS_VERSION_1_3 = 0x0304
+} sk_tls_version_t;
+
+/* Settings are a reference-counted value: a socket takes what they say when
+ * sk_socket_start_tls is called, so they may be changed or released afterwards. Sockets
+ * started with equal settings share one OpenSSL context (certificates and trust roots are
+ * loaded once; client sessions are kept there for resumption).
+ * Errors: SK_ERR_BAD_PARAM (role unknown, out_settings NULL). */
+int sk_tls_settings_create(int role, sk_tls_settings_t **out_settings, sk_error_t *error);
+int sk_tls_settings_release(sk_tls_settings_t *settings);
+
+/* Each setter returns SK_OK, SK_ERR_INVALID_HANDLE or SK_ERR_BAD_PARAM. Strings are
+ * copied; NULL resets a string setting to its default. Files are read when the settings
+ * are first used (sk_socket_start_tls or sk_tls_settings_check). */
+
+/* The name to send as SNI and to verify the server's certificate against (clients).
+ * Default (NULL): the host given to connect. */
+int sk_tls_settings_set_peer_name(sk_tls_settings_t *settings, const char *name);
+/* Trust roots: the system store (default), a PEM file, a hashed directory, or PEM text
+ * (`length` bytes; 0 with a NUL-terminated string). */
+int sk_tls_settings_set_trust_system(sk_tls_settings_t *settings);
+int sk_tls_settings_set_trust_file(sk_tls_settings_t *settings, const char *path);
+int sk_tls_settings_set_trust_directory(sk_tls_settings_t *settings, const char *path);
+int sk_tls_settings_set_trust_pem(sk_tls_settings_t *settings, const char *pem, size_t length);
+/* Our certificate then its intermediates (PEM), and the private key of the first (PEM,
+ * encrypted if `password` is not NULL). Servers need both; clients send them when asked. */
+int sk_tls_settings_set_certificate_chain_file(sk_tls_settings_t *settings, const char *path);
+int sk_tls_settings_set_certificate_chain_pem(sk_tls_settings_t *settings, const char *pem, size_t length);
+int sk_tls_settings_set_private_key_file(sk_tls_settings_t *settings, const char *path, const char *password);
+int sk_tls_settings_set_private_key_pem(sk_tls_settings_t *settings, const char *pem, size_t length,
+                                        const char *password);
+/* sk_tls_verification_t. */
+int sk_tls_settings_set_verification(sk_tls_settings_t *settings, int verification);
+/* sk_tls_version_t bounds (SK_TLS_VERSION_DEFAULT for either). */
+int sk_tls_settings_set_versions(sk_tls_settings_t *settings, int minimum, int maximum);
+/* OpenSSL cipher list for TLS 1.2 and older, and TLS 1.3 cipher suites. */
+int sk_tls_settings_set_cipher_list(sk_tls_settings_t *settings, const char *list);
+int sk_tls_settings_set_cipher_suites(sk_tls_settings_t *settings, const char *suites);
+/* ALPN: offered by a client in this order, or chosen by a server in its order of
+ * preference. `count` 0 turns ALPN off. Each name has 1 to 255 bytes. */
+int sk_tls_settings_set_alpn_protocols(sk_tls_settings_t *settings, const char *const *protocols, size_t count);
+/* Clients: resume earlier sessions with the same peer name and port (default 1). */
+int sk_tls_settings_set_session_resumption(sk_tls_settings_t *settings, int enabled);
+/* Seconds the handshake may take (default 30; negative: no limit). */
+int sk_tls_settings_set_handshake_timeout(sk_tls_settings_t *settings, double seconds);
+/* Appends the session keys to `path` in NSS key-log format (SSLKEYLOGFILE), for
+ * debugging only: anyone with the file can decrypt the traffic. NULL: off. */
+int sk_tls_settings_set_key_log_file(sk_tls_settings_t *settings, const char *path);
+/* 1: did_receive_trust decides instead of the built-in verdict. */
+int sk_tls_settings_set_manual_trust_evaluation(sk_tls_settings_t *settings, int enabled);
+/* Loads the files and checks everything now, as sk_socket_start_tls would.
+ * Errors: SK_ERR_TLS_SETTINGS (with the reason), SK_ERR_INVALID_HANDLE. */
+int sk_tls_settings_check(sk_tls_settings_t *settings, sk_error_t *error);
+
+/* Queues the TLS handshake (see above). `settings` NULL: a client with the defaults.
+ * Errors: SK_ERR_TLS_SETTINGS (unusable settings), SK_ERR_BAD_CONFIG (not connecting or
+ * connected, a listener, after sk_socket_disconnect_after_*, or TLS already started in
+ * this session: only the first call counts), SK_ERR_INVALID_HANDLE. Handshake failures
+ * come through did_disconnect (SK_ERR_TLS_*). */
+int sk_socket_start_tls(sk_socket_t *sock, sk_tls_settings_t *settings, sk_error_t *error);
+
+/* Answers did_receive_trust (or an SK_EVENT_TRUST record) from any thread, now or later:
+ * `accept` 1 trusts the peer (did_secure follows), 0 disconnects with
+ * SK_ERR_TLS_PEER_REJECTED. Only the first answer counts. Errors: SK_ERR_INVALID_HANDLE. */
+int sk_socket_answer_trust(sk_socket_t *sock, uint64_t token, int accept);
+
+/* 1 once the connection is secure, 0 before, or SK_ERR_INVALID_HANDLE. */
+int sk_socket_is_secure(sk_socket_t *sock);
+
+/* What the handshake settled. */
+typedef struct sk_tls_info {
+    char protocol_version[16];    /* "TLSv1.2", "TLSv1.3" */
+    char cipher[64];              /* OpenSSL's name, e.g. "TLS_AES_256_GCM_SHA384" */
+    char alpn_protocol[256];      /* "" when ALPN chose nothing */
+    char server_name[256];        /* SNI sent (client) or received (server); "" if none */
+    int session_reused;           /* 1 when an earlier session was resumed */
+    int peer_certificate_count;   /* see sk_socket_copy_peer_certificate */
+} sk_tls_info_t;
+
+/* Errors: SK_ERR_BAD_CONFIG (not secure), SK_ERR_BAD_PARAM, SK_ERR_INVALID_HANDLE. */
+int sk_socket_get_tls_info(sk_socket_t *sock, sk_tls_info_t *out_info);
+
+/* Copies the DER of the peer's certificate `index` (0: the leaf) into `buffer` of
+ * `*inout_length` bytes and sets `*inout_length` to its size. With `buffer` NULL only the
+ * size is set. Errors: SK_ERR_BAD_PARAM (index out of range, buffer too small: the size is
+ * set), SK_ERR_BAD_CONFIG (not secure), SK_ERR_INVALID_HANDLE. */
+int sk_socket_copy_peer_certificate(sk_socket_t *sock, int index, void *buffer, size_t *inout_length);
+
+/* A certificate's subject, issuer (RFC 2253 text, cut to fit) and validity (seconds since
+ * 1970, UTC). */
+typedef struct sk_certificate_info {
+    char subject[512];
+    char issuer[512];
+    int64_t not_before;
+    int64_t not_after;
+} sk_certificate_info_t;
+
+/* Errors: SK_ERR_BAD_PARAM (NULL, or not a DER certificate). */
+int sk_certificate_get_info(const void *der, size_t length, sk_certificate_info_t *out_info, sk_error_t *error);
+
+/* The certificate as PEM text, NUL-terminated, into `buffer` of `*inout_length` bytes;
+ * `*inout_length` is set to the size needed (with the NUL). Errors: SK_ERR_BAD_PARAM (not
+ * a certificate, buffer NULL or too small: the size is set). */
+int sk_certificate_to_pem(const void *der, size_t length, char *buffer, size_t *inout_length);
 
 /* ======================================================================================
  * UDP sockets (GCDAsyncUdpSocket)

@@ -1,6 +1,7 @@
 #define _GNU_SOURCE 1
 #include "socketkit_c.h"
 
+#include <sched.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/syscall.h>
@@ -18,6 +19,13 @@ void skc_set_current_thread_name(const char *name) {
 
 int skc_current_thread_id(void) {
     return (int)syscall(SYS_gettid);
+}
+
+int skc_available_cpus(void) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return 0;
+    return CPU_COUNT(&set);
 }
 
 int skc_recv_datagrams(int fd, struct msghdr *headers, unsigned int *lengths, unsigned int count) {
@@ -46,3 +54,40 @@ int skc_send_datagrams(int fd, struct msghdr *headers, unsigned int *lengths, un
     for (int i = 0; i < sent; i++) lengths[i] = messages[i].msg_len;
     return sent;
 }
+
+int skc_tls_ctx_set_versions(SSL_CTX *context, int minimum, int maximum) {
+    return SSL_CTX_set_min_proto_version(context, minimum) == 1 &&
+           SSL_CTX_set_max_proto_version(context, maximum) == 1;
+}
+
+void skc_tls_ctx_set_engine_options(SSL_CTX *context) {
+    SSL_CTX_set_options(context, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE);
+    SSL_CTX_set_mode(context, SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE |
+                              SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+}
+
+void skc_tls_ctx_set_client_session_cache(SSL_CTX *context) {
+    SSL_CTX_set_session_cache_mode(context, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+}
+
+void skc_tls_ctx_disable_sessions(SSL_CTX *context) {
+    SSL_CTX_set_session_cache_mode(context, SSL_SESS_CACHE_OFF);
+    SSL_CTX_set_options(context, SSL_OP_NO_TICKET);
+}
+
+int skc_tls_set_server_name(SSL *ssl, const char *name) {
+    return (int)SSL_set_tlsext_host_name(ssl, name);
+}
+
+void skc_bio_set_mem_eof_return(BIO *bio, int value) {
+    BIO_set_mem_eof_return(bio, value);
+}
+
+int skc_err_lib(unsigned long error) { return ERR_GET_LIB(error); }
+int skc_err_reason(unsigned long error) { return ERR_GET_REASON(error); }
+
+int skc_x509_stack_count(const STACK_OF(X509) *stack) { return stack ? sk_X509_num(stack) : 0; }
+X509 *skc_x509_stack_value(const STACK_OF(X509) *stack, int index) { return sk_X509_value(stack, index); }
+STACK_OF(X509) *skc_x509_stack_new(void) { return sk_X509_new_null(); }
+int skc_x509_stack_push(STACK_OF(X509) *stack, X509 *certificate) { return sk_X509_push(stack, certificate); }
+void skc_x509_stack_free(STACK_OF(X509) *stack) { sk_X509_pop_free(stack, X509_free); }

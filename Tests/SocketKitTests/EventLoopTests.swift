@@ -75,7 +75,7 @@ struct EventLoopTests {
         let picked = (0..<6).map { _ in group.next().index }
         #expect(Set(picked) == [0, 1, 2])
         #expect(group.loops.count == 3)
-        #expect(EventLoopGroup.default.loops.count == EventLoopGroup.onlineProcessorCount)
+        #expect(EventLoopGroup.default.loops.count == EventLoopGroup.availableProcessorCount)
     }
 
     @Test func shutdownRefusesToRunOnItsOwnLoopAndIsIdempotent() throws {

@@ -4,8 +4,9 @@
 
 Delegate methods run on the asyncio loop (socketkit.aio: the loop drains SocketKit's
 host-driven callback queue), SocketKit's own I/O on one loop of a one-loop group. Echoes
-every TCP byte; prints "listening on PORT"; runs until SIGTERM. UDP and TLS arrive with
-those capabilities (--udp-port is accepted and ignored).
+every TCP byte and (with --udp-port) every UDP datagram back to its sender; prints
+"listening on PORT"; runs until SIGTERM. TLS arrives with that capability (--tls is
+accepted and ignored).
 """
 import argparse
 import asyncio
@@ -30,6 +31,9 @@ class Echo:
     def socket_did_disconnect(self, sock, error):
         self.connections.discard(sock)
 
+    def udp_socket_did_receive(self, sock, data, address, context):
+        sock.send_to_address(data, address)
+
 
 async def main():
     parser = argparse.ArgumentParser()
@@ -42,6 +46,12 @@ async def main():
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set_result, None)
     group = socketkit.LoopGroup(1)
     echo = Echo()
+    udp = None
+    if options.udp_port is not None:
+        # Bound before the TCP listener, so a client that sees "listening" finds both.
+        udp = socketkit.UdpSocket(echo, queue=aio.queue(), loop_group=group)
+        udp.bind_to_port(options.udp_port, options.host)
+        udp.begin_receiving()
     listener = socketkit.Socket(echo, queue=aio.queue(), loop_group=group)
     listener.no_delay = True  # inherited by accepted connections (every bench server sets TCP_NODELAY)
     listener.accept_on_interface(options.host, options.port)

@@ -6,8 +6,9 @@
 // Echoes every TCP byte on one event-loop thread (callbacks run on the loop), binds
 // 127.0.0.1 unless --host is given, prints "listening on PORT" (useful with --port 0),
 // reports accept back-off on stdout ("accept paused: ..."), and runs until SIGTERM.
-// UDP (--udp-port) and TLS (--tls) arrive with those capabilities; both are accepted and
-// ignored today, so the harness lists this server as "tcp" only.
+// With --udp-port it also sends every UDP datagram back to its sender. TLS (--tls) arrives
+// with that capability; it is accepted and ignored today, so the harness lists this server
+// as "tcp,udp" only.
 import Glibc
 import SocketKit
 
@@ -34,6 +35,14 @@ final class EchoServer: SocketDelegate, @unchecked Sendable {
     }
 }
 
+/// Sends every datagram back to where it came from.
+final class UdpEcho: UdpSocketDelegate {
+    func udpSocket(_ sock: UdpSocket, didReceive data: [UInt8], fromAddress address: SocketAddress,
+                   withFilterContext context: (any Sendable)?) {
+        try? sock.send(data, toAddress: address)
+    }
+}
+
 /// Writes a line straight to a descriptor (unbuffered, so a reading test sees it at once).
 func say(_ text: String, to descriptor: Int32 = 1) {
     let line = Array((text + "\n").utf8)
@@ -54,13 +63,14 @@ final class Lock: @unchecked Sendable {
 var port: UInt16 = 0
 var host = "127.0.0.1"
 var loopCount = 1
+var udpPort: UInt16? = nil
 var arguments = CommandLine.arguments.dropFirst()
 while let argument = arguments.popFirst() {
     switch argument {
     case "--port": port = UInt16(arguments.popFirst() ?? "") ?? 0
     case "--host": host = arguments.popFirst() ?? host
     case "--loops": loopCount = Int(arguments.popFirst() ?? "") ?? 1
-    case "--udp-port": _ = arguments.popFirst()
+    case "--udp-port": udpPort = UInt16(arguments.popFirst() ?? "") ?? 0
     case "--tls": _ = arguments.popFirst(); _ = arguments.popFirst()
     default:
         say("usage: socketkit-echo --port P [--udp-port Q] [--host ADDR] [--loops N]", to: 2)
@@ -76,6 +86,20 @@ sigaddset(&termination, SIGTERM)
 pthread_sigmask(SIG_UNBLOCK, &termination, nil)
 let group = EventLoopGroup(loopCount: loopCount)
 let server = EchoServer()
+let udpEcho = UdpEcho()
+var udpSocket: UdpSocket? = nil
+if let udpPort {
+    // Bound before the TCP listener, so a client that sees "listening" finds both.
+    let sock = UdpSocket(delegate: udpEcho, eventLoop: group.next())
+    do {
+        try sock.bind(toPort: udpPort, interface: host)
+        try sock.beginReceiving()
+    } catch {
+        say("socketkit-echo: UDP: \(error)", to: 2)
+        exit(1)
+    }
+    udpSocket = sock
+}
 let listener = Socket(delegate: server, eventLoop: group.next())
 listener.noDelay = true // inherited by accepted connections, as every bench server sets TCP_NODELAY
 do {

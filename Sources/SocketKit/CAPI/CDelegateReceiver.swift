@@ -86,6 +86,10 @@ final class CDelegateReceiver: SocketEventReceiver, @unchecked Sendable {
             return timeoutAnswer(delegate.should_timeout_write?(handle, tag, elapsed, bytesDone, userdata) ?? 0)
         case .didCloseReadStream:
             delegate.did_close_read_stream?(handle, userdata)
+        case .didSecure:
+            break
+        case .didReceiveTrust(_, let question):
+            socket.answerTrust(question: question, accept: false)
         case .didReachWriteHighWatermark(let queued):
             delegate.did_reach_high_watermark?(handle, queued, userdata)
         case .didDrainToWriteLowWatermark(let queued):

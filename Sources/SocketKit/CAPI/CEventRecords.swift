@@ -180,6 +180,11 @@ extension CDelegateReceiver {
             record.length = bytesDone
             record.token = question
             answerLater = true
+        case .didSecure:
+            return 0
+        case .didReceiveTrust(_, let question):
+            socket.answerTrust(question: question, accept: false)
+            return 0
         case .didCloseReadStream:
             guard delegate.did_close_read_stream != nil else { return 0 }
             record.kind = Int32(SK_EVENT_CLOSE_READ_STREAM.rawValue)

@@ -40,11 +40,48 @@ public struct SocketError: Error, Hashable, Sendable, CustomStringConvertible {
         public static let sendTimeout = Code(rawValue: -12)
         /// A UDP datagram was larger than the receive limit and was dropped.
         public static let truncated = Code(rawValue: -13)
+        /// TLS failed for a reason without its own code (a handshake_failure alert, no
+        /// shared cipher, a bad record, the peer rejecting our certificate, a non-TLS peer);
+        /// the message carries OpenSSL's reason.
+        public static let tlsFailed = Code(rawValue: -14)
+        /// The peer's certificate has expired.
+        public static let tlsCertificateExpired = Code(rawValue: -15)
+        /// The peer's certificate is not valid yet.
+        public static let tlsCertificateNotYetValid = Code(rawValue: -16)
+        /// The peer's certificate (or its chain's root) is self-signed and not trusted.
+        public static let tlsSelfSigned = Code(rawValue: -17)
+        /// The peer's chain leads to no trusted root (unknown issuer, missing intermediate).
+        public static let tlsUnknownIssuer = Code(rawValue: -18)
+        /// The peer's certificate does not name the host (or IP address) we connected to.
+        public static let tlsHostnameMismatch = Code(rawValue: -19)
+        /// The peer's certificate failed verification for another reason (an issuer that is
+        /// not a CA, a bad signature, a weak key, the wrong purpose, ...); see the message.
+        public static let tlsCertificateInvalid = Code(rawValue: -20)
+        /// The server requires a client certificate and none was given.
+        public static let tlsClientCertificateRequired = Code(rawValue: -21)
+        /// No protocol version both sides accept.
+        public static let tlsProtocolVersion = Code(rawValue: -22)
+        /// The peer closed the connection during the handshake.
+        public static let tlsPeerClosed = Code(rawValue: -23)
+        /// The handshake did not finish within the settings' handshake timeout.
+        public static let tlsHandshakeTimeout = Code(rawValue: -24)
+        /// The peer closed the TCP connection without a TLS close_notify: the data may have
+        /// been cut short by an attacker or a crash (never reported as a clean close).
+        public static let tlsTruncated = Code(rawValue: -25)
+        /// Manual trust evaluation answered no.
+        public static let tlsPeerRejected = Code(rawValue: -26)
+        /// The TLS settings cannot be used: an unreadable or invalid certificate, key or
+        /// trust file, a key that does not match its certificate, a wrong key password, an
+        /// unknown cipher, a server without a certificate.
+        public static let tlsSettings = Code(rawValue: -27)
 
         /// Every code, in raw-value order; the C and Python tables are checked against it.
         public static let all: [Code] = [
             .badConfig, .badParam, .connectTimeout, .readTimeout, .writeTimeout, .readMaxedOut,
             .closed, .other, .system, .resolution, .invalidHandle, .sendTimeout, .truncated,
+            .tlsFailed, .tlsCertificateExpired, .tlsCertificateNotYetValid, .tlsSelfSigned, .tlsUnknownIssuer,
+            .tlsHostnameMismatch, .tlsCertificateInvalid, .tlsClientCertificateRequired, .tlsProtocolVersion,
+            .tlsPeerClosed, .tlsHandshakeTimeout, .tlsTruncated, .tlsPeerRejected, .tlsSettings,
         ]
 
         /// The name of the code, e.g. `"readTimeout"`.
@@ -63,6 +100,20 @@ public struct SocketError: Error, Hashable, Sendable, CustomStringConvertible {
             case .invalidHandle: return "invalidHandle"
             case .sendTimeout: return "sendTimeout"
             case .truncated: return "truncated"
+            case .tlsFailed: return "tlsFailed"
+            case .tlsCertificateExpired: return "tlsCertificateExpired"
+            case .tlsCertificateNotYetValid: return "tlsCertificateNotYetValid"
+            case .tlsSelfSigned: return "tlsSelfSigned"
+            case .tlsUnknownIssuer: return "tlsUnknownIssuer"
+            case .tlsHostnameMismatch: return "tlsHostnameMismatch"
+            case .tlsCertificateInvalid: return "tlsCertificateInvalid"
+            case .tlsClientCertificateRequired: return "tlsClientCertificateRequired"
+            case .tlsProtocolVersion: return "tlsProtocolVersion"
+            case .tlsPeerClosed: return "tlsPeerClosed"
+            case .tlsHandshakeTimeout: return "tlsHandshakeTimeout"
+            case .tlsTruncated: return "tlsTruncated"
+            case .tlsPeerRejected: return "tlsPeerRejected"
+            case .tlsSettings: return "tlsSettings"
             default: return "code(\(rawValue))"
             }
         }
@@ -83,6 +134,20 @@ public struct SocketError: Error, Hashable, Sendable, CustomStringConvertible {
             case .invalidHandle: return "invalid, released or wrong-kind handle"
             case .sendTimeout: return "send timed out"
             case .truncated: return "datagram larger than the receive limit"
+            case .tlsFailed: return "TLS failed"
+            case .tlsCertificateExpired: return "the peer's certificate has expired"
+            case .tlsCertificateNotYetValid: return "the peer's certificate is not yet valid"
+            case .tlsSelfSigned: return "the peer's certificate is self-signed and not trusted"
+            case .tlsUnknownIssuer: return "the peer's certificate chain leads to no trusted root"
+            case .tlsHostnameMismatch: return "the peer's certificate does not match the host name"
+            case .tlsCertificateInvalid: return "the peer's certificate is not valid"
+            case .tlsClientCertificateRequired: return "the server requires a client certificate"
+            case .tlsProtocolVersion: return "no TLS protocol version both sides accept"
+            case .tlsPeerClosed: return "the peer closed the connection during the TLS handshake"
+            case .tlsHandshakeTimeout: return "the TLS handshake timed out"
+            case .tlsTruncated: return "the peer closed the connection without a TLS close_notify"
+            case .tlsPeerRejected: return "manual trust evaluation rejected the peer"
+            case .tlsSettings: return "the TLS settings cannot be used"
             default: return "unknown error"
             }
         }

@@ -1,11 +1,13 @@
 import Glibc
+import SocketKitC
 import Synchronization
 
 /// A fixed set of event loops. Sockets pick a loop from their group round-robin, and
 /// accepted connections are spread over the group's loops.
 ///
 /// Simple programs never create one: `EventLoopGroup.default` exists for the whole process,
-/// with one loop per online CPU.
+/// with one loop per CPU the process may run on (its affinity mask, as libuv's
+/// `uv_available_parallelism`: under `taskset -c 0` that is one loop, not one per online CPU).
 public final class EventLoopGroup: @unchecked Sendable {
     /// The loops, in index order.
     public private(set) var loops: [EventLoop] = []
@@ -14,11 +16,14 @@ public final class EventLoopGroup: @unchecked Sendable {
     private let shutDown = Atomic<Bool>(false)
 
     /// The process-wide group, created on first use, never shut down.
-    public static let `default` = EventLoopGroup(loopCount: EventLoopGroup.onlineProcessorCount, isDefault: true)
+    public static let `default` = EventLoopGroup(loopCount: EventLoopGroup.availableProcessorCount, isDefault: true)
 
-    static var onlineProcessorCount: Int {
-        let count = sysconf(Int32(_SC_NPROCESSORS_ONLN))
-        return count > 0 ? count : 1
+    /// The CPUs this process may run on; the online count if the affinity mask is unknown.
+    static var availableProcessorCount: Int {
+        let allowed = Int(skc_available_cpus())
+        if allowed > 0 { return allowed }
+        let online = sysconf(Int32(_SC_NPROCESSORS_ONLN))
+        return online > 0 ? online : 1
     }
 
     /// Creates `loopCount` loops (at least one), each with its own thread.

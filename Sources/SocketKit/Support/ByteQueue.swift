@@ -35,6 +35,17 @@ struct ByteQueue: ~Copyable {
         end += bytes.count
     }
 
+    /// Makes room for `count` bytes at the back and lets `fill` write up to that many;
+    /// `fill` returns how many it wrote.
+    mutating func append(count: Int, _ fill: (UnsafeMutableRawBufferPointer) -> Int) {
+        guard count > 0 else { return }
+        if capacity - end < count {
+            makeRoom(for: count)
+        }
+        let written = fill(UnsafeMutableRawBufferPointer(start: base! + end, count: count))
+        end += max(0, min(written, count))
+    }
+
     /// Drops `count` bytes from the front; frees the block once empty.
     mutating func consume(_ count: Int) {
         start += count

@@ -552,6 +552,58 @@ public final class Socket: @unchecked Sendable {
     /// Bytes queued and not yet accepted by the kernel.
     public var queuedWriteBytes: Int { shared.queuedWriteBytes.load(ordering: .relaxed) }
 
+    // MARK: TLS
+
+    /// Queues the TLS handshake behind every read and write already queued (GCDAsyncSocket's
+    /// `startTLS:`): those run in plaintext, the ones queued afterwards run encrypted once
+    /// `socketDidSecure` was called. Bytes that arrived before the handshake starts are fed
+    /// to it. May be called while connecting.
+    ///
+    /// The settings are checked and loaded here: unreadable or invalid certificates, keys or
+    /// trust files throw `.tlsSettings`. Throws `.badConfig` when not connecting or
+    /// connected, after `disconnectAfter…`, or when TLS was already started in this session
+    /// (only the first call counts). Handshake failures arrive as `socketDidDisconnect` with
+    /// their own code (`.tlsCertificateExpired`, `.tlsHostnameMismatch`, ...).
+    public func startTLS(_ settings: TLSSettings = TLSSettings()) throws(SocketError) {
+        let context = try TLSContext.forSettings(settings)
+        let session = try shared.published.withLock { published throws(SocketError) -> UInt64 in
+            switch published.status {
+            case .connecting, .connected:
+                break
+            case .disconnected:
+                throw SocketError(.badConfig, "not connected: connect or accept first")
+            case .accepting:
+                throw SocketError(.badConfig, "a listening socket does not start TLS; start it on each accepted socket")
+            }
+            guard published.acceptsReadsAndWrites else {
+                throw SocketError(.badConfig, "no startTLS after disconnectAfterReading/Writing")
+            }
+            guard !published.tlsRequested else {
+                throw SocketError(.badConfig, "TLS was already started on this connection")
+            }
+            published.tlsRequested = true
+            return published.session
+        }
+        guard submit(tearsDown: false, { $0.startTLS(context: context, session: session) }) else {
+            throw SocketError(.badConfig, "the socket's event loop has stopped")
+        }
+    }
+
+    /// True once the TLS handshake has finished (and manual trust said yes).
+    public var isSecure: Bool { published.tls != nil }
+
+    /// What the TLS handshake settled (version, cipher, ALPN, the peer's certificates,
+    /// resumption), or nil before `socketDidSecure`.
+    public var tlsInfo: TLSConnectionInfo? { published.tls?.info }
+
+    /// The answer to the `didReceiveTrust` event that carried `question` (the Swift
+    /// delegate's completion handler calls this; so does the C API). Any thread; only the
+    /// first answer counts.
+    func answerTrust(question: UInt64, accept: Bool) {
+        let core = self.core
+        _ = eventLoop.execute { core.resolveTrust(accept: accept, question: question) }
+    }
+
     // MARK: Disconnecting
 
     /// Closes now: pending reads and writes are dropped without callbacks, and

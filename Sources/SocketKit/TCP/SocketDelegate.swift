@@ -50,6 +50,17 @@ public protocol SocketDelegate: AnyObject {
     /// stays open for writing.
     func socketDidCloseReadStream(_ sock: Socket)
 
+    /// The TLS handshake `startTLS` queued has finished: reads and writes queued after it
+    /// now run encrypted. `sock.tlsInfo` tells what was negotiated.
+    func socketDidSecure(_ sock: Socket)
+
+    /// Manual trust evaluation (`TLSSettings.manualTrustEvaluation`): the handshake is done
+    /// but nothing is read or written until `completionHandler` is called, from any thread,
+    /// now or later: true trusts the peer (`socketDidSecure` follows), false disconnects with
+    /// `.tlsPeerRejected`. Only the first call counts. The default implementation answers
+    /// false. The handshake timeout keeps running meanwhile.
+    func socket(_ sock: Socket, didReceiveTrust trust: TLSTrust, completionHandler: @escaping @Sendable (Bool) -> Void)
+
     /// Queued, unwritten bytes reached the high watermark: the peer is not keeping up.
     func socket(_ sock: Socket, writeQueueDidReachHighWatermark queuedBytes: Int)
 
@@ -77,6 +88,10 @@ extension SocketDelegate {
     public func socket(_ sock: Socket, didWritePartialDataOfLength length: Int, tag: Int) {}
     public func socket(_ sock: Socket, shouldTimeoutWriteWithTag tag: Int, elapsed: Double, bytesDone: Int) -> Double { 0 }
     public func socketDidCloseReadStream(_ sock: Socket) {}
+    public func socketDidSecure(_ sock: Socket) {}
+    public func socket(_ sock: Socket, didReceiveTrust trust: TLSTrust, completionHandler: @escaping @Sendable (Bool) -> Void) {
+        completionHandler(false)
+    }
     public func socket(_ sock: Socket, writeQueueDidReachHighWatermark queuedBytes: Int) {}
     public func socket(_ sock: Socket, writeQueueDidDrainToLowWatermark queuedBytes: Int) {}
     public func socketDidDisconnect(_ sock: Socket, withError error: SocketError?) {}
@@ -156,6 +171,12 @@ final class SwiftDelegateReceiver: SocketEventReceiver {
             return timeoutAnswer(delegate.socket(socket, shouldTimeoutWriteWithTag: tag, elapsed: elapsed, bytesDone: bytesDone))
         case .didCloseReadStream:
             delegate.socketDidCloseReadStream(socket)
+        case .didSecure:
+            delegate.socketDidSecure(socket)
+        case .didReceiveTrust(let trust, let question):
+            delegate.socket(socket, didReceiveTrust: trust) { [weak socket] accept in
+                socket?.answerTrust(question: question, accept: accept)
+            }
         case .didReachWriteHighWatermark(let queuedBytes):
             delegate.socket(socket, writeQueueDidReachHighWatermark: queuedBytes)
         case .didDrainToWriteLowWatermark(let queuedBytes):

@@ -24,6 +24,10 @@ enum SocketEvent {
     case didWritePartial(length: Int, tag: Int)
     case shouldTimeoutWrite(tag: Int, elapsed: Double, bytesDone: Int, question: UInt64)
     case didCloseReadStream
+    /// The TLS handshake finished (and manual trust, if any, said yes).
+    case didSecure
+    /// Manual trust evaluation: answer with `Socket.answerTrust(question:accept:)`.
+    case didReceiveTrust(TLSTrust, question: UInt64)
     case didReachWriteHighWatermark(queuedBytes: Int)
     case didDrainToWriteLowWatermark(queuedBytes: Int)
     case didDisconnect(SocketError?)

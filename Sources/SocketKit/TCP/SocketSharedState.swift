@@ -23,6 +23,10 @@ final class SocketSharedState: @unchecked Sendable {
         /// Made on the first read into a caller's buffer (most sockets never need one).
         var callerBuffers: CallerBufferGuard? = nil
         var callerBuffersRevoked = false
+        /// What the TLS handshake settled, once the connection is secure.
+        var tls: TLSInfoBox? = nil
+        /// `startTLS` was called in this session (only the first call counts).
+        var tlsRequested = false
     }
 
     let published = LockedValue(Published())

@@ -19,6 +19,11 @@ extension TCPSocketCore {
         self.session = session
         self.configuration = configuration
         self.localEndpoints = localEndpoints
+        if case .host(let host, _) = target {
+            connectHost = host
+        } else {
+            connectHost = nil
+        }
         phase = .resolving
         if timeout >= 0 {
             arm(&connectTimer, deadline: deadline(afterSeconds: timeout)) { $0.connectTimerFired() }
@@ -199,6 +204,7 @@ extension TCPSocketCore {
         self.session = session
         fd = descriptor
         isUnixDomain = unix
+        connectHost = nil
         preparedPeer = peer
         phase = .connected
         readable = false

@@ -16,10 +16,14 @@ extension TCPSocketCore {
     /// sends faster than the application reads fills the kernel buffers and TCP flow control
     /// slows it down.
     func pumpReads() {
+        if tls != nil && tls!.stage != .secure {
+            guard tlsPumpBeforeSecure() else { return }
+        }
+        let secure = tls?.stage == .secure
         var kernelReads = 0
-        while phase == .connected && !readTimeoutPending {
+        pump: while phase == .connected && !readTimeoutPending {
             if currentRead == nil {
-                guard let next = readQueue.popFirst() else { break }
+                guard !tlsHoldsReads, let next = readQueue.popFirst() else { break }
                 startRead(next)
             }
             if !prebuffer.isEmpty {
@@ -30,13 +34,28 @@ extension TCPSocketCore {
                 handleEndOfStream()
                 return
             }
-            guard readable else { break }
+            guard readable || (secure && tls!.hasBufferedInput) else { break }
             guard kernelReads < TCPSocketCore.kernelReadsPerPump else {
                 scheduleReadPump()
                 break
             }
             kernelReads += 1
             let buffer = loop.readBuffer
+            if secure {
+                switch readSecure(into: buffer) {
+                case .bytes(let count):
+                    guard feedCurrentRead(from: UnsafeRawBufferPointer(rebasing: buffer[0..<count]),
+                                          fromPrebuffer: false) else { return }
+                case .wouldBlock:
+                    break pump
+                case .endOfStream:
+                    readEOF = true
+                case .failed(let error):
+                    closeSession(error)
+                    return
+                }
+                continue
+            }
             let count = read(fd, buffer.baseAddress, buffer.count)
             if count > 0 {
                 // Edge-triggered: a short read drained the socket, and new data raises a new
@@ -96,6 +115,7 @@ extension TCPSocketCore {
             guard var request = currentRead.take() else { return true }
             cancel(readTimer)
             shared.readProgress.clear()
+            if tls != nil { tlsCountCompletedRead() }
             if ownerWants(.read) {
                 let payload: ReadPayload = borrowed
                     ? .borrowed(UnsafeRawBufferPointer(rebasing: source[0..<consumed]))

@@ -30,7 +30,7 @@ extension TCPSocketCore {
     /// socket's own callback (didWrite then follows that callback, as always), or when the
     /// delegate does not listen for write completions.
     func writeImmediately(_ bytes: UnsafeRawBufferPointer, session: UInt64) -> Int? {
-        guard session == self.session, phase == .connected, writable, writeQueue.isEmpty,
+        guard session == self.session, phase == .connected, writable, writeQueue.isEmpty, tls == nil,
               !writeTimeoutPending, !disconnectAfterReads, !disconnectAfterWrites, bytes.count > 0,
               inCallout || (!ownerWants(.write) && !ownerWants(.writePartial)) else { return nil }
         let written = send(fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags)
@@ -56,7 +56,8 @@ extension TCPSocketCore {
     /// Makes the front of the queue the current write: publishes its progress and arms its
     /// timeout (upstream: the timer starts when a write becomes current).
     func startHeadWrite() {
-        guard phase == .connected, let head = writeQueue.first else { return }
+        // A write queued after a TLS marker becomes current only once the connection is secure.
+        guard phase == .connected, !tlsHoldsWrites, let head = writeQueue.first else { return }
         headWriteStarted = true
         shared.writeProgress.publish(tag: head.tag, done: head.offset, total: head.length)
         if head.timeout >= 0 {
@@ -66,8 +67,16 @@ extension TCPSocketCore {
 
     /// Writes as much of the queue as the kernel takes, several requests per system call.
     func flushWrites() {
+        if let tls, tls.stage != .waiting {
+            if tls.stage == .secure {
+                flushSecureWrites()
+            } else {
+                sendTLSOutput() // handshake records
+            }
+            return
+        }
         var systemCalls = 0
-        while phase == .connected && writable && !writeTimeoutPending && !writeQueue.isEmpty {
+        while phase == .connected && writable && !writeTimeoutPending && !writeQueue.isEmpty && !tlsHoldsWrites {
             guard systemCalls < TCPSocketCore.systemCallsPerFlush else {
                 scheduleWriteFlush()
                 return
@@ -92,7 +101,8 @@ extension TCPSocketCore {
 
     /// One `send`/`sendmsg` of the front requests. Returns the result and the bytes offered.
     private func sendQueuedWrites() -> (written: Int, attempted: Int) {
-        let count = min(writeQueue.count, TCPSocketCore.writesPerSystemCall)
+        // Before a TLS marker, only the writes queued ahead of it go out in plaintext.
+        let count = min(writeQueue.count, TCPSocketCore.writesPerSystemCall, tls?.writesBefore ?? Int.max)
         if count == 1, let head = writeQueue.first {
             return head.withRemainingBytes { bytes in
                 (send(fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags), bytes.count)
@@ -121,7 +131,7 @@ extension TCPSocketCore {
 
     /// Attributes `written` bytes to the queued requests in order, completing them.
     /// Returns false when the session ended in a callback.
-    private func account(written: Int) -> Bool {
+    func account(written: Int) -> Bool {
         let session = self.session
         var left = written
         queuedWriteBytes -= written
@@ -134,6 +144,7 @@ extension TCPSocketCore {
                 headWriteStarted = false
                 cancel(writeTimer)
                 shared.writeProgress.clear()
+                if tls != nil { tlsCountCompletedWrite() }
                 if ownerWants(.write) {
                     emit(.didWrite(tag: head.tag))
                     guard session == self.session && phase == .connected else { return false }

@@ -40,6 +40,8 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     var disconnectAfterWrites = false
     /// The peer of a prepared (adopted or accepted) descriptor, until it is activated.
     var preparedPeer: SocketAddress? = nil
+    /// From `startTLS` on (see TCPSocketCore+TLS.swift).
+    var tls: TLSState? = nil
 
     // Reads.
     var readQueue = FIFO<ReadRequest>()
@@ -72,6 +74,8 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         var connectAttempts: [ConnectionAttempt] = []
         var lastAttemptError: SocketError? = nil
         var localEndpoints: Interfaces.Endpoints? = nil
+        /// The host name given to connect: a TLS client's default peer name.
+        var host: String? = nil
     }
 
     final class AcceptingState {
@@ -133,6 +137,10 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     var localEndpoints: Interfaces.Endpoints? {
         get { connectingState?.localEndpoints }
         set { if connectingState != nil || !(newValue == nil) { connecting.localEndpoints = newValue } }
+    }
+    var connectHost: String? {
+        get { connectingState?.host }
+        set { if connectingState != nil || !(newValue == nil) { connecting.host = newValue } }
     }
     var listeners: [ListenerEndpoint] {
         get { acceptingState?.listeners ?? [] }
@@ -303,7 +311,7 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         }
         if events & EPOLLIN.rawValue != 0 { readable = true }
         if events & EPOLLOUT.rawValue != 0 { writable = true }
-        if writable && !writeQueue.isEmpty {
+        if writable && (!writeQueue.isEmpty || tls != nil) {
             flushWrites()
         }
         if phase == .connected {
@@ -380,6 +388,7 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         lastAttemptError = nil
         localEndpoints = nil
 
+        endTLS(orderly: error == nil)
         if fd >= 0 {
             if graceful { shutDownGracefully() }
             if let registration { loop.deregister(registration, fd: fd) }
@@ -421,6 +430,8 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
             published.peerAddress = nil
             published.listenerAddresses = []
             published.isUnixDomain = false
+            published.tls = nil
+            published.tlsRequested = false
         }
         if notify {
             emit(.didDisconnect(error))
@@ -442,8 +453,10 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     /// The "disconnect after reading/writing" checks, run whenever a queue may have drained.
     func closeIfDisconnectAfterIsDue() {
         guard phase == .connected, disconnectAfterReads || disconnectAfterWrites else { return }
-        let readsDone = currentRead == nil && readQueue.isEmpty
-        let writesDone = writeQueue.isEmpty
+        // A TLS marker not yet passed counts as a queued read and write.
+        let tlsDone = tls == nil || tls!.stage == .secure
+        let readsDone = currentRead == nil && readQueue.isEmpty && tlsDone
+        let writesDone = writeQueue.isEmpty && tlsDone && !tlsHasOutbound
         if disconnectAfterReads && disconnectAfterWrites {
             if readsDone && writesDone { closeSession(nil, graceful: true) }
         } else if disconnectAfterReads {

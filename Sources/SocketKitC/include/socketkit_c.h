@@ -25,6 +25,10 @@
 #include <net/if.h>
 #include <ifaddrs.h>
 #include <pthread.h>
+#include <openssl/ssl.h>
+#include <openssl/err.h>
+#include <openssl/x509v3.h>
+#include <openssl/pem.h>
 
 /* The public C API's types (delegate struct, error struct, descriptors), so that the
  * @_cdecl implementations in Sources/SocketKit/CAPI use exactly what users compile
@@ -39,6 +43,10 @@ void skc_set_current_thread_name(const char *name);
 
 /* The kernel thread id of the calling thread (gettid(2)). */
 int skc_current_thread_id(void);
+
+/* The number of CPUs this thread may run on (sched_getaffinity(2) and CPU_COUNT, which is
+ * a macro), or 0 if the kernel does not say. */
+int skc_available_cpus(void);
 
 /* sizeof(((struct sockaddr_un *)0)->sun_path). */
 static inline size_t skc_unix_path_capacity(void) {
@@ -56,5 +64,36 @@ static inline int skc_bytes_readable(int fd, int *count) {
 #define SKC_MAX_DATAGRAM_BATCH 64
 int skc_recv_datagrams(int fd, struct msghdr *headers, unsigned int *lengths, unsigned int count);
 int skc_send_datagrams(int fd, struct msghdr *headers, unsigned int *lengths, unsigned int count);
+
+/* OpenSSL: the macros Swift cannot import (BUILDING.md §10), one thin wrapper each. */
+
+/* SSL_CTX_set_min_proto_version / _max_ (0 = no bound). 1 on success. */
+int skc_tls_ctx_set_versions(SSL_CTX *context, int minimum, int maximum);
+/* SSL_CTX_set_options(SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION |
+ * SSL_OP_CIPHER_SERVER_PREFERENCE) and SSL_CTX_set_mode(SSL_MODE_RELEASE_BUFFERS |
+ * SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER): the engine's
+ * fixed choices. */
+void skc_tls_ctx_set_engine_options(SSL_CTX *context);
+/* SSL_CTX_set_session_cache_mode(SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE):
+ * client sessions go to the new-session callback only. */
+void skc_tls_ctx_set_client_session_cache(SSL_CTX *context);
+/* SSL_CTX_set_session_cache_mode(SSL_SESS_CACHE_OFF) and SSL_OP_NO_TICKET. */
+void skc_tls_ctx_disable_sessions(SSL_CTX *context);
+/* SSL_set_tlsext_host_name (SNI). 1 on success. */
+int skc_tls_set_server_name(SSL *ssl, const char *name);
+/* BIO_set_mem_eof_return. */
+void skc_bio_set_mem_eof_return(BIO *bio, int value);
+/* ERR_GET_LIB / ERR_GET_REASON. */
+int skc_err_lib(unsigned long error);
+int skc_err_reason(unsigned long error);
+/* XN_FLAG_RFC2253 (built from several macros). */
+static inline unsigned long skc_xn_flag_rfc2253(void) { return XN_FLAG_RFC2253; }
+/* sk_X509_num / sk_X509_value on a STACK_OF(X509). */
+int skc_x509_stack_count(const STACK_OF(X509) *stack);
+X509 *skc_x509_stack_value(const STACK_OF(X509) *stack, int index);
+/* sk_X509_new_null / sk_X509_push / sk_X509_pop_free(X509_free). */
+STACK_OF(X509) *skc_x509_stack_new(void);
+int skc_x509_stack_push(STACK_OF(X509) *stack, X509 *certificate);
+void skc_x509_stack_free(STACK_OF(X509) *stack);
 
 #endif

@@ -1,11 +1,11 @@
 /*
  * echo_server.c - a line echo server on SocketKit.
  *
- *     echo_server [--port PORT] [--host ADDRESS] [--raw]
+ *     echo_server [--port PORT] [--udp-port PORT] [--host ADDRESS] [--raw]
  *
  * Accepts on ADDRESS (default 127.0.0.1) and PORT (default 0: the kernel picks one), prints
  * "listening on PORT", and echoes every line each client sends (with --raw: every byte, as
- * soon as it arrives). Callbacks run on the event loop thread (no callback queue), the
+ * soon as it arrives). With --udp-port it also sends every UDP datagram back to its sender. Callbacks run on the event loop thread (no callback queue), the
  * fastest arrangement. Stops on SIGINT or SIGTERM.
  *
  *     cc echo_server.c $(pkg-config --cflags --libs socketkit) -o echo_server
@@ -42,6 +42,14 @@ static void did_read(sk_socket_t *sock, const void *data, size_t length, long ta
     read_next(sock);
 }
 
+/* UDP: every datagram goes straight back to where it came from. */
+static void udp_did_receive(sk_udp_socket_t *sock, const void *data, size_t length, const struct sockaddr *address,
+                            socklen_t address_length, void *context, void *userdata) {
+    (void)context;
+    (void)userdata;
+    sk_udp_socket_send_to_address(sock, data, length, address, address_length, -1, 0, NULL);
+}
+
 static void did_disconnect(sk_socket_t *sock, const sk_error_t *error, void *userdata) {
     sk_socket_t *listener = userdata;
     if (sock == listener) {
@@ -55,13 +63,14 @@ static void did_disconnect(sk_socket_t *sock, const sk_error_t *error, void *use
 int main(int argc, char **argv) {
     const char *host = "127.0.0.1";
     unsigned port = 0;
+    int udp_port = -1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--port") == 0 && i + 1 < argc) port = (unsigned)atoi(argv[++i]);
         else if (strcmp(argv[i], "--host") == 0 && i + 1 < argc) host = argv[++i];
         else if (strcmp(argv[i], "--raw") == 0) raw_mode = 1;
-        else if (strcmp(argv[i], "--udp-port") == 0 && i + 1 < argc) i++; /* benchmark harness: no UDP yet */
+        else if (strcmp(argv[i], "--udp-port") == 0 && i + 1 < argc) udp_port = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--port PORT] [--host ADDRESS] [--raw]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--port PORT] [--udp-port PORT] [--host ADDRESS] [--raw]\n", argv[0]);
             return 2;
         }
     }
@@ -78,9 +87,30 @@ int main(int argc, char **argv) {
     delegate.did_read = did_read;
     delegate.did_disconnect = did_disconnect;
 
-    sk_socket_t *listener = NULL;
     sk_error_t error;
-    if (sk_socket_create(NULL, 0, NULL, NULL, NULL, &listener, &error) != SK_OK) {
+    /* One event-loop thread serves everything (the benchmark rule; the default group would
+     * have one loop per CPU). */
+    sk_loop_group_t *group = NULL;
+    if (sk_loop_group_create(1, &group, &error) != SK_OK) {
+        fprintf(stderr, "sk_loop_group_create: %s\n", error.message);
+        return 1;
+    }
+    sk_udp_socket_t *udp = NULL;
+    if (udp_port >= 0) {
+        /* Bound before the TCP listener, so a client that sees "listening" finds both. */
+        sk_udp_socket_delegate_t udp_delegate = {0};
+        udp_delegate.did_receive = udp_did_receive;
+        if (sk_udp_socket_create(&udp_delegate, sizeof udp_delegate, NULL, NULL, group, &udp, &error) != SK_OK ||
+            sk_udp_socket_bind_to_port(udp, host, (uint16_t)udp_port, &error) != SK_OK ||
+            sk_udp_socket_begin_receiving(udp, &error) != SK_OK) {
+            fprintf(stderr, "cannot serve UDP on %s port %d: %s\n", host, udp_port, error.message);
+            if (udp) sk_udp_socket_release(udp);
+            return 1;
+        }
+    }
+
+    sk_socket_t *listener = NULL;
+    if (sk_socket_create(NULL, 0, NULL, NULL, group, &listener, &error) != SK_OK) {
         fprintf(stderr, "sk_socket_create: %s\n", error.message);
         return 1;
     }
@@ -101,5 +131,7 @@ int main(int argc, char **argv) {
     int signal_number = 0;
     sigwait(&stop, &signal_number);
     sk_socket_release(listener);
+    if (udp) sk_udp_socket_release(udp);
+    sk_loop_group_release(group);
     return 0;
 }

@@ -173,6 +173,12 @@ class LoopGroup:
     def loop_count(self) -> int:
         return _raise_for(lib.sk_loop_group_loop_count(self.handle))
 
+    @staticmethod
+    def default_loop_count() -> int:
+        """The loops of the process-wide default group: one per CPU the process may run
+        on (its affinity mask when the group was first used)."""
+        return _raise_for(lib.sk_loop_group_loop_count(None))
+
     def close(self) -> None:
         """Stops the loops; sockets still open on them disconnect with BadConfigError."""
         handle, self._handle = self._handle, None

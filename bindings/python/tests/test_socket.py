@@ -3,6 +3,7 @@ import errno
 import gc
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -516,6 +517,18 @@ def test_loop_groups(recorder):
     listener.close()
     with pytest.raises(socketkit.BadParamError):
         socketkit.LoopGroup(0)
+
+
+def test_default_group_follows_the_cpu_affinity_mask():
+    # Under `taskset -c N` the default group has one loop, not one per online CPU (a
+    # benchmark server pinned to one core used to get two loop threads fighting for it).
+    cpus = sorted(os.sched_getaffinity(0))
+    code = ("import os, sys; os.sched_setaffinity(0, {%d}); import socketkit; "
+            "sys.stdout.write(str(socketkit.LoopGroup.default_loop_count()))" % cpus[0])
+    pinned = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert pinned.returncode == 0, pinned.stderr
+    assert pinned.stdout == "1"
+    assert socketkit.LoopGroup.default_loop_count() == len(cpus)
 
 
 def test_many_sockets_from_many_threads(recorder):

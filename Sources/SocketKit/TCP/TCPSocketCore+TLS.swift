@@ -1,0 +1,382 @@
+import Glibc
+import SocketKitC
+
+/// A connection's TLS state, from `startTLS` on. Kept out of line: plain connections carry
+/// one pointer for it.
+///
+/// `startTLS` is a marker in both queues, as upstream: `readsBefore` and `writesBefore`
+/// count the reads and writes queued ahead of it. They run in plaintext; reads and writes
+/// queued after the marker wait. When both counts reach zero the handshake starts (bytes
+/// that arrived ahead of it, in the prebuffer, are its first input); once it succeeds (and,
+/// with manual trust, once the delegate said yes) the waiting reads and writes run
+/// encrypted.
+final class TLSState {
+    enum Stage {
+        case waiting, handshaking, awaitingTrust, secure
+    }
+
+    let context: TLSContext
+    var stage = Stage.waiting
+    var readsBefore: Int
+    var writesBefore: Int
+    var session: TLSSession? = nil
+    var handshakeTimer: LoopTimer? = nil
+    /// Ciphertext OpenSSL produced that the kernel has not taken yet.
+    var outbound = ByteQueue()
+    /// The peer's FIN arrived (OpenSSL decides whether close_notify came first).
+    var transportEOF = false
+    var trustQuestion: UInt64 = 0
+
+    init(context: TLSContext, readsBefore: Int, writesBefore: Int) {
+        self.context = context
+        self.readsBefore = readsBefore
+        self.writesBefore = writesBefore
+    }
+
+    /// Decrypted bytes or ciphertext OpenSSL holds, or an end of stream it has not reported.
+    var hasBufferedInput: Bool {
+        guard let session else { return false }
+        return transportEOF || session.hasBufferedInput
+    }
+}
+
+extension TCPSocketCore {
+    /// Encrypted bytes written per flush before the kernel must take some.
+    static let tlsOutboundLimit = 256 * 1024
+    /// Plaintext handed to one SSL_write (four full records).
+    static let tlsWriteChunk = 64 * 1024
+
+    // MARK: Starting
+
+    /// The loop side of `Socket.startTLS`: sets the marker (the first call of a session only).
+    func startTLS(context: TLSContext, session: UInt64) {
+        guard session == self.session, phase == .resolving || phase == .connecting || phase == .connected,
+              !disconnectAfterReads, !disconnectAfterWrites, tls == nil else { return }
+        tls = TLSState(context: context, readsBefore: readQueue.count + (currentRead == nil ? 0 : 1),
+                       writesBefore: writeQueue.count)
+        if phase == .connected && registration != nil { scheduleReadPump() }
+    }
+
+    /// True while reads queued after the marker must wait.
+    var tlsHoldsReads: Bool {
+        guard let tls else { return false }
+        return tls.stage != .secure && tls.readsBefore == 0
+    }
+
+    /// True while writes queued after the marker must wait.
+    var tlsHoldsWrites: Bool {
+        guard let tls else { return false }
+        return tls.stage != .secure && tls.writesBefore == 0
+    }
+
+    /// A read ahead of the marker completed.
+    func tlsCountCompletedRead() {
+        guard let tls, tls.stage == .waiting, tls.readsBefore > 0 else { return }
+        tls.readsBefore -= 1
+        if tls.readsBefore == 0 && tls.writesBefore == 0 { scheduleReadPump() }
+    }
+
+    /// A write ahead of the marker completed.
+    func tlsCountCompletedWrite() {
+        guard let tls, tls.stage == .waiting, tls.writesBefore > 0 else { return }
+        tls.writesBefore -= 1
+        if tls.readsBefore == 0 && tls.writesBefore == 0 { scheduleReadPump() }
+    }
+
+    /// Called by the read pump while TLS is not secure: starts or drives the handshake.
+    /// Returns true when the pump should go on with plaintext reads (the marker is not
+    /// reached yet).
+    func tlsPumpBeforeSecure() -> Bool {
+        guard let tls else { return true }
+        switch tls.stage {
+        case .waiting:
+            if tls.readsBefore == 0 && tls.writesBefore == 0 {
+                startHandshake()
+                return false
+            }
+            return true
+        case .handshaking:
+            driveHandshake()
+            return false
+        case .awaitingTrust, .secure:
+            return false
+        }
+    }
+
+    private func startHandshake() {
+        guard let tls, tls.stage == .waiting, phase == .connected, fd >= 0 else { return }
+        let settings = tls.context.settings
+        let peer = shared.published.withLock { $0.peerAddress } ?? SystemCalls.peerAddress(fd)
+        var name = settings.peerName
+        if settings.role == .client && name == nil {
+            name = connectHost ?? peer?.host
+        }
+        let session: TLSSession
+        do {
+            session = try TLSSession(context: tls.context, peerName: name, port: peer?.port ?? 0)
+        } catch {
+            closeSession(error)
+            return
+        }
+        tls.session = session
+        tls.stage = .handshaking
+        if !prebuffer.isEmpty {
+            session.feed(prebuffer.readableBytes)
+            prebuffer.removeAll()
+        }
+        if readEOF {
+            tls.transportEOF = true
+            session.feedEndOfStream()
+        }
+        if settings.handshakeTimeout >= 0 {
+            arm(&tls.handshakeTimer, deadline: deadline(afterSeconds: settings.handshakeTimeout)) {
+                $0.closeSession(SocketError(.tlsHandshakeTimeout,
+                                            "the TLS handshake did not finish within \(settings.handshakeTimeout) s"))
+            }
+        }
+        driveHandshake()
+    }
+
+    private func driveHandshake() {
+        guard let tls, tls.stage == .handshaking, let session = tls.session else { return }
+        while phase == .connected {
+            let step = session.handshake()
+            // Send what the step produced first: a ClientHello, a flight, or an alert.
+            guard sendTLSOutput() else { return }
+            switch step {
+            case .done:
+                handshakeFinished()
+                return
+            case .failed(let error):
+                closeSession(error)
+                return
+            case .wantRead:
+                guard !tls.transportEOF else {
+                    closeSession(SocketError(.tlsPeerClosed, "the peer closed the connection during the TLS handshake"))
+                    return
+                }
+                switch receiveCiphertext(into: session, tls: tls) {
+                case .received: continue
+                case .wouldBlock: return
+                case .failed(let error):
+                    closeSession(error)
+                    return
+                }
+            }
+        }
+    }
+
+    private func handshakeFinished() {
+        guard let tls, let session = tls.session else { return }
+        if tls.context.settings.manualTrustEvaluation {
+            tls.stage = .awaitingTrust
+            timeoutQuestions += 1
+            tls.trustQuestion = timeoutQuestions
+            emit(.didReceiveTrust(session.trust, question: tls.trustQuestion))
+            return
+        }
+        becomeSecure()
+    }
+
+    /// The delegate's answer to `didReceiveTrust` (only the first answer counts).
+    func resolveTrust(accept: Bool, question: UInt64) {
+        guard phase == .connected, let tls, tls.stage == .awaitingTrust, tls.trustQuestion == question else { return }
+        if accept {
+            becomeSecure()
+        } else {
+            closeSession(SocketError(.tlsPeerRejected, "manual trust evaluation rejected the peer's certificate"))
+        }
+    }
+
+    private func becomeSecure() {
+        guard let tls, let session = tls.session else { return }
+        tls.stage = .secure
+        cancel(tls.handshakeTimer)
+        tls.handshakeTimer = nil
+        let info = TLSInfoBox(session.info)
+        let current = self.session
+        shared.published.withLock { published in
+            guard published.session == current else { return }
+            published.tls = info
+        }
+        emit(.didSecure)
+        guard current == self.session, phase == .connected else { return }
+        if !writeQueue.isEmpty {
+            if !headWriteStarted { startHeadWrite() }
+            scheduleWriteFlush()
+        }
+        scheduleReadPump()
+    }
+
+    // MARK: Ciphertext to and from the kernel
+
+    enum CiphertextInput {
+        case received, wouldBlock
+        case failed(SocketError)
+    }
+
+    /// One `recv` of ciphertext for OpenSSL (into the loop's scratch buffer, which no
+    /// callback ever borrows). The peer's FIN is passed on as end of input.
+    private func receiveCiphertext(into session: TLSSession, tls: TLSState) -> CiphertextInput {
+        guard readable else { return .wouldBlock }
+        let scratch = loop.discardBuffer
+        while true {
+            let count = recv(fd, scratch.baseAddress, scratch.count, 0)
+            if count > 0 {
+                if count < scratch.count && !peerHalfClosed { readable = false }
+                session.feed(UnsafeRawBufferPointer(rebasing: scratch[0..<count]))
+                return .received
+            }
+            if count == 0 {
+                readable = false
+                tls.transportEOF = true
+                session.feedEndOfStream()
+                return .received
+            }
+            let error = errno
+            if error == EINTR { continue }
+            if error == EAGAIN || error == EWOULDBLOCK {
+                readable = false
+                return .wouldBlock
+            }
+            return .failed(SocketError.systemError(error, "read"))
+        }
+    }
+
+    /// Moves OpenSSL's output to the outbound queue and sends what the kernel takes.
+    /// Returns false when the session ended (a send error).
+    @discardableResult
+    func sendTLSOutput() -> Bool {
+        guard let tls else { return true }
+        tls.session?.takeOutput(into: &tls.outbound)
+        var systemCalls = 0
+        while !tls.outbound.isEmpty && writable && phase == .connected {
+            guard systemCalls < TCPSocketCore.systemCallsPerFlush else {
+                scheduleWriteFlush()
+                return true
+            }
+            systemCalls += 1
+            let bytes = tls.outbound.readableBytes
+            let sent = send(fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags)
+            if sent < 0 {
+                let error = errno
+                if error == EINTR { continue }
+                if error == EAGAIN || error == EWOULDBLOCK {
+                    writable = false
+                    break
+                }
+                closeSession(SocketError.systemError(error, "write"))
+                return false
+            }
+            if sent < bytes.count { writable = false }
+            tls.outbound.consume(sent)
+        }
+        return true
+    }
+
+    var tlsHasOutbound: Bool { !(tls?.outbound.isEmpty ?? true) }
+
+    // MARK: Secure reads and writes
+
+    enum SecureRead {
+        case bytes(Int), wouldBlock, endOfStream
+        case failed(SocketError)
+    }
+
+    /// Decrypted bytes into `buffer`: what OpenSSL holds first, then one `recv` of
+    /// ciphertext at a time while it needs more.
+    func readSecure(into buffer: UnsafeMutableRawBufferPointer) -> SecureRead {
+        guard let tls, let session = tls.session else { return .wouldBlock }
+        while true {
+            let step = session.read(into: buffer)
+            // Reading can produce output (a key update answer, a TLS 1.3 ticket ack).
+            if session.pendingOutput > 0 { guard sendTLSOutput() else { return .wouldBlock } }
+            switch step {
+            case .bytes(let count): return .bytes(count)
+            case .closed: return .endOfStream
+            case .failed(let error): return .failed(error)
+            case .wantRead:
+                if tls.transportEOF {
+                    return .failed(SocketError(.tlsTruncated, "the peer closed the connection without a TLS close_notify"))
+                }
+                switch receiveCiphertext(into: session, tls: tls) {
+                case .received: continue
+                case .wouldBlock: return .wouldBlock
+                case .failed(let error): return .failed(error)
+                }
+            }
+        }
+    }
+
+    /// Encrypts queued writes (each completes once OpenSSL took all its bytes) and sends
+    /// the records, several writes per system call.
+    func flushSecureWrites() {
+        guard let tls, let session = tls.session else { return }
+        var systemCalls = 0
+        while phase == .connected {
+            while !writeTimeoutPending && !writeQueue.isEmpty && tls.outbound.count < TCPSocketCore.tlsOutboundLimit {
+                if !headWriteStarted { startHeadWrite() }
+                let result = writeQueue[0].withRemainingBytes { bytes in
+                    session.write(UnsafeRawBufferPointer(rebasing: bytes.prefix(TCPSocketCore.tlsWriteChunk)))
+                }
+                switch result {
+                case .failure(let error):
+                    closeSession(error)
+                    return
+                case .success(let count):
+                    session.takeOutput(into: &tls.outbound)
+                    guard count > 0 else { break }
+                    guard account(written: count) else { return }
+                    continue
+                }
+                break
+            }
+            session.takeOutput(into: &tls.outbound)
+            guard !tls.outbound.isEmpty, writable else { break }
+            guard systemCalls < TCPSocketCore.systemCallsPerFlush else {
+                scheduleWriteFlush()
+                return
+            }
+            systemCalls += 1
+            let bytes = tls.outbound.readableBytes
+            let sent = send(fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags)
+            if sent < 0 {
+                let error = errno
+                if error == EINTR { continue }
+                if error == EAGAIN || error == EWOULDBLOCK {
+                    writable = false
+                    break
+                }
+                closeSession(SocketError.systemError(error, "write"))
+                return
+            }
+            if sent < bytes.count { writable = false }
+            tls.outbound.consume(sent)
+        }
+        closeIfDisconnectAfterIsDue()
+    }
+
+    // MARK: Ending
+
+    /// Before the descriptor closes: an orderly close of a secure connection sends
+    /// close_notify (best effort: what the kernel takes at once).
+    func endTLS(orderly: Bool) {
+        guard let tls else { return }
+        cancel(tls.handshakeTimer)
+        tls.handshakeTimer = nil
+        if orderly, tls.stage == .secure, let session = tls.session, fd >= 0 {
+            session.shutdown()
+            session.takeOutput(into: &tls.outbound)
+            let bytes = tls.outbound.readableBytes
+            if bytes.count > 0 { _ = send(fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags) }
+        }
+        self.tls = nil
+    }
+}
+
+/// The handshake's results, published for any thread (a box: one pointer in the shared
+/// state of every connection).
+final class TLSInfoBox: @unchecked Sendable {
+    let info: TLSConnectionInfo
+    init(_ info: TLSConnectionInfo) { self.info = info }
+}

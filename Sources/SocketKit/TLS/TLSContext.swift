@@ -1,0 +1,287 @@
+import Glibc
+import SocketKitC
+
+/// An `SSL_CTX` made from one `TLSSettings` value, shared by every connection that starts
+/// TLS with equal settings (building a context parses certificates and loads the trust
+/// store: far too slow per connection). Contexts are cached by settings; files named in the
+/// settings are read when the context is first made.
+///
+/// Client contexts keep one resumable session per peer (name and port) when the settings
+/// allow resumption.
+final class TLSContext: @unchecked Sendable {
+    let settings: TLSSettings
+    let context: OpaquePointer
+    /// The ALPN list in wire format (length-prefixed names).
+    let alpnWire: [UInt8]
+    private let sessions = LockedValue<[String: OpaquePointer]>([:])
+    private let keyLog: UnsafeMutablePointer<FILE>?
+
+    private static let cache = LockedValue<[TLSSettings: TLSContext]>([:])
+    private static let cacheLimit = 64
+
+    /// The shared context for `settings`, made on first use.
+    static func forSettings(_ settings: TLSSettings) throws(SocketError) -> TLSContext {
+        if let cached = cache.withLock({ $0[settings] }) { return cached }
+        let made = try TLSContext(settings)
+        return cache.withLock { cache in
+            if let raced = cache[settings] { return raced }
+            if cache.count >= cacheLimit { cache.removeAll() } // contexts in use stay alive through their sessions
+            cache[settings] = made
+            return made
+        }
+    }
+
+    private init(_ settings: TLSSettings) throws(SocketError) {
+        try settings.validate()
+        self.settings = settings
+        ERR_clear_error()
+        guard let context = SSL_CTX_new(TLS_method()) else {
+            throw SocketError(.tlsSettings, "SSL_CTX_new: \(openSSLErrorText())")
+        }
+        self.context = context
+        var wire: [UInt8] = []
+        for name in settings.alpnProtocols {
+            wire.append(UInt8(name.utf8.count))
+            wire.append(contentsOf: name.utf8)
+        }
+        alpnWire = wire
+        if let path = settings.keyLogFile {
+            keyLog = fopen(path, "a")
+            if keyLog == nil {
+                SSL_CTX_free(context)
+                throw SocketError.systemError(errno, "key-log file \(path)")
+            }
+        } else {
+            keyLog = nil
+        }
+        do {
+            try configure()
+        } catch {
+            SSL_CTX_free(context)
+            if let keyLog { fclose(keyLog) }
+            throw error
+        }
+    }
+
+    deinit {
+        SSL_CTX_free(context)
+        for (_, session) in sessions.withLock({ $0 }) { SSL_SESSION_free(session) }
+        if let keyLog { fclose(keyLog) }
+    }
+
+    private func configure() throws(SocketError) {
+        let settings = self.settings
+        skc_tls_ctx_set_engine_options(context)
+        SSL_CTX_set_security_level(context, 2)
+        guard skc_tls_ctx_set_versions(context, settings.minimumVersion.rawValue,
+                                       settings.maximumVersion?.rawValue ?? 0) == 1 else {
+            throw SocketError(.tlsSettings, "protocol versions: \(openSSLErrorText())")
+        }
+        if let list = settings.cipherList, SSL_CTX_set_cipher_list(context, list) != 1 {
+            throw SocketError(.tlsSettings, "cipher list \"\(list)\": \(openSSLErrorText())")
+        }
+        if let suites = settings.cipherSuites, SSL_CTX_set_ciphersuites(context, suites) != 1 {
+            throw SocketError(.tlsSettings, "TLS 1.3 cipher suites \"\(suites)\": \(openSSLErrorText())")
+        }
+        try loadTrustRoots()
+        try loadIdentity()
+
+        SSL_CTX_set_ex_data(context, 0, Unmanaged.passUnretained(self).toOpaque())
+        let verification = settings.effectiveVerification
+        var mode: Int32 = SSL_VERIFY_NONE
+        switch verification {
+        case .none: mode = SSL_VERIFY_NONE
+        case .verify: mode = SSL_VERIFY_PEER
+        case .requireCertificate: mode = SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT
+        }
+        if settings.manualTrustEvaluation {
+            // Verify (so the verdict can be shown to the delegate) but never fail on it: the
+            // delegate decides once the handshake is done. A server still asks for a
+            // certificate (and, when required, fails without one).
+            if mode == SSL_VERIFY_NONE { mode = SSL_VERIFY_PEER }
+            SSL_CTX_set_verify(context, mode) { _, _ in 1 }
+        } else {
+            SSL_CTX_set_verify(context, mode, nil)
+        }
+
+        if settings.role == .client {
+            if !alpnWire.isEmpty {
+                let failed = alpnWire.withUnsafeBufferPointer { SSL_CTX_set_alpn_protos(context, $0.baseAddress, UInt32($0.count)) }
+                if failed != 0 { throw SocketError(.tlsSettings, "ALPN: \(openSSLErrorText())") }
+            }
+            if settings.sessionResumption {
+                skc_tls_ctx_set_client_session_cache(context)
+                SSL_CTX_sess_set_new_cb(context) { ssl, session in
+                    guard let ssl, let session, let tls = TLSSession.from(ssl) else { return 0 }
+                    return tls.context.store(session, for: tls.sessionKey) ? 1 : 0
+                }
+            } else {
+                skc_tls_ctx_disable_sessions(context)
+            }
+        } else if !alpnWire.isEmpty {
+            SSL_CTX_set_alpn_select_cb(context, { ssl, out, outLength, offered, offeredLength, _ in
+                guard let ssl, let tls = TLSSession.from(ssl) else { return SSL_TLSEXT_ERR_NOACK }
+                return tls.context.selectALPN(out: out, outLength: outLength, offered: offered, offeredLength: offeredLength)
+            }, nil)
+        }
+        if keyLog != nil {
+            SSL_CTX_set_keylog_callback(context) { ssl, line in
+                guard let ssl, let line, let tls = TLSSession.from(ssl) else { return }
+                tls.context.logKey(line)
+            }
+        }
+    }
+
+    private func loadTrustRoots() throws(SocketError) {
+        switch settings.trustRoots {
+        case .system:
+            guard SSL_CTX_set_default_verify_paths(context) == 1 else {
+                throw SocketError(.tlsSettings, "system trust store: \(openSSLErrorText())")
+            }
+        case .file(let path):
+            guard access(path, R_OK) == 0 else { throw SocketError.systemError(errno, "trust file \(path)").asSettings }
+            guard SSL_CTX_load_verify_locations(context, path, nil) == 1 else {
+                throw SocketError(.tlsSettings, "trust file \(path): \(openSSLErrorText())")
+            }
+        case .directory(let path):
+            guard access(path, R_OK | X_OK) == 0 else { throw SocketError.systemError(errno, "trust directory \(path)").asSettings }
+            guard SSL_CTX_load_verify_locations(context, nil, path) == 1 else {
+                throw SocketError(.tlsSettings, "trust directory \(path): \(openSSLErrorText())")
+            }
+        case .pem(let text):
+            let certificates: [OpaquePointer]
+            do { certificates = try readCertificates(pem: text) } catch {
+                throw SocketError(.tlsSettings, "trust roots: \(error.message)")
+            }
+            let store = SSL_CTX_get_cert_store(context)
+            for certificate in certificates {
+                X509_STORE_add_cert(store, certificate)
+                X509_free(certificate)
+            }
+        }
+    }
+
+    private func loadIdentity() throws(SocketError) {
+        guard let chainSource = settings.certificateChain, let keySource = settings.privateKey else { return }
+        let chainText = try TLSContext.text(of: chainSource, what: "certificate chain")
+        let keyText = try TLSContext.text(of: keySource, what: "private key")
+        let certificates: [OpaquePointer]
+        do { certificates = try readCertificates(pem: chainText) } catch {
+            throw SocketError(.tlsSettings, "certificate chain: \(error.message)")
+        }
+        let bio = memoryBIO(keyText)
+        defer { BIO_free(bio) }
+        // With no callback, OpenSSL takes the last argument as the password.
+        let key: OpaquePointer? = {
+            guard let password = settings.privateKeyPassword else {
+                // An empty password: an encrypted key fails instead of prompting on a terminal.
+                return "".withCString { PEM_read_bio_PrivateKey(bio, nil, nil, UnsafeMutableRawPointer(mutating: $0)) }
+            }
+            return password.withCString { PEM_read_bio_PrivateKey(bio, nil, nil, UnsafeMutableRawPointer(mutating: $0)) }
+        }()
+        guard let key else {
+            certificates.forEach { X509_free($0) }
+            throw SocketError(.tlsSettings, "private key (wrong password, or not a PEM key): \(openSSLErrorText())")
+        }
+        defer { EVP_PKEY_free(key) }
+        let chain = skc_x509_stack_new()
+        for extra in certificates.dropFirst() { _ = skc_x509_stack_push(chain, extra) }
+        defer {
+            skc_x509_stack_free(chain)
+            X509_free(certificates[0])
+        }
+        guard SSL_CTX_use_cert_and_key(context, certificates[0], key, chain, 1) == 1 else {
+            throw SocketError(.tlsSettings, "certificate and key: \(openSSLErrorText())")
+        }
+        guard SSL_CTX_check_private_key(context) == 1 else {
+            throw SocketError(.tlsSettings, "the private key does not match the certificate: \(openSSLErrorText())")
+        }
+    }
+
+    private static func text(of source: TLSSettings.Source, what: String) throws(SocketError) -> String {
+        switch source {
+        case .pem(let text): return text
+        case .file(let path):
+            guard let file = fopen(path, "rb") else { throw SocketError.systemError(errno, "\(what) \(path)").asSettings }
+            defer { fclose(file) }
+            var bytes: [UInt8] = []
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let count = chunk.withUnsafeMutableBytes { fread($0.baseAddress, 1, $0.count, file) }
+                if count == 0 { break }
+                bytes.append(contentsOf: chunk[0..<count])
+                if bytes.count > 16 << 20 { throw SocketError(.tlsSettings, "\(what) \(path) is larger than 16 MiB") }
+            }
+            return String(decoding: bytes, as: UTF8.self)
+        }
+    }
+
+    // MARK: Sessions (clients)
+
+    func session(for key: String) -> OpaquePointer? {
+        sessions.withLock { sessions in
+            guard let session = sessions[key] else { return nil }
+            SSL_SESSION_up_ref(session)
+            return session
+        }
+    }
+
+    /// Takes ownership of `session` (true) if it can be resumed.
+    fileprivate func store(_ session: OpaquePointer, for key: String) -> Bool {
+        guard SSL_SESSION_is_resumable(session) == 1 else { return false }
+        let replaced = sessions.withLock { sessions -> OpaquePointer? in
+            if sessions.count >= 4096, sessions[key] == nil, let any = sessions.first {
+                sessions[any.key] = nil
+                SSL_SESSION_free(any.value)
+            }
+            let old = sessions[key]
+            sessions[key] = session
+            return old
+        }
+        if let replaced { SSL_SESSION_free(replaced) }
+        return true
+    }
+
+    // MARK: ALPN (servers)
+
+    fileprivate func selectALPN(out: UnsafeMutablePointer<UnsafePointer<UInt8>?>?, outLength: UnsafeMutablePointer<UInt8>?,
+                                offered: UnsafePointer<UInt8>?, offeredLength: UInt32) -> Int32 {
+        guard let offered else { return SSL_TLSEXT_ERR_NOACK }
+        // Our preference first: the first of our names the client offers.
+        return alpnWire.withUnsafeBufferPointer { ours -> Int32 in
+            var position = 0
+            while position < ours.count {
+                let length = Int(ours[position])
+                var cursor = 0
+                while cursor < Int(offeredLength) {
+                    let offeredNameLength = Int(offered[cursor])
+                    if offeredNameLength == length && cursor + 1 + length <= Int(offeredLength)
+                        && memcmp(offered + cursor + 1, ours.baseAddress! + position + 1, length) == 0 {
+                        out?.pointee = UnsafePointer(offered + cursor + 1)
+                        outLength?.pointee = UInt8(length)
+                        return SSL_TLSEXT_ERR_OK
+                    }
+                    cursor += 1 + offeredNameLength
+                }
+                position += 1 + length
+            }
+            return SSL_TLSEXT_ERR_NOACK
+        }
+    }
+
+    // MARK: Key log
+
+    fileprivate func logKey(_ line: UnsafePointer<CChar>) {
+        guard let keyLog else { return }
+        flockfile(keyLog)
+        fputs(line, keyLog)
+        fputc(0x0A, keyLog)
+        fflush(keyLog)
+        funlockfile(keyLog)
+    }
+}
+
+extension SocketError {
+    /// The same failure, reported as unusable TLS settings.
+    var asSettings: SocketError { SocketError(.tlsSettings, osError: osError, message) }
+}

@@ -1,0 +1,260 @@
+import Glibc
+import SocketKitC
+
+/// One connection's OpenSSL state: an `SSL` between two memory BIOs. The engine moves
+/// ciphertext between the BIOs and the socket itself (with `MSG_NOSIGNAL`, never through
+/// OpenSSL's socket BIO, whose `write()` would raise SIGPIPE). Loop thread only.
+final class TLSSession {
+    let context: TLSContext
+    let ssl: OpaquePointer
+    /// Ciphertext from the network, read by OpenSSL.
+    private let networkIn: OpaquePointer
+    /// Ciphertext from OpenSSL, to send.
+    private let networkOut: OpaquePointer
+    /// Clients: the resumption key (peer name and port).
+    let sessionKey: String
+    let peerName: String?
+
+    enum Step {
+        case done
+        case wantRead
+        case failed(SocketError)
+    }
+
+    enum ReadStep {
+        case bytes(Int)
+        case wantRead
+        /// The peer sent close_notify.
+        case closed
+        case failed(SocketError)
+    }
+
+    init(context: TLSContext, peerName: String?, port: UInt16) throws(SocketError) {
+        self.context = context
+        self.peerName = peerName
+        sessionKey = "\(peerName ?? ""):\(port)"
+        ERR_clear_error()
+        guard let ssl = SSL_new(context.context) else { throw SocketError(.tlsFailed, "SSL_new: \(openSSLErrorText())") }
+        self.ssl = ssl
+        networkIn = BIO_new(BIO_s_mem())
+        networkOut = BIO_new(BIO_s_mem())
+        skc_bio_set_mem_eof_return(networkIn, -1) // empty means "wait", until the peer's FIN
+        SSL_set_bio(ssl, networkIn, networkOut)   // the SSL owns both BIOs now
+        SSL_set_ex_data(ssl, 0, Unmanaged.passUnretained(self).toOpaque())
+
+        if context.settings.role == .server {
+            SSL_set_accept_state(ssl)
+            return
+        }
+        SSL_set_connect_state(ssl)
+        if let peerName, !peerName.isEmpty {
+            let literal = TLSSession.ipLiteral(peerName)
+            let isAddress = literal != nil
+            if !isAddress {
+                // SNI for names only (RFC 6066 forbids IP literals).
+                guard skc_tls_set_server_name(ssl, peerName) == 1 else {
+                    SSL_free(ssl)
+                    throw SocketError(.tlsSettings, "peer name \"\(peerName)\" cannot be sent as SNI: \(openSSLErrorText())")
+                }
+            }
+            if context.settings.effectiveVerification != .none || context.settings.manualTrustEvaluation {
+                let param = SSL_get0_param(ssl)
+                let accepted = isAddress
+                    ? X509_VERIFY_PARAM_set1_ip_asc(param, literal!)
+                    : X509_VERIFY_PARAM_set1_host(param, peerName, 0)
+                if isAddress == false { X509_VERIFY_PARAM_set_hostflags(param, UInt32(X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS)) }
+                guard accepted == 1 else {
+                    SSL_free(ssl)
+                    throw SocketError(.tlsSettings, "peer name \"\(peerName)\" cannot be verified: \(openSSLErrorText())")
+                }
+            }
+        }
+        if context.settings.sessionResumption, let session = context.session(for: sessionKey) {
+            SSL_set_session(ssl, session)
+            SSL_SESSION_free(session)
+        }
+    }
+
+    deinit {
+        SSL_free(ssl) // frees the BIOs too
+    }
+
+    /// The address in `name` if it is an IP literal ("127.0.0.1", "::1", "[::1]"; an IPv6
+    /// zone is dropped), else nil.
+    static func ipLiteral(_ name: String) -> String? {
+        var text = name
+        if text.hasPrefix("[") && text.hasSuffix("]") { text = String(text.dropFirst().dropLast()) }
+        if let percent = text.firstIndex(of: "%") { text = String(text[..<percent]) }
+        var ipv4 = in_addr()
+        var ipv6 = in6_addr()
+        if inet_pton(AF_INET, text, &ipv4) == 1 || inet_pton(AF_INET6, text, &ipv6) == 1 { return text }
+        return nil
+    }
+
+    static func from(_ ssl: OpaquePointer) -> TLSSession? {
+        guard let pointer = SSL_get_ex_data(ssl, 0) else { return nil }
+        return Unmanaged<TLSSession>.fromOpaque(pointer).takeUnretainedValue()
+    }
+
+    // MARK: Ciphertext
+
+    /// Ciphertext that arrived from the peer.
+    func feed(_ bytes: UnsafeRawBufferPointer) {
+        guard bytes.count > 0 else { return }
+        _ = BIO_write(networkIn, bytes.baseAddress, Int32(bytes.count))
+    }
+
+    /// The peer's FIN: OpenSSL sees the end of its input.
+    func feedEndOfStream() {
+        skc_bio_set_mem_eof_return(networkIn, 0)
+    }
+
+    /// Decrypted bytes or unprocessed ciphertext inside OpenSSL.
+    var hasBufferedInput: Bool { SSL_pending(ssl) > 0 || BIO_ctrl_pending(networkIn) > 0 }
+
+    /// Ciphertext waiting to be sent.
+    var pendingOutput: Int { Int(BIO_ctrl_pending(networkOut)) }
+
+    /// Moves the waiting ciphertext into `queue`.
+    func takeOutput(into queue: inout ByteQueue) {
+        while true {
+            let pending = pendingOutput
+            if pending == 0 { return }
+            queue.append(count: pending) { space in
+                Int(max(0, BIO_read(networkOut, space.baseAddress, Int32(space.count))))
+            }
+        }
+    }
+
+    // MARK: Handshake, data, shutdown
+
+    func handshake() -> Step {
+        ERR_clear_error()
+        let result = SSL_do_handshake(ssl)
+        if result == 1 { return .done }
+        let error = SSL_get_error(ssl, result)
+        if error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE { return .wantRead }
+        return .failed(failure(error, duringHandshake: true))
+    }
+
+    /// Decrypted bytes into `buffer`.
+    func read(into buffer: UnsafeMutableRawBufferPointer) -> ReadStep {
+        ERR_clear_error()
+        var count = 0
+        let result = SSL_read_ex(ssl, buffer.baseAddress, buffer.count, &count)
+        if result == 1 { return .bytes(count) }
+        let error = SSL_get_error(ssl, 0)
+        switch error {
+        case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE: return .wantRead
+        case SSL_ERROR_ZERO_RETURN: return .closed
+        default: return .failed(failure(error, duringHandshake: false))
+        }
+    }
+
+    /// Encrypts up to `bytes.count` bytes; returns how many were taken, or an error.
+    func write(_ bytes: UnsafeRawBufferPointer) -> Result<Int, SocketError> {
+        ERR_clear_error()
+        var count = 0
+        let result = SSL_write_ex(ssl, bytes.baseAddress, bytes.count, &count)
+        if result == 1 { return .success(count) }
+        let error = SSL_get_error(ssl, 0)
+        if error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE { return .success(0) }
+        return .failure(failure(error, duringHandshake: false))
+    }
+
+    /// Queues our close_notify (then `takeOutput`).
+    func shutdown() {
+        ERR_clear_error()
+        _ = SSL_shutdown(ssl)
+        ERR_clear_error()
+    }
+
+    // MARK: What the handshake settled
+
+    var info: TLSConnectionInfo {
+        let version = String(cString: SSL_get_version(ssl))
+        let cipher = SSL_get_current_cipher(ssl).map { String(cString: SSL_CIPHER_get_name($0)) } ?? ""
+        var alpnBytes: UnsafePointer<UInt8>? = nil
+        var alpnLength: UInt32 = 0
+        SSL_get0_alpn_selected(ssl, &alpnBytes, &alpnLength)
+        let alpn = alpnBytes.map { String(decoding: UnsafeBufferPointer(start: $0, count: Int(alpnLength)), as: UTF8.self) }
+        let serverName = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name).map { String(cString: $0) }
+        return TLSConnectionInfo(protocolVersion: version, cipher: cipher, alpnProtocol: alpn,
+                                 peerCertificates: peerChain, sessionReused: SSL_session_reused(ssl) == 1,
+                                 serverName: serverName)
+    }
+
+    /// The peer's certificates, leaf first. (A server's SSL_get_peer_cert_chain omits the
+    /// client's leaf; a client's includes the server's.)
+    var peerChain: [Certificate] {
+        var result: [Certificate] = []
+        let chain = SSL_get_peer_cert_chain(ssl)
+        let count = skc_x509_stack_count(chain)
+        if context.settings.role == .server, let leaf = SSL_get1_peer_certificate(ssl) {
+            result.append(Certificate(x509: leaf))
+            X509_free(leaf)
+        }
+        for index in 0..<count {
+            if let certificate = skc_x509_stack_value(chain, index) { result.append(Certificate(x509: certificate)) }
+        }
+        return result
+    }
+
+    var trust: TLSTrust {
+        TLSTrust(chain: peerChain, verificationError: verificationError, peerName: peerName)
+    }
+
+    /// What OpenSSL's verification of the peer concluded (nil: it passed, or nothing was
+    /// presented and nothing was required).
+    var verificationError: SocketError? {
+        let result = SSL_get_verify_result(ssl)
+        if result == X509_V_OK {
+            if context.settings.role == .client, SSL_get0_peer_certificate(ssl) == nil {
+                return SocketError(.tlsCertificateInvalid, "the server sent no certificate")
+            }
+            return nil
+        }
+        return TLSSession.verifyError(Int32(result))
+    }
+
+    static func verifyError(_ code: Int32) -> SocketError {
+        let text = String(cString: X509_verify_cert_error_string(Int(code)))
+        let kind: SocketError.Code
+        switch code {
+        case X509_V_ERR_CERT_HAS_EXPIRED: kind = .tlsCertificateExpired
+        case X509_V_ERR_CERT_NOT_YET_VALID: kind = .tlsCertificateNotYetValid
+        case X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT, X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN: kind = .tlsSelfSigned
+        case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT, X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY,
+             X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE:
+            kind = .tlsUnknownIssuer
+        case X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH: kind = .tlsHostnameMismatch
+        default: kind = .tlsCertificateInvalid
+        }
+        return SocketError(kind, osError: code, "certificate verify failed: \(text)")
+    }
+
+    /// The error behind a failed OpenSSL call (`error` from SSL_get_error).
+    private func failure(_ error: Int32, duringHandshake: Bool) -> SocketError {
+        let first = ERR_peek_error()
+        let reason = first == 0 ? 0 : skc_err_reason(first)
+        let detail = openSSLErrorText()
+        if error == SSL_ERROR_SYSCALL || reason == SSL_R_UNEXPECTED_EOF_WHILE_READING {
+            return duringHandshake
+                ? SocketError(.tlsPeerClosed, "the peer closed the connection during the TLS handshake")
+                : SocketError(.tlsTruncated, "the peer closed the connection without a TLS close_notify")
+        }
+        switch reason {
+        case SSL_R_CERTIFICATE_VERIFY_FAILED:
+            let result = Int32(SSL_get_verify_result(ssl))
+            if result != X509_V_OK { return TLSSession.verifyError(result) }
+            return SocketError(.tlsCertificateInvalid, osError: reason, detail)
+        case SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE, SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED:
+            return SocketError(.tlsClientCertificateRequired, osError: reason, detail)
+        case SSL_R_UNSUPPORTED_PROTOCOL, SSL_R_NO_PROTOCOLS_AVAILABLE, SSL_R_TLSV1_ALERT_PROTOCOL_VERSION,
+             SSL_R_VERSION_TOO_LOW, SSL_R_VERSION_TOO_HIGH, SSL_R_WRONG_SSL_VERSION:
+            return SocketError(.tlsProtocolVersion, osError: reason, detail)
+        default:
+            return SocketError(.tlsFailed, osError: reason, detail)
+        }
+    }
+}

@@ -1,0 +1,160 @@
+/// What `Socket.startTLS` needs to know: the side of the handshake, whom to trust, who we
+/// are, and the protocol limits. Secure by default: a client verifies the server's chain
+/// against the system trust store and the host name it connected to; TLS 1.2 is the
+/// minimum; OpenSSL security level 2 applies; the handshake times out after 30 seconds.
+///
+/// GCDAsyncSocket's settings dictionary, as a value: `kCFStreamSSLIsServer` → `role`,
+/// `kCFStreamSSLPeerName` → `peerName`, `kCFStreamSSLCertificates` → `certificateChain` and
+/// `privateKey`, `GCDAsyncSocketManuallyEvaluateTrust` → `manualTrustEvaluation`,
+/// `GCDAsyncSocketSSLProtocolVersionMin/Max` → `minimumVersion`/`maximumVersion`,
+/// `GCDAsyncSocketSSLCipherSuites` → `cipherList`/`cipherSuites`, `GCDAsyncSocketSSLALPN`
+/// → `alpnProtocols`, `GCDAsyncSocketSSLPeerID` → `sessionResumption` (sessions are kept per
+/// peer name and port). The banned upstream keys (allow any root, allow expired, ...) have
+/// no equivalent: use manual trust evaluation.
+public struct TLSSettings: Hashable, Sendable {
+    public enum Role: Hashable, Sendable {
+        case client, server
+    }
+
+    /// PEM text in memory or a PEM file.
+    public enum Source: Hashable, Sendable {
+        case file(String)
+        case pem(String)
+    }
+
+    /// The roots a peer's chain must lead to.
+    public enum TrustRoots: Hashable, Sendable {
+        /// The system store (Debian: /etc/ssl/certs).
+        case system
+        /// A PEM file of one or more certificates.
+        case file(String)
+        /// A directory in OpenSSL's hashed format (`openssl rehash`).
+        case directory(String)
+        /// PEM text of one or more certificates.
+        case pem(String)
+    }
+
+    public enum PeerVerification: Hashable, Sendable {
+        /// Accept any peer (a client then has no protection against impostors).
+        case none
+        /// Verify the peer's certificate if it sends one. A client always gets one; a
+        /// server asks clients for one and lets those without it in.
+        case verify
+        /// Servers: clients must present a certificate that verifies.
+        case requireCertificate
+    }
+
+    public enum ProtocolVersion: Int32, Hashable, Sendable, Comparable {
+        case tls1_0 = 0x0301
+        case tls1_1 = 0x0302
+        case tls1_2 = 0x0303
+        case tls1_3 = 0x0304
+
+        public static func < (lhs: ProtocolVersion, rhs: ProtocolVersion) -> Bool { lhs.rawValue < rhs.rawValue }
+
+        /// OpenSSL's name ("TLSv1.3").
+        public var name: String {
+            switch self {
+            case .tls1_0: return "TLSv1"
+            case .tls1_1: return "TLSv1.1"
+            case .tls1_2: return "TLSv1.2"
+            case .tls1_3: return "TLSv1.3"
+            }
+        }
+    }
+
+    /// Client (the default) or server.
+    public var role: Role
+    /// The name to send as SNI and to verify the server's certificate against (clients).
+    /// nil: the host given to `connect(toHost:)` (the IP for `connect(to:)`). An IP literal
+    /// is matched against the certificate's IP addresses and never sent as SNI.
+    public var peerName: String?
+    /// Whom to trust (default: the system store).
+    public var trustRoots: TrustRoots
+    /// Our certificate, then any intermediates (PEM). Servers need one; a client sends it
+    /// when the server asks.
+    public var certificateChain: Source?
+    /// The private key of the first certificate (PEM, optionally encrypted).
+    public var privateKey: Source?
+    /// The password of an encrypted private key.
+    public var privateKeyPassword: String?
+    /// nil: the role's default (clients `.verify`, servers `.none`: no client certificates).
+    public var peerVerification: PeerVerification?
+    /// Default TLS 1.2.
+    public var minimumVersion: ProtocolVersion
+    /// nil: the newest OpenSSL knows.
+    public var maximumVersion: ProtocolVersion?
+    /// OpenSSL cipher list for TLS 1.2 and older (`SSL_CTX_set_cipher_list`); nil = default.
+    public var cipherList: String?
+    /// TLS 1.3 cipher suites (`SSL_CTX_set_ciphersuites`); nil = default.
+    public var cipherSuites: String?
+    /// ALPN protocols: offered by a client in order, or accepted by a server in its order of
+    /// preference (no overlap: the handshake goes on without ALPN). Empty = no ALPN.
+    public var alpnProtocols: [String]
+    /// Clients: resume earlier sessions with the same peer name and port (default on).
+    public var sessionResumption: Bool
+    /// Seconds the handshake may take from its start (negative: no limit). Default 30.
+    public var handshakeTimeout: Double
+    /// Appends the session keys in NSS key-log format (Wireshark's `SSLKEYLOGFILE`), for
+    /// debugging only: anyone with the file can decrypt the traffic.
+    public var keyLogFile: String?
+    /// Skip the automatic verdict: the delegate's `didReceiveTrust` sees the peer's chain
+    /// (and what built-in verification concluded) and answers yes or no.
+    public var manualTrustEvaluation: Bool
+
+    public init(role: Role = .client, peerName: String? = nil, trustRoots: TrustRoots = .system,
+                certificateChain: Source? = nil, privateKey: Source? = nil, privateKeyPassword: String? = nil,
+                peerVerification: PeerVerification? = nil, minimumVersion: ProtocolVersion = .tls1_2,
+                maximumVersion: ProtocolVersion? = nil, cipherList: String? = nil, cipherSuites: String? = nil,
+                alpnProtocols: [String] = [], sessionResumption: Bool = true, handshakeTimeout: Double = 30,
+                keyLogFile: String? = nil, manualTrustEvaluation: Bool = false) {
+        self.role = role
+        self.peerName = peerName
+        self.trustRoots = trustRoots
+        self.certificateChain = certificateChain
+        self.privateKey = privateKey
+        self.privateKeyPassword = privateKeyPassword
+        self.peerVerification = peerVerification
+        self.minimumVersion = minimumVersion
+        self.maximumVersion = maximumVersion
+        self.cipherList = cipherList
+        self.cipherSuites = cipherSuites
+        self.alpnProtocols = alpnProtocols
+        self.sessionResumption = sessionResumption
+        self.handshakeTimeout = handshakeTimeout
+        self.keyLogFile = keyLogFile
+        self.manualTrustEvaluation = manualTrustEvaluation
+    }
+
+    /// A server with its certificate chain and key.
+    public static func server(certificateChain: Source, privateKey: Source, password: String? = nil) -> TLSSettings {
+        TLSSettings(role: .server, certificateChain: certificateChain, privateKey: privateKey, privateKeyPassword: password)
+    }
+
+    /// The verification in force: the explicit choice or the role's default.
+    var effectiveVerification: PeerVerification {
+        peerVerification ?? (role == .client ? .verify : .none)
+    }
+
+    /// Checks what can be checked without OpenSSL.
+    func validate() throws(SocketError) {
+        if let maximumVersion, maximumVersion < minimumVersion {
+            throw SocketError(.tlsSettings, "the maximum TLS version is below the minimum")
+        }
+        if handshakeTimeout.isNaN {
+            throw SocketError(.badParam, "the handshake timeout is not a number")
+        }
+        for name in alpnProtocols where name.utf8.isEmpty || name.utf8.count > 255 {
+            throw SocketError(.tlsSettings, "an ALPN protocol name must have 1 to 255 bytes")
+        }
+        if role == .server && (certificateChain == nil || privateKey == nil) {
+            throw SocketError(.tlsSettings, "a TLS server needs a certificate chain and a private key")
+        }
+        if (certificateChain == nil) != (privateKey == nil) {
+            throw SocketError(.tlsSettings, "a certificate chain needs its private key, and a key its chain")
+        }
+        if role == .client && peerVerification == .requireCertificate {
+            throw SocketError(.tlsSettings, "requireCertificate is a server setting")
+        }
+    }
+}
