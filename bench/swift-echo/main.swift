@@ -6,18 +6,21 @@
 // Echoes every TCP byte on one event-loop thread (callbacks run on the loop), binds
 // 127.0.0.1 unless --host is given, prints "listening on PORT" (useful with --port 0),
 // reports accept back-off on stdout ("accept paused: ..."), and runs until SIGTERM.
-// With --udp-port it also sends every UDP datagram back to its sender. TLS (--tls) arrives
-// with that capability; it is accepted and ignored today, so the harness lists this server
-// as "tcp,udp" only.
+// With --udp-port it also sends every UDP datagram back to its sender. With --tls CERT KEY
+// every connection starts TLS (server side) before its first read.
 import Glibc
 import SocketKit
 
 final class EchoServer: SocketDelegate, @unchecked Sendable {
     private var connections: [ObjectIdentifier: Socket] = [:]
     private let lock = Lock()
+    var tls: TLSSettings? = nil
 
     func socket(_ listener: Socket, didAcceptNewSocket newSocket: Socket) {
         lock.withLock { connections[ObjectIdentifier(newSocket)] = newSocket }
+        if let tls {
+            do { try newSocket.startTLS(tls) } catch { say("startTLS: \(error)", to: 2) }
+        }
         try? newSocket.read()
     }
 
@@ -64,6 +67,7 @@ var port: UInt16 = 0
 var host = "127.0.0.1"
 var loopCount = 1
 var udpPort: UInt16? = nil
+var tls: TLSSettings? = nil
 var arguments = CommandLine.arguments.dropFirst()
 while let argument = arguments.popFirst() {
     switch argument {
@@ -71,9 +75,11 @@ while let argument = arguments.popFirst() {
     case "--host": host = arguments.popFirst() ?? host
     case "--loops": loopCount = Int(arguments.popFirst() ?? "") ?? 1
     case "--udp-port": udpPort = UInt16(arguments.popFirst() ?? "") ?? 0
-    case "--tls": _ = arguments.popFirst(); _ = arguments.popFirst()
+    case "--tls":
+        let certificate = arguments.popFirst() ?? "", key = arguments.popFirst() ?? ""
+        tls = .server(certificateChain: .file(certificate), privateKey: .file(key))
     default:
-        say("usage: socketkit-echo --port P [--udp-port Q] [--host ADDR] [--loops N]", to: 2)
+        say("usage: socketkit-echo --port P [--udp-port Q] [--host ADDR] [--loops N] [--tls CERT KEY]", to: 2)
         exit(2)
     }
 }
@@ -86,6 +92,7 @@ sigaddset(&termination, SIGTERM)
 pthread_sigmask(SIG_UNBLOCK, &termination, nil)
 let group = EventLoopGroup(loopCount: loopCount)
 let server = EchoServer()
+server.tls = tls
 let udpEcho = UdpEcho()
 var udpSocket: UdpSocket? = nil
 if let udpPort {

@@ -143,6 +143,7 @@ extension TCPSocketCore {
             let step = session.handshake()
             // Send what the step produced first: a ClientHello, a flight, or an alert.
             guard sendTLSOutput() else { return }
+            guard phase == .connected else { return }
             switch step {
             case .done:
                 handshakeFinished()
@@ -239,7 +240,7 @@ extension TCPSocketCore {
                 readable = false
                 return .wouldBlock
             }
-            return .failed(SocketError.systemError(error, "read"))
+            return .failed(transportError(error, "read"))
         }
     }
 
@@ -265,13 +266,22 @@ extension TCPSocketCore {
                     writable = false
                     break
                 }
-                closeSession(SocketError.systemError(error, "write"))
+                closeSession(transportError(error, "write"))
                 return false
             }
             if sent < bytes.count { writable = false }
             tls.outbound.consume(sent)
         }
         return true
+    }
+
+    /// A failed socket call as reported: during a handshake a reset or broken pipe is the
+    /// peer closing (typically with our hello unread), `.tlsPeerClosed`.
+    func transportError(_ error: Int32, _ call: String) -> SocketError {
+        if let tls, tls.stage == .handshaking, error == ECONNRESET || error == EPIPE {
+            return SocketError(.tlsPeerClosed, osError: error, "the peer closed the connection during the TLS handshake")
+        }
+        return SocketError.systemError(error, call)
     }
 
     var tlsHasOutbound: Bool { !(tls?.outbound.isEmpty ?? true) }

@@ -301,7 +301,7 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         if events & EPOLLERR.rawValue != 0 {
             let error = SystemCalls.pendingError(fd)
             if error != 0 {
-                closeSession(SocketError.systemError(error, "socket error"))
+                closeSession(transportError(error, "socket error"))
                 return
             }
         }

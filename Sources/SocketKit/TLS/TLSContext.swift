@@ -54,13 +54,8 @@ final class TLSContext: @unchecked Sendable {
         } else {
             keyLog = nil
         }
-        do {
-            try configure()
-        } catch {
-            SSL_CTX_free(context)
-            if let keyLog { fclose(keyLog) }
-            throw error
-        }
+        // Fully initialised from here: a throw releases self, and deinit frees the context.
+        try configure()
     }
 
     deinit {
@@ -104,6 +99,11 @@ final class TLSContext: @unchecked Sendable {
             SSL_CTX_set_verify(context, mode, nil)
         }
 
+        if settings.role == .server {
+            // Resumption with client verification needs a session id context.
+            let name = Array("socketkit".utf8)
+            _ = SSL_CTX_set_session_id_context(context, name, UInt32(name.count))
+        }
         if settings.role == .client {
             if !alpnWire.isEmpty {
                 let failed = alpnWire.withUnsafeBufferPointer { SSL_CTX_set_alpn_protos(context, $0.baseAddress, UInt32($0.count)) }

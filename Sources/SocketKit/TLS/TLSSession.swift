@@ -42,6 +42,7 @@ final class TLSSession {
         SSL_set_bio(ssl, networkIn, networkOut)   // the SSL owns both BIOs now
         SSL_set_ex_data(ssl, 0, Unmanaged.passUnretained(self).toOpaque())
 
+        // Fully initialised from here: a throw releases self, and deinit frees the SSL.
         if context.settings.role == .server {
             SSL_set_accept_state(ssl)
             return
@@ -53,7 +54,6 @@ final class TLSSession {
             if !isAddress {
                 // SNI for names only (RFC 6066 forbids IP literals).
                 guard skc_tls_set_server_name(ssl, peerName) == 1 else {
-                    SSL_free(ssl)
                     throw SocketError(.tlsSettings, "peer name \"\(peerName)\" cannot be sent as SNI: \(openSSLErrorText())")
                 }
             }
@@ -62,9 +62,10 @@ final class TLSSession {
                 let accepted = isAddress
                     ? X509_VERIFY_PARAM_set1_ip_asc(param, literal!)
                     : X509_VERIFY_PARAM_set1_host(param, peerName, 0)
-                if isAddress == false { X509_VERIFY_PARAM_set_hostflags(param, UInt32(X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS)) }
+                // As browsers and Go: no partial wildcards ("f*.example.com"), and the subject's
+                // CN is never taken for a name, even in a certificate without SANs.
+                X509_VERIFY_PARAM_set_hostflags(param, UInt32(X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS | X509_CHECK_FLAG_NEVER_CHECK_SUBJECT))
                 guard accepted == 1 else {
-                    SSL_free(ssl)
                     throw SocketError(.tlsSettings, "peer name \"\(peerName)\" cannot be verified: \(openSSLErrorText())")
                 }
             }

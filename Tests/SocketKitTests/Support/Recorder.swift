@@ -24,6 +24,8 @@ final class Recorder: SocketDelegate, @unchecked Sendable {
         case highWatermark(Int)
         case lowWatermark(Int)
         case disconnected(SocketError?)
+        case secured
+        case trustAsked(chainLength: Int, verification: SocketError.Code?)
 
         var description: String {
             switch self {
@@ -42,6 +44,8 @@ final class Recorder: SocketDelegate, @unchecked Sendable {
             case .highWatermark(let n): return "highWatermark(\(n))"
             case .lowWatermark(let n): return "lowWatermark(\(n))"
             case .disconnected(let error): return "disconnected(\(error.map { "\($0)" } ?? "nil"))"
+            case .secured: return "secured"
+            case .trustAsked(let length, let code): return "trustAsked(\(length) certificates, \(code.map { "\($0)" } ?? "verified"))"
             }
         }
 
@@ -73,6 +77,9 @@ final class Recorder: SocketDelegate, @unchecked Sendable {
     nonisolated(unsafe) var onWrite: ((Socket, Int) -> Void)? = nil
     nonisolated(unsafe) var onDisconnect: ((Socket, SocketError?) -> Void)? = nil
     nonisolated(unsafe) var loopForConnections: EventLoop? = nil
+    /// Manual trust: called with the trust and the completion handler (nil: answer yes).
+    nonisolated(unsafe) var onTrust: ((Socket, TLSTrust, @escaping @Sendable (Bool) -> Void) -> Void)? = nil
+    nonisolated(unsafe) var onSecure: ((Socket) -> Void)? = nil
 
     init(_ name: String = "recorder") {
         self.name = name
@@ -272,6 +279,30 @@ final class Recorder: SocketDelegate, @unchecked Sendable {
 
     func socket(_ sock: Socket, writeQueueDidDrainToLowWatermark queuedBytes: Int) {
         callback { record(sock, .lowWatermark(queuedBytes)) }
+    }
+
+    func socketDidSecure(_ sock: Socket) {
+        callback {
+            record(sock, .secured)
+            onSecure?(sock)
+        }
+    }
+
+    func socket(_ sock: Socket, didReceiveTrust trust: TLSTrust, completionHandler: @escaping @Sendable (Bool) -> Void) {
+        callback {
+            record(sock, .trustAsked(chainLength: trust.chain.count, verification: trust.verificationError?.code))
+            if let onTrust {
+                onTrust(sock, trust, completionHandler)
+            } else {
+                completionHandler(true)
+            }
+        }
+    }
+
+    /// Waits for `socketDidSecure`; false on timeout or after a disconnect.
+    func waitForSecure(timeout: Double = 10) -> Bool {
+        wait(timeout: timeout) { events in events.contains(.secured) || events.contains { $0.isDisconnect } }
+        return events.contains(.secured)
     }
 
     func socketDidDisconnect(_ sock: Socket, withError error: SocketError?) {

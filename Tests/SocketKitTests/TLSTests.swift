@@ -1,0 +1,461 @@
+import Glibc
+import Synchronization
+import Testing
+@testable import SocketKit
+
+/// The throwaway PKI of Tests/certs/make-test-certs.sh, made once per test process.
+enum TestCertificates {
+    static let directory: String = {
+        let script = String(#filePath).split(separator: "/").dropLast(2).joined(separator: "/")
+        let directory = "/tmp/socketkit-test-certs-\(getpid())"
+        let status = system("'/\(script)/certs/make-test-certs.sh' '\(directory)'")
+        precondition(status == 0, "make-test-certs.sh failed (\(status))")
+        return directory
+    }()
+
+    static func path(_ name: String) -> String { "\(directory)/\(name)" }
+
+    /// A server presenting `variant`-chain.pem / `variant`.key ("server": the good one).
+    static func server(_ variant: String = "server") -> TLSSettings {
+        .server(certificateChain: .file(path("\(variant)-chain.pem")), privateKey: .file(path("\(variant).key")))
+    }
+
+    /// A client trusting only the test root.
+    static func client(peerName: String? = nil) -> TLSSettings {
+        TLSSettings(peerName: peerName, trustRoots: .file(path("ca.pem")))
+    }
+
+    static func text(_ name: String) -> String {
+        guard let file = fopen(path(name), "rb") else { return "" }
+        defer { fclose(file) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = fread(&chunk, 1, chunk.count, file)
+            if count == 0 { break }
+            bytes += chunk[0..<count]
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+/// A connected pair that starts TLS on both sides at once.
+func securePair(server: TLSSettings = TestCertificates.server(), client: TLSSettings = TestCertificates.client(),
+                host: String = "127.0.0.1") throws -> Pair {
+    let pair = try Pair(host: host)
+    try pair.server.startTLS(server)
+    try pair.client.startTLS(client)
+    return pair
+}
+
+/// The error the client got, after both sides finished.
+func clientFailure(server: TLSSettings, client: TLSSettings = TestCertificates.client(),
+                   host: String = "127.0.0.1") throws -> SocketError? {
+    let pair = try securePair(server: server, client: client, host: host)
+    defer { pair.close() }
+    let result = pair.clientRecorder.waitForDisconnect(timeout: 10)
+    return result ?? SocketError(.other, "no disconnect: \(pair.clientRecorder.events)")
+}
+
+func checksum(_ bytes: [UInt8]) -> UInt64 {
+    var hash: UInt64 = 1469598103934665603
+    for byte in bytes { hash = (hash ^ UInt64(byte)) &* 1099511628211 }
+    return hash
+}
+
+@Suite struct TLSTests {
+    @Test func handshakeThenEncryptedEchoAndInfo() throws {
+        var client = TestCertificates.client()
+        client.alpnProtocols = ["h2", "http/1.1"]
+        var server = TestCertificates.server()
+        server.alpnProtocols = ["http/1.1", "h2"]
+        let pair = try securePair(server: server, client: client)
+        defer { pair.close() }
+        #expect(pair.clientRecorder.waitForSecure())
+        #expect(pair.serverRecorder.waitForSecure())
+        try pair.client.write(bytes("hello over TLS\n"))
+        try pair.server.read(toData: bytes("\n"))
+        #expect(pair.serverRecorder.waitForBytes(15) == bytes("hello over TLS\n"))
+        let info = try #require(pair.client.tlsInfo)
+        #expect(info.protocolVersion == "TLSv1.3")
+        #expect(info.alpnProtocol == "http/1.1") // the server's preference
+        #expect(info.peerCertificates.count == 2)
+        #expect(info.peerCertificates.first?.subject.contains("CN=localhost") == true)
+        #expect(info.serverName == nil) // an IP literal is never sent as SNI
+        #expect(pair.client.isSecure && pair.server.isSecure)
+        let serverInfo = try #require(pair.server.tlsInfo)
+        #expect(serverInfo.peerCertificates.isEmpty) // no client certificate asked for
+        #expect(serverInfo.cipher == info.cipher)
+        #expect(pair.clientRecorder.overlappingCallbacks == 0)
+    }
+
+    @Test func theHostNameIsSentAsSNIAndVerified() throws {
+        let pair = try securePair(host: "localhost")
+        defer { pair.close() }
+        #expect(pair.clientRecorder.waitForSecure())
+        #expect(pair.serverRecorder.waitForSecure())
+        #expect(pair.client.tlsInfo?.serverName == "localhost")
+        #expect(pair.server.tlsInfo?.serverName == "localhost")
+    }
+
+    @Test func startTLSIsAMarkerInBothQueues() throws {
+        // The STARTTLS pattern: a plaintext line each way, then the upgrade, queued back to
+        // back without waiting, then encrypted reads and writes.
+        let pair = try Pair()
+        defer { pair.close() }
+        try pair.client.write(bytes("STARTTLS\r\n"))
+        try pair.client.read(toData: bytes("\r\n"), tag: 1)
+        try pair.client.startTLS(TestCertificates.client())
+        try pair.client.write(bytes("secret\r\n"), tag: 2)
+        try pair.client.read(toData: bytes("\r\n"), tag: 3)
+
+        try pair.server.read(toData: bytes("\r\n"), tag: 1)
+        try pair.server.write(bytes("GO AHEAD\r\n"))
+        try pair.server.startTLS(TestCertificates.server())
+        try pair.server.read(toData: bytes("\r\n"), tag: 2)
+        try pair.server.write(bytes("welcome\r\n"))
+
+        #expect(pair.serverRecorder.waitForBytes(18) == bytes("STARTTLS\r\nsecret\r\n"))
+        #expect(pair.clientRecorder.waitForBytes(19) == bytes("GO AHEAD\r\nwelcome\r\n"))
+        // The plaintext read finished before the handshake; the encrypted one after it.
+        let clientEvents = pair.clientRecorder.events.filter {
+            if case .read = $0 { return true }
+            return $0 == .secured
+        }
+        #expect(clientEvents == [.read(bytes("GO AHEAD\r\n"), tag: 1), .secured, .read(bytes("welcome\r\n"), tag: 3)])
+        #expect(pair.client.isSecure)
+    }
+
+    @Test func onlyTheFirstStartTLSCounts() throws {
+        let pair = try securePair()
+        defer { pair.close() }
+        #expect(throws: SocketError.self) { try pair.client.startTLS(TestCertificates.client()) }
+        #expect(pair.clientRecorder.waitForSecure())
+        let notConnected = Socket()
+        #expect(throws: SocketError(.badConfig, "not connected: connect or accept first")) {
+            try notConnected.startTLS(TestCertificates.client())
+        }
+    }
+
+    @Test func aMebibyteEachWayArrivesIntact() throws {
+        let pair = try securePair()
+        defer { pair.close() }
+        let up = pattern(1 << 20, seed: 3)
+        let down = pattern(1 << 20, seed: 7)
+        try pair.client.write(up)
+        try pair.server.write(down)
+        try pair.server.read(toLength: up.count)
+        try pair.client.read(toLength: down.count)
+        #expect(checksum(pair.serverRecorder.waitForBytes(up.count, timeout: 30)) == checksum(up))
+        #expect(checksum(pair.clientRecorder.waitForBytes(down.count, timeout: 30)) == checksum(down))
+    }
+
+    @Test func aLengthReadWithAShortTimeoutCompletesWhenTheServerWritesInTwoHalves() throws {
+        // Upstream §4.4: 100 KiB read with a 0.1 s timeout while the server writes 50 KiB,
+        // then (once the client has it) another 50 KiB.
+        let pair = try securePair()
+        defer { pair.close() }
+        #expect(pair.clientRecorder.waitForSecure())
+        #expect(pair.serverRecorder.waitForSecure())
+        let half = pattern(50 * 1024, seed: 9)
+        try pair.client.read(toLength: 100 * 1024, timeout: 0.1)
+        try pair.server.write(half)
+        #expect(pair.serverRecorder.wait { $0.contains(.wrote(tag: 0)) })
+        try pair.server.write(half)
+        let received = pair.clientRecorder.waitForBytes(100 * 1024)
+        #expect(received == half + half)
+        #expect(pair.clientRecorder.events.allSatisfy { !$0.isDisconnect })
+    }
+
+    @Test func anOrderlyDisconnectSendsCloseNotify() throws {
+        let pair = try securePair()
+        defer { pair.close() }
+        #expect(pair.clientRecorder.waitForSecure())
+        #expect(pair.serverRecorder.waitForSecure())
+        try pair.client.read()
+        try pair.server.write(bytes("bye"))
+        pair.server.disconnectAfterWriting()
+        #expect(pair.clientRecorder.waitForBytes(3) == bytes("bye"))
+        try pair.client.read()
+        // close_notify then FIN: the upstream "closed" error, not truncation.
+        let error = pair.clientRecorder.waitForDisconnect()
+        #expect(error??.code == .closed)
+    }
+
+    @Test func aFINWithoutCloseNotifyIsTruncation() throws {
+        let pair = try securePair()
+        defer { pair.close() }
+        #expect(pair.clientRecorder.waitForSecure())
+        #expect(pair.serverRecorder.waitForSecure())
+        try pair.client.read(toLength: 10)
+        try pair.server.write(bytes("12345"))
+        #expect(pair.serverRecorder.wait { $0.contains(.wrote(tag: 0)) })
+        let latch = Latch()
+        pair.server.perform { descriptors in
+            shutdown(descriptors.primary, Int32(SHUT_WR)) // FIN, no close_notify
+            latch.open()
+        }
+        #expect(latch.wait())
+        let error = pair.clientRecorder.waitForDisconnect()
+        #expect(error??.code == .tlsTruncated)
+    }
+
+    @Test(arguments: [
+        ("expired", SocketError.Code.tlsCertificateExpired),
+        ("not-yet-valid", .tlsCertificateNotYetValid),
+        ("self-signed", .tlsSelfSigned),
+        ("untrusted", .tlsSelfSigned), // the chain ends at a root we do not trust
+        ("incomplete", .tlsUnknownIssuer),
+        ("wrong-host", .tlsHostnameMismatch),
+        ("dns-ip", .tlsHostnameMismatch), // "127.0.0.1" as a DNS name never matches an IP
+        ("non-ca-issuer", .tlsCertificateInvalid),
+        ("client-auth-only", .tlsCertificateInvalid),
+    ])
+    func aClientRefusesABadCertificate(variant: String, expected: SocketError.Code) throws {
+        let error = try clientFailure(server: TestCertificates.server(variant))
+        #expect(error?.code == expected, "\(variant): \(String(describing: error))")
+    }
+
+    @Test(arguments: ["rsa1024", "sha1"])
+    func weakCertificatesAreRefusedAtSecurityLevelTwo(variant: String) throws {
+        // Our own server will not even load them (a client meeting one is tested against
+        // `openssl s_server` in the Python interop tests).
+        let pair = try Pair()
+        defer { pair.close() }
+        #expect { try pair.server.startTLS(TestCertificates.server(variant)) } throws: {
+            ($0 as? SocketError)?.code == .tlsSettings
+        }
+    }
+
+    @Test func aCertificateWithoutSANsDoesNotMatchByItsCommonName() throws {
+        let error = try clientFailure(server: TestCertificates.server("cn-only"), host: "localhost")
+        #expect(error?.code == .tlsHostnameMismatch, "\(String(describing: error))")
+    }
+
+    @Test func verificationOffAcceptsAnything() throws {
+        var client = TestCertificates.client()
+        client.peerVerification = TLSSettings.PeerVerification.none
+        let pair = try securePair(server: TestCertificates.server("self-signed"), client: client)
+        defer { pair.close() }
+        #expect(pair.clientRecorder.waitForSecure())
+    }
+
+    @Test func aServerCanRequireAClientCertificate() throws {
+        var server = TestCertificates.server()
+        server.peerVerification = .requireCertificate
+        server.trustRoots = .file(TestCertificates.path("ca.pem"))
+        // Without one: refused. In TLS 1.3 the client's handshake ends before the server has
+        // judged it, so the client learns it from the server's alert when it next reads.
+        let pair = try securePair(server: server)
+        defer { pair.close() }
+        try pair.client.read()
+        let serverError = pair.serverRecorder.waitForDisconnect()
+        #expect(serverError??.code == .tlsClientCertificateRequired, "\(String(describing: serverError))")
+        let clientError = pair.clientRecorder.waitForDisconnect()
+        #expect(clientError??.code == .tlsClientCertificateRequired, "\(String(describing: clientError))")
+
+        // With a trusted one: in, and the server sees it.
+        var client = TestCertificates.client()
+        client.certificateChain = .file(TestCertificates.path("client-chain.pem"))
+        client.privateKey = .file(TestCertificates.path("client.key"))
+        let good = try securePair(server: server, client: client)
+        defer { good.close() }
+        #expect(good.serverRecorder.waitForSecure())
+        #expect(good.server.tlsInfo?.peerCertificates.first?.subject.contains("SocketKit Test Client") == true)
+
+        // With an untrusted one: refused by the server.
+        client.certificateChain = .file(TestCertificates.path("client-untrusted-chain.pem"))
+        client.privateKey = .file(TestCertificates.path("client-untrusted.key"))
+        let bad = try securePair(server: server, client: client)
+        defer { bad.close() }
+        let untrusted = bad.serverRecorder.waitForDisconnect()
+        #expect(untrusted??.code == .tlsSelfSigned || untrusted??.code == .tlsUnknownIssuer, "\(String(describing: untrusted))")
+    }
+
+    @Test func manualTrustCanAnswerLaterFromAnotherThread() throws {
+        var client = TestCertificates.client()
+        client.manualTrustEvaluation = true
+        client.trustRoots = .system // the test root is unknown: built-in verification fails
+        let pair = try Pair()
+        defer { pair.close() }
+        let answered = Latch()
+        pair.clientRecorder.onTrust = { _, trust, answer in
+            #expect(trust.chain.count == 2)
+            #expect(trust.verificationError?.code == .tlsUnknownIssuer)
+            // Later, from another thread; only the first answer counts.
+            try? PosixThread.spawnDetached(name: "trust") { answer(true); answer(false); answered.open() }
+        }
+        try pair.client.write(bytes("queued before the answer"))
+        try pair.server.read(toLength: 24)
+        try pair.server.startTLS(TestCertificates.server())
+        try pair.client.startTLS(client)
+        #expect(answered.wait())
+        #expect(pair.clientRecorder.waitForSecure())
+        #expect(pair.serverRecorder.waitForBytes(24) == bytes("queued before the answer"))
+    }
+
+    @Test func manualTrustCanSayNo() throws {
+        var client = TestCertificates.client()
+        client.manualTrustEvaluation = true
+        let pair = try Pair()
+        defer { pair.close() }
+        pair.clientRecorder.onTrust = { _, trust, answer in
+            #expect(trust.verificationError == nil) // the test root is trusted
+            answer(false)
+        }
+        try pair.server.startTLS(TestCertificates.server())
+        try pair.client.startTLS(client)
+        let error = pair.clientRecorder.waitForDisconnect()
+        #expect(error??.code == .tlsPeerRejected)
+    }
+
+    @Test func aServerThatNeverSpeaksTimesOut() throws {
+        let silent = try RawSocket.listen()
+        defer { silent.close() }
+        let (client, recorder) = recordedSocket("client")
+        try client.connect(toHost: "127.0.0.1", port: silent.localPort, timeout: 5)
+        var settings = TestCertificates.client()
+        settings.handshakeTimeout = 0.3
+        try client.startTLS(settings)
+        let accepted = try silent.accept()
+        defer { accepted.close() }
+        let error = recorder.waitForDisconnect()
+        #expect(error??.code == .tlsHandshakeTimeout)
+    }
+
+    @Test(arguments: [false, true])
+    func aPeerThatClosesDuringTheHandshakeIsReported(readsTheWholeHello: Bool) throws {
+        let server = try RawSocket.listen()
+        defer { server.close() }
+        let (client, recorder) = recordedSocket("client")
+        try client.connect(toHost: "127.0.0.1", port: server.localPort, timeout: 5)
+        try client.startTLS(TestCertificates.client())
+        let accepted = try server.accept()
+        let header = try accepted.receive(exactly: 5) // the record header of the ClientHello
+        if readsTheWholeHello {
+            _ = try accepted.receive(exactly: Int(header[3]) << 8 | Int(header[4])) // then a FIN
+        } // else: closing with unread bytes sends a reset
+        accepted.close()
+        let error = recorder.waitForDisconnect()
+        #expect(error??.code == .tlsPeerClosed, "\(String(describing: error))")
+    }
+
+    @Test func anIdleTCPClientDoesNotStallOthers() throws {
+        let listenerRecorder = Recorder("listener")
+        let listener = Socket(delegate: listenerRecorder)
+        let servers = Recorder("servers")
+        listenerRecorder.onAccept = { _, connection in
+            connection.setDelegate(servers, callbackQueue: .eventLoop)
+            try? connection.startTLS(TestCertificates.server())
+            try? connection.read(toData: bytes("\n"))
+        }
+        servers.onRead = { sock, data, _ in try? sock.write(data) }
+        try listener.accept(onInterface: "127.0.0.1", port: 0)
+        defer { listener.disconnect() }
+        let idle = try RawSocket.connect(port: listener.localPort) // never says a word
+        defer { idle.close() }
+        let (client, recorder) = recordedSocket("client")
+        try client.connect(toHost: "127.0.0.1", port: listener.localPort, timeout: 5)
+        try client.startTLS(TestCertificates.client())
+        try client.write(bytes("ping\n"))
+        try client.read(toData: bytes("\n"))
+        #expect(recorder.waitForBytes(5) == bytes("ping\n"))
+        client.disconnect()
+    }
+
+    @Test(arguments: [TLSSettings.ProtocolVersion.tls1_2, .tls1_3])
+    func sessionsAreResumed(version: TLSSettings.ProtocolVersion) throws {
+        // Sessions are kept per peer name and port: two connections to one listener.
+        let listenerRecorder = Recorder("listener")
+        let listener = Socket(delegate: listenerRecorder)
+        let servers = Recorder("servers")
+        listenerRecorder.onAccept = { _, connection in
+            connection.setDelegate(servers, callbackQueue: .eventLoop)
+            try? connection.startTLS(TestCertificates.server())
+            try? connection.write(bytes("hi"))
+        }
+        try listener.accept(onInterface: "127.0.0.1", port: 0)
+        defer { listener.disconnect() }
+        var settings = TestCertificates.client()
+        settings.alpnProtocols = ["resume-test-\(version.name)"] // a context of its own
+        settings.maximumVersion = version
+        var reused: [Bool] = []
+        for _ in 0..<2 {
+            let (client, recorder) = recordedSocket("client")
+            try client.connect(toHost: "127.0.0.1", port: listener.localPort, timeout: 5)
+            try client.startTLS(settings)
+            // Reading also takes in a TLS 1.3 server's session ticket (sent after the handshake).
+            try client.read(toLength: 2)
+            #expect(recorder.waitForBytes(2) == bytes("hi"))
+            reused.append(client.tlsInfo?.sessionReused ?? false)
+            #expect(client.tlsInfo?.protocolVersion == version.name)
+            client.disconnect()
+        }
+        #expect(reused == [false, true])
+    }
+
+    @Test func protocolVersionsThatDoNotOverlapFail() throws {
+        var server = TestCertificates.server()
+        server.minimumVersion = .tls1_3
+        var client = TestCertificates.client()
+        client.maximumVersion = .tls1_2
+        let error = try clientFailure(server: server, client: client)
+        #expect(error?.code == .tlsProtocolVersion, "\(String(describing: error))")
+    }
+
+    @Test func identitiesFromPEMInMemoryWithAPassword() throws {
+        let server = TLSSettings.server(certificateChain: .pem(TestCertificates.text("server-chain.pem")),
+                                        privateKey: .pem(TestCertificates.text("server-encrypted.key")),
+                                        password: "secret")
+        let client = TLSSettings(trustRoots: .pem(TestCertificates.text("ca.pem")))
+        let pair = try securePair(server: server, client: client)
+        defer { pair.close() }
+        #expect(pair.clientRecorder.waitForSecure())
+    }
+
+    @Test func unusableSettingsAreRefusedAtOnce() throws {
+        let pair = try Pair()
+        defer { pair.close() }
+        let missing = TLSSettings(trustRoots: .file("/nonexistent/ca.pem"))
+        #expect { try pair.client.startTLS(missing) } throws: { ($0 as? SocketError)?.code == .tlsSettings }
+        let wrongPassword = TLSSettings.server(certificateChain: .file(TestCertificates.path("server-chain.pem")),
+                                               privateKey: .file(TestCertificates.path("server-encrypted.key")),
+                                               password: "wrong")
+        #expect { try pair.server.startTLS(wrongPassword) } throws: { ($0 as? SocketError)?.code == .tlsSettings }
+        let mismatched = TLSSettings.server(certificateChain: .file(TestCertificates.path("server-chain.pem")),
+                                            privateKey: .file(TestCertificates.path("client.key")))
+        #expect { try pair.server.startTLS(mismatched) } throws: { ($0 as? SocketError)?.code == .tlsSettings }
+        #expect { try pair.server.startTLS(TLSSettings(role: .server)) } throws: { ($0 as? SocketError)?.code == .tlsSettings }
+        var badCipher = TestCertificates.client()
+        badCipher.cipherList = "NO-SUCH-CIPHER"
+        #expect { try pair.client.startTLS(badCipher) } throws: { ($0 as? SocketError)?.code == .tlsSettings }
+        // Nothing was started: a good call still works.
+        try pair.server.startTLS(TestCertificates.server())
+        try pair.client.startTLS(TestCertificates.client())
+        #expect(pair.clientRecorder.waitForSecure())
+    }
+
+    @Test func theKeyLogFileGetsTheSecrets() throws {
+        let path = "/tmp/socketkit-keylog-\(getpid()).txt"
+        unlink(path)
+        defer { unlink(path) }
+        var client = TestCertificates.client()
+        client.keyLogFile = path
+        let pair = try securePair(client: client)
+        defer { pair.close() }
+        #expect(pair.clientRecorder.waitForSecure())
+        var info = stat()
+        #expect(stat(path, &info) == 0 && info.st_size > 0)
+    }
+
+    @Test func certificatesParseAndPrint() throws {
+        let certificates = try Certificate.fromPEM(TestCertificates.text("server-chain.pem"))
+        #expect(certificates.count == 2)
+        let leaf = certificates[0]
+        #expect(leaf.subject.contains("CN=localhost"))
+        #expect(leaf.notBefore < leaf.notAfter)
+        #expect(try Certificate.fromPEM(leaf.pem) == [leaf])
+        #expect(try Certificate(der: leaf.der) == leaf)
+        #expect(throws: SocketError.self) { try Certificate(der: [1, 2, 3]) }
+    }
+}
