@@ -160,7 +160,7 @@ static int g_ep;
 static conn_t *g_conns;
 static unsigned char *g_msg;     /* SIZE-byte message */
 static unsigned char *g_chunk;   /* CHUNK-byte stream chunk */
-static unsigned char g_rbuf[1 << 17];
+static unsigned char g_rbuf[1 << 20]; /* reads, and the largest --chunk */
 
 static uint64_t t_start, t_mstart, t_mend;
 static uint64_t cnt_ops;       /* round trips / connections completed in window */

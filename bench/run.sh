@@ -115,6 +115,7 @@ run_one() { # rep scenario server
     pp64) lgargs="--mode pingpong --port $PORT --conns 64" ;;
     pp1000) lgargs="--mode pingpong --port $PORT --conns 1000" ;;
     stream1) lgargs="--mode stream --port $PORT --conns 1" ;;
+    stream1m) lgargs="--mode stream --port $PORT --conns 1 --chunk 1048576" ;;
     connect) lgargs="--mode connect --port $PORT --conc $CONNECT_CONC" ;;
     udp1) lgargs="--mode udp --port $UDP_PORT --conns 1" ;;
     udp16) lgargs="--mode udp --port $UDP_PORT --conns 16" ;;

@@ -41,10 +41,11 @@ final class TLSState {
 }
 
 extension TCPSocketCore {
-    /// Encrypted bytes written per flush before the kernel must take some.
-    static let tlsOutboundLimit = 256 * 1024
-    /// Plaintext handed to one SSL_write (four full records).
-    static let tlsWriteChunk = 64 * 1024
+    /// Records encrypted per round before they are sent (with the chunk below, the queue
+    /// stays under 64 KiB: one heap block, well below malloc's mmap threshold).
+    static let tlsOutboundLimit = 32 * 1024
+    /// Plaintext handed to one SSL_write (one full record).
+    static let tlsWriteChunk = 16 * 1024
 
     // MARK: Starting
 
@@ -324,7 +325,10 @@ extension TCPSocketCore {
         guard let tls, let session = tls.session else { return }
         var systemCalls = 0
         while phase == .connected {
-            while !writeTimeoutPending && !writeQueue.isEmpty && tls.outbound.count < TCPSocketCore.tlsOutboundLimit {
+            // Encrypt only into an empty queue: appending behind unsent records would move
+            // them, and a queue that stays small never needs more than one heap block.
+            while tls.outbound.isEmpty && !writeTimeoutPending && !writeQueue.isEmpty
+                    && session.pendingOutput < TCPSocketCore.tlsOutboundLimit {
                 if !headWriteStarted { startHeadWrite() }
                 let result = writeQueue[0].withRemainingBytes { bytes in
                     session.write(UnsafeRawBufferPointer(rebasing: bytes.prefix(TCPSocketCore.tlsWriteChunk)))
@@ -334,7 +338,6 @@ extension TCPSocketCore {
                     closeSession(error)
                     return
                 case .success(let count):
-                    session.takeOutput(into: &tls.outbound)
                     guard count > 0 else { break }
                     guard account(written: count) else { return }
                     continue
