@@ -195,6 +195,7 @@ extension TCPSocketCore {
         tls.stage = .secure
         cancel(tls.handshakeTimer)
         tls.handshakeTimer = nil
+        session.releaseIdleBuffers()
         let info = TLSInfoBox(session.info)
         let current = self.session
         shared.published.withLock { published in
@@ -312,7 +313,10 @@ extension TCPSocketCore {
                 }
                 switch receiveCiphertext(into: session, tls: tls) {
                 case .received: continue
-                case .wouldBlock: return .wouldBlock
+                case .wouldBlock:
+                    // Drained: going idle until the next edge.
+                    session.releaseIdleBuffers(threshold: 16 * 1024)
+                    return .wouldBlock
                 case .failed(let error): return .failed(error)
                 }
             }

@@ -8,9 +8,10 @@ final class TLSSession {
     let context: TLSContext
     let ssl: OpaquePointer
     /// Ciphertext from the network, read by OpenSSL.
-    private let networkIn: OpaquePointer
+    private var networkIn: OpaquePointer
     /// Ciphertext from OpenSSL, to send.
-    private let networkOut: OpaquePointer
+    private var networkOut: OpaquePointer
+    private var inputEnded = false
     /// Clients: the resumption key (peer name and port).
     let sessionKey: String
     let peerName: String?
@@ -107,7 +108,33 @@ final class TLSSession {
 
     /// The peer's FIN: OpenSSL sees the end of its input.
     func feedEndOfStream() {
+        inputEnded = true
         skc_bio_set_mem_eof_return(networkIn, 0)
+    }
+
+    /// A memory BIO keeps the largest buffer it ever needed (the handshake's flights, a
+    /// 64 KiB read): an idle connection would carry them for good. Empty BIOs holding more
+    /// than `threshold` bytes are replaced by fresh ones, which own no buffer.
+    func releaseIdleBuffers(threshold: Int = 4096) {
+        // OpenSSL's own record buffers (RELEASE_BUFFERS frees them only as it goes).
+        _ = SSL_free_buffers(ssl)
+        if !inputEnded && BIO_ctrl_pending(networkIn) == 0 && TLSSession.capacity(of: networkIn) > threshold {
+            let fresh = BIO_new(BIO_s_mem())!
+            skc_bio_set_mem_eof_return(fresh, -1)
+            SSL_set0_rbio(ssl, fresh) // frees the old one
+            networkIn = fresh
+        }
+        if BIO_ctrl_pending(networkOut) == 0 && TLSSession.capacity(of: networkOut) > threshold {
+            let fresh = BIO_new(BIO_s_mem())!
+            SSL_set0_wbio(ssl, fresh)
+            networkOut = fresh
+        }
+    }
+
+    private static func capacity(of bio: OpaquePointer) -> Int {
+        var memory: UnsafeMutablePointer<BUF_MEM>? = nil
+        _ = BIO_ctrl(bio, BIO_C_GET_BUF_MEM_PTR, 0, &memory)
+        return memory.map { Int($0.pointee.max) } ?? 0
     }
 
     /// Decrypted bytes or unprocessed ciphertext inside OpenSSL.
