@@ -87,9 +87,14 @@ final class CDelegateReceiver: SocketEventReceiver, @unchecked Sendable {
         case .didCloseReadStream:
             delegate.did_close_read_stream?(handle, userdata)
         case .didSecure:
-            break
-        case .didReceiveTrust(_, let question):
-            socket.answerTrust(question: question, accept: false)
+            delegate.did_secure?(handle, userdata)
+        case .didReceiveTrust(let trust, let question):
+            guard let callback = delegate.did_receive_trust else {
+                socket.answerTrust(question: question, accept: false)
+                return 0
+            }
+            let converted = CTrust(trust, token: question)
+            withExtendedLifetime(converted) { callback(handle, converted.trust, userdata) }
         case .didReachWriteHighWatermark(let queued):
             delegate.did_reach_high_watermark?(handle, queued, userdata)
         case .didDrainToWriteLowWatermark(let queued):

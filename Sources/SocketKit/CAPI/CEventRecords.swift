@@ -20,6 +20,7 @@ final class CEventSink {
     /// point to; an array's buffer does not move while the array lives unmodified).
     private var keptBytes: [[UInt8]] = []
     private var keptStrings: [[CChar]] = []
+    private var keptTrusts: [CTrust] = []
     private var errors: UnsafeMutablePointer<sk_error_t>
     private var errorCapacity: Int
     private var errorCount = 0
@@ -36,6 +37,7 @@ final class CEventSink {
     func begin(into records: UnsafeMutablePointer<sk_event_t>, capacity: Int) {
         keptBytes.removeAll(keepingCapacity: true)
         keptStrings.removeAll(keepingCapacity: true)
+        keptTrusts.removeAll(keepingCapacity: true)
         errorCount = 0
         if errorCapacity < capacity {
             // Error records keep pointers into this storage: grow it only between batches.
@@ -70,6 +72,11 @@ final class CEventSink {
     func keep(_ text: String) -> UnsafePointer<CChar> {
         keptStrings.append(Array(text.utf8CString))
         return keptStrings[keptStrings.count - 1].withUnsafeBufferPointer { $0.baseAddress! }
+    }
+
+    func keep(_ trust: CTrust) -> CTrust {
+        keptTrusts.append(trust)
+        return trust
     }
 
     func keep(_ error: SocketError) -> UnsafePointer<sk_error_t> {
@@ -181,10 +188,16 @@ extension CDelegateReceiver {
             record.token = question
             answerLater = true
         case .didSecure:
-            return 0
-        case .didReceiveTrust(_, let question):
-            socket.answerTrust(question: question, accept: false)
-            return 0
+            guard delegate.did_secure != nil else { return 0 }
+            record.kind = Int32(SK_EVENT_SECURE.rawValue)
+        case .didReceiveTrust(let trust, let question):
+            guard delegate.did_receive_trust != nil else {
+                socket.answerTrust(question: question, accept: false)
+                return 0
+            }
+            record.kind = Int32(SK_EVENT_TRUST.rawValue)
+            record.token = question
+            record.trust = UnsafePointer(sink.keep(CTrust(trust, token: question)).trust)
         case .didCloseReadStream:
             guard delegate.did_close_read_stream != nil else { return 0 }
             record.kind = Int32(SK_EVENT_CLOSE_READ_STREAM.rawValue)

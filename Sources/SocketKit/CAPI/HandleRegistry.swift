@@ -10,7 +10,7 @@ import SocketKitC
 /// any order.
 final class HandleRegistry: @unchecked Sendable {
     enum Kind: UInt8, Sendable {
-        case socket = 1, loopGroup, callbackQueue, udpSocket
+        case socket = 1, loopGroup, callbackQueue, udpSocket, tlsSettings
 
         var name: String {
             switch self {
@@ -18,6 +18,7 @@ final class HandleRegistry: @unchecked Sendable {
             case .loopGroup: return "sk_loop_group_t"
             case .callbackQueue: return "sk_callback_queue_t"
             case .udpSocket: return "sk_udp_socket_t"
+            case .tlsSettings: return "sk_tls_settings_t"
             }
         }
     }
@@ -48,6 +49,7 @@ final class HandleRegistry: @unchecked Sendable {
         case .loopGroup: return object is EventLoopGroup
         case .callbackQueue: return object is CallbackQueue
         case .udpSocket: return object is UdpSocket
+        case .tlsSettings: return object is TLSSettingsBox
         }
     }
 

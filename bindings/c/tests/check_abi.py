@@ -80,7 +80,7 @@ def abi_class(declaration):
     table = {
         "int": "int32", "int32_t": "int32", "unsigned": "int32", "uint32_t": "int32", "socklen_t": "int32",
         "long": "int64", "size_t": "int64", "NSInteger": "int64", "NSUInteger": "int64", "int64_t": "int64",
-        "uint16_t": "int16", "double": "double", "void": "void",
+        "uint16_t": "int16", "double": "double", "void": "void", "uint64_t": "int64", "unsigned long long": "int64",
     }
     return table.get(kind, "?" + kind)
 

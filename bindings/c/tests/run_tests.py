@@ -10,6 +10,7 @@ no test ran.
 import argparse
 import os
 import subprocess
+import tempfile
 import sys
 import time
 
@@ -31,6 +32,9 @@ def main():
     timeout = args.timeout or (180 if prefix else 60)
     label = "valgrind" if prefix else args.binary.rsplit("/", 1)[-1]
     environment = dict(os.environ)
+    # The TLS tests' certificates: made once, by the first test that needs them.
+    certificates = tempfile.TemporaryDirectory(prefix="socketkit-c-certs-")
+    environment["SK_TEST_CERT_DIR"] = os.path.join(certificates.name, "certs")
     if prefix:
         # Tests that depend on what valgrind virtualizes (descriptor limits) skip themselves.
         environment["SOCKETKIT_TEST_UNDER_VALGRIND"] = "1"

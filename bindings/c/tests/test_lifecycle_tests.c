@@ -298,7 +298,7 @@ static int poll_records(sk_callback_queue_t *queue, sk_event_t *events, int capa
 
 void test_host_queue_hands_events_over_as_records(void) {
     /* The layout the Python binding unpacks (bindings/python/socketkit/_ffi.py). */
-    CHECK_EQ(sizeof(sk_event_t), 120);
+    CHECK_EQ(sizeof(sk_event_t), 128);
     CHECK_EQ(offsetof(sk_event_t, kind), 16);
     CHECK_EQ(offsetof(sk_event_t, tag), 24);
     CHECK_EQ(offsetof(sk_event_t, token), 80);
@@ -306,6 +306,7 @@ void test_host_queue_hands_events_over_as_records(void) {
     CHECK_EQ(offsetof(sk_event_t, address), 96);
     CHECK_EQ(offsetof(sk_event_t, address_length), 104);
     CHECK_EQ(offsetof(sk_event_t, context), 112);
+    CHECK_EQ(offsetof(sk_event_t, trust), 120);
     recorder_t recorder; /* its delegate members say which events to record */
     recorder_init(&recorder);
     sk_callback_queue_t *queue = NULL;

@@ -1,5 +1,13 @@
 /* Every C test, in one table (see test_main.c). */
 #define TEST_LIST(X)                          \
+    X(tls_starttls_pattern_and_a_mebibyte_each_way) \
+    X(tls_info_and_certificate_helpers)       \
+    X(tls_bad_certificates_have_their_own_codes) \
+    X(tls_client_certificate_required)        \
+    X(tls_manual_trust)                       \
+    X(tls_settings_errors_and_handles)        \
+    X(tls_handshake_timeout)                  \
+    X(tls_host_queue_records)                 \
     X(udp_round_trip_with_tags_and_empty_datagrams) \
     X(udp_invalid_handles_and_bad_arguments)  \
     X(udp_a_failed_datagram_fails_alone)      \

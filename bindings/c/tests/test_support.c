@@ -226,6 +226,25 @@ static void on_disconnect(sk_socket_t *sock, const sk_error_t *error, void *user
     end(recorder);
 }
 
+static void on_secure(sk_socket_t *sock, void *userdata) {
+    recorder_t *recorder = userdata;
+    begin(recorder);
+    event_t event = {.kind = EVENT_SECURE, .sock = sock};
+    record(recorder, event);
+    end(recorder);
+}
+
+static void on_trust(sk_socket_t *sock, const sk_tls_trust_t *trust, void *userdata) {
+    recorder_t *recorder = userdata;
+    begin(recorder);
+    event_t event = {.kind = EVENT_TRUST, .sock = sock, .length = trust->chain_count,
+                     .error_code = trust->verification_error ? trust->verification_error->code : 0};
+    record(recorder, event);
+    if (recorder->on_trust) recorder->on_trust(recorder, sock, trust);
+    else sk_socket_answer_trust(sock, trust->token, 1);
+    end(recorder);
+}
+
 sk_socket_delegate_t recorder_delegate(void) {
     sk_socket_delegate_t delegate;
     memset(&delegate, 0, sizeof delegate);
@@ -243,6 +262,8 @@ sk_socket_delegate_t recorder_delegate(void) {
     delegate.did_reach_high_watermark = on_high_watermark;
     delegate.did_drain_to_low_watermark = on_low_watermark;
     delegate.did_disconnect = on_disconnect;
+    delegate.did_secure = on_secure;
+    delegate.did_receive_trust = on_trust;
     return delegate;
 }
 

@@ -63,7 +63,9 @@ typedef enum event_kind {
     EVENT_CLOSE_READ_STREAM,
     EVENT_HIGH_WATERMARK,
     EVENT_LOW_WATERMARK,
-    EVENT_DISCONNECT
+    EVENT_DISCONNECT,
+    EVENT_SECURE,
+    EVENT_TRUST
 } event_kind_t;
 
 typedef struct event {
@@ -72,7 +74,8 @@ typedef struct event {
     long tag;
     size_t length;          /* bytes read/written, queued bytes, or done (timeouts) */
     double elapsed;         /* timeouts */
-    int error_code;         /* disconnect: 0 for a clean close; pause: the code */
+    int error_code;         /* disconnect: 0 for a clean close; pause: the code; trust:
+                             * the verification error's code (0: it verified) */
     int os_error;
     char text[SK_ERROR_MESSAGE_CAPACITY]; /* connect: host; read: first bytes; errors: message */
     pthread_t thread;       /* the thread the callback ran on */
@@ -106,6 +109,8 @@ struct recorder {
     void (*on_connect)(recorder_t *recorder, sk_socket_t *sock);
     void (*on_read)(recorder_t *recorder, sk_socket_t *sock, const void *data, size_t length, long tag);
     void (*on_disconnect)(recorder_t *recorder, sk_socket_t *sock, const sk_error_t *error);
+    /* Manual trust: called inside did_receive_trust (NULL: answer 1 at once). */
+    void (*on_trust)(recorder_t *recorder, sk_socket_t *sock, const sk_tls_trust_t *trust);
     void *context;
 };
 

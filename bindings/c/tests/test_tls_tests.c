@@ -1,0 +1,515 @@
+/* TLS through the C API over loopback: the STARTTLS pattern and bulk data, what the
+ * handshake settled and the certificate helpers, the specific error of each bad
+ * certificate, client certificates, manual trust, settings errors, the handshake timeout
+ * and event records. Certificates come from Tests/certs/make-test-certs.sh, made when the
+ * first test needs them. */
+#include "test_support.h"
+
+#include <poll.h>
+#include <stddef.h>
+#include <unistd.h>
+
+#ifndef SK_TEST_CERT_SCRIPT
+#error "SK_TEST_CERT_SCRIPT (the path of Tests/certs/make-test-certs.sh) must be defined"
+#endif
+
+static char cert_dir[512];
+
+/* The certificate directory, made on first use (the script is safe to run concurrently). */
+static const char *certs(void) {
+    if (cert_dir[0]) return cert_dir;
+    const char *given = getenv("SK_TEST_CERT_DIR");
+    if (given && given[0]) snprintf(cert_dir, sizeof cert_dir, "%s", given);
+    else snprintf(cert_dir, sizeof cert_dir, "/tmp/socketkit-c-test-certs-%d", (int)getppid());
+    char command[1200];
+    snprintf(command, sizeof command, "'%s' '%s'", SK_TEST_CERT_SCRIPT, cert_dir);
+    CHECK_EQ(system(command), 0);
+    return cert_dir;
+}
+
+static const char *cert_path(const char *name) {
+    static char paths[8][600];
+    static int next;
+    char *path = paths[next++ % 8];
+    snprintf(path, sizeof paths[0], "%s/%s", certs(), name);
+    return path;
+}
+
+/* A server presenting VARIANT-chain.pem / VARIANT.key. */
+static sk_tls_settings_t *server_settings(const char *variant) {
+    sk_tls_settings_t *settings = NULL;
+    CHECK_EQ(sk_tls_settings_create(SK_TLS_SERVER, &settings, NULL), SK_OK);
+    char chain[64], key[64];
+    snprintf(chain, sizeof chain, "%s-chain.pem", variant);
+    snprintf(key, sizeof key, "%s.key", variant);
+    CHECK_EQ(sk_tls_settings_set_certificate_chain_file(settings, cert_path(chain)), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_private_key_file(settings, cert_path(key), NULL), SK_OK);
+    return settings;
+}
+
+/* A client trusting only the test root. */
+static sk_tls_settings_t *client_settings(void) {
+    sk_tls_settings_t *settings = NULL;
+    CHECK_EQ(sk_tls_settings_create(SK_TLS_CLIENT, &settings, NULL), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_trust_file(settings, cert_path("ca.pem")), SK_OK);
+    return settings;
+}
+
+/* A listener whose accepted connections get `server` as delegate and start TLS with
+ * `settings` (if not NULL) at once. */
+typedef struct tls_server {
+    recorder_t listener_recorder;
+    recorder_t server;
+    sk_tls_settings_t *settings;
+    sk_socket_t *listener;
+    uint16_t port;
+} tls_server_t;
+
+static void start_tls_on_accept(recorder_t *recorder, sk_socket_t *listener, sk_socket_t *new_socket) {
+    (void)listener;
+    tls_server_t *server = recorder->context;
+    sk_socket_delegate_t delegate = recorder_delegate();
+    CHECK_EQ(sk_socket_set_delegate(new_socket, &delegate, sizeof delegate, &server->server), SK_OK);
+    if (server->settings) CHECK_EQ(sk_socket_start_tls(new_socket, server->settings, NULL), SK_OK);
+}
+
+static void tls_server_start(tls_server_t *server, sk_tls_settings_t *settings) {
+    memset(server, 0, sizeof *server);
+    recorder_init(&server->listener_recorder);
+    recorder_init(&server->server);
+    server->settings = settings;
+    server->listener_recorder.context = server;
+    server->listener_recorder.on_accept = start_tls_on_accept;
+    server->listener = recorded_listener(&server->listener_recorder, &server->port);
+}
+
+static void tls_server_stop(tls_server_t *server) {
+    sk_socket_release(server->listener);
+    recorder_destroy(&server->listener_recorder); /* releases the accepted sockets */
+    recorder_destroy(&server->server);
+    if (server->settings) sk_tls_settings_release(server->settings);
+}
+
+/* A client connected to `port` on `host` that starts TLS with `settings` at once. */
+static sk_socket_t *tls_client(recorder_t *recorder, const char *host, uint16_t port, sk_tls_settings_t *settings) {
+    sk_socket_t *sock = recorded_socket(recorder, NULL);
+    CHECK_EQ(sk_socket_connect_to_host(sock, host, port, NULL, 10, NULL), SK_OK);
+    sk_error_t error;
+    int status = sk_socket_start_tls(sock, settings, &error);
+    if (status != SK_OK) fprintf(stderr, "start_tls: %s\n", error.message);
+    CHECK_EQ(status, SK_OK);
+    return sock;
+}
+
+/* The code the client disconnected with (0: clean). */
+static int client_error(const char *variant, const char *host) {
+    tls_server_t server;
+    tls_server_start(&server, server_settings(variant));
+    recorder_t client;
+    recorder_init(&client);
+    sk_tls_settings_t *settings = client_settings();
+    sk_socket_t *sock = tls_client(&client, host, server.port, settings);
+    sk_tls_settings_release(settings);
+    recorder_expect(&client, EVENT_DISCONNECT, 1);
+    event_t event = recorder_event(&client, EVENT_DISCONNECT, 0);
+    CHECK_EQ(recorder_count(&client, EVENT_SECURE), 0);
+    if (event.error_code) fprintf(stderr, "%s: %s\n", variant, event.text);
+    sk_socket_release(sock);
+    recorder_destroy(&client);
+    tls_server_stop(&server);
+    return event.error_code;
+}
+
+static unsigned long long checksum(const unsigned char *data, size_t length) {
+    unsigned long long hash = 1469598103934665603ULL;
+    for (size_t i = 0; i < length; i++) hash = (hash ^ data[i]) * 1099511628211ULL;
+    return hash;
+}
+
+void test_tls_starttls_pattern_and_a_mebibyte_each_way(void) {
+    tls_server_t server;
+    tls_server_start(&server, NULL); /* the server starts TLS itself, after the line */
+    recorder_t client;
+    recorder_init(&client);
+    sk_socket_t *sock = recorded_socket(&client, NULL);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", server.port, NULL, 10, NULL), SK_OK);
+    /* Queued back to back: plaintext line, upgrade, encrypted traffic. */
+    CHECK_EQ(sk_socket_write(sock, "STARTTLS\r\n", 10, -1, 1, NULL), SK_OK);
+    sk_tls_settings_t *settings = client_settings();
+    CHECK_EQ(sk_socket_start_tls(sock, settings, NULL), SK_OK);
+    CHECK_EQ(sk_socket_start_tls(sock, settings, NULL), SK_ERR_BAD_CONFIG); /* only the first counts */
+    sk_tls_settings_release(settings); /* the socket took what it needed */
+    enum { SIZE = 1 << 20 };
+    unsigned char *up = malloc(SIZE), *down = malloc(SIZE);
+    fill_pattern(up, SIZE, 3);
+    fill_pattern(down, SIZE, 7);
+    CHECK_EQ(sk_socket_write(sock, up, SIZE, -1, 2, NULL), SK_OK);
+    CHECK_EQ(sk_socket_read_to_length(sock, SIZE, -1, 3, NULL), SK_OK);
+
+    sk_socket_t *accepted = recorder_accepted(&server.listener_recorder, 0);
+    CHECK_EQ(sk_socket_read_to_data(accepted, SK_CRLF, 2, 0, -1, 1, NULL), SK_OK);
+    sk_tls_settings_t *serving = server_settings("server");
+    CHECK_EQ(sk_socket_start_tls(accepted, serving, NULL), SK_OK);
+    sk_tls_settings_release(serving);
+    CHECK_EQ(sk_socket_read_to_length(accepted, SIZE, -1, 2, NULL), SK_OK);
+    CHECK_EQ(sk_socket_write(accepted, down, SIZE, -1, 3, NULL), SK_OK);
+
+    recorder_expect(&client, EVENT_SECURE, 1);
+    recorder_expect(&server.server, EVENT_SECURE, 1);
+    recorder_expect_bytes(&server.server, 10 + SIZE);
+    recorder_expect_bytes(&client, SIZE);
+    CHECK_EQ(memcmp(server.server.bytes, "STARTTLS\r\n", 10), 0);
+    CHECK_EQ(checksum(server.server.bytes + 10, SIZE), checksum(up, SIZE));
+    CHECK_EQ(checksum(client.bytes, SIZE), checksum(down, SIZE));
+    CHECK_EQ(sk_socket_is_secure(sock), 1);
+    CHECK_EQ(client.overlaps, 0);
+    /* The server read its line before did_secure and the megabyte after it. */
+    size_t count = 0;
+    event_t *events = recorder_events(&server.server, &count);
+    int order = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (events[i].kind == EVENT_READ && events[i].tag == 1) CHECK_EQ(order++, 0);
+        if (events[i].kind == EVENT_SECURE) CHECK_EQ(order++, 1);
+        if (events[i].kind == EVENT_READ && events[i].tag == 2) CHECK_EQ(order++, 2);
+    }
+    CHECK_EQ(order, 3);
+    free(events);
+    free(up);
+    free(down);
+    sk_socket_release(sock);
+    recorder_destroy(&client);
+    tls_server_stop(&server);
+}
+
+void test_tls_info_and_certificate_helpers(void) {
+    sk_tls_settings_t *serving = server_settings("server");
+    const char *server_protocols[] = {"http/1.1", "h2"};
+    CHECK_EQ(sk_tls_settings_set_alpn_protocols(serving, server_protocols, 2), SK_OK);
+    tls_server_t server;
+    tls_server_start(&server, serving);
+    recorder_t client;
+    recorder_init(&client);
+    sk_tls_settings_t *settings = client_settings();
+    const char *client_protocols[] = {"h2", "http/1.1"};
+    CHECK_EQ(sk_tls_settings_set_alpn_protocols(settings, client_protocols, 2), SK_OK);
+    sk_socket_t *sock = tls_client(&client, "localhost", server.port, settings);
+    sk_tls_settings_release(settings);
+    recorder_expect(&client, EVENT_SECURE, 1);
+
+    sk_tls_info_t info;
+    CHECK_EQ(sk_socket_get_tls_info(sock, &info), SK_OK);
+    CHECK_STR(info.protocol_version, "TLSv1.3");
+    CHECK_STR(info.alpn_protocol, "http/1.1"); /* the server's preference */
+    CHECK_STR(info.server_name, "localhost");
+    CHECK_EQ(info.session_reused, 0);
+    CHECK_EQ(info.peer_certificate_count, 2);
+    CHECK(strlen(info.cipher) > 0);
+
+    size_t length = 0;
+    CHECK_EQ(sk_socket_copy_peer_certificate(sock, 0, NULL, &length), SK_OK);
+    CHECK(length > 100);
+    unsigned char small[8];
+    size_t small_length = sizeof small;
+    CHECK_EQ(sk_socket_copy_peer_certificate(sock, 0, small, &small_length), SK_ERR_BAD_PARAM);
+    CHECK_EQ(small_length, length);
+    unsigned char *der = malloc(length);
+    CHECK_EQ(sk_socket_copy_peer_certificate(sock, 0, der, &length), SK_OK);
+    CHECK_EQ(sk_socket_copy_peer_certificate(sock, 2, der, &length), SK_ERR_BAD_PARAM);
+    sk_certificate_info_t certificate;
+    CHECK_EQ(sk_certificate_get_info(der, length, &certificate, NULL), SK_OK);
+    CHECK(strstr(certificate.subject, "CN=localhost") != NULL);
+    CHECK(certificate.not_before < certificate.not_after);
+    size_t pem_length = 0;
+    CHECK_EQ(sk_certificate_to_pem(der, length, NULL, &pem_length), SK_OK);
+    char *pem = malloc(pem_length);
+    CHECK_EQ(sk_certificate_to_pem(der, length, pem, &pem_length), SK_OK);
+    CHECK(strncmp(pem, "-----BEGIN CERTIFICATE-----\n", 28) == 0);
+    CHECK_EQ(strlen(pem) + 1, pem_length);
+    /* The PEM is the leaf of the chain file. */
+    FILE *file = fopen(cert_path("server.pem"), "r");
+    CHECK(file != NULL);
+    char *expected = calloc(1, 65536);
+    CHECK(fread(expected, 1, 65535, file) > 0);
+    fclose(file);
+    CHECK(strstr(expected, pem + 28) != NULL || strcmp(expected, pem) == 0);
+    sk_error_t error;
+    CHECK_EQ(sk_certificate_get_info("junk", 4, &certificate, &error), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_certificate_get_info(NULL, 4, &certificate, NULL), SK_ERR_BAD_PARAM);
+
+    /* The server side: no client certificate was asked for. */
+    sk_socket_t *accepted = recorder_accepted(&server.listener_recorder, 0);
+    recorder_expect(&server.server, EVENT_SECURE, 1);
+    CHECK_EQ(sk_socket_get_tls_info(accepted, &info), SK_OK);
+    CHECK_EQ(info.peer_certificate_count, 0);
+    CHECK_STR(info.server_name, "localhost");
+    free(expected);
+    free(pem);
+    free(der);
+    sk_socket_release(sock);
+    recorder_destroy(&client);
+    tls_server_stop(&server);
+}
+
+void test_tls_bad_certificates_have_their_own_codes(void) {
+    CHECK_EQ(client_error("expired", "127.0.0.1"), SK_ERR_TLS_CERT_EXPIRED);
+    CHECK_EQ(client_error("not-yet-valid", "127.0.0.1"), SK_ERR_TLS_CERT_NOT_YET_VALID);
+    CHECK_EQ(client_error("self-signed", "127.0.0.1"), SK_ERR_TLS_SELF_SIGNED);
+    CHECK_EQ(client_error("incomplete", "127.0.0.1"), SK_ERR_TLS_UNKNOWN_ISSUER);
+    CHECK_EQ(client_error("wrong-host", "localhost"), SK_ERR_TLS_HOSTNAME_MISMATCH);
+    CHECK_EQ(client_error("dns-ip", "127.0.0.1"), SK_ERR_TLS_HOSTNAME_MISMATCH);
+    CHECK_EQ(client_error("non-ca-issuer", "127.0.0.1"), SK_ERR_TLS_CERT_INVALID);
+    CHECK_EQ(client_error("client-auth-only", "127.0.0.1"), SK_ERR_TLS_CERT_INVALID);
+}
+
+void test_tls_client_certificate_required(void) {
+    sk_tls_settings_t *serving = server_settings("server");
+    CHECK_EQ(sk_tls_settings_set_verification(serving, SK_TLS_VERIFY_REQUIRE_CERTIFICATE), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_trust_file(serving, cert_path("ca.pem")), SK_OK);
+    tls_server_t server;
+    tls_server_start(&server, serving);
+
+    /* Without a certificate: the server refuses; a TLS 1.3 client learns it from the
+     * server's alert when it next reads. */
+    recorder_t bare;
+    recorder_init(&bare);
+    sk_tls_settings_t *settings = client_settings();
+    sk_socket_t *sock = tls_client(&bare, "127.0.0.1", server.port, settings);
+    CHECK_EQ(sk_socket_read(sock, 0, -1, 0, NULL), SK_OK);
+    recorder_expect(&bare, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&bare, EVENT_DISCONNECT, 0).error_code, SK_ERR_TLS_CLIENT_CERT_REQUIRED);
+    recorder_expect(&server.server, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&server.server, EVENT_DISCONNECT, 0).error_code, SK_ERR_TLS_CLIENT_CERT_REQUIRED);
+    sk_socket_release(sock);
+    recorder_destroy(&bare);
+
+    /* With one signed by the trusted root: in. */
+    recorder_t good;
+    recorder_init(&good);
+    CHECK_EQ(sk_tls_settings_set_certificate_chain_file(settings, cert_path("client-chain.pem")), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_private_key_file(settings, cert_path("client.key"), NULL), SK_OK);
+    sock = tls_client(&good, "127.0.0.1", server.port, settings);
+    sk_tls_settings_release(settings);
+    recorder_expect(&good, EVENT_SECURE, 1);
+    recorder_expect(&server.server, EVENT_SECURE, 1);
+    sk_socket_t *accepted = recorder_accepted(&server.listener_recorder, 1);
+    sk_tls_info_t info;
+    CHECK_EQ(sk_socket_get_tls_info(accepted, &info), SK_OK);
+    CHECK_EQ(info.peer_certificate_count, 1);
+    sk_socket_release(sock);
+    recorder_destroy(&good);
+    tls_server_stop(&server);
+}
+
+typedef struct later_answer {
+    sk_socket_t *sock;
+    uint64_t token;
+} later_answer_t;
+
+static void *answer_yes_later(void *argument) {
+    later_answer_t *answer = argument;
+    CHECK_EQ(sk_socket_answer_trust(answer->sock, answer->token, 1), SK_OK);
+    CHECK_EQ(sk_socket_answer_trust(answer->sock, answer->token, 0), SK_OK); /* ignored */
+    return NULL;
+}
+
+static later_answer_t pending_answer;
+
+static void keep_trust_for_later(recorder_t *recorder, sk_socket_t *sock, const sk_tls_trust_t *trust) {
+    (void)recorder;
+    CHECK_EQ(trust->chain_count, 2);
+    CHECK(trust->chain[0].der != NULL && trust->chain[0].der_length > 100);
+    CHECK(trust->verification_error != NULL);                    /* the system store does not know our root */
+    CHECK_EQ(trust->verification_error->code, SK_ERR_TLS_UNKNOWN_ISSUER);
+    pending_answer.sock = sock;
+    pending_answer.token = trust->token;
+}
+
+static void say_no(recorder_t *recorder, sk_socket_t *sock, const sk_tls_trust_t *trust) {
+    (void)recorder;
+    CHECK(trust->verification_error == NULL); /* our root is trusted: it verified */
+    CHECK_EQ(sk_socket_answer_trust(sock, trust->token, 0), SK_OK);
+}
+
+void test_tls_manual_trust(void) {
+    tls_server_t server;
+    tls_server_start(&server, server_settings("server"));
+    sk_tls_settings_t *settings = NULL;
+    CHECK_EQ(sk_tls_settings_create(SK_TLS_CLIENT, &settings, NULL), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_manual_trust_evaluation(settings, 1), SK_OK);
+
+    /* Answered later, from another thread: yes. */
+    recorder_t later;
+    recorder_init(&later);
+    later.on_trust = keep_trust_for_later;
+    sk_socket_t *sock = tls_client(&later, "127.0.0.1", server.port, settings);
+    recorder_expect(&later, EVENT_TRUST, 1);
+    CHECK_EQ(recorder_count(&later, EVENT_SECURE), 0);
+    pthread_t thread;
+    CHECK_EQ(pthread_create(&thread, NULL, answer_yes_later, &pending_answer), 0);
+    pthread_join(thread, NULL);
+    recorder_expect(&later, EVENT_SECURE, 1);
+    sk_socket_release(sock);
+    recorder_destroy(&later);
+
+    /* No. */
+    CHECK_EQ(sk_tls_settings_set_trust_file(settings, cert_path("ca.pem")), SK_OK);
+    recorder_t refusing;
+    recorder_init(&refusing);
+    refusing.on_trust = say_no;
+    sock = tls_client(&refusing, "127.0.0.1", server.port, settings);
+    recorder_expect(&refusing, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&refusing, EVENT_DISCONNECT, 0).error_code, SK_ERR_TLS_PEER_REJECTED);
+    sk_socket_release(sock);
+    recorder_destroy(&refusing);
+
+    /* No did_receive_trust member: rejected. */
+    recorder_t plain;
+    recorder_init(&plain);
+    sock = recorded_socket(&plain, NULL);
+    sk_socket_delegate_t delegate = recorder_delegate();
+    delegate.did_receive_trust = NULL;
+    CHECK_EQ(sk_socket_set_delegate(sock, &delegate, sizeof delegate, &plain), SK_OK);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", server.port, NULL, 10, NULL), SK_OK);
+    CHECK_EQ(sk_socket_start_tls(sock, settings, NULL), SK_OK);
+    recorder_expect(&plain, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&plain, EVENT_DISCONNECT, 0).error_code, SK_ERR_TLS_PEER_REJECTED);
+    sk_socket_release(sock);
+    recorder_destroy(&plain);
+    sk_tls_settings_release(settings);
+    tls_server_stop(&server);
+}
+
+void test_tls_settings_errors_and_handles(void) {
+    sk_error_t error;
+    sk_tls_settings_t *settings = NULL;
+    CHECK_EQ(sk_tls_settings_create(7, &settings, &error), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_tls_settings_create(SK_TLS_CLIENT, NULL, &error), SK_ERR_BAD_PARAM);
+    /* A server without a certificate. */
+    CHECK_EQ(sk_tls_settings_create(SK_TLS_SERVER, &settings, NULL), SK_OK);
+    CHECK_EQ(sk_tls_settings_check(settings, &error), SK_ERR_TLS_SETTINGS);
+    CHECK(strstr(error.message, "certificate") != NULL);
+    /* A missing file, a wrong password, the right one. */
+    CHECK_EQ(sk_tls_settings_set_certificate_chain_file(settings, "/nonexistent/chain.pem"), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_private_key_file(settings, cert_path("server.key"), NULL), SK_OK);
+    CHECK_EQ(sk_tls_settings_check(settings, &error), SK_ERR_TLS_SETTINGS);
+    CHECK_EQ(error.os_error, 2); /* ENOENT */
+    CHECK_EQ(sk_tls_settings_set_certificate_chain_file(settings, cert_path("server-chain.pem")), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_private_key_file(settings, cert_path("server-encrypted.key"), "wrong"), SK_OK);
+    CHECK_EQ(sk_tls_settings_check(settings, &error), SK_ERR_TLS_SETTINGS);
+    CHECK_EQ(sk_tls_settings_set_private_key_file(settings, cert_path("server-encrypted.key"), "secret"), SK_OK);
+    CHECK_EQ(sk_tls_settings_check(settings, &error), SK_OK);
+    /* Bad arguments. */
+    CHECK_EQ(sk_tls_settings_set_verification(settings, 9), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_tls_settings_set_versions(settings, 0x0399, 0), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_tls_settings_set_versions(settings, SK_TLS_VERSION_1_3, SK_TLS_VERSION_1_2), SK_ERR_BAD_PARAM);
+    const char *empty[] = {""};
+    CHECK_EQ(sk_tls_settings_set_alpn_protocols(settings, empty, 1), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_tls_settings_set_alpn_protocols(settings, NULL, 1), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_tls_settings_set_trust_file(settings, NULL), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_tls_settings_set_handshake_timeout(settings, 0.0 / 0.0), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_tls_settings_set_cipher_list(settings, "NO-SUCH-CIPHER"), SK_OK);
+    CHECK_EQ(sk_tls_settings_check(settings, &error), SK_ERR_TLS_SETTINGS);
+    CHECK_EQ(sk_tls_settings_set_cipher_list(settings, NULL), SK_OK);
+    CHECK_EQ(sk_tls_settings_check(settings, &error), SK_OK);
+
+    /* start_tls refuses unusable settings at once, and sockets that are not connected. */
+    recorder_t recorder;
+    recorder_init(&recorder);
+    sk_socket_t *sock = recorded_socket(&recorder, NULL);
+    CHECK_EQ(sk_socket_start_tls(sock, settings, &error), SK_ERR_BAD_CONFIG);
+    CHECK_EQ(sk_socket_is_secure(sock), 0);
+    sk_tls_info_t info;
+    CHECK_EQ(sk_socket_get_tls_info(sock, &info), SK_ERR_BAD_CONFIG);
+    uint16_t port = 0;
+    int listener = raw_listen("127.0.0.1", &port, 4);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 10, NULL), SK_OK);
+    sk_tls_settings_t *broken = NULL;
+    CHECK_EQ(sk_tls_settings_create(SK_TLS_CLIENT, &broken, NULL), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_trust_file(broken, "/nonexistent/ca.pem"), SK_OK);
+    CHECK_EQ(sk_socket_start_tls(sock, broken, &error), SK_ERR_TLS_SETTINGS);
+    sk_tls_settings_release(broken);
+
+    /* Released and NULL handles. */
+    CHECK_EQ(sk_tls_settings_release(broken), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_tls_settings_set_peer_name(broken, "x"), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_tls_settings_check(NULL, &error), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_socket_start_tls(sock, broken, &error), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_socket_start_tls(NULL, settings, &error), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_socket_answer_trust(NULL, 1, 1), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_socket_is_secure(NULL), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_socket_start_tls(sock, (sk_tls_settings_t *)sock, &error), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_tls_settings_release((sk_tls_settings_t *)sock), SK_ERR_INVALID_HANDLE);
+    sk_socket_release(sock);
+    close(listener);
+    recorder_destroy(&recorder);
+    sk_tls_settings_release(settings);
+}
+
+void test_tls_handshake_timeout(void) {
+    uint16_t port = 0;
+    int listener = raw_listen("127.0.0.1", &port, 4); /* accepts (in the kernel) and never speaks */
+    recorder_t client;
+    recorder_init(&client);
+    sk_tls_settings_t *settings = client_settings();
+    CHECK_EQ(sk_tls_settings_set_handshake_timeout(settings, 0.3), SK_OK);
+    sk_socket_t *sock = tls_client(&client, "127.0.0.1", port, settings);
+    sk_tls_settings_release(settings);
+    recorder_expect(&client, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&client, EVENT_DISCONNECT, 0).error_code, SK_ERR_TLS_HANDSHAKE_TIMEOUT);
+    sk_socket_release(sock);
+    close(listener);
+    recorder_destroy(&client);
+}
+
+static int poll_tls_records(sk_callback_queue_t *queue, sk_event_t *events, int capacity) {
+    struct pollfd descriptor = {.fd = sk_callback_queue_fd(queue), .events = POLLIN};
+    double deadline = now_seconds() + WAIT_SECONDS;
+    while (now_seconds() < deadline) {
+        if (poll(&descriptor, 1, 100) <= 0) continue; /* readable while events are pending */
+        int count = sk_callback_queue_poll_events(queue, events, capacity);
+        CHECK(count >= 0);
+        if (count > 0) return count;
+    }
+    return 0;
+}
+
+void test_tls_host_queue_records(void) {
+    CHECK_EQ(offsetof(sk_event_t, trust), 120);
+    CHECK_EQ(sizeof(sk_event_t), 128);
+    tls_server_t server;
+    tls_server_start(&server, server_settings("server"));
+    sk_callback_queue_t *queue = NULL;
+    CHECK_EQ(sk_callback_queue_create_host(&queue, NULL), SK_OK);
+    recorder_t client;
+    recorder_init(&client);
+    sk_socket_t *sock = recorded_socket(&client, queue);
+    sk_tls_settings_t *settings = client_settings();
+    CHECK_EQ(sk_tls_settings_set_manual_trust_evaluation(settings, 1), SK_OK);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", server.port, NULL, 10, NULL), SK_OK);
+    CHECK_EQ(sk_socket_start_tls(sock, settings, NULL), SK_OK);
+    sk_tls_settings_release(settings);
+    int saw_trust = 0, saw_secure = 0;
+    sk_event_t events[16];
+    while (!saw_secure) {
+        int count = poll_tls_records(queue, events, 16);
+        CHECK(count > 0);
+        for (int i = 0; i < count; i++) {
+            if (events[i].kind == SK_EVENT_TRUST) {
+                CHECK(events[i].trust != NULL);
+                CHECK_EQ(events[i].trust->chain_count, 2);
+                CHECK(events[i].trust->verification_error == NULL);
+                CHECK_EQ(events[i].trust->token, events[i].token);
+                CHECK_EQ(sk_socket_answer_trust(events[i].sock, events[i].token, 1), SK_OK);
+                saw_trust = 1;
+            } else if (events[i].kind == SK_EVENT_SECURE) {
+                CHECK(saw_trust);
+                saw_secure = 1;
+            }
+        }
+    }
+    CHECK_EQ(recorder_count(&client, EVENT_SECURE), 0); /* recorded, not called */
+    sk_socket_release(sock);
+    sk_callback_queue_release(queue);
+    recorder_destroy(&client);
+    tls_server_stop(&server);
+}
