@@ -373,6 +373,27 @@ extension TCPSocketCore {
         closeIfDisconnectAfterIsDue()
     }
 
+    /// The write fast path on a secure connection: the bytes go to OpenSSL straight from
+    /// the caller (no copy into a queued request) and the records to the kernel. Complete
+    /// once OpenSSL took them all, as any TLS write; records the kernel did not take wait in
+    /// the outbound queue, flushed on the next EPOLLOUT. nil: take the queue.
+    func writeImmediatelySecure(_ bytes: UnsafeRawBufferPointer) -> Int? {
+        guard let tls, tls.stage == .secure, tls.outbound.isEmpty, let session = tls.session,
+              session.pendingOutput == 0, bytes.count <= TCPSocketCore.tlsOutboundLimit else { return nil }
+        switch session.write(bytes) {
+        case .failure:
+            return nil // the queued path meets the error again and reports it
+        case .success(let count):
+            guard count == bytes.count else {
+                // Cannot happen with memory BIOs; never report a partial TLS write.
+                return count == 0 ? nil : count
+            }
+        }
+        // A send error ends the session: the queued path then drops the write, as it would.
+        guard sendTLSOutput(), phase == .connected else { return nil }
+        return bytes.count
+    }
+
     // MARK: Ending
 
     /// Before the descriptor closes: an orderly close of a secure connection sends

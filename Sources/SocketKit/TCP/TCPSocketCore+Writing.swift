@@ -30,9 +30,10 @@ extension TCPSocketCore {
     /// socket's own callback (didWrite then follows that callback, as always), or when the
     /// delegate does not listen for write completions.
     func writeImmediately(_ bytes: UnsafeRawBufferPointer, session: UInt64) -> Int? {
-        guard session == self.session, phase == .connected, writable, writeQueue.isEmpty, tls == nil,
+        guard session == self.session, phase == .connected, writable, writeQueue.isEmpty,
               !writeTimeoutPending, !disconnectAfterReads, !disconnectAfterWrites, bytes.count > 0,
               inCallout || (!ownerWants(.write) && !ownerWants(.writePartial)) else { return nil }
+        if tls != nil { return writeImmediatelySecure(bytes) }
         let written = send(fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags)
         guard written > 0 else {
             if written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { writable = false }
