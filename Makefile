@@ -33,7 +33,7 @@ RELEASE_FLAGS := -c release -Xswiftc -static-stdlib -Xswiftc -enforce-exclusivit
 	-Xlinker -soname=$(SONAME) -Xlinker -z -Xlinker nodelete
 
 # Debian packages the build and the tests need (command -> package).
-REQUIRED_TOOLS := cc:gcc pkg-config:pkg-config valgrind:valgrind python3:python3 strip:binutils openssl:openssl curl:curl
+REQUIRED_TOOLS := cc:gcc pkg-config:pkg-config valgrind:valgrind python3:python3 strip:binutils openssl:openssl curl:curl socat:socat
 
 .DEFAULT_GOAL := all
 .PHONY: all tools library c-prefix demo test swift-test c-test python python-test python-install-test \
