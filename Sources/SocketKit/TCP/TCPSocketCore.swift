@@ -388,7 +388,9 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         lastAttemptError = nil
         localEndpoints = nil
 
-        endTLS(orderly: error == nil)
+        // Orderly: our own close, or the peer's close_notify (SocketKit reports `.closed` only
+        // after one), which TLS says to answer with ours (RFC 5246 7.2.1, RFC 8446 6.1).
+        endTLS(orderly: error == nil || error?.code == .closed)
         if fd >= 0 {
             if graceful { shutDownGracefully() }
             if let registration { loop.deregister(registration, fd: fd) }

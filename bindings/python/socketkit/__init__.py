@@ -36,6 +36,17 @@ UDP works the same way, with datagrams and ("ip", port) addresses::
     server.bind_to_port(9999, "127.0.0.1")
     server.begin_receiving()
 
+TLS is started on a connected (or connecting) socket, GCDAsyncSocket's ``startTLS``: it is
+queued behind the reads and writes already queued, so the STARTTLS pattern needs no
+waiting, and ``socket_did_secure(sock)`` says when the connection is encrypted::
+
+    sock.connect_to_host("example.com", 443, timeout=5)
+    sock.start_tls(socketkit.TLSSettings(alpn_protocols=["http/1.1"]))
+    sock.write(b"GET / HTTP/1.1\r\nHost: example.com\r\n\r\n")
+
+Handshake failures end the connection with a :class:`TLSError` subclass
+(:class:`CertificateExpiredError`, :class:`HostnameMismatchError`, ...).
+
 With asyncio, :mod:`socketkit.aio` runs delegates on the event loop and offers awaitable
 helpers (``await sock.read_to_data(b"\\r\\n")``).
 """
@@ -58,23 +69,40 @@ from ._core import (
     lookup_host,
 )
 from ._ffi import lib as _lib
+from ._tls import Certificate, TLSInfo, TLSRole, TLSSettings, TLSTrust, TLSVerification, TLSVersion
 from .errors import (
     BadConfigError,
     BadParamError,
+    CertificateExpiredError,
+    CertificateInvalidError,
+    CertificateNotYetValidError,
+    CertificateVerificationError,
+    ClientCertificateRequiredError,
     ClosedError,
     ConnectionRefusedError,
     ConnectionResetError,
     ConnectTimeoutError,
     Error,
+    HandshakeTimeoutError,
+    HostnameMismatchError,
     InvalidHandleError,
     OtherError,
+    PeerRejectedError,
+    ProtocolVersionError,
     ReadMaxedOutError,
     ReadTimeoutError,
     ResolutionError,
+    SelfSignedCertificateError,
     SendTimeoutError,
     SystemCallError,
     TimeoutError,
+    TLSError,
+    TLSFailedError,
+    TLSPeerClosedError,
+    TLSSettingsError,
     TruncatedError,
+    TruncatedTLSError,
+    UnknownIssuerError,
     WriteTimeoutError,
 )
 
@@ -83,10 +111,14 @@ LIBRARY_VERSION: str = _lib.sk_version().decode()
 __version__ = "0.1.0"
 
 __all__ = [
-    "AddressPreference", "BadConfigError", "BadParamError", "CR", "CRLF", "CallbackQueue", "ClosedError",
-    "ConnectTimeoutError", "ConnectionRefusedError", "ConnectionResetError", "Descriptors", "Error", "HostQueue",
-    "InvalidHandleError", "KeepAlive", "LF", "LIBRARY_VERSION", "LoopGroup", "OtherError", "Progress",
-    "ReadMaxedOutError", "ReadTimeoutError", "ResolutionError", "SendTimeoutError", "SerialQueue", "Socket",
-    "SystemCallError", "TimeoutError", "TruncatedError", "UdpSocket", "WriteTimeoutError", "ZERO", "default_queue",
-    "lookup_host",
+    "AddressPreference", "BadConfigError", "BadParamError", "CR", "CRLF", "CallbackQueue", "Certificate",
+    "CertificateExpiredError", "CertificateInvalidError", "CertificateNotYetValidError",
+    "CertificateVerificationError", "ClientCertificateRequiredError", "ClosedError", "ConnectTimeoutError",
+    "ConnectionRefusedError", "ConnectionResetError", "Descriptors", "Error", "HandshakeTimeoutError",
+    "HostQueue", "HostnameMismatchError", "InvalidHandleError", "KeepAlive", "LF", "LIBRARY_VERSION", "LoopGroup",
+    "OtherError", "PeerRejectedError", "Progress", "ProtocolVersionError", "ReadMaxedOutError", "ReadTimeoutError",
+    "ResolutionError", "SelfSignedCertificateError", "SendTimeoutError", "SerialQueue", "Socket", "SystemCallError",
+    "TLSError", "TLSFailedError", "TLSInfo", "TLSPeerClosedError", "TLSRole", "TLSSettings", "TLSSettingsError",
+    "TLSTrust", "TLSVerification", "TLSVersion", "TimeoutError", "TruncatedError", "TruncatedTLSError",
+    "UdpSocket", "UnknownIssuerError", "WriteTimeoutError", "ZERO", "default_queue", "lookup_host",
 ]

@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from . import _ffi
 from ._ffi import lib
+from ._tls import TLSInfo, TLSSettings, TLSTrust, _tls_info
 from .errors import Error, InvalidHandleError, error_from_code
 
 BytesLike = Union[bytes, bytearray, memoryview]
@@ -309,6 +310,8 @@ _DELEGATE_METHODS = {
     "socket_did_reach_high_watermark": "did_reach_high_watermark",
     "socket_did_drain_to_low_watermark": "did_drain_to_low_watermark",
     "socket_did_disconnect": "did_disconnect",
+    "socket_did_secure": "did_secure",
+    "socket_did_receive_trust": "did_receive_trust",
 }
 
 # Live sockets by handle, held weakly: a socket nobody references closes.
@@ -398,6 +401,40 @@ def _on_simple(handle, name, *arguments):
         _invoke(sock, name, *arguments)
 
 
+def _on_trust(handle, trust_address):
+    """did_receive_trust: the delegate answers True/False now, or None to answer later with
+    trust.answer(). A method that raises rejects the peer."""
+    sock = _socket_for(handle)
+    if sock is None or not trust_address:
+        if trust_address:
+            # Nobody to ask (the socket is being released): reject, as a NULL member would.
+            token = ctypes.cast(trust_address, ctypes.POINTER(_ffi.TLSTrust)).contents.token
+            lib.sk_socket_answer_trust(handle, token, 0)
+        return
+    trust = None
+    try:
+        trust = TLSTrust._from_c(sock, trust_address)
+    except BaseException:
+        _report_unraisable("Exception ignored while reading a socketkit trust question", sock._delegate)
+        token = ctypes.cast(trust_address, ctypes.POINTER(_ffi.TLSTrust)).contents.token
+        lib.sk_socket_answer_trust(handle, token, 0)
+        return
+    method = getattr(sock._delegate, "socket_did_receive_trust", None)
+    verdict: Any = False
+    if method is not None:
+        try:
+            verdict = method(sock, trust)
+        except BaseException:
+            _report_unraisable("Exception ignored in socketkit delegate method socket_did_receive_trust",
+                               sock._delegate)
+            verdict = False
+    if verdict is not None:
+        try:
+            trust.answer(bool(verdict))
+        except Error:
+            pass  # the socket was closed meanwhile
+
+
 @_ffi.DID_ACCEPT
 def _did_accept(listener_handle, new_handle, userdata):
     _on_accept(listener_handle, new_handle)
@@ -473,6 +510,16 @@ def _did_disconnect(handle, error, userdata):
     _on_disconnect(handle, _error_from_c(error), userdata)
 
 
+@_ffi.DID_SECURE
+def _did_secure(handle, userdata):
+    _on_simple(handle, "socket_did_secure")
+
+
+@_ffi.DID_RECEIVE_TRUST
+def _did_receive_trust(handle, trust, userdata):
+    _on_trust(handle, ctypes.cast(trust, c_void_p).value)
+
+
 def _error_at(address: int) -> Optional[Error]:
     return _error_from_c(ctypes.cast(address, ctypes.POINTER(_ffi.CError))) if address else None
 
@@ -486,7 +533,7 @@ def _dispatch_records(raw: memoryview, records: Any, count: int) -> None:
     callback and no ctypes field access on the common paths)."""
     for index in range(count):
         (handle, userdata, kind, port, tag, data, length, elapsed, host, error, new_socket,
-         _token, udp_handle, _address, _address_length, context) = _unpack_event(raw, index * _EVENT_SIZE)
+         _token, udp_handle, _address, _address_length, context, trust) = _unpack_event(raw, index * _EVENT_SIZE)
         try:
             if kind == _ffi.EVENT_READ:
                 _on_read(handle, data, length, tag)
@@ -536,6 +583,10 @@ def _dispatch_records(raw: memoryview, records: Any, count: int) -> None:
                 _on_simple(handle, "socket_did_drain_to_low_watermark", length)
             elif kind == _ffi.EVENT_PAUSE_ACCEPTING:
                 _on_pause_accepting(handle, _error_at(error))
+            elif kind == _ffi.EVENT_SECURE:
+                _on_simple(handle, "socket_did_secure")
+            elif kind == _ffi.EVENT_TRUST:
+                _on_trust(handle, trust)
         except BaseException:  # pragma: no cover - _invoke already reports delegate errors
             _report_unraisable("Exception ignored while dispatching a socketkit event", None)
 
@@ -555,6 +606,8 @@ _TRAMPOLINES = {
     "did_reach_high_watermark": _did_reach_high_watermark,
     "did_drain_to_low_watermark": _did_drain_to_low_watermark,
     "did_disconnect": _did_disconnect,
+    "did_secure": _did_secure,
+    "did_receive_trust": _did_receive_trust,
 }
 
 
@@ -579,6 +632,8 @@ class Socket:
     C delegate members: ``socket_did_connect(sock, host, port)``,
     ``socket_did_read(sock, data, tag)``, ``socket_did_write(sock, tag)``,
     ``socket_did_disconnect(sock, error)``, ``socket_did_accept(listener, new_sock)``, ...
+    and for TLS (:meth:`start_tls`) ``socket_did_secure(sock)`` and, with manual trust
+    evaluation, ``socket_did_receive_trust(sock, trust)`` (see :class:`TLSTrust`).
     They run on ``queue``: by default a SocketKit thread shared by all sockets
     (:func:`default_queue`); a :class:`HostQueue` to run them yourself (see
     :mod:`socketkit.aio` for asyncio); ``None`` for SocketKit's loop thread.
@@ -1120,6 +1175,42 @@ class Socket:
     @property
     def local_address(self) -> Optional[Address]:
         return self._address(lib.sk_socket_get_local_address)
+
+    # ---- TLS -------------------------------------------------------------------------------
+
+    def start_tls(self, settings: Optional[TLSSettings] = None) -> None:
+        """Queues the TLS handshake behind every read and write already queued (the
+        STARTTLS pattern: those run in plaintext; the ones queued afterwards run encrypted
+        once ``socket_did_secure(sock)`` was called). `settings` None: a client with the
+        defaults (system trust store, the connect host verified).
+
+        Raises at once TLSSettingsError (unusable settings: files are loaded now),
+        BadConfigError (not connecting or connected, a listener, after disconnect_after_*,
+        or TLS already started in this session). Handshake failures end the connection:
+        ``socket_did_disconnect`` gets the TLSError subclass that says why.
+
+        With ``manual_trust_evaluation``, ``socket_did_receive_trust(sock, trust)`` decides
+        (see :class:`TLSTrust`); a delegate without that method rejects every peer."""
+        handle = self.handle
+        error = _ffi.CError()
+        if settings is None:
+            _raise_for(lib.sk_socket_start_tls(handle, None, byref(error)), error)
+            return
+        if not isinstance(settings, TLSSettings):
+            raise TypeError(f"settings must be socketkit.TLSSettings or None, not {type(settings).__name__}")
+        with settings._c_settings() as c_settings:
+            _raise_for(lib.sk_socket_start_tls(handle, c_settings, byref(error)), error)
+
+    @property
+    def is_secure(self) -> bool:
+        """True once the handshake finished (and manual trust, if any, said yes)."""
+        return self._flag(lib.sk_socket_is_secure)
+
+    @property
+    def tls_info(self) -> Optional[TLSInfo]:
+        """What the handshake settled (protocol, cipher, ALPN, SNI, resumption, the peer's
+        certificates), or None while the connection is not secure."""
+        return _tls_info(self.handle)
 
     # ---- advanced ------------------------------------------------------------------------
 

@@ -18,11 +18,13 @@ from ctypes import (
     c_uint,
     c_uint16,
     c_int32,
+    c_int64,
     c_uint32,
     c_uint64,
     c_void_p,
 )
 import struct
+from typing import Callable, List
 
 from ._loader import load_library
 
@@ -67,6 +69,31 @@ DID_CLOSE_READ_STREAM = CFUNCTYPE(None, c_void_p, c_void_p)
 DID_WATERMARK = CFUNCTYPE(None, c_void_p, c_size_t, c_void_p)
 DID_DISCONNECT = CFUNCTYPE(None, c_void_p, POINTER(CError), c_void_p)
 
+
+class Certificate(Structure):
+    """sk_certificate_t: one certificate in DER (borrowed)."""
+
+    _fields_ = [
+        ("der", c_void_p),
+        ("der_length", c_size_t),
+    ]
+
+
+class TLSTrust(Structure):
+    """sk_tls_trust_t: what did_receive_trust (or an SK_EVENT_TRUST record) shows."""
+
+    _fields_ = [
+        ("token", c_uint64),
+        ("chain", POINTER(Certificate)),
+        ("chain_count", c_size_t),
+        ("verification_error", POINTER(CError)),
+        ("peer_name", c_char_p),
+    ]
+
+
+DID_SECURE = CFUNCTYPE(None, c_void_p, c_void_p)
+DID_RECEIVE_TRUST = CFUNCTYPE(None, c_void_p, POINTER(TLSTrust), c_void_p)
+
 RELEASE_FUNCTION = CFUNCTYPE(None, c_void_p, c_void_p)
 PERFORM_FUNCTION = CFUNCTYPE(None, POINTER(SocketDescriptors), c_void_p)
 
@@ -89,6 +116,8 @@ class SocketDelegate(Structure):
         ("did_reach_high_watermark", DID_WATERMARK),
         ("did_drain_to_low_watermark", DID_WATERMARK),
         ("did_disconnect", DID_DISCONNECT),
+        ("did_secure", DID_SECURE),
+        ("did_receive_trust", DID_RECEIVE_TRUST),
     ]
 
 
@@ -145,24 +174,61 @@ class Event(Structure):
         ("address", c_void_p),
         ("address_length", c_uint32),  # socklen_t
         ("context", c_void_p),
+        ("trust", c_void_p),  # const sk_tls_trust_t * (SK_EVENT_TRUST)
     ]
 
 
 # sk_event_kind_t
 (EVENT_ACCEPT, EVENT_PAUSE_ACCEPTING, EVENT_CONNECT, EVENT_READ, EVENT_READ_PARTIAL, EVENT_READ_TIMEOUT,
  EVENT_WRITE, EVENT_WRITE_PARTIAL, EVENT_WRITE_TIMEOUT, EVENT_CLOSE_READ_STREAM, EVENT_HIGH_WATERMARK,
- EVENT_LOW_WATERMARK, EVENT_DISCONNECT) = range(1, 14)
+ EVENT_LOW_WATERMARK, EVENT_DISCONNECT, EVENT_SECURE, EVENT_TRUST) = range(1, 16)
 (EVENT_UDP_CONNECT, EVENT_UDP_NOT_CONNECT, EVENT_UDP_SEND, EVENT_UDP_NOT_SEND, EVENT_UDP_RECEIVE,
  EVENT_UDP_RECEIVE_ERROR, EVENT_UDP_CLOSE) = range(20, 27)
 
 #: sk_event_t as a struct format: one unpack_from reads a whole record (much cheaper than
 #: ctypes field access). Fields: sock, userdata, kind, port, tag, data, length, elapsed,
-#: host, error, new_socket, token, udp_sock, address, address_length, context (NULL
+#: host, error, new_socket, token, udp_sock, address, address_length, context, trust (NULL
 #: pointers unpack as 0, not None).
-EVENT_FORMAT = struct.Struct("@PPiHlPNdPPPQPPIP")
+EVENT_FORMAT = struct.Struct("@PPiHlPNdPPPQPPIPP")
 assert EVENT_FORMAT.size == ctypes.sizeof(Event), (EVENT_FORMAT.size, ctypes.sizeof(Event))
 assert [getattr(Event, name).offset for name in ("kind", "port", "tag", "token", "udp_sock", "address",
-                                                 "address_length", "context")] == [16, 20, 24, 80, 88, 96, 104, 112]
+                                                 "address_length", "context", "trust")] == [
+    16, 20, 24, 80, 88, 96, 104, 112, 120]
+
+
+# ---- TLS ----------------------------------------------------------------------------
+
+# sk_tls_role_t
+TLS_CLIENT, TLS_SERVER = 0, 1
+# sk_tls_verification_t
+TLS_VERIFY_DEFAULT, TLS_VERIFY_NONE, TLS_VERIFY_PEER, TLS_VERIFY_REQUIRE_CERTIFICATE = -1, 0, 1, 2
+# sk_tls_version_t
+TLS_VERSION_DEFAULT, TLS_VERSION_1_0, TLS_VERSION_1_1, TLS_VERSION_1_2, TLS_VERSION_1_3 = (
+    0, 0x0301, 0x0302, 0x0303, 0x0304)
+
+
+class TLSInfo(Structure):
+    """sk_tls_info_t"""
+
+    _fields_ = [
+        ("protocol_version", c_char * 16),
+        ("cipher", c_char * 64),
+        ("alpn_protocol", c_char * 256),
+        ("server_name", c_char * 256),
+        ("session_reused", c_int),
+        ("peer_certificate_count", c_int),
+    ]
+
+
+class CertificateInfo(Structure):
+    """sk_certificate_info_t"""
+
+    _fields_ = [
+        ("subject", c_char * 512),
+        ("issuer", c_char * 512),
+        ("not_before", c_int64),
+        ("not_after", c_int64),
+    ]
 
 _error = POINTER(CError)
 _handle = c_void_p
@@ -335,6 +401,36 @@ PROTOTYPES = {
     "sk_udp_socket_is_ipv4": (c_int, [_handle]),
     "sk_udp_socket_is_ipv6": (c_int, [_handle]),
     "sk_udp_socket_perform": (c_int, [_handle, PERFORM_FUNCTION, c_void_p]),
+    # TLS settings
+    "sk_tls_settings_create": (c_int, [c_int, _out_handle, _error]),
+    "sk_tls_settings_release": (c_int, [_handle]),
+    "sk_tls_settings_set_peer_name": (c_int, [_handle, c_char_p]),
+    "sk_tls_settings_set_trust_system": (c_int, [_handle]),
+    "sk_tls_settings_set_trust_file": (c_int, [_handle, c_char_p]),
+    "sk_tls_settings_set_trust_directory": (c_int, [_handle, c_char_p]),
+    "sk_tls_settings_set_trust_pem": (c_int, [_handle, c_char_p, c_size_t]),
+    "sk_tls_settings_set_certificate_chain_file": (c_int, [_handle, c_char_p]),
+    "sk_tls_settings_set_certificate_chain_pem": (c_int, [_handle, c_char_p, c_size_t]),
+    "sk_tls_settings_set_private_key_file": (c_int, [_handle, c_char_p, c_char_p]),
+    "sk_tls_settings_set_private_key_pem": (c_int, [_handle, c_char_p, c_size_t, c_char_p]),
+    "sk_tls_settings_set_verification": (c_int, [_handle, c_int]),
+    "sk_tls_settings_set_versions": (c_int, [_handle, c_int, c_int]),
+    "sk_tls_settings_set_cipher_list": (c_int, [_handle, c_char_p]),
+    "sk_tls_settings_set_cipher_suites": (c_int, [_handle, c_char_p]),
+    "sk_tls_settings_set_alpn_protocols": (c_int, [_handle, POINTER(c_char_p), c_size_t]),
+    "sk_tls_settings_set_session_resumption": (c_int, [_handle, c_int]),
+    "sk_tls_settings_set_handshake_timeout": (c_int, [_handle, c_double]),
+    "sk_tls_settings_set_key_log_file": (c_int, [_handle, c_char_p]),
+    "sk_tls_settings_set_manual_trust_evaluation": (c_int, [_handle, c_int]),
+    "sk_tls_settings_check": (c_int, [_handle, _error]),
+    # TLS on sockets
+    "sk_socket_start_tls": (c_int, [_handle, _handle, _error]),
+    "sk_socket_answer_trust": (c_int, [_handle, c_uint64, c_int]),
+    "sk_socket_is_secure": (c_int, [_handle]),
+    "sk_socket_get_tls_info": (c_int, [_handle, POINTER(TLSInfo)]),
+    "sk_socket_copy_peer_certificate": (c_int, [_handle, c_int, c_void_p, POINTER(c_size_t)]),
+    "sk_certificate_get_info": (c_int, [c_void_p, c_size_t, POINTER(CertificateInfo), _error]),
+    "sk_certificate_to_pem": (c_int, [c_void_p, c_size_t, c_char_p, POINTER(c_size_t)]),
     # Utilities
     "sk_lookup_host": (c_int, [c_char_p, c_uint16, c_void_p, c_size_t, POINTER(c_size_t), _error]),
     "sk_address_get_host": (c_int, [c_void_p, c_uint32, c_char_p, c_size_t]),
@@ -344,9 +440,29 @@ PROTOTYPES = {
 }
 
 
+#: Functions of the header the loaded library does not export (a library built before
+#: they were added): calling one raises OtherError saying so, and the rest still works.
+MISSING: List[str] = []
+
+
+def _missing(library: ctypes.CDLL, name: str) -> Callable[..., int]:
+    def unavailable(*arguments: object) -> int:
+        from .errors import OtherError
+
+        raise OtherError(f"{library._name} does not export {name}: it is older than this binding (rebuild it)")
+
+    unavailable.__name__ = name
+    return unavailable
+
+
 def _bind(library: ctypes.CDLL) -> ctypes.CDLL:
     for name, (result, arguments) in PROTOTYPES.items():
-        function = getattr(library, name)
+        try:
+            function = getattr(library, name)
+        except AttributeError:
+            MISSING.append(name)
+            setattr(library, name, _missing(library, name))
+            continue
         function.restype = result
         function.argtypes = arguments
     return library

@@ -18,6 +18,15 @@ Errors arrive as the same exceptions as everywhere in socketkit; a read or write
 when the connection ends raises the error that ended it (ClosedError when the peer closed,
 or the error of ``socket_did_disconnect``).
 
+TLS: ``await sock.start_tls(settings)`` returns once the connection is secure (raising the
+:class:`~socketkit.TLSError` that ended it otherwise); ``AsyncSocket.connect(..., tls=...)``
+connects and secures in one call, and ``start_server(handler, tls=server_settings)`` hands
+the handler only connections whose handshake succeeded::
+
+    settings = socketkit.TLSSettings(trust_file="ca.pem")
+    sock = await socketkit.aio.AsyncSocket.connect("localhost", 8443, tls=settings)
+    print(sock.tls_info.protocol_version)
+
 UDP: :class:`AsyncUdpSocket` sends and receives datagrams with awaitable calls::
 
     server = await socketkit.aio.AsyncUdpSocket.bind("127.0.0.1", 9999)
@@ -28,11 +37,17 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import inspect
 import weakref
 from typing import Any, Awaitable, Callable, Deque, Dict, Optional, Tuple, Union
 
 from ._core import HostQueue, IPAddress, LoopGroup, Socket, UdpSocket
-from .errors import ClosedError, Error
+from ._tls import TLSInfo, TLSSettings, TLSTrust
+from .errors import ClosedError, Error, PeerRejectedError
+
+#: Decides manual trust (``TLSSettings(manual_trust_evaluation=True)``): returns True or
+#: False, or an awaitable of it.
+TrustEvaluator = Callable[[TLSTrust], Union[bool, Awaitable[bool]]]
 
 _queues: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, HostQueue]" = weakref.WeakKeyDictionary()
 
@@ -71,6 +86,10 @@ class AsyncSocket:
         self._futures: Dict[Tuple[str, int], asyncio.Future] = {}
         self._next_tag = 0
         self._connected: Optional[asyncio.Future] = None
+        self._secured: Optional[asyncio.Future] = None
+        self._evaluate_trust: Optional[TrustEvaluator] = None
+        self._trust_failure: Optional[BaseException] = None
+        self._trust_tasks: set = set()  # answers being awaited (asyncio keeps tasks weakly)
         self._closed: asyncio.Future = self._loop.create_future()
         self._error: Optional[BaseException] = None
         if sock is None:
@@ -82,13 +101,17 @@ class AsyncSocket:
 
     @classmethod
     async def connect(cls, host: str, port: int, *, interface: Optional[str] = None, timeout: float = -1,
-                      loop_group: Optional[LoopGroup] = None) -> "AsyncSocket":
-        """Connects and returns once the connection is up (raises what ended it otherwise)."""
+                      loop_group: Optional[LoopGroup] = None, tls: Optional[TLSSettings] = None,
+                      evaluate_trust: Optional[TrustEvaluator] = None) -> "AsyncSocket":
+        """Connects and returns once the connection is up (raises what ended it otherwise).
+        With `tls` (client settings), also secures it first (see :meth:`start_tls`)."""
         self = cls(loop_group=loop_group)
         self._connected = self._loop.create_future()
         self.socket.connect_to_host(host, port, interface=interface, timeout=timeout)
         try:
             await self._connected
+            if tls is not None:
+                await self.start_tls(tls, evaluate_trust=evaluate_trust)
         except BaseException:
             self.socket.close()
             raise
@@ -142,6 +165,45 @@ class AsyncSocket:
         """Resolves once the kernel accepted every byte."""
         await self._run("write", lambda tag: self.socket.write(data, timeout, tag))
 
+    # ---- TLS -------------------------------------------------------------------------
+
+    async def start_tls(self, settings: Optional[TLSSettings] = None, *,
+                        evaluate_trust: Optional[TrustEvaluator] = None) -> Optional[TLSInfo]:
+        """Secures the connection and returns what the handshake settled (None if the
+        connection already ended again by the time it was reported). The handshake is
+        queued behind the reads and writes already queued (their awaitables complete in
+        plaintext first); later ones run encrypted. `settings` None: a client with the
+        defaults. Raises TLSSettingsError or BadConfigError at once, and the TLSError that
+        ended the connection if the handshake fails.
+
+        With ``manual_trust_evaluation``, ``evaluate_trust(trust)`` decides (True/False, or
+        an awaitable of it: the connection waits); without it every peer is rejected."""
+        if self._error is not None:
+            raise self._error
+        self._secured = self._loop.create_future()
+        self._evaluate_trust = evaluate_trust
+        self._trust_failure = None
+        try:
+            self.socket.start_tls(settings)
+        except BaseException:
+            self._secured = None
+            raise
+        try:
+            return await self._secured
+        except PeerRejectedError as error:
+            if self._trust_failure is not None:
+                raise error from self._trust_failure
+            raise
+
+    @property
+    def is_secure(self) -> bool:
+        return self.socket.is_secure
+
+    @property
+    def tls_info(self) -> Optional[TLSInfo]:
+        """What the handshake settled, or None while not secure."""
+        return self.socket.tls_info
+
     async def close(self) -> None:
         """Closes after pending writes; returns when the connection has ended."""
         if not self._closed.done():
@@ -185,23 +247,62 @@ class AsyncSocket:
         if not self._closed.done():
             self._closed.set_result(None)
 
+    def socket_did_secure(self, sock: Socket) -> None:
+        if self._secured is not None and not self._secured.done():
+            self._secured.set_result(sock.tls_info)
+
+    def socket_did_receive_trust(self, sock: Socket, trust: TLSTrust) -> Optional[bool]:
+        evaluate = self._evaluate_trust
+        if evaluate is None:
+            return False
+        verdict = evaluate(trust)
+        if not inspect.isawaitable(verdict):
+            return bool(verdict)
+
+        async def answer_later() -> None:
+            accept = False
+            try:
+                accept = bool(await verdict)
+            except BaseException as error:  # noqa: BLE001 - rejected, and said why
+                self._trust_failure = error
+            try:
+                trust.answer(accept)
+            except Error:
+                pass  # closed meanwhile
+
+        task = self._loop.create_task(answer_later())
+        self._trust_tasks.add(task)
+        task.add_done_callback(self._trust_tasks.discard)
+        return None
+
     def _fail(self, error: BaseException) -> None:
         self._error = error
         futures = list(self._futures.values())
         self._futures.clear()
         if self._connected is not None and not self._connected.done():
             futures.append(self._connected)
+        if self._secured is not None and not self._secured.done():
+            futures.append(self._secured)
         for future in futures:
             if not future.done():
                 future.set_exception(error)
 
 
 class Server:
-    """A listener whose connections are handed to a coroutine as AsyncSocket objects."""
+    """A listener whose connections are handed to a coroutine as AsyncSocket objects.
 
-    def __init__(self, handler: Callable[[AsyncSocket], Awaitable[None]], loop_group: Optional[LoopGroup]) -> None:
+    With `tls` (server settings) each connection is secured before the handler sees it; a
+    connection whose handshake fails is closed, its error goes to ``on_tls_error(error)``
+    if given (else to the loop's exception handler), and the handler is not called."""
+
+    def __init__(self, handler: Callable[[AsyncSocket], Awaitable[None]], loop_group: Optional[LoopGroup],
+                 tls: Optional[TLSSettings] = None, evaluate_trust: Optional[TrustEvaluator] = None,
+                 on_tls_error: Optional[Callable[[BaseException], None]] = None) -> None:
         self._loop = asyncio.get_running_loop()
         self._handler = handler
+        self._tls = tls
+        self._evaluate_trust = evaluate_trust
+        self._on_tls_error = on_tls_error
         self._tasks: set = set()
         self._closed = self._loop.create_future()
         self.socket = Socket(self, queue=queue(self._loop), loop_group=loop_group)
@@ -218,6 +319,17 @@ class Server:
 
     async def _serve(self, connection: AsyncSocket) -> None:
         try:
+            if self._tls is not None:
+                try:
+                    await connection.start_tls(self._tls, evaluate_trust=self._evaluate_trust)
+                except Error as error:
+                    if self._on_tls_error is not None:
+                        self._on_tls_error(error)
+                    else:
+                        self._loop.call_exception_handler({
+                            "message": "socketkit: TLS handshake of an accepted connection failed",
+                            "exception": error, "socket": connection.socket})
+                    return
             await self._handler(connection)
         finally:
             connection.socket.close()
@@ -245,10 +357,17 @@ class Server:
 
 
 async def start_server(handler: Callable[[AsyncSocket], Awaitable[None]], host: Optional[str] = "127.0.0.1",
-                       port: int = 0, *, loop_group: Optional[LoopGroup] = None) -> Server:
+                       port: int = 0, *, loop_group: Optional[LoopGroup] = None, tls: Optional[TLSSettings] = None,
+                       evaluate_trust: Optional[TrustEvaluator] = None,
+                       on_tls_error: Optional[Callable[[BaseException], None]] = None) -> Server:
     """Listens on `host`/`port` (port 0 picks one: see ``server.port``) and runs
-    ``handler(connection)`` as a task for each accepted connection."""
-    server = Server(handler, loop_group)
+    ``handler(connection)`` as a task for each accepted connection. With `tls` (server
+    settings, e.g. ``TLSSettings.server("chain.pem", "key.pem")``) connections are secured
+    first (see :class:`Server`); for STARTTLS, call ``await connection.start_tls(...)`` in
+    the handler instead."""
+    if tls is not None:
+        tls.check()  # unusable settings fail here, not once per connection
+    server = Server(handler, loop_group, tls, evaluate_trust, on_tls_error)
     server.socket.accept_on_interface(host, port)
     return server
 

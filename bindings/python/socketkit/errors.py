@@ -20,6 +20,29 @@ or ``except ConnectionRefusedError`` work as in the standard library:
   - :class:`ResolutionError` -- a host name did not resolve
   - :class:`InvalidHandleError` -- the socket, queue or group was closed or released
   - :class:`TruncatedError` -- UDP: a datagram larger than the receive limit was dropped
+  - :class:`TLSError` -- TLS failed (handshake, records, settings); ``errno`` holds the
+    X.509 verification result (``X509_V_ERR_*``) for certificate errors, else OpenSSL's
+    reason code (or 0)
+    - :class:`TLSFailedError` -- a failure without a code of its own: a handshake_failure
+      alert, no shared cipher, a bad record, the peer rejecting our certificate, a peer
+      that does not speak TLS
+    - :class:`CertificateVerificationError` -- the peer's certificate did not verify
+      - :class:`CertificateExpiredError`, :class:`CertificateNotYetValidError`,
+        :class:`SelfSignedCertificateError`, :class:`UnknownIssuerError`,
+        :class:`HostnameMismatchError`, :class:`CertificateInvalidError` (any other
+        reason: an issuer that is not a CA, a weak key or digest, the wrong purpose, ...)
+    - :class:`ClientCertificateRequiredError` -- the server requires a client certificate
+    - :class:`ProtocolVersionError` -- no protocol version both sides accept
+    - :class:`TLSPeerClosedError` (also ``ConnectionError``) -- the peer closed during the
+      handshake
+    - :class:`HandshakeTimeoutError` (also :class:`TimeoutError`) -- the handshake outlived
+      its timeout
+    - :class:`TruncatedTLSError` (also ``ConnectionError``) -- the peer closed the TCP
+      connection without a TLS close_notify: the data may be cut short
+    - :class:`PeerRejectedError` -- manual trust evaluation said no
+    - :class:`TLSSettingsError` (also ``ValueError``) -- the settings cannot be used: an
+      unreadable or invalid certificate, key or trust file, a wrong key password, a key
+      that does not match its certificate, an unknown cipher, ...
 """
 from __future__ import annotations
 
@@ -41,6 +64,20 @@ RESOLUTION = -10
 INVALID_HANDLE = -11
 SEND_TIMEOUT = -12
 TRUNCATED = -13
+TLS_FAILED = -14
+TLS_CERT_EXPIRED = -15
+TLS_CERT_NOT_YET_VALID = -16
+TLS_SELF_SIGNED = -17
+TLS_UNKNOWN_ISSUER = -18
+TLS_HOSTNAME_MISMATCH = -19
+TLS_CERT_INVALID = -20
+TLS_CLIENT_CERT_REQUIRED = -21
+TLS_PROTOCOL_VERSION = -22
+TLS_PEER_CLOSED = -23
+TLS_HANDSHAKE_TIMEOUT = -24
+TLS_TRUNCATED = -25
+TLS_PEER_REJECTED = -26
+TLS_SETTINGS = -27
 
 
 class Error(Exception):
@@ -142,6 +179,98 @@ class TruncatedError(Error):
     code = TRUNCATED
 
 
+class TLSError(Error):
+    """A TLS failure: every SK_ERR_TLS_* code raises a subclass of this."""
+
+    code = TLS_FAILED
+
+
+class TLSFailedError(TLSError):
+    """TLS failed for a reason without a code of its own (see the message): a
+    handshake_failure alert, no shared cipher, a bad record, the peer rejecting our
+    certificate, a peer that does not speak TLS."""
+
+    code = TLS_FAILED
+
+
+class CertificateVerificationError(TLSError):
+    """The peer's certificate failed verification (``errno``: the X509_V_ERR_* result)."""
+
+    code = TLS_CERT_INVALID
+
+
+class CertificateExpiredError(CertificateVerificationError):
+    code = TLS_CERT_EXPIRED
+
+
+class CertificateNotYetValidError(CertificateVerificationError):
+    code = TLS_CERT_NOT_YET_VALID
+
+
+class SelfSignedCertificateError(CertificateVerificationError):
+    """A self-signed certificate (the leaf, or the root the chain ends at) that is not trusted."""
+
+    code = TLS_SELF_SIGNED
+
+
+class UnknownIssuerError(CertificateVerificationError):
+    """The chain leads to no trusted root (an intermediate is missing or unknown)."""
+
+    code = TLS_UNKNOWN_ISSUER
+
+
+class HostnameMismatchError(CertificateVerificationError):
+    """The certificate does not name the peer (host name or IP address)."""
+
+    code = TLS_HOSTNAME_MISMATCH
+
+
+class CertificateInvalidError(CertificateVerificationError):
+    """Verification failed for another reason: an issuer that is not a CA, a bad signature,
+    a weak key or digest, the wrong purpose (see the message)."""
+
+    code = TLS_CERT_INVALID
+
+
+class ClientCertificateRequiredError(TLSError):
+    code = TLS_CLIENT_CERT_REQUIRED
+
+
+class ProtocolVersionError(TLSError):
+    """No protocol version both sides accept."""
+
+    code = TLS_PROTOCOL_VERSION
+
+
+class TLSPeerClosedError(TLSError, ConnectionError):
+    """The peer closed the connection during the handshake."""
+
+    code = TLS_PEER_CLOSED
+
+
+class HandshakeTimeoutError(TLSError, TimeoutError):
+    code = TLS_HANDSHAKE_TIMEOUT
+
+
+class TruncatedTLSError(TLSError, ConnectionError):
+    """The peer closed the TCP connection without a TLS close_notify: what arrived may be
+    cut short (never reported as a clean close)."""
+
+    code = TLS_TRUNCATED
+
+
+class PeerRejectedError(TLSError):
+    """Manual trust evaluation rejected the peer (``socket_did_receive_trust`` said no)."""
+
+    code = TLS_PEER_REJECTED
+
+
+class TLSSettingsError(TLSError, ValueError):
+    """The TLS settings cannot be used (see the message)."""
+
+    code = TLS_SETTINGS
+
+
 #: C code -> exception class (the table tests compare with the C and Swift tables).
 CLASSES: Dict[int, Type[Error]] = {
     BAD_CONFIG: BadConfigError,
@@ -157,6 +286,20 @@ CLASSES: Dict[int, Type[Error]] = {
     INVALID_HANDLE: InvalidHandleError,
     SEND_TIMEOUT: SendTimeoutError,
     TRUNCATED: TruncatedError,
+    TLS_FAILED: TLSFailedError,
+    TLS_CERT_EXPIRED: CertificateExpiredError,
+    TLS_CERT_NOT_YET_VALID: CertificateNotYetValidError,
+    TLS_SELF_SIGNED: SelfSignedCertificateError,
+    TLS_UNKNOWN_ISSUER: UnknownIssuerError,
+    TLS_HOSTNAME_MISMATCH: HostnameMismatchError,
+    TLS_CERT_INVALID: CertificateInvalidError,
+    TLS_CLIENT_CERT_REQUIRED: ClientCertificateRequiredError,
+    TLS_PROTOCOL_VERSION: ProtocolVersionError,
+    TLS_PEER_CLOSED: TLSPeerClosedError,
+    TLS_HANDSHAKE_TIMEOUT: HandshakeTimeoutError,
+    TLS_TRUNCATED: TruncatedTLSError,
+    TLS_PEER_REJECTED: PeerRejectedError,
+    TLS_SETTINGS: TLSSettingsError,
 }
 
 

@@ -178,3 +178,95 @@ def raw_peer():
 def pattern(count: int, seed: int = 0) -> bytes:
     block = bytes((index * 31 + seed) % 251 for index in range(min(count, 65521)))
     return (block * (count // len(block) + 1))[:count] if count else b""
+
+
+# ---- TLS ------------------------------------------------------------------------------
+
+REPOSITORY = __import__("pathlib").Path(__file__).resolve().parents[3]
+MAKE_TEST_CERTS = REPOSITORY / "Tests" / "certs" / "make-test-certs.sh"
+
+
+class Certs:
+    """The throwaway PKI of Tests/certs/make-test-certs.sh (see the README it writes)."""
+
+    def __init__(self, directory) -> None:
+        self.directory = directory
+
+    def path(self, name: str) -> str:
+        return str(self.directory / name)
+
+    def text(self, name: str) -> str:
+        return (self.directory / name).read_text()
+
+    def server(self, variant: str = "server", **options: Any) -> socketkit.TLSSettings:
+        """A server presenting VARIANT-chain.pem / VARIANT.key."""
+        options.setdefault("certificate_chain_file", self.path(f"{variant}-chain.pem"))
+        options.setdefault("private_key_file", self.path(f"{variant}.key"))
+        return socketkit.TLSSettings(role="server", **options)
+
+    def client(self, **options: Any) -> socketkit.TLSSettings:
+        """A client trusting only the test root (ca.pem)."""
+        options.setdefault("trust_file", self.path("ca.pem"))
+        return socketkit.TLSSettings.client(**options)
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory) -> Certs:
+    """Made once per session by Tests/certs/make-test-certs.sh."""
+    import shutil
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is missing (make-test-certs.sh needs it; the Makefile installs it)")
+    if not MAKE_TEST_CERTS.exists():
+        pytest.fail(f"{MAKE_TEST_CERTS} is missing")
+    directory = tmp_path_factory.getbasetemp() / "socketkit-test-certs"
+    result = subprocess.run(["sh", str(MAKE_TEST_CERTS), str(directory)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, f"make-test-certs.sh failed:\n{result.stdout}{result.stderr}"
+    assert (directory / "DONE").exists()
+    return Certs(directory)
+
+
+class StdlibTLSServer:
+    """A TLS server made with Python's ssl module: accepts `connections` connections one at
+    a time in a thread, runs ``handler(tls_socket)`` after each handshake and keeps what it
+    returns in ``results``; exceptions (a failed handshake, ...) go to ``errors``."""
+
+    def __init__(self, context, handler=None, connections: int = 1, host: str = "127.0.0.1") -> None:
+        self.context = context
+        self.handler = handler
+        self.connections = connections
+        self.listener = socket.create_server((host, 0))
+        self.listener.settimeout(WAIT)
+        self.port = self.listener.getsockname()[1]
+        self.results: List[Any] = []
+        self.errors: List[BaseException] = []
+        self.finished = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="stdlib-tls-server", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            for _ in range(self.connections):
+                try:
+                    raw, _ = self.listener.accept()
+                except OSError as error:
+                    self.errors.append(error)
+                    return
+                raw.settimeout(WAIT)
+                try:
+                    with self.context.wrap_socket(raw, server_side=True) as tls:
+                        self.results.append(self.handler(tls) if self.handler else None)
+                except Exception as error:  # noqa: BLE001 - kept for the test to look at
+                    self.errors.append(error)
+                finally:
+                    raw.close()
+        finally:
+            self.finished.set()
+
+    def join(self) -> None:
+        assert self.finished.wait(WAIT), "the stdlib TLS server did not finish"
+
+    def close(self) -> None:
+        self.listener.close()
+        self.thread.join(WAIT)

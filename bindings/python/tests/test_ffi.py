@@ -65,17 +65,25 @@ def test_every_header_function_is_declared_with_matching_types():
 
 def test_struct_layouts_match_the_header():
     pointer = ctypes.sizeof(ctypes.c_void_p)
-    assert ctypes.sizeof(_ffi.SocketDelegate) == 14 * pointer
+    assert ctypes.sizeof(_ffi.SocketDelegate) == 16 * pointer
+    assert [name for name, _ in _ffi.SocketDelegate._fields_][-3:] == ["did_disconnect", "did_secure",
+                                                                        "did_receive_trust"]
     assert ctypes.sizeof(_ffi.CError) == 8 + _ffi.ERROR_MESSAGE_CAPACITY
     assert ctypes.sizeof(_ffi.SocketDescriptors) == 16
     assert ctypes.sizeof(_ffi.UdpSocketDelegate) == 7 * pointer
     assert [name for name, _ in _ffi.UdpSocketDelegate._fields_] == [
         "did_connect", "did_not_connect", "did_send", "did_not_send", "did_receive", "did_receive_error", "did_close"]
-    # sk_event_t, with the UDP fields at the end
-    assert ctypes.sizeof(_ffi.Event) == _ffi.EVENT_FORMAT.size == 120
+    # sk_event_t, with the UDP fields, then the TLS trust, at the end
+    assert ctypes.sizeof(_ffi.Event) == _ffi.EVENT_FORMAT.size == 128
     assert (_ffi.Event.kind.offset, _ffi.Event.tag.offset, _ffi.Event.token.offset) == (16, 24, 80)
     assert (_ffi.Event.udp_sock.offset, _ffi.Event.address.offset, _ffi.Event.address_length.offset,
-            _ffi.Event.context.offset) == (88, 96, 104, 112)
+            _ffi.Event.context.offset, _ffi.Event.trust.offset) == (88, 96, 104, 112, 120)
+    assert (_ffi.EVENT_SECURE, _ffi.EVENT_TRUST) == (14, 15)
+    # TLS
+    assert ctypes.sizeof(_ffi.Certificate) == 2 * pointer
+    assert ctypes.sizeof(_ffi.TLSTrust) == 8 + 4 * pointer
+    assert ctypes.sizeof(_ffi.TLSInfo) == 16 + 64 + 256 + 256 + 4 + 4
+    assert ctypes.sizeof(_ffi.CertificateInfo) == 512 + 512 + 8 + 8
 
 
 _LAYOUT_PROGRAM = r"""
@@ -88,6 +96,10 @@ int main(void) {
     printf("sk_socket_delegate_t %zu\n", sizeof(sk_socket_delegate_t));
     printf("sk_udp_socket_delegate_t %zu\n", sizeof(sk_udp_socket_delegate_t));
     printf("sk_error_t %zu\n", sizeof(sk_error_t));
+    printf("sk_certificate_t %zu\n", sizeof(sk_certificate_t));
+    printf("sk_tls_trust_t %zu\n", sizeof(sk_tls_trust_t));
+    printf("sk_tls_info_t %zu\n", sizeof(sk_tls_info_t));
+    printf("sk_certificate_info_t %zu\n", sizeof(sk_certificate_info_t));
     %s
     return 0;
 }
@@ -96,10 +108,12 @@ int main(void) {
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
 def test_struct_layouts_match_a_compiled_header(tmp_path):
-    """Every field offset of sk_event_t and sk_udp_socket_delegate_t, as the C compiler lays
-    them out from socketkit.h, equals the ctypes declaration's."""
+    """Every field offset of the structs the binding declares, as the C compiler lays them
+    out from socketkit.h, equals the ctypes declaration's."""
     fields = [("sk_event_t", _ffi.Event), ("sk_udp_socket_delegate_t", _ffi.UdpSocketDelegate),
-              ("sk_socket_delegate_t", _ffi.SocketDelegate), ("sk_error_t", _ffi.CError)]
+              ("sk_socket_delegate_t", _ffi.SocketDelegate), ("sk_error_t", _ffi.CError),
+              ("sk_certificate_t", _ffi.Certificate), ("sk_tls_trust_t", _ffi.TLSTrust),
+              ("sk_tls_info_t", _ffi.TLSInfo), ("sk_certificate_info_t", _ffi.CertificateInfo)]
     lines = " ".join(f"FIELD({c_name}, {name})" for c_name, structure in fields for name, _ in structure._fields_)
     source = tmp_path / "layout.c"
     source.write_text(_LAYOUT_PROGRAM.replace("%s", lines))
@@ -121,16 +135,39 @@ def test_error_tables_agree_with_the_library():
         errors.CLOSED: "SK_ERR_CLOSED", errors.OTHER: "SK_ERR_OTHER", errors.SYSTEM: "SK_ERR_SYSTEM",
         errors.RESOLUTION: "SK_ERR_RESOLUTION", errors.INVALID_HANDLE: "SK_ERR_INVALID_HANDLE",
         errors.SEND_TIMEOUT: "SK_ERR_SEND_TIMEOUT", errors.TRUNCATED: "SK_ERR_TRUNCATED",
+        errors.TLS_FAILED: "SK_ERR_TLS_FAILED", errors.TLS_CERT_EXPIRED: "SK_ERR_TLS_CERT_EXPIRED",
+        errors.TLS_CERT_NOT_YET_VALID: "SK_ERR_TLS_CERT_NOT_YET_VALID",
+        errors.TLS_SELF_SIGNED: "SK_ERR_TLS_SELF_SIGNED", errors.TLS_UNKNOWN_ISSUER: "SK_ERR_TLS_UNKNOWN_ISSUER",
+        errors.TLS_HOSTNAME_MISMATCH: "SK_ERR_TLS_HOSTNAME_MISMATCH", errors.TLS_CERT_INVALID: "SK_ERR_TLS_CERT_INVALID",
+        errors.TLS_CLIENT_CERT_REQUIRED: "SK_ERR_TLS_CLIENT_CERT_REQUIRED",
+        errors.TLS_PROTOCOL_VERSION: "SK_ERR_TLS_PROTOCOL_VERSION", errors.TLS_PEER_CLOSED: "SK_ERR_TLS_PEER_CLOSED",
+        errors.TLS_HANDSHAKE_TIMEOUT: "SK_ERR_TLS_HANDSHAKE_TIMEOUT", errors.TLS_TRUNCATED: "SK_ERR_TLS_TRUNCATED",
+        errors.TLS_PEER_REJECTED: "SK_ERR_TLS_PEER_REJECTED", errors.TLS_SETTINGS: "SK_ERR_TLS_SETTINGS",
     }
+    header = HEADER.read_text()
+    assert set(re.findall(r"\b(SK_ERR_\w+)\s*=", header)) == set(names.values()), "a code the binding does not map"
     assert set(names) == set(errors.CLASSES)
     for code, name in names.items():
         assert _ffi.lib.sk_error_name(code).decode() == name
         exception = errors.error_from_code(code, 0, "message")
         assert isinstance(exception, socketkit.Error) and exception.code == code
-    assert _ffi.lib.sk_error_name(-14).decode() == "SK_ERR_UNKNOWN", "a C code the binding does not know"
+    assert _ffi.lib.sk_error_name(-28).decode() == "SK_ERR_UNKNOWN", "a C code the binding does not know"
     assert isinstance(errors.error_from_code(errors.SEND_TIMEOUT), socketkit.TimeoutError)
     assert isinstance(errors.error_from_code(errors.SEND_TIMEOUT), TimeoutError)
     assert type(errors.error_from_code(errors.TRUNCATED)) is socketkit.TruncatedError
+    # TLS: one base class, the certificate codes grouped, built-in bases where they fit
+    for code in range(errors.TLS_SETTINGS, errors.TLS_FAILED + 1):
+        assert isinstance(errors.error_from_code(code), socketkit.TLSError), code
+    for code in range(errors.TLS_CERT_INVALID, errors.TLS_CERT_EXPIRED + 1):
+        assert isinstance(errors.error_from_code(code), socketkit.CertificateVerificationError), code
+    assert isinstance(errors.error_from_code(errors.TLS_HANDSHAKE_TIMEOUT), TimeoutError)
+    assert isinstance(errors.error_from_code(errors.TLS_SETTINGS), ValueError)
+    assert isinstance(errors.error_from_code(errors.TLS_TRUNCATED), ConnectionError)
+    assert not isinstance(errors.error_from_code(errors.TLS_TRUNCATED), socketkit.ClosedError)
+
+
+def test_the_library_exports_every_function_the_binding_declares():
+    assert _ffi.MISSING == [], f"{_ffi.lib._name} lacks {_ffi.MISSING}: rebuild it (make library)"
 
 
 def test_versions():
