@@ -3,7 +3,7 @@
 #
 #   bench/bench.sh [-r REPS] [-d SECONDS] [-o DIR]
 #
-# 1. run.sh: every server (servers.conf) x the TCP scenarios, REPS repetitions, server on
+# 1. run.sh: every server (servers.conf) x the TCP, UDP and TLS scenarios, REPS repetitions, server on
 #    CPU 0 and load generator on CPU 1, fresh server per run;
 # 2. alloc_bench.py: heap allocations per echoed message and per connection;
 # 3. report.py: medians, ratios, the targets of issue 7 -> docs/PERFORMANCE.md.
@@ -23,8 +23,7 @@ while getopts "r:d:o:h" o; do
     esac
 done
 SERVERS="c-epoll libuv nio asyncio uvloop sk-c sk-swift sk-py"
-# UDP and TLS scenarios join when SocketKit has those capabilities (issues 5 and 6).
-SCENARIOS="pp1 pp64 pp1000 stream1 connect idlemax"
+SCENARIOS="pp1 pp64 pp1000 stream1 connect idlemax udp1 udp16 tls-pp64 tls-stream1m tls-connect tls-idle10k"
 for tool in bin/loadgen bin/echo_epoll bin/echo_uv bin/count_alloc.so nio-echo/.build/release/nio-echo \
     ../.build/c-out/echo_server ../.build/release/socketkit-echo ../.build/venv/bin/python; do
     [ -x "$tool" ] || { echo "bench.sh: $tool is missing: run 'make bench' from the top level" >&2; exit 1; }

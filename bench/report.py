@@ -27,6 +27,12 @@ SCENARIO_TEXT = {
     "stream1": "stream of 64 KiB writes, 1 connection",
     "connect": "connect / 64 B echo / close, 16 at a time",
     "idlemax": "idle connections held (one echo each)",
+    "udp1": "64 B UDP ping-pong, 1 client",
+    "udp16": "64 B UDP ping-pong, 16 clients",
+    "tls-pp64": "TLS 64 B ping-pong, 64 connections",
+    "tls-stream1m": "TLS stream of 1 MiB writes, 1 connection",
+    "tls-connect": "TLS connect (full handshake) / echo / close",
+    "tls-idle10k": "idle TLS connections (10,000)",
 }
 
 
@@ -213,6 +219,8 @@ def main():
         w("| bytes per connection | " + " | ".join(fmt(data.idle_bytes(s), 0) for s in servers) + " |")
         w("| connections held | " + " | ".join(fmt(data.idle_count(s), 0) for s in servers) + " |")
         w("| peak RSS (VmHWM, KiB) | " + " | ".join(fmt(data.median("idlemax", s, "hwm_kb"), 0) for s in servers) + " |")
+        if "tls-idle10k" in data.scenarios:
+            w("| TLS: bytes per connection | " + " | ".join(fmt(data.idle_bytes(s, "tls-idle10k"), 0) for s in servers) + " |")
         w("")
     if data.allocs:
         names = [s for s in PEERS + OURS if s in data.allocs]
@@ -266,7 +274,22 @@ def main():
     sk_c_alloc = data.allocs.get("sk-c", {})
     target("C API: allocations per echoed message = 0", num(sk_c_alloc.get("per_message")), 0.01, unit="allocations")
     target("C API: allocations per connection ≤ 100", num(sk_c_alloc.get("per_connection")), 100, unit="allocations")
-    w("| UDP ping-pong, TLS rows | not measured: UDP (issue 6) and TLS (issue 5) are not built yet | — |")
+    target("C API, UDP ping-pong, 16 clients: CPU per round trip ≤ 1.0x C epoll",
+           ratio(data.cost("udp16", "sk-c"), data.cost("udp16", REFERENCE)), 1.0)
+    target("Python, UDP ping-pong, 16 clients: CPU per round trip ≤ 1.0x uvloop",
+           ratio(data.cost("udp16", "sk-py"), data.cost("udp16", "uvloop")), 1.0)
+    target("C API, idle TLS connection: ≤ 8 KB", data.idle_bytes("sk-c", "tls-idle10k"), 8192, unit="B")
+    target("Python, idle TLS connection: ≤ 10 KB", data.idle_bytes("sk-py", "tls-idle10k"), 10240, unit="B")
+    target("C API, TLS ping-pong, 64 connections: CPU per round trip ≤ 1.05x C epoll + OpenSSL",
+           ratio(data.cost("tls-pp64", "sk-c"), data.cost("tls-pp64", REFERENCE)), 1.05)
+    target("Python, TLS ping-pong, 64 connections: CPU per round trip ≤ 1.0x uvloop",
+           ratio(data.cost("tls-pp64", "sk-py"), data.cost("tls-pp64", "uvloop")), 1.0)
+    target("C API, TLS stream: CPU per MB ≤ 0.9x SwiftNIO",
+           ratio(data.cost("tls-stream1m", "sk-c"), data.cost("tls-stream1m", "nio")), 0.9)
+    target("Python, TLS stream: CPU per MB ≤ 1.0x asyncio",
+           ratio(data.cost("tls-stream1m", "sk-py"), data.cost("tls-stream1m", "asyncio")), 1.0)
+    target("C API, TLS connect: CPU per handshake ≤ 1.0x C epoll + OpenSSL",
+           ratio(data.cost("tls-connect", "sk-c"), data.cost("tls-connect", REFERENCE)), 1.0)
     w("")
     w("## 7. Noise: (max − min) / median of the throughput over the repetitions")
     w("")

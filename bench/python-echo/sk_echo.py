@@ -5,8 +5,8 @@
 Delegate methods run on the asyncio loop (socketkit.aio: the loop drains SocketKit's
 host-driven callback queue), SocketKit's own I/O on one loop of a one-loop group. Echoes
 every TCP byte and (with --udp-port) every UDP datagram back to its sender; prints
-"listening on PORT"; runs until SIGTERM. TLS arrives with that capability (--tls is
-accepted and ignored).
+"listening on PORT"; runs until SIGTERM. With --tls CERT KEY every connection starts TLS
+(server side) before its first read.
 """
 import argparse
 import asyncio
@@ -17,11 +17,14 @@ from socketkit import aio
 
 
 class Echo:
-    def __init__(self):
+    def __init__(self, tls=None):
         self.connections = set()
+        self.tls = tls
 
     def socket_did_accept(self, listener, connection):
         self.connections.add(connection)
+        if self.tls is not None:
+            connection.start_tls(self.tls)
         connection.read()
 
     def socket_did_read(self, sock, data, tag):
@@ -45,7 +48,11 @@ async def main():
     stop = asyncio.get_running_loop().create_future()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set_result, None)
     group = socketkit.LoopGroup(1)
-    echo = Echo()
+    tls = None
+    if options.tls:
+        tls = socketkit.TLSSettings.server(options.tls[0], options.tls[1])
+        tls.check()
+    echo = Echo(tls)
     udp = None
     if options.udp_port is not None:
         # Bound before the TCP listener, so a client that sees "listening" finds both.
