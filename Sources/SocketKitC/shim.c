@@ -55,6 +55,11 @@ int skc_send_datagrams(int fd, struct msghdr *headers, unsigned int *lengths, un
     return sent;
 }
 
+int skc_openssl_init(void) {
+    return OPENSSL_init_ssl(OPENSSL_INIT_NO_ATEXIT | OPENSSL_INIT_LOAD_SSL_STRINGS | OPENSSL_INIT_LOAD_CRYPTO_STRINGS,
+                            NULL);
+}
+
 int skc_tls_ctx_set_versions(SSL_CTX *context, int minimum, int maximum) {
     return SSL_CTX_set_min_proto_version(context, minimum) == 1 &&
            SSL_CTX_set_max_proto_version(context, maximum) == 1;

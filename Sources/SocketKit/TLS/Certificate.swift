@@ -15,6 +15,7 @@ public struct Certificate: Hashable, Sendable, CustomStringConvertible {
 
     /// Parses DER. Throws `.badParam` when the bytes are not a certificate.
     public init(der: [UInt8]) throws(SocketError) {
+        openSSLInitialized()
         let parsed: OpaquePointer? = der.withUnsafeBufferPointer { buffer in
             var cursor: UnsafePointer<UInt8>? = buffer.baseAddress
             return d2i_X509(nil, &cursor, buffer.count)
@@ -46,6 +47,7 @@ public struct Certificate: Hashable, Sendable, CustomStringConvertible {
 
     /// Every certificate in PEM text, in order. Throws `.badParam` when there is none.
     public static func fromPEM(_ pem: String) throws(SocketError) -> [Certificate] {
+        openSSLInitialized()
         let x509s = try readCertificates(pem: pem)
         defer { x509s.forEach { X509_free($0) } }
         return x509s.map { Certificate(x509: $0) }
@@ -110,6 +112,15 @@ public struct TLSConnectionInfo: Sendable {
 }
 
 // MARK: OpenSSL helpers
+
+/// Initialises OpenSSL once, before SocketKit's first use of it, without its atexit
+/// cleanup: loop threads may still be in a handshake while the process exits.
+private let openSSLInitialization: Bool = skc_openssl_init() == 1
+
+@inline(__always)
+func openSSLInitialized() {
+    _ = openSSLInitialization
+}
 
 /// Reads every PEM certificate in `pem` (at least one). The caller frees them.
 func readCertificates(pem: String) throws(SocketError) -> [OpaquePointer] {

@@ -33,6 +33,7 @@ final class TLSContext: @unchecked Sendable {
 
     private init(_ settings: TLSSettings) throws(SocketError) {
         try settings.validate()
+        openSSLInitialized()
         self.settings = settings
         ERR_clear_error()
         guard let context = SSL_CTX_new(TLS_method()) else {

@@ -67,6 +67,11 @@ int skc_send_datagrams(int fd, struct msghdr *headers, unsigned int *lengths, un
 
 /* OpenSSL: the macros Swift cannot import (BUILDING.md §10), one thin wrapper each. */
 
+/* OPENSSL_init_ssl with OPENSSL_INIT_NO_ATEXIT: OpenSSL must not tear itself down in an
+ * atexit handler while SocketKit's loop threads may still be in a handshake (it did: a
+ * NULL lock in RAND_bytes during exit, seen under valgrind). 1 on success. */
+int skc_openssl_init(void);
+
 /* SSL_CTX_set_min_proto_version / _max_ (0 = no bound). 1 on success. */
 int skc_tls_ctx_set_versions(SSL_CTX *context, int minimum, int maximum);
 /* SSL_CTX_set_options(SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION |
