@@ -324,8 +324,9 @@ typedef struct sk_socket_delegate {
 
     /* Manual trust evaluation (sk_tls_settings_set_manual_trust_evaluation): the handshake
      * is done, and nothing is read or written until sk_socket_answer_trust(sock,
-     * trust->token, accept) is called, from any thread, now or later. If this member is
-     * NULL the peer is rejected (SK_ERR_TLS_PEER_REJECTED). */
+     * trust->token, accept) is called, from any thread, now or later (the handshake
+     * timeout keeps running meanwhile: an answer after it comes too late). If this member,
+     * or the whole delegate, is NULL the peer is rejected (SK_ERR_TLS_PEER_REJECTED). */
     void (*did_receive_trust)(sk_socket_t *sock, const sk_tls_trust_t *trust, void *userdata);
 } sk_socket_delegate_t;
 
@@ -772,8 +773,8 @@ int sk_socket_get_tls_info(sk_socket_t *sock, sk_tls_info_t *out_info);
 
 /* Copies the DER of the peer's certificate `index` (0: the leaf) into `buffer` of
  * `*inout_length` bytes and sets `*inout_length` to its size. With `buffer` NULL only the
- * size is set. Errors: SK_ERR_BAD_PARAM (index out of range, buffer too small: the size is
- * set), SK_ERR_BAD_CONFIG (not secure), SK_ERR_INVALID_HANDLE. */
+ * size is set. Errors: SK_ERR_BAD_PARAM (index out of range, inout_length NULL, buffer too
+ * small: the size is set), SK_ERR_BAD_CONFIG (not secure), SK_ERR_INVALID_HANDLE. */
 int sk_socket_copy_peer_certificate(sk_socket_t *sock, int index, void *buffer, size_t *inout_length);
 
 /* A certificate's subject, issuer (RFC 2253 text, cut to fit) and validity (seconds since
@@ -789,8 +790,9 @@ typedef struct sk_certificate_info {
 int sk_certificate_get_info(const void *der, size_t length, sk_certificate_info_t *out_info, sk_error_t *error);
 
 /* The certificate as PEM text, NUL-terminated, into `buffer` of `*inout_length` bytes;
- * `*inout_length` is set to the size needed (with the NUL). Errors: SK_ERR_BAD_PARAM (not
- * a certificate, buffer NULL or too small: the size is set). */
+ * `*inout_length` is set to the size needed (with the NUL). With `buffer` NULL only the
+ * size is set. Errors: SK_ERR_BAD_PARAM (not a certificate, inout_length NULL, buffer too
+ * small: the size is set). */
 int sk_certificate_to_pem(const void *der, size_t length, char *buffer, size_t *inout_length);
 
 /* ======================================================================================

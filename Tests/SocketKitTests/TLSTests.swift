@@ -294,6 +294,23 @@ func checksum(_ bytes: [UInt8]) -> UInt64 {
         #expect(pair.serverRecorder.waitForBytes(24) == bytes("queued before the answer"))
     }
 
+    @Test func manualTrustWithoutADelegateRejectsAtOnce() throws {
+        // Nobody can judge the peer: rejected at once, not after the handshake timeout.
+        let pair = try Pair()
+        defer { pair.close() }
+        var client = TestCertificates.client()
+        client.manualTrustEvaluation = true
+        client.handshakeTimeout = 60
+        let finished = Latch()
+        pair.serverRecorder.onDisconnect = { _, _ in finished.open() }
+        pair.client.setDelegate(nil, callbackQueue: .eventLoop)
+        try pair.server.startTLS(TestCertificates.server())
+        try pair.client.startTLS(client)
+        try? pair.server.read() // fails only if the server already saw the close
+        #expect(finished.wait(timeout: 10)) // the client closed well before 60 s
+        #expect(!pair.client.isSecure)
+    }
+
     @Test func manualTrustCanSayNo() throws {
         var client = TestCertificates.client()
         client.manualTrustEvaluation = true

@@ -290,15 +290,16 @@ public func sk_socket_get_tls_info(_ sock: OpaquePointer?, _ outInfo: UnsafeMuta
 }
 
 /// Copies `bytes` into a caller buffer sized by `*inoutLength` (which is set to the size).
+/// A NULL buffer asks for the size only, whatever `*inoutLength` held.
 private func copyOut(_ bytes: [UInt8], _ buffer: UnsafeMutableRawPointer?,
                      _ inoutLength: UnsafeMutablePointer<Int>) throws(SocketError) {
     let room = inoutLength.pointee
     inoutLength.pointee = bytes.count
-    guard let buffer else {
-        if room == 0 { return }
-        throw badParam("buffer is NULL")
+    guard let buffer else { return }
+    // (A size_t above Int.max reads as negative here, and is refused too.)
+    guard room >= bytes.count else {
+        throw badParam("the buffer is too small (\(bytes.count) bytes needed)")
     }
-    guard room >= 0, room >= bytes.count else { throw badParam("the buffer is too small (\(bytes.count) bytes needed)") }
     bytes.withUnsafeBytes { buffer.copyMemory(from: $0.baseAddress!, byteCount: bytes.count) }
 }
 

@@ -861,6 +861,10 @@ public final class Socket: @unchecked Sendable {
         let answer = receiver?.receive(event, on: self) ?? 0
         gate.leave()
         let core = self.core
+        if receiver == nil, case .didReceiveTrust(_, let question) = event {
+            // No delegate to judge the peer: reject at once rather than wait for the timeout.
+            answerTrust(question: question, accept: false)
+        }
         switch event {
         case .didAcceptSocket(let child):
             // Only now does the child start: none of its callbacks can precede didAccept,

@@ -136,7 +136,11 @@ final class SwiftDelegateReceiver: SocketEventReceiver {
     var interests: SocketEventInterests { .all }
 
     func receive(_ event: SocketEvent, on socket: Socket) -> Double {
-        guard let delegate else { return 0 }
+        guard let delegate else {
+            // Nobody to judge the peer: reject at once rather than wait for the timeout.
+            if case .didReceiveTrust(_, let question) = event { socket.answerTrust(question: question, accept: false) }
+            return 0
+        }
         switch event {
         case .didConnect(let peer):
             if peer.family == .unix {

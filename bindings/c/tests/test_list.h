@@ -8,6 +8,8 @@
     X(tls_settings_errors_and_handles)        \
     X(tls_handshake_timeout)                  \
     X(tls_host_queue_records)                 \
+    X(tls_error_codes_have_names)             \
+    X(tls_delegate_from_an_older_header)      \
     X(udp_round_trip_with_tags_and_empty_datagrams) \
     X(udp_invalid_handles_and_bad_arguments)  \
     X(udp_a_failed_datagram_fails_alone)      \

@@ -6,6 +6,7 @@
 #include "test_support.h"
 
 #include <poll.h>
+#include <time.h>
 #include <stddef.h>
 #include <unistd.h>
 
@@ -33,6 +34,17 @@ static const char *cert_path(const char *name) {
     char *path = paths[next++ % 8];
     snprintf(path, sizeof paths[0], "%s/%s", certs(), name);
     return path;
+}
+
+/* The whole text of `path` (free() it). */
+static char *read_text(const char *path) {
+    FILE *file = fopen(path, "r");
+    CHECK(file != NULL);
+    char *text = calloc(1, 65536);
+    size_t length = fread(text, 1, 65535, file);
+    CHECK(length > 0 && length < 65535);
+    fclose(file);
+    return text;
 }
 
 /* A server presenting VARIANT-chain.pem / VARIANT.key. */
@@ -235,6 +247,38 @@ void test_tls_info_and_certificate_helpers(void) {
     sk_error_t error;
     CHECK_EQ(sk_certificate_get_info("junk", 4, &certificate, &error), SK_ERR_BAD_PARAM);
     CHECK_EQ(sk_certificate_get_info(NULL, 4, &certificate, NULL), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_certificate_get_info(der, 0, &certificate, NULL), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_certificate_get_info(der, (size_t)-1, &certificate, NULL), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_certificate_get_info(der, length, NULL, NULL), SK_ERR_BAD_PARAM);
+
+    /* Sizes: a NULL buffer asks for the size whatever *inout_length held; a short buffer
+     * is refused with the size set; a NULL inout_length is refused. */
+    size_t asked = 12345;
+    CHECK_EQ(sk_socket_copy_peer_certificate(sock, 0, NULL, &asked), SK_OK);
+    CHECK_EQ(asked, length);
+    CHECK_EQ(sk_socket_copy_peer_certificate(sock, 0, der, NULL), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_socket_copy_peer_certificate(sock, -1, NULL, &asked), SK_ERR_BAD_PARAM);
+    asked = 12345;
+    CHECK_EQ(sk_certificate_to_pem(der, length, NULL, &asked), SK_OK);
+    CHECK_EQ(asked, pem_length);
+    char short_pem[16];
+    asked = sizeof short_pem;
+    CHECK_EQ(sk_certificate_to_pem(der, length, short_pem, &asked), SK_ERR_BAD_PARAM);
+    CHECK_EQ(asked, pem_length);
+    CHECK_EQ(sk_certificate_to_pem(der, length, short_pem, NULL), SK_ERR_BAD_PARAM);
+    asked = sizeof short_pem;
+    CHECK_EQ(sk_certificate_to_pem("junk", 4, short_pem, &asked), SK_ERR_BAD_PARAM);
+
+    /* The second certificate is the intermediate that issued the leaf. */
+    size_t second_length = 0;
+    CHECK_EQ(sk_socket_copy_peer_certificate(sock, 1, NULL, &second_length), SK_OK);
+    unsigned char *second = malloc(second_length);
+    CHECK_EQ(sk_socket_copy_peer_certificate(sock, 1, second, &second_length), SK_OK);
+    sk_certificate_info_t issuer;
+    CHECK_EQ(sk_certificate_get_info(second, second_length, &issuer, NULL), SK_OK);
+    CHECK_STR(issuer.subject, certificate.issuer);
+    CHECK(strcmp(issuer.subject, issuer.issuer) != 0); /* not the root */
+    free(second);
 
     /* The server side: no client certificate was asked for. */
     sk_socket_t *accepted = recorder_accepted(&server.listener_recorder, 0);
@@ -254,8 +298,13 @@ void test_tls_bad_certificates_have_their_own_codes(void) {
     CHECK_EQ(client_error("expired", "127.0.0.1"), SK_ERR_TLS_CERT_EXPIRED);
     CHECK_EQ(client_error("not-yet-valid", "127.0.0.1"), SK_ERR_TLS_CERT_NOT_YET_VALID);
     CHECK_EQ(client_error("self-signed", "127.0.0.1"), SK_ERR_TLS_SELF_SIGNED);
+    /* Signed by another root, which the server sends: OpenSSL's "self-signed certificate
+     * in chain", documented under SK_ERR_TLS_SELF_SIGNED ("leaf or root"). */
+    CHECK_EQ(client_error("untrusted", "127.0.0.1"), SK_ERR_TLS_SELF_SIGNED);
+    /* The intermediate is missing: the chain leads to no trusted root. */
     CHECK_EQ(client_error("incomplete", "127.0.0.1"), SK_ERR_TLS_UNKNOWN_ISSUER);
     CHECK_EQ(client_error("wrong-host", "localhost"), SK_ERR_TLS_HOSTNAME_MISMATCH);
+    CHECK_EQ(client_error("cn-only", "localhost"), SK_ERR_TLS_HOSTNAME_MISMATCH); /* the CN is never a name */
     CHECK_EQ(client_error("dns-ip", "127.0.0.1"), SK_ERR_TLS_HOSTNAME_MISMATCH);
     CHECK_EQ(client_error("non-ca-issuer", "127.0.0.1"), SK_ERR_TLS_CERT_INVALID);
     CHECK_EQ(client_error("client-auth-only", "127.0.0.1"), SK_ERR_TLS_CERT_INVALID);
@@ -282,6 +331,26 @@ void test_tls_client_certificate_required(void) {
     sk_socket_release(sock);
     recorder_destroy(&bare);
 
+    /* With one signed by a root the server does not trust (and sent along): the server
+     * refuses it for what it is; the client hears of it as an alert (SK_ERR_TLS_FAILED). */
+    recorder_t stranger;
+    recorder_init(&stranger);
+    CHECK_EQ(sk_tls_settings_set_certificate_chain_file(settings, cert_path("client-untrusted-chain.pem")), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_private_key_file(settings, cert_path("client-untrusted.key"), NULL), SK_OK);
+    sock = tls_client(&stranger, "127.0.0.1", server.port, settings);
+    CHECK_EQ(sk_socket_read(sock, 0, -1, 0, NULL), SK_OK);
+    recorder_expect(&server.server, EVENT_DISCONNECT, 2);
+    event_t refused = recorder_event(&server.server, EVENT_DISCONNECT, 1);
+    if (refused.error_code != SK_ERR_TLS_SELF_SIGNED) fprintf(stderr, "server: %s\n", refused.text);
+    CHECK_EQ(refused.error_code, SK_ERR_TLS_SELF_SIGNED);
+    recorder_expect(&stranger, EVENT_DISCONNECT, 1);
+    event_t rejected = recorder_event(&stranger, EVENT_DISCONNECT, 0);
+    if (rejected.error_code != SK_ERR_TLS_FAILED) fprintf(stderr, "client: %s\n", rejected.text);
+    CHECK_EQ(rejected.error_code, SK_ERR_TLS_FAILED);
+    CHECK_EQ(recorder_count(&server.server, EVENT_SECURE), 0);
+    sk_socket_release(sock);
+    recorder_destroy(&stranger);
+
     /* With one signed by the trusted root: in. */
     recorder_t good;
     recorder_init(&good);
@@ -291,7 +360,7 @@ void test_tls_client_certificate_required(void) {
     sk_tls_settings_release(settings);
     recorder_expect(&good, EVENT_SECURE, 1);
     recorder_expect(&server.server, EVENT_SECURE, 1);
-    sk_socket_t *accepted = recorder_accepted(&server.listener_recorder, 1);
+    sk_socket_t *accepted = recorder_accepted(&server.listener_recorder, 2);
     sk_tls_info_t info;
     CHECK_EQ(sk_socket_get_tls_info(accepted, &info), SK_OK);
     CHECK_EQ(info.peer_certificate_count, 1);
@@ -303,25 +372,62 @@ void test_tls_client_certificate_required(void) {
 typedef struct later_answer {
     sk_socket_t *sock;
     uint64_t token;
+    unsigned char leaf[4096]; /* a copy of the chain's leaf (the trust is valid only in the call) */
+    size_t leaf_length;
 } later_answer_t;
 
 static void *answer_yes_later(void *argument) {
     later_answer_t *answer = argument;
+    CHECK_EQ(sk_socket_answer_trust(answer->sock, answer->token + 1000, 0), SK_OK); /* not the question: ignored */
     CHECK_EQ(sk_socket_answer_trust(answer->sock, answer->token, 1), SK_OK);
-    CHECK_EQ(sk_socket_answer_trust(answer->sock, answer->token, 0), SK_OK); /* ignored */
+    CHECK_EQ(sk_socket_answer_trust(answer->sock, answer->token, 0), SK_OK);        /* the second answer: ignored */
     return NULL;
 }
 
 static later_answer_t pending_answer;
+/* Set once keep_trust_for_later has filled pending_answer (the trust event is recorded
+ * before the hook runs, so the event alone does not say the hook is done). */
+static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pending_changed = PTHREAD_COND_INITIALIZER;
+static int pending_ready;
+
+static void wait_for_pending_answer(void) {
+    double deadline = now_seconds() + WAIT_SECONDS;
+    pthread_mutex_lock(&pending_lock);
+    while (!pending_ready && now_seconds() < deadline) {
+        struct timespec limit;
+        clock_gettime(CLOCK_REALTIME, &limit);
+        limit.tv_sec += 1; /* re-checks the overall deadline every second */
+        pthread_cond_timedwait(&pending_changed, &pending_lock, &limit);
+    }
+    int ready = pending_ready;
+    pthread_mutex_unlock(&pending_lock);
+    CHECK(ready);
+}
 
 static void keep_trust_for_later(recorder_t *recorder, sk_socket_t *sock, const sk_tls_trust_t *trust) {
     (void)recorder;
     CHECK_EQ(trust->chain_count, 2);
     CHECK(trust->chain[0].der != NULL && trust->chain[0].der_length > 100);
+    CHECK(trust->chain[0].der_length <= sizeof pending_answer.leaf);
     CHECK(trust->verification_error != NULL);                    /* the system store does not know our root */
     CHECK_EQ(trust->verification_error->code, SK_ERR_TLS_UNKNOWN_ISSUER);
+    CHECK(strlen(trust->verification_error->message) > 0);
+    CHECK(trust->peer_name != NULL);
+    CHECK_STR(trust->peer_name, "127.0.0.1"); /* the host given to connect */
+    sk_certificate_info_t leaf, issuer;
+    CHECK_EQ(sk_certificate_get_info(trust->chain[0].der, trust->chain[0].der_length, &leaf, NULL), SK_OK);
+    CHECK_EQ(sk_certificate_get_info(trust->chain[1].der, trust->chain[1].der_length, &issuer, NULL), SK_OK);
+    CHECK_STR(leaf.issuer, issuer.subject); /* leaf first, then its issuer */
+    CHECK_EQ(sk_socket_is_secure(sock), 0); /* not before the answer */
+    memcpy(pending_answer.leaf, trust->chain[0].der, trust->chain[0].der_length);
+    pending_answer.leaf_length = trust->chain[0].der_length;
+    pthread_mutex_lock(&pending_lock);
     pending_answer.sock = sock;
     pending_answer.token = trust->token;
+    pending_ready = 1;
+    pthread_cond_broadcast(&pending_changed);
+    pthread_mutex_unlock(&pending_lock);
 }
 
 static void say_no(recorder_t *recorder, sk_socket_t *sock, const sk_tls_trust_t *trust) {
@@ -343,11 +449,20 @@ void test_tls_manual_trust(void) {
     later.on_trust = keep_trust_for_later;
     sk_socket_t *sock = tls_client(&later, "127.0.0.1", server.port, settings);
     recorder_expect(&later, EVENT_TRUST, 1);
+    wait_for_pending_answer();
     CHECK_EQ(recorder_count(&later, EVENT_SECURE), 0);
     pthread_t thread;
     CHECK_EQ(pthread_create(&thread, NULL, answer_yes_later, &pending_answer), 0);
     pthread_join(thread, NULL);
     recorder_expect(&later, EVENT_SECURE, 1);
+    CHECK_EQ(recorder_count(&later, EVENT_DISCONNECT), 0);
+    CHECK_EQ(sk_socket_is_secure(sock), 1);
+    /* The chain shown to did_receive_trust is the one the connection keeps. */
+    unsigned char leaf[4096];
+    size_t leaf_length = sizeof leaf;
+    CHECK_EQ(sk_socket_copy_peer_certificate(sock, 0, leaf, &leaf_length), SK_OK);
+    CHECK_EQ(leaf_length, pending_answer.leaf_length);
+    CHECK_EQ(memcmp(leaf, pending_answer.leaf, leaf_length), 0);
     sk_socket_release(sock);
     recorder_destroy(&later);
 
@@ -411,6 +526,66 @@ void test_tls_settings_errors_and_handles(void) {
     CHECK_EQ(sk_tls_settings_check(settings, &error), SK_ERR_TLS_SETTINGS);
     CHECK_EQ(sk_tls_settings_set_cipher_list(settings, NULL), SK_OK);
     CHECK_EQ(sk_tls_settings_check(settings, &error), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_cipher_suites(settings, "TLS_NO_SUCH_SUITE"), SK_OK);
+    CHECK_EQ(sk_tls_settings_check(settings, &error), SK_ERR_TLS_SETTINGS);
+    CHECK_EQ(sk_tls_settings_set_cipher_suites(settings, NULL), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_versions(settings, SK_TLS_VERSION_DEFAULT, SK_TLS_VERSION_1_1), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_tls_settings_set_versions(settings, SK_TLS_VERSION_1_2, SK_TLS_VERSION_1_3), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_versions(settings, SK_TLS_VERSION_DEFAULT, SK_TLS_VERSION_DEFAULT), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_handshake_timeout(settings, 1.0 / 0.0), SK_OK); /* +inf: in effect no limit */
+    CHECK_EQ(sk_tls_settings_set_handshake_timeout(settings, -1), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_handshake_timeout(settings, 30), SK_OK);
+    /* ALPN names: 1 to 255 bytes, at most 64 of them; none turns ALPN off. */
+    char name[257];
+    memset(name, 'a', 256);
+    name[256] = 0;
+    const char *long_name[] = {name};
+    CHECK_EQ(sk_tls_settings_set_alpn_protocols(settings, long_name, 1), SK_ERR_BAD_PARAM);
+    name[255] = 0;
+    CHECK_EQ(sk_tls_settings_set_alpn_protocols(settings, long_name, 1), SK_OK);
+    const char *many[65];
+    for (int i = 0; i < 65; i++) many[i] = "x";
+    CHECK_EQ(sk_tls_settings_set_alpn_protocols(settings, many, 65), SK_ERR_BAD_PARAM);
+    const char *with_null[] = {"h2", NULL};
+    CHECK_EQ(sk_tls_settings_set_alpn_protocols(settings, with_null, 2), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_tls_settings_set_alpn_protocols(settings, NULL, 0), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_alpn_protocols(settings, NULL, (size_t)-1), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_tls_settings_check(settings, &error), SK_OK);
+    /* Weak certificates are refused at OpenSSL's security level 2. */
+    sk_tls_settings_t *weak = server_settings("rsa1024");
+    CHECK_EQ(sk_tls_settings_check(weak, &error), SK_ERR_TLS_SETTINGS);
+    sk_tls_settings_release(weak);
+    weak = server_settings("sha1");
+    CHECK_EQ(sk_tls_settings_check(weak, &error), SK_ERR_TLS_SETTINGS);
+    sk_tls_settings_release(weak);
+    /* A requirement only servers can have. */
+    sk_tls_settings_t *client = client_settings();
+    CHECK_EQ(sk_tls_settings_set_verification(client, SK_TLS_VERIFY_REQUIRE_CERTIFICATE), SK_OK);
+    CHECK_EQ(sk_tls_settings_check(client, &error), SK_ERR_TLS_SETTINGS);
+    sk_tls_settings_release(client);
+
+    /* PEM text instead of files: `length` bytes, or NUL-terminated with 0. */
+    sk_tls_settings_t *in_memory = NULL;
+    CHECK_EQ(sk_tls_settings_create(SK_TLS_SERVER, &in_memory, NULL), SK_OK);
+    char *chain_pem = read_text(cert_path("server-chain.pem"));
+    char *key_pem = read_text(cert_path("server-encrypted.key"));
+    char *ca_pem = read_text(cert_path("ca.pem"));
+    CHECK_EQ(sk_tls_settings_set_certificate_chain_pem(in_memory, chain_pem, strlen(chain_pem)), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_private_key_pem(in_memory, key_pem, 0, "secret"), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_trust_pem(in_memory, ca_pem, 0), SK_OK);
+    CHECK_EQ(sk_tls_settings_check(in_memory, &error), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_private_key_pem(in_memory, key_pem, 0, NULL), SK_OK); /* encrypted, no password */
+    CHECK_EQ(sk_tls_settings_check(in_memory, &error), SK_ERR_TLS_SETTINGS);
+    CHECK_EQ(sk_tls_settings_set_private_key_pem(in_memory, key_pem, strlen(key_pem), "secret"), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_trust_pem(in_memory, "not PEM", 0), SK_OK);
+    CHECK_EQ(sk_tls_settings_check(in_memory, &error), SK_ERR_TLS_SETTINGS);
+    CHECK_EQ(sk_tls_settings_set_trust_pem(in_memory, NULL, 0), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_tls_settings_set_certificate_chain_pem(in_memory, NULL, 5), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_tls_settings_set_private_key_pem(in_memory, key_pem, (size_t)-1, NULL), SK_ERR_BAD_PARAM);
+    free(chain_pem);
+    free(key_pem);
+    free(ca_pem);
+    sk_tls_settings_release(in_memory);
 
     /* start_tls refuses unusable settings at once, and sockets that are not connected. */
     recorder_t recorder;
@@ -427,7 +602,18 @@ void test_tls_settings_errors_and_handles(void) {
     CHECK_EQ(sk_tls_settings_create(SK_TLS_CLIENT, &broken, NULL), SK_OK);
     CHECK_EQ(sk_tls_settings_set_trust_file(broken, "/nonexistent/ca.pem"), SK_OK);
     CHECK_EQ(sk_socket_start_tls(sock, broken, &error), SK_ERR_TLS_SETTINGS);
+    CHECK_EQ(error.code, SK_ERR_TLS_SETTINGS);
+    CHECK_EQ(error.os_error, 2); /* ENOENT */
     sk_tls_settings_release(broken);
+    /* A server without a certificate, and a wrong key password. */
+    CHECK_EQ(sk_tls_settings_create(SK_TLS_SERVER, &broken, NULL), SK_OK);
+    CHECK_EQ(sk_socket_start_tls(sock, broken, &error), SK_ERR_TLS_SETTINGS);
+    CHECK(strstr(error.message, "certificate") != NULL);
+    CHECK_EQ(sk_tls_settings_set_certificate_chain_file(broken, cert_path("server-chain.pem")), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_private_key_file(broken, cert_path("server-encrypted.key"), "wrong"), SK_OK);
+    CHECK_EQ(sk_socket_start_tls(sock, broken, &error), SK_ERR_TLS_SETTINGS);
+    sk_tls_settings_release(broken);
+    CHECK_EQ(sk_socket_is_secure(sock), 0);
 
     /* Released and NULL handles. */
     CHECK_EQ(sk_tls_settings_release(broken), SK_ERR_INVALID_HANDLE);
@@ -439,6 +625,35 @@ void test_tls_settings_errors_and_handles(void) {
     CHECK_EQ(sk_socket_is_secure(NULL), SK_ERR_INVALID_HANDLE);
     CHECK_EQ(sk_socket_start_tls(sock, (sk_tls_settings_t *)sock, &error), SK_ERR_INVALID_HANDLE);
     CHECK_EQ(sk_tls_settings_release((sk_tls_settings_t *)sock), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_socket_get_tls_info(NULL, &info), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_socket_get_tls_info(sock, NULL), SK_ERR_BAD_PARAM);
+    size_t length = 0;
+    CHECK_EQ(sk_socket_copy_peer_certificate(NULL, 0, NULL, &length), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_socket_copy_peer_certificate(sock, 0, NULL, &length), SK_ERR_BAD_CONFIG); /* not secure */
+    /* Every setter refuses a released handle. */
+    const char *protocols[] = {"h2"};
+    CHECK_EQ(sk_tls_settings_set_trust_system(broken), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_tls_settings_set_trust_file(broken, "x"), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_tls_settings_set_trust_directory(broken, "x"), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_tls_settings_set_trust_pem(broken, "x", 1), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_tls_settings_set_certificate_chain_file(broken, "x"), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_tls_settings_set_certificate_chain_pem(broken, "x", 1), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_tls_settings_set_private_key_file(broken, "x", NULL), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_tls_settings_set_private_key_pem(broken, "x", 1, NULL), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_tls_settings_set_verification(broken, SK_TLS_VERIFY_PEER), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_tls_settings_set_versions(broken, 0, 0), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_tls_settings_set_cipher_list(broken, NULL), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_tls_settings_set_cipher_suites(broken, NULL), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_tls_settings_set_alpn_protocols(broken, protocols, 1), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_tls_settings_set_session_resumption(broken, 1), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_tls_settings_set_handshake_timeout(broken, 1), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_tls_settings_set_key_log_file(broken, NULL), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_tls_settings_set_manual_trust_evaluation(broken, 1), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_tls_settings_set_peer_name(NULL, "x"), SK_ERR_INVALID_HANDLE);
+
+    /* Refused settings did not start anything: usable ones still can, once. */
+    CHECK_EQ(sk_socket_start_tls(sock, NULL, &error), SK_OK); /* NULL: a default client */
+    CHECK_EQ(sk_socket_start_tls(sock, NULL, &error), SK_ERR_BAD_CONFIG);
     sk_socket_release(sock);
     close(listener);
     recorder_destroy(&recorder);
@@ -499,6 +714,13 @@ void test_tls_host_queue_records(void) {
                 CHECK_EQ(events[i].trust->chain_count, 2);
                 CHECK(events[i].trust->verification_error == NULL);
                 CHECK_EQ(events[i].trust->token, events[i].token);
+                CHECK(events[i].trust->peer_name != NULL);
+                CHECK_STR(events[i].trust->peer_name, "127.0.0.1");
+                sk_certificate_info_t leaf;
+                CHECK_EQ(sk_certificate_get_info(events[i].trust->chain[0].der, events[i].trust->chain[0].der_length,
+                                                 &leaf, NULL), SK_OK);
+                CHECK(strstr(leaf.subject, "CN=localhost") != NULL);
+                CHECK(events[i].sock == sock);
                 CHECK_EQ(sk_socket_answer_trust(events[i].sock, events[i].token, 1), SK_OK);
                 saw_trust = 1;
             } else if (events[i].kind == SK_EVENT_SECURE) {
@@ -509,7 +731,108 @@ void test_tls_host_queue_records(void) {
     }
     CHECK_EQ(recorder_count(&client, EVENT_SECURE), 0); /* recorded, not called */
     sk_socket_release(sock);
+
+    /* No did_receive_trust member: no SK_EVENT_TRUST record, the peer is rejected. */
+    recorder_t refusing;
+    recorder_init(&refusing);
+    sk_socket_delegate_t delegate = recorder_delegate();
+    delegate.did_receive_trust = NULL;
+    CHECK_EQ(sk_socket_create(&delegate, sizeof delegate, &refusing, queue, NULL, &sock, NULL), SK_OK);
+    settings = client_settings();
+    CHECK_EQ(sk_tls_settings_set_manual_trust_evaluation(settings, 1), SK_OK);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", server.port, NULL, 10, NULL), SK_OK);
+    CHECK_EQ(sk_socket_start_tls(sock, settings, NULL), SK_OK);
+    sk_tls_settings_release(settings);
+    int disconnected = 0;
+    while (!disconnected) {
+        int count = poll_tls_records(queue, events, 16);
+        CHECK(count > 0);
+        for (int i = 0; i < count; i++) {
+            CHECK(events[i].kind != SK_EVENT_TRUST && events[i].kind != SK_EVENT_SECURE);
+            if (events[i].kind == SK_EVENT_DISCONNECT) {
+                CHECK(events[i].error != NULL);
+                CHECK_EQ(events[i].error->code, SK_ERR_TLS_PEER_REJECTED);
+                disconnected = 1;
+            }
+        }
+    }
+    sk_socket_release(sock);
+    recorder_destroy(&refusing);
     sk_callback_queue_release(queue);
     recorder_destroy(&client);
+    tls_server_stop(&server);
+}
+
+void test_tls_error_codes_have_names(void) {
+    static const struct { int code; const char *name; } codes[] = {
+        {SK_ERR_TLS_FAILED, "SK_ERR_TLS_FAILED"},
+        {SK_ERR_TLS_CERT_EXPIRED, "SK_ERR_TLS_CERT_EXPIRED"},
+        {SK_ERR_TLS_CERT_NOT_YET_VALID, "SK_ERR_TLS_CERT_NOT_YET_VALID"},
+        {SK_ERR_TLS_SELF_SIGNED, "SK_ERR_TLS_SELF_SIGNED"},
+        {SK_ERR_TLS_UNKNOWN_ISSUER, "SK_ERR_TLS_UNKNOWN_ISSUER"},
+        {SK_ERR_TLS_HOSTNAME_MISMATCH, "SK_ERR_TLS_HOSTNAME_MISMATCH"},
+        {SK_ERR_TLS_CERT_INVALID, "SK_ERR_TLS_CERT_INVALID"},
+        {SK_ERR_TLS_CLIENT_CERT_REQUIRED, "SK_ERR_TLS_CLIENT_CERT_REQUIRED"},
+        {SK_ERR_TLS_PROTOCOL_VERSION, "SK_ERR_TLS_PROTOCOL_VERSION"},
+        {SK_ERR_TLS_PEER_CLOSED, "SK_ERR_TLS_PEER_CLOSED"},
+        {SK_ERR_TLS_HANDSHAKE_TIMEOUT, "SK_ERR_TLS_HANDSHAKE_TIMEOUT"},
+        {SK_ERR_TLS_TRUNCATED, "SK_ERR_TLS_TRUNCATED"},
+        {SK_ERR_TLS_PEER_REJECTED, "SK_ERR_TLS_PEER_REJECTED"},
+        {SK_ERR_TLS_SETTINGS, "SK_ERR_TLS_SETTINGS"},
+    };
+    size_t count = sizeof codes / sizeof codes[0];
+    for (size_t i = 0; i < count; i++) {
+        CHECK_EQ(codes[i].code, -14 - (int)i); /* consecutive, as SocketError.Code.all */
+        CHECK_STR(sk_error_name(codes[i].code), codes[i].name);
+        CHECK(strcmp(sk_strerror(codes[i].code), "unknown error") != 0);
+        for (int other = 0; other > codes[i].code; other--)
+            CHECK(strcmp(sk_strerror(codes[i].code), sk_strerror(other)) != 0);
+    }
+    CHECK_STR(sk_error_name(SK_ERR_TLS_SETTINGS - 1), "SK_ERR_UNKNOWN");
+}
+
+/* A program built against the header before TLS passes a delegate struct without
+ * did_secure and did_receive_trust: the members it does not have read as NULL. */
+void test_tls_delegate_from_an_older_header(void) {
+    size_t old_size = offsetof(sk_socket_delegate_t, did_secure);
+    CHECK_EQ(offsetof(sk_socket_delegate_t, did_receive_trust), old_size + sizeof(void *));
+    CHECK_EQ(sizeof(sk_socket_delegate_t), old_size + 2 * sizeof(void *));
+    tls_server_t server;
+    tls_server_start(&server, server_settings("server"));
+
+    /* Secure without did_secure: the encrypted bytes arrive. */
+    recorder_t client;
+    recorder_init(&client);
+    sk_socket_delegate_t delegate = recorder_delegate(); /* has on_secure and on_trust... */
+    sk_socket_t *sock = NULL;
+    CHECK_EQ(sk_socket_create(&delegate, old_size, &client, NULL, NULL, &sock, NULL), SK_OK); /* ...cut off */
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", server.port, NULL, 10, NULL), SK_OK);
+    sk_tls_settings_t *settings = client_settings();
+    CHECK_EQ(sk_socket_start_tls(sock, settings, NULL), SK_OK);
+    CHECK_EQ(sk_socket_read_to_length(sock, 5, -1, 1, NULL), SK_OK);
+    sk_socket_t *accepted = recorder_accepted(&server.listener_recorder, 0);
+    CHECK_EQ(sk_socket_write(accepted, "hello", 5, -1, 1, NULL), SK_OK); /* queued after its start_tls */
+    recorder_expect_bytes(&client, 5);
+    CHECK_EQ(memcmp(client.bytes, "hello", 5), 0);
+    CHECK_EQ(sk_socket_is_secure(sock), 1);
+    recorder_expect(&server.server, EVENT_SECURE, 1);
+    CHECK_EQ(recorder_count(&client, EVENT_SECURE), 0);
+    sk_socket_release(sock);
+    recorder_destroy(&client);
+
+    /* Manual trust without did_receive_trust: rejected, as with a NULL member. */
+    recorder_t manual;
+    recorder_init(&manual);
+    CHECK_EQ(sk_socket_create(&delegate, old_size, &manual, NULL, NULL, &sock, NULL), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_manual_trust_evaluation(settings, 1), SK_OK);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", server.port, NULL, 10, NULL), SK_OK);
+    CHECK_EQ(sk_socket_start_tls(sock, settings, NULL), SK_OK);
+    recorder_expect(&manual, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&manual, EVENT_DISCONNECT, 0).error_code, SK_ERR_TLS_PEER_REJECTED);
+    CHECK_EQ(recorder_count(&manual, EVENT_TRUST), 0);
+    CHECK_EQ(recorder_count(&manual, EVENT_SECURE), 0);
+    sk_socket_release(sock);
+    recorder_destroy(&manual);
+    sk_tls_settings_release(settings);
     tls_server_stop(&server);
 }
