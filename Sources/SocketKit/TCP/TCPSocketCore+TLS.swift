@@ -259,21 +259,28 @@ extension TCPSocketCore {
                 return true
             }
             systemCalls += 1
-            let bytes = tls.outbound.readableBytes
-            let sent = send(fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags)
-            if sent < 0 {
-                let error = errno
-                if error == EINTR { continue }
-                if error == EAGAIN || error == EWOULDBLOCK {
-                    writable = false
-                    break
-                }
+            guard sendOutboundOnce(tls) else { return false }
+        }
+        return true
+    }
+
+    /// One `send` from the front of the outbound queue; a short send or EAGAIN clears
+    /// `writable`. Returns false when the session ended (a send error).
+    private func sendOutboundOnce(_ tls: TLSState) -> Bool {
+        let bytes = tls.outbound.readableBytes
+        let sent = send(fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags)
+        if sent < 0 {
+            let error = errno
+            if error == EAGAIN || error == EWOULDBLOCK {
+                writable = false
+            } else if error != EINTR {
                 closeSession(transportError(error, "write"))
                 return false
             }
-            if sent < bytes.count { writable = false }
-            tls.outbound.consume(sent)
+            return true
         }
+        if sent < bytes.count { writable = false }
+        tls.outbound.consume(sent)
         return true
     }
 
@@ -355,20 +362,7 @@ extension TCPSocketCore {
                 return
             }
             systemCalls += 1
-            let bytes = tls.outbound.readableBytes
-            let sent = send(fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags)
-            if sent < 0 {
-                let error = errno
-                if error == EINTR { continue }
-                if error == EAGAIN || error == EWOULDBLOCK {
-                    writable = false
-                    break
-                }
-                closeSession(SocketError.systemError(error, "write"))
-                return
-            }
-            if sent < bytes.count { writable = false }
-            tls.outbound.consume(sent)
+            guard sendOutboundOnce(tls) else { return }
         }
         closeIfDisconnectAfterIsDue()
     }
