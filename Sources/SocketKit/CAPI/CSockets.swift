@@ -300,8 +300,7 @@ func socketAddress(_ address: UnsafePointer<sockaddr>?, _ length: socklen_t) thr
     guard length >= 2, length <= socklen_t(MemoryLayout<sockaddr_storage>.size) else {
         throw badParam("address_length \(length) is not a valid address length")
     }
-    let bytes = Array(UnsafeRawBufferPointer(start: address, count: Int(length)))
-    guard let parsed = SocketAddress(bytes: bytes) else {
+    guard let parsed = SocketAddress(raw: UnsafeRawBufferPointer(start: address, count: Int(length))) else {
         throw badParam("not a complete sockaddr_in, sockaddr_in6 or sockaddr_un")
     }
     return parsed

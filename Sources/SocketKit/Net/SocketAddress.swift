@@ -3,31 +3,68 @@ import SocketKitC
 
 /// A socket address: IPv4 or IPv6 with a port, or a Unix-domain path. `bytes` is the raw
 /// `sockaddr` (`sockaddr_in`, `sockaddr_in6` or `sockaddr_un`) as the kernel uses it.
+///
+/// IPv4 and IPv6 addresses are stored inline, so making one allocates nothing: the engine
+/// makes one per datagram received and per connection accepted. Unix paths, which can be
+/// long, live in an array.
 public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
     public enum Family: Sendable, Hashable {
         case ipv4, ipv6, unix
     }
 
-    /// The raw `sockaddr` bytes.
-    public let bytes: [UInt8]
+    /// Room for a `sockaddr_in6` (28 bytes), zero beyond `length` so that equal addresses
+    /// compare and hash equal.
+    private struct InlineStorage: Hashable, Sendable {
+        var word0: UInt64 = 0
+        var word1: UInt64 = 0
+        var word2: UInt64 = 0
+        var word3: UInt32 = 0
+    }
+
     public let family: Family
+    private let inline: InlineStorage
+    private let inlineLength: UInt8
+    /// The whole `sockaddr_un` of a Unix-domain address; nil for IP addresses.
+    private let unixBytes: [UInt8]?
+
+    /// The raw `sockaddr` bytes.
+    public var bytes: [UInt8] {
+        if let unixBytes { return unixBytes }
+        return withSockAddr { address, length in
+            Array(UnsafeRawBufferPointer(start: address, count: Int(length)))
+        }
+    }
 
     /// Wraps raw `sockaddr` bytes; nil unless they hold a complete IPv4 (`sockaddr_in`),
     /// IPv6 (`sockaddr_in6`) or Unix-domain address.
     public init?(bytes: [UInt8]) {
-        guard bytes.count >= MemoryLayout<sa_family_t>.size else { return nil }
-        let rawFamily = bytes.withUnsafeBytes { Int32($0.loadUnaligned(as: sa_family_t.self)) }
+        guard let parsed = bytes.withUnsafeBytes({ SocketAddress(raw: $0) }) else { return nil }
+        self = parsed
+    }
+
+    /// Parses raw `sockaddr` bytes without an intermediate array (see `init?(bytes:)`).
+    init?(raw: UnsafeRawBufferPointer) {
+        guard raw.count >= MemoryLayout<sa_family_t>.size else { return nil }
+        let rawFamily = Int32(raw.loadUnaligned(as: sa_family_t.self))
         switch rawFamily {
-        case AF_INET where bytes.count == MemoryLayout<sockaddr_in>.size:
+        case AF_INET where raw.count == MemoryLayout<sockaddr_in>.size:
             family = .ipv4
-        case AF_INET6 where bytes.count == MemoryLayout<sockaddr_in6>.size:
+        case AF_INET6 where raw.count == MemoryLayout<sockaddr_in6>.size:
             family = .ipv6
-        case AF_UNIX where bytes.count <= MemoryLayout<sockaddr_un>.size:
+        case AF_UNIX where raw.count <= MemoryLayout<sockaddr_un>.size:
             family = .unix
+            inline = InlineStorage()
+            inlineLength = 0
+            unixBytes = Array(raw)
+            return
         default:
             return nil
         }
-        self.bytes = bytes
+        var storage = InlineStorage()
+        withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: raw) }
+        inline = storage
+        inlineLength = UInt8(raw.count)
+        unixBytes = nil
     }
 
     /// An address from an IP literal (`"127.0.0.1"`, `"::1"`, `"fe80::1%eth0"`) and a port.
@@ -54,27 +91,25 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
             path.copyBytes(from: utf8)
         }
         let length = MemoryLayout<sa_family_t>.size + utf8.count + 1
-        let raw = withUnsafeBytes(of: &address) { Array($0.prefix(length)) }
-        self.bytes = raw
-        self.family = .unix
+        unixBytes = withUnsafeBytes(of: &address) { Array($0.prefix(length)) }
+        family = .unix
+        inline = InlineStorage()
+        inlineLength = 0
     }
 
     init(ipv4 address: sockaddr_in) {
         var copy = address
-        bytes = withUnsafeBytes(of: &copy) { Array($0) }
-        family = .ipv4
+        self = withUnsafeBytes(of: &copy) { SocketAddress(raw: $0)! }
     }
 
     init(ipv6 address: sockaddr_in6) {
         var copy = address
-        bytes = withUnsafeBytes(of: &copy) { Array($0) }
-        family = .ipv6
+        self = withUnsafeBytes(of: &copy) { SocketAddress(raw: $0)! }
     }
 
-    /// From what the kernel filled in (`accept`, `getsockname`, `getpeername`).
+    /// From what the kernel filled in (`accept`, `getsockname`, `getpeername`, `recvmmsg`).
     init?(storage: UnsafeRawPointer, length: socklen_t) {
-        let raw = Array(UnsafeRawBufferPointer(start: storage, count: Int(length)))
-        self.init(bytes: raw)
+        self.init(raw: UnsafeRawBufferPointer(start: storage, count: Int(length)))
     }
 
     static func parseIPLiteral(_ literal: String, port: UInt16) -> SocketAddress? {
@@ -110,7 +145,7 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
 
     /// The numeric host (`"127.0.0.1"`, `"::1"`, `"fe80::1%eth0"`); nil for Unix addresses.
     public var host: String? {
-        bytes.withUnsafeBytes { raw -> String? in
+        withRawBytes { raw -> String? in
             var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
             switch family {
             case .ipv4:
@@ -138,7 +173,7 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
 
     /// The port; 0 for Unix addresses.
     public var port: UInt16 {
-        bytes.withUnsafeBytes { raw -> UInt16 in
+        withRawBytes { raw -> UInt16 in
             switch family {
             case .ipv4: return UInt16(bigEndian: raw.loadUnaligned(as: sockaddr_in.self).sin_port)
             case .ipv6: return UInt16(bigEndian: raw.loadUnaligned(as: sockaddr_in6.self).sin6_port)
@@ -149,10 +184,10 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
 
     /// The path of a Unix-domain address (nil for IP addresses and unnamed Unix sockets).
     public var unixPath: String? {
-        guard family == .unix else { return nil }
+        guard family == .unix, let unixBytes else { return nil }
         let offset = MemoryLayout<sa_family_t>.size
-        guard bytes.count > offset else { return nil }
-        var path = Array(bytes[offset...])
+        guard unixBytes.count > offset else { return nil }
+        var path = Array(unixBytes[offset...])
         if let nul = path.firstIndex(of: 0) { path.removeSubrange(nul...) }
         guard !path.isEmpty else { return nil }
         return String(decoding: path, as: UTF8.self)
@@ -188,9 +223,16 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
 
     /// Calls `body` with the address as a `sockaddr` pointer and its length.
     func withSockAddr<Result>(_ body: (UnsafePointer<sockaddr>, socklen_t) throws -> Result) rethrows -> Result {
-        try bytes.withUnsafeBytes { raw in
+        try withRawBytes { raw in
             try body(raw.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t(raw.count))
         }
+    }
+
+    /// Calls `body` with the raw `sockaddr` bytes (no copy to the heap).
+    func withRawBytes<Result>(_ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result {
+        if let unixBytes { return try unixBytes.withUnsafeBytes(body) }
+        var copy = inline
+        return try withUnsafeBytes(of: &copy) { try body(UnsafeRawBufferPointer(rebasing: $0.prefix(Int(inlineLength)))) }
     }
 
     static func ipv4Any(port: UInt16) -> SocketAddress {
