@@ -20,6 +20,8 @@ final class CUdpDelegateReceiver: UdpSocketEventReceiver, @unchecked Sendable {
         self.userdata = userdata
     }
 
+    var wantsSendCompletions: Bool { delegate.did_send != nil }
+
     static func make(_ delegate: UnsafePointer<sk_udp_socket_delegate_t>?, size: Int,
                      userdata: UnsafeMutableRawPointer?) throws(SocketError) -> CUdpDelegateReceiver? {
         guard let delegate else { return nil }
@@ -136,9 +138,14 @@ private func udpFlag(_ handle: OpaquePointer?, _ property: (UdpSocket) -> Bool) 
 }
 
 private func datagram(_ data: UnsafeRawPointer?, _ length: Int) throws(SocketError) -> DatagramBytes {
-    guard length <= 65535 else { throw badParam("a UDP datagram holds at most 65,535 bytes; length is \(length)") }
+    DatagramBytes(copying: try datagramBytes(data, length))
+}
+
+/// The caller's datagram, validated, borrowed for the call.
+private func datagramBytes(_ data: UnsafeRawPointer?, _ length: Int) throws(SocketError) -> UnsafeRawBufferPointer {
+    guard length >= 0, length <= 65535 else { throw badParam("a UDP datagram holds at most 65,535 bytes; length is \(length)") }
     guard length == 0 || data != nil else { throw badParam("data is NULL") }
-    return DatagramBytes(copying: UnsafeRawBufferPointer(start: data, count: length))
+    return UnsafeRawBufferPointer(start: length == 0 ? nil : data, count: length)
 }
 
 private func udpFamily(_ family: Int32) throws(SocketError) -> SocketAddress.Family? {
@@ -327,7 +334,7 @@ public func sk_udp_socket_connect_to_address(_ handle: OpaquePointer?, _ address
 public func sk_udp_socket_send(_ handle: OpaquePointer?, _ data: UnsafeRawPointer?, _ length: Int, _ timeout: Double,
                                _ tag: Int, _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
     withUdp(handle, error) { (socket) throws(SocketError) in
-        try socket.queue(try datagram(data, length), .connected, timeout: timeout, tag: tag)
+        try socket.send(borrowing: try datagramBytes(data, length), to: nil, timeout: timeout, tag: tag)
     }
 }
 
@@ -350,7 +357,7 @@ public func sk_udp_socket_send_to_address(_ handle: OpaquePointer?, _ data: Unsa
     withUdp(handle, error) { (socket) throws(SocketError) in
         let parsed = try socketAddress(address, addressLength)
         guard parsed.family != .unix else { throw badParam("UDP sends to IPv4 or IPv6 addresses") }
-        try socket.queue(try datagram(data, length), .address(parsed), timeout: timeout, tag: tag)
+        try socket.send(borrowing: try datagramBytes(data, length), to: parsed, timeout: timeout, tag: tag)
     }
 }
 

@@ -53,7 +53,13 @@ public final class EventLoop: @unchecked Sendable {
     let discardBuffer: UnsafeMutableRawBufferPointer
 
     /// UDP sockets' system-call memory, made when the first one needs it (loop thread only).
-    private(set) lazy var udpScratch = UDPScratch()
+    var udpScratch: UDPScratch {
+        if let made = udpScratchIfMade { return made }
+        let made = UDPScratch()
+        udpScratchIfMade = made
+        return made
+    }
+    private(set) var udpScratchIfMade: UDPScratch? = nil
 
     private static let wakeupToken = UInt64.max
     static let readBufferSize = 64 * 1024

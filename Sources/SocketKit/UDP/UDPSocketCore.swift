@@ -356,6 +356,8 @@ final class UDPSocketCore {
     }
 
     private func append(_ item: Item) {
+        // Datagrams staged by the fast path were sent first: they leave before this one.
+        if stagedCount > 0 { flushStagedSends() }
         queue.append(Queued(id: nextID, item: item))
         nextID += 1
         pumpSends()
@@ -364,6 +366,110 @@ final class UDPSocketCore {
     func setCloseAfterSending() {
         closeAfterSending = true
         pumpSends()
+    }
+
+    // MARK: The send fast path
+
+    /// Sends a datagram without queueing a copy, when nothing is queued ahead of it: the
+    /// echo pattern (send from `didReceive`) then costs no allocation. Inside this socket's
+    /// own receive batch the datagram is staged in the loop's scratch and leaves with the
+    /// others of the batch in one `sendmmsg` when the batch ends (`flushStagedSends`);
+    /// otherwise it goes out now with one `sendto`. Returns false when the caller must take
+    /// the queue: something is queued or in progress, a filter or resolution is involved,
+    /// the family has no descriptor yet, the kernel is full, or the send failed (the queued
+    /// path meets the same error and reports it). Loop thread only.
+    func sendImmediately(_ bytes: UnsafeRawBufferPointer, to address: SocketAddress?, timeout: Double, tag: Int) -> Bool {
+        guard !released, head >= queue.count, phase == .idle, sendFilter == nil, !closeAfterSending else { return false }
+        let destination: SocketAddress
+        if let address {
+            guard !connected, !connectQueued else { return false }
+            destination = address
+        } else {
+            guard connected, let connectedAddress else { return false }
+            destination = connectedAddress
+        }
+        guard destination.family != .unix, isUsable(destination.family), let target = channel(destination.family) else {
+            return false
+        }
+        let scratch = loop.udpScratch
+        if receivingBatch && (scratch.stagingOwner == nil || scratch.stagingOwner == ObjectIdentifier(self)) {
+            if stagedCount > 0 && (stagedFamily != target.family || !scratch.canStage(byteCount: bytes.count)) {
+                flushStagedSends()
+                guard head >= queue.count, phase == .idle, !released else { return false }
+            }
+            scratch.stage(bytes, to: connected ? nil : destination, tag: tag, timeout: timeout)
+            scratch.stagingOwner = ObjectIdentifier(self)
+            stagedFamily = target.family
+            return true
+        }
+        let sent = destination.withSockAddr { name, length in
+            sendto(target.fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags, connected ? nil : name,
+                   connected ? 0 : length)
+        }
+        guard sent >= 0 else { return false }
+        if target.local == nil || target.local?.port == 0 { publish() }
+        if owner?.wantsSendCompletions ?? false { report(.didSend(tag: tag)) }
+        return true
+    }
+
+    /// True while this socket delivers a batch of received datagrams: sends from its
+    /// callbacks are staged.
+    private var receivingBatch = false
+    private var stagedFamily = SocketAddress.Family.ipv4
+    private var stagedCount: Int {
+        guard let scratch = loop.udpScratchIfMade, scratch.stagingOwner == ObjectIdentifier(self) else { return 0 }
+        return scratch.stagedCount
+    }
+
+    /// Sends the staged datagrams in as few `sendmmsg` calls as the kernel allows. One the
+    /// kernel refuses gets `didNotSend` and the rest go on; when the kernel is full, the
+    /// rest join the front of the queue (copied) and wait for the socket to drain.
+    private func flushStagedSends() {
+        guard let scratch = loop.udpScratchIfMade, scratch.stagingOwner == ObjectIdentifier(self) else { return }
+        let count = scratch.stagedCount
+        defer { scratch.resetStaging() }
+        guard count > 0, let target = channel(stagedFamily) else { return }
+        let wantsCompletions = owner?.wantsSendCompletions ?? false
+        var index = 0
+        var leftovers: [Queued] = []
+        while index < count {
+            let sent = Int(skc_send_datagrams(target.fd, scratch.stageHeaders + index, scratch.stageLengths + index,
+                                              UInt32(count - index)))
+            if sent > 0 {
+                if wantsCompletions {
+                    for position in index..<(index + sent) { report(.didSend(tag: scratch.stageTags[position])) }
+                }
+                index += sent
+                continue
+            }
+            let number = errno
+            if sent < 0 && number == EINTR { continue }
+            if sent == 0 || number == EAGAIN || number == EWOULDBLOCK || number == ENOBUFS {
+                // The kernel is full: the rest wait in the queue, in order, ahead of anything later.
+                for position in index..<count {
+                    let header = scratch.stageHeaders[position]
+                    let bytes = DatagramBytes(copying: UnsafeRawBufferPointer(start: header.msg_iov.pointee.iov_base,
+                                                                              count: header.msg_iov.pointee.iov_len))
+                    let destination: UdpDestination
+                    if header.msg_name != nil, let address = SocketAddress(storage: header.msg_name, length: header.msg_namelen) {
+                        destination = .address(address)
+                    } else {
+                        destination = .connected
+                    }
+                    leftovers.append(Queued(id: nextID, item: .datagram(bytes, destination, tag: scratch.stageTags[position],
+                                                                        timeout: scratch.stageTimeouts[position])))
+                    nextID += 1
+                }
+                break
+            }
+            report(.didNotSend(tag: scratch.stageTags[index], SocketError.systemError(number, "sendmmsg")))
+            index += 1
+        }
+        if target.local == nil || target.local?.port == 0 { publish() }
+        if !leftovers.isEmpty {
+            queue.insert(contentsOf: leftovers, at: head)
+            pumpSends()
+        }
     }
 
     /// True while `pumpSends` runs: a send queued from a callback it caused joins its loop
@@ -653,8 +759,10 @@ final class UDPSocketCore {
             return 1
         }
         if target.local == nil || target.local?.port == 0 { publish() }
-        for entry in batch.prefix(Int(sent)) {
-            report(.didSend(tag: entry.2))
+        if owner?.wantsSendCompletions ?? false {
+            for entry in batch.prefix(Int(sent)) {
+                report(.didSend(tag: entry.2))
+            }
         }
         return Int(sent)
     }
@@ -730,7 +838,13 @@ final class UDPSocketCore {
                 }
                 return
             }
-            // Callbacks below may send on this loop: the receive scratch stays ours.
+            // Callbacks below may send on this loop: the receive scratch stays ours, and their
+            // sends are staged and leave together after the batch.
+            receivingBatch = true
+            defer {
+                receivingBatch = false
+                if stagedCount > 0 { flushStagedSends() }
+            }
             for slot in 0..<received {
                 let length = Int(scratch.receiveLengths[slot])
                 let header = scratch.receiveHeaders[slot]
@@ -906,6 +1020,10 @@ final class UDPSocketCore {
     func closeSocket(error: SocketError?, announce: Bool) {
         let hadDescriptors = v4 != nil || v6 != nil
         generation += 1
+        // Staged datagrams are dropped like queued ones (no callbacks, as upstream).
+        if let scratch = loop.udpScratchIfMade, scratch.stagingOwner == ObjectIdentifier(self) {
+            scratch.resetStaging()
+        }
         timer.map { loop.cancel($0) }
         queue.removeAll()
         head = 0
@@ -962,7 +1080,65 @@ final class UDPScratch {
     let sendNames = UnsafeMutablePointer<sockaddr_storage>.allocate(capacity: UDPScratch.capacity)
     let sendLengths = UnsafeMutablePointer<UInt32>.allocate(capacity: UDPScratch.capacity)
 
+    // Staged sends: datagrams sent from a receive callback, waiting for the end of the
+    // batch (UDPSocketCore.sendImmediately). Apart from the send part above, which the
+    // queued path of another socket may use meanwhile. One socket stages at a time.
+    static let stageBytesCapacity = 128 * 1024
+    let stageHeaders = UnsafeMutablePointer<msghdr>.allocate(capacity: UDPScratch.capacity)
+    let stageVectors = UnsafeMutablePointer<iovec>.allocate(capacity: UDPScratch.capacity)
+    let stageNames = UnsafeMutablePointer<sockaddr_storage>.allocate(capacity: UDPScratch.capacity)
+    let stageLengths = UnsafeMutablePointer<UInt32>.allocate(capacity: UDPScratch.capacity)
+    let stageTags = UnsafeMutablePointer<Int>.allocate(capacity: UDPScratch.capacity)
+    let stageTimeouts = UnsafeMutablePointer<Double>.allocate(capacity: UDPScratch.capacity)
+    let stageBytes = UnsafeMutableRawPointer.allocate(byteCount: UDPScratch.stageBytesCapacity, alignment: 16)
+    private(set) var stagedCount = 0
+    private var stagedByteCount = 0
+    /// The socket whose datagrams are staged (reset before that socket closes).
+    var stagingOwner: ObjectIdentifier? = nil
+
+    func canStage(byteCount: Int) -> Bool {
+        stagedCount < UDPScratch.capacity && stagedByteCount + byteCount <= UDPScratch.stageBytesCapacity
+    }
+
+    /// Copies a datagram into the staging area (the caller checked `canStage`); a nil
+    /// destination sends to the connected peer.
+    func stage(_ bytes: UnsafeRawBufferPointer, to destination: SocketAddress?, tag: Int, timeout: Double) {
+        let index = stagedCount
+        let target = stageBytes + stagedByteCount
+        if bytes.count > 0 { target.copyMemory(from: bytes.baseAddress!, byteCount: bytes.count) }
+        stageVectors[index] = iovec(iov_base: target, iov_len: bytes.count)
+        var header = msghdr()
+        if let destination {
+            let name = UnsafeMutableRawPointer(stageNames + index)
+            header.msg_namelen = destination.withSockAddr { address, length -> socklen_t in
+                name.copyMemory(from: address, byteCount: Int(length))
+                return length
+            }
+            header.msg_name = name
+        }
+        header.msg_iov = stageVectors + index
+        header.msg_iovlen = 1
+        stageHeaders[index] = header
+        stageTags[index] = tag
+        stageTimeouts[index] = timeout
+        stagedCount += 1
+        stagedByteCount += (bytes.count + 15) & ~15
+    }
+
+    func resetStaging() {
+        stagedCount = 0
+        stagedByteCount = 0
+        stagingOwner = nil
+    }
+
     deinit {
+        stageHeaders.deallocate()
+        stageVectors.deallocate()
+        stageNames.deallocate()
+        stageLengths.deallocate()
+        stageTags.deallocate()
+        stageTimeouts.deallocate()
+        stageBytes.deallocate()
         receiveBuffer.deallocate()
         receiveHeaders.deallocate()
         receiveVectors.deallocate()

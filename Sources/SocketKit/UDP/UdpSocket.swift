@@ -33,6 +33,8 @@ public final class UdpSocket: @unchecked Sendable {
     private nonisolated(unsafe) var mailboxStorage: EventMailbox<UdpSocketEvent>? = nil
     /// The C API's handle for this socket (0 when it has none).
     let cHandle = Atomic<UInt>(0)
+    /// Whether the receiver listens for `didSend` (read by the loop without a lock).
+    private let sendCompletionsWanted = Atomic<Bool>(false)
     /// Set by the C API: its filters run under it and stop once the handle is released
     /// (the release waits for a call in progress).
     nonisolated(unsafe) var cFilterGuard: CallerBufferGuard? = nil
@@ -49,6 +51,7 @@ public final class UdpSocket: @unchecked Sendable {
         self.eventLoop = loop
         core = UDPSocketCore(loop: loop, published: published)
         routing = Routing(queue: callbackQueue, receiver: receiver, userData: nil)
+        sendCompletionsWanted.store(receiver?.wantsSendCompletions ?? false, ordering: .relaxed)
         core.owner = self
     }
 
@@ -83,8 +86,13 @@ public final class UdpSocket: @unchecked Sendable {
                 routing.receiver = receiver
                 if let callbackQueue { routing.queue = callbackQueue }
             }
+            sendCompletionsWanted.store(receiver?.wantsSendCompletions ?? false, ordering: .relaxed)
         }
     }
+
+    /// Whether `didSend` events are wanted at all (loop thread; a receiver set meanwhile
+    /// is seen by the next datagram).
+    var wantsSendCompletions: Bool { sendCompletionsWanted.load(ordering: .relaxed) }
 
     var receiver: UdpSocketEventReceiver? { routingLock.withLock { routing.receiver } }
 
@@ -188,7 +196,7 @@ public final class UdpSocket: @unchecked Sendable {
     /// the queue. The outcome comes as `didSendDataWithTag` or `didNotSendDataWithTag`
     /// (also for an unconnected socket).
     public func send(_ data: [UInt8], timeout: Double = -1, tag: Int = 0) throws(SocketError) {
-        try queue(data.withUnsafeBytes { DatagramBytes(copying: $0) }, .connected, timeout: timeout, tag: tag)
+        try send(borrowing: data, to: nil, timeout: timeout, tag: tag)
     }
 
     /// Queues a datagram to `host` (resolved off the loop; the address chosen by
@@ -203,7 +211,32 @@ public final class UdpSocket: @unchecked Sendable {
     public func send(_ data: [UInt8], toAddress address: SocketAddress, timeout: Double = -1,
                      tag: Int = 0) throws(SocketError) {
         guard address.family != .unix else { throw SocketError(.badParam, "UDP sends to IPv4 or IPv6 addresses") }
-        try queue(data.withUnsafeBytes { DatagramBytes(copying: $0) }, .address(address), timeout: timeout, tag: tag)
+        try send(borrowing: data, to: address, timeout: timeout, tag: tag)
+    }
+
+    private func send(borrowing data: [UInt8], to address: SocketAddress?, timeout: Double, tag: Int) throws(SocketError) {
+        let failure = data.withUnsafeBytes { bytes -> SocketError? in
+            do throws(SocketError) {
+                try send(borrowing: bytes, to: address, timeout: timeout, tag: tag)
+                return nil
+            } catch {
+                return error
+            }
+        }
+        if let failure { throw failure }
+    }
+
+    /// Sends `bytes` (borrowed for the call) to `address`, or to the connected peer when nil.
+    /// On the loop thread with nothing queued ahead, the bytes go to the kernel without a
+    /// queued copy (see `UDPSocketCore.sendImmediately`); otherwise they are copied and
+    /// queued. Either way the outcome comes as `didSend` / `didNotSend`.
+    func send(borrowing bytes: UnsafeRawBufferPointer, to address: SocketAddress?, timeout: Double, tag: Int) throws(SocketError) {
+        guard !timeout.isNaN else { throw SocketError(.badParam, "timeout is NaN") }
+        guard bytes.count <= 65535 else {
+            throw SocketError(.badParam, "a UDP datagram holds at most 65,535 bytes; this one has \(bytes.count)")
+        }
+        if eventLoop.inEventLoop && core.sendImmediately(bytes, to: address, timeout: timeout, tag: tag) { return }
+        try queue(DatagramBytes(copying: bytes), address.map { .address($0) } ?? .connected, timeout: timeout, tag: tag)
     }
 
     func queue(_ bytes: DatagramBytes, _ destination: UdpDestination, timeout: Double, tag: Int) throws(SocketError) {

@@ -81,6 +81,13 @@ enum UdpSocketEvent {
 /// Turns events into calls of a delegate (Swift protocol or C struct).
 protocol UdpSocketEventReceiver: AnyObject {
     func receive(_ event: UdpSocketEvent, on socket: UdpSocket)
+    /// False when `didSend` would go nowhere (a C delegate without `did_send`): the engine
+    /// then skips making those events at all, one per datagram.
+    var wantsSendCompletions: Bool { get }
+}
+
+extension UdpSocketEventReceiver {
+    var wantsSendCompletions: Bool { true }
 }
 
 final class SwiftUdpDelegateReceiver: UdpSocketEventReceiver {

@@ -11,6 +11,7 @@
     X(tls_error_codes_have_names)             \
     X(tls_delegate_from_an_older_header)      \
     X(udp_round_trip_with_tags_and_empty_datagrams) \
+    X(udp_echo_from_the_receive_callback)     \
     X(udp_invalid_handles_and_bad_arguments)  \
     X(udp_a_failed_datagram_fails_alone)      \
     X(udp_filters_drop_and_attach_context)    \

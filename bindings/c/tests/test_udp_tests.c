@@ -256,6 +256,59 @@ void test_udp_round_trip_with_tags_and_empty_datagrams(void) {
     udp_recorder_destroy(&client_log);
 }
 
+/* Echoes sent from did_receive go out without a queued copy, staged per receive batch; the
+ * server's did_send fires once per echo when it is set, and not at all (no event is even
+ * made) when it is NULL. Every echo arrives whole, whatever its size. */
+void test_udp_echo_from_the_receive_callback(void) {
+    for (int with_did_send = 1; with_did_send >= 0; with_did_send--) {
+        udp_recorder_t server_log, client_log;
+        udp_recorder_init(&server_log);
+        udp_recorder_init(&client_log);
+        server_log.echo = 1;
+        sk_udp_socket_delegate_t delegate = udp_delegate();
+        if (!with_did_send) delegate.did_send = NULL;
+        sk_udp_socket_t *server = NULL;
+        sk_error_t error;
+        CHECK_EQ(sk_udp_socket_create(&delegate, sizeof delegate, &server_log, NULL, NULL, &server, &error), SK_OK);
+        CHECK_EQ(sk_udp_socket_bind_to_port(server, "127.0.0.1", 0, &error), SK_OK);
+        uint16_t port = 0;
+        CHECK_EQ(sk_udp_socket_get_local_port(server, AF_INET, &port), SK_OK);
+        CHECK_EQ(sk_udp_socket_begin_receiving(server, &error), SK_OK);
+        sk_udp_socket_t *client = udp_socket(&client_log, NULL);
+        CHECK_EQ(sk_udp_socket_connect_to_host(client, "127.0.0.1", port, &error), SK_OK);
+        udp_expect(&client_log, UDP_CONNECT, 1);
+        CHECK_EQ(sk_udp_socket_begin_receiving(client, &error), SK_OK);
+        enum { COUNT = 200 };
+        unsigned char payload[1500];
+        /* Windows of 50 in flight: the kernel's default receive buffers hold them all. */
+        for (long i = 0; i < COUNT; i++) {
+            size_t length = 1 + (size_t)(i * 53 % 1400);
+            fill_pattern(payload, length, (unsigned)i);
+            CHECK_EQ(sk_udp_socket_send(client, payload, length, -1, i, &error), SK_OK);
+            if (i % 50 == 49) udp_expect(&client_log, UDP_RECEIVE, (size_t)i + 1);
+        }
+        for (long i = 0; i < COUNT; i++) {
+            size_t length = 1 + (size_t)(i * 53 % 1400);
+            fill_pattern(payload, length, (unsigned)i);
+            udp_event_t echo = udp_event(&client_log, UDP_RECEIVE, (size_t)i);
+            CHECK_EQ(echo.length, length);
+            CHECK(memcmp(echo.data, payload, length < 64 ? length : 64) == 0);
+        }
+        if (with_did_send) {
+            udp_expect(&server_log, UDP_SEND, COUNT);
+        }
+        CHECK_EQ(sk_udp_socket_close(server), SK_OK);
+        udp_expect(&server_log, UDP_CLOSE, 1);
+        CHECK_EQ(udp_count(&server_log, UDP_SEND), with_did_send ? (size_t)COUNT : 0);
+        CHECK_EQ(udp_count(&server_log, UDP_NOT_SEND), 0);
+        CHECK_EQ(server_log.overlaps + server_log.after_close + client_log.overlaps, 0);
+        CHECK_EQ(sk_udp_socket_release(client), SK_OK);
+        CHECK_EQ(sk_udp_socket_release(server), SK_OK);
+        udp_recorder_destroy(&server_log);
+        udp_recorder_destroy(&client_log);
+    }
+}
+
 void test_udp_invalid_handles_and_bad_arguments(void) {
     udp_recorder_t log;
     udp_recorder_init(&log);
