@@ -660,7 +660,8 @@ class Socket:
         # Caller buffers of pending *_into reads: (start address, end address, view, session).
         # The view keeps the buffer exported (unmovable) until SocketKit is done with it: its
         # read completed, its session ended (did_disconnect), or the socket was released.
-        self._pending_buffers: List[Tuple[int, int, memoryview, int]] = []
+        # A shared empty tuple until a caller buffer is pinned: most sockets never pin one.
+        self._pending_buffers: Union[Tuple[()], List[Tuple[int, int, memoryview, int]]] = ()
         # Sessions (connect, accept, adopt) started and ended: each ends with exactly one
         # did_disconnect, in order, so a late did_disconnect unpins only its own session's buffers.
         self._sessions_started = 0
@@ -687,7 +688,7 @@ class Socket:
     def _session_ended(self) -> None:
         self._sessions_ended += 1
         ended = self._sessions_ended
-        self._pending_buffers = [pin for pin in self._pending_buffers if pin[3] > ended]
+        self._pending_buffers = [pin for pin in self._pending_buffers if pin[3] > ended] or ()
 
     @classmethod
     def from_fd(cls, fd: int, delegate: Any = None, *, queue: Optional[CallbackQueue] = _UNSET,
@@ -740,7 +741,7 @@ class Socket:
         if handle is not None:
             _sockets.pop(handle, None)
             lib.sk_socket_release(handle)
-            self._pending_buffers.clear()
+            self._pending_buffers = ()
 
     def __enter__(self) -> "Socket":
         return self
@@ -1007,12 +1008,14 @@ class Socket:
 
     def _commit_pin(self, status: int, error: _ffi.CError, view: memoryview, address: int, capacity: int) -> None:
         _raise_for(status, error)
+        if not self._pending_buffers:
+            self._pending_buffers = []
         self._pending_buffers.append((address, address + capacity, view, self._sessions_started))
 
     def _take_read_result(self, data: int, length: int) -> Union[bytes, memoryview]:
         for index, (start, end, view, _) in enumerate(self._pending_buffers):
             if start <= data < end:
-                del self._pending_buffers[index]
+                del self._pending_buffers[index]  # a list: something was pinned
                 offset = data - start
                 return view[offset:offset + length]
         return ctypes.string_at(data, length)
