@@ -36,6 +36,9 @@
  * and sk_socket_set_delegate(), which wait for a callback of that socket running on
  * another thread to return (not when called from inside that callback), and
  * sk_loop_group_release(), which joins the group's threads (unless called on one of them).
+ * A driven group (sk_loop_group_create_driven) has no thread: the thread that created it
+ * runs it, and its UDP sockets' synchronous calls made from other threads wait until that
+ * thread runs the loop.
  *
  * Callbacks of one socket run on its callback queue, never two at a time, in the order
  * the events happened; did_disconnect is the last callback of a connection (or listener,
@@ -193,9 +196,38 @@ int sk_loop_group_create(int loop_count, sk_loop_group_t **out_group, sk_error_t
 /* The number of loops of `group` (NULL: the default group), or SK_ERR_INVALID_HANDLE. */
 int sk_loop_group_loop_count(sk_loop_group_t *group);
 
+/* A driven group: one loop with no thread of its own, run by the thread that calls this
+ * function (the "host thread"), as libuv is embedded with uv_backend_fd() and
+ * UV_RUN_NOWAIT. The host watches sk_loop_group_get_fd() in its own poll loop (asyncio,
+ * GLib, select) and calls sk_loop_group_run_once() when it is readable. Socket I/O and
+ * NULL-queue callbacks of the group's sockets then run on the host thread, and calls the
+ * host thread makes on those sockets run inline: no hand-over to another thread, no
+ * wake-up. Other threads may still use the sockets; their calls wait in the loop's task
+ * queue and make the descriptor readable. Use it to serve connections from one thread
+ * that already runs a poll loop, such as an interpreter's.
+ * Errors: SK_ERR_BAD_PARAM (out_group NULL), SK_ERR_SYSTEM (no descriptors left). */
+int sk_loop_group_create_driven(sk_loop_group_t **out_group, sk_error_t *error);
+
+/* A driven group's descriptor (its epoll instance): readable while the loop has work to
+ * do (ready sockets, a due timer, calls queued from any thread, reads and writes queued
+ * between iterations). Owned by the group: do not read it or close it.
+ * Returns the descriptor, SK_ERR_INVALID_HANDLE, or SK_ERR_BAD_CONFIG for a group with
+ * threads. */
+int sk_loop_group_get_fd(sk_loop_group_t *group);
+
+/* Runs one iteration of a driven group's loop without waiting: ready sockets, expired
+ * timers, queued calls, then the reads and writes they queued. Returns 1 when more work is
+ * ready at once (call again before polling), 0 when the loop is idle or stopped, or an
+ * error: SK_ERR_INVALID_HANDLE; SK_ERR_BAD_CONFIG for a group with threads, a call from
+ * another thread than the one that created the group, or a call from inside a callback of
+ * that iteration. */
+int sk_loop_group_run_once(sk_loop_group_t *group, sk_error_t *error);
+
 /* Releases the handle and stops the group: sockets still open on its loops are closed and
  * get did_disconnect with SK_ERR_BAD_CONFIG; then its threads are joined. Called on one
- * of the group's own loop threads, the stop completes in the background instead.
+ * of the group's own loop threads, the stop completes in the background instead. A driven
+ * group stops at once on its host thread; released from another thread, it stops in the
+ * next sk_loop_group_run_once().
  * Errors: SK_ERR_INVALID_HANDLE. */
 int sk_loop_group_release(sk_loop_group_t *group);
 

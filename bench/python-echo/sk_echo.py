@@ -2,8 +2,9 @@
 
     python sk_echo.py --port P [--udp-port Q] [--host ADDR]
 
-Delegate methods run on the asyncio loop (socketkit.aio: the loop drains SocketKit's
-host-driven callback queue), SocketKit's own I/O on one loop of a one-loop group. Echoes
+Everything runs on the asyncio thread, as asyncio's own transports do: SocketKit's loop is
+a driven one that asyncio runs (socketkit.aio.loop_group), and delegate methods run from
+its host-driven callback queue (socketkit.aio.queue), in batches of event records. Echoes
 every TCP byte and (with --udp-port) every UDP datagram back to its sender; prints
 "listening on PORT"; runs until SIGTERM. With --tls CERT KEY every connection starts TLS
 (server side) before its first read.
@@ -47,7 +48,7 @@ async def main():
     options = parser.parse_args()
     stop = asyncio.get_running_loop().create_future()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set_result, None)
-    group = socketkit.LoopGroup(1)
+    group = aio.loop_group()
     tls = None
     if options.tls:
         tls = socketkit.TLSSettings.server(options.tls[0], options.tls[1])

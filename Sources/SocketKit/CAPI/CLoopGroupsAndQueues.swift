@@ -18,6 +18,38 @@ public func sk_loop_group_create(_ loopCount: Int32, _ outGroup: UnsafeMutablePo
     }
 }
 
+@_cdecl("sk_loop_group_create_driven")
+public func sk_loop_group_create_driven(_ outGroup: UnsafeMutablePointer<OpaquePointer?>?,
+                                        _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    reporting(error) { () throws(SocketError) in
+        guard let outGroup else { throw badParam("out_group is NULL") }
+        let group = EventLoopGroup.driven()
+        if let failure = group.loops[0].startupError { throw failure }
+        outGroup.pointee = HandleRegistry.shared.register(group, kind: .loopGroup)
+    }
+}
+
+@_cdecl("sk_loop_group_get_fd")
+public func sk_loop_group_get_fd(_ handle: OpaquePointer?) -> Int32 {
+    guard let group = HandleRegistry.shared.lookup(handle, .loopGroup, as: EventLoopGroup.self) else {
+        return SocketError.Code.invalidHandle.rawValue
+    }
+    guard group.isDriven else { return SocketError.Code.badConfig.rawValue }
+    return group.backendDescriptor
+}
+
+@_cdecl("sk_loop_group_run_once")
+public func sk_loop_group_run_once(_ handle: OpaquePointer?, _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    var more = false
+    let status = reporting(error) { () throws(SocketError) in
+        guard let group = HandleRegistry.shared.lookup(handle, .loopGroup, as: EventLoopGroup.self) else {
+            throw HandleRegistry.invalid(.loopGroup)
+        }
+        more = try group.runOnce()
+    }
+    return status < 0 ? status : (more ? 1 : 0)
+}
+
 @_cdecl("sk_loop_group_loop_count")
 public func sk_loop_group_loop_count(_ handle: OpaquePointer?) -> Int32 {
     guard handle != nil else { return Int32(EventLoopGroup.default.loops.count) }
@@ -32,7 +64,9 @@ public func sk_loop_group_release(_ handle: OpaquePointer?) -> Int32 {
     guard let group = HandleRegistry.shared.remove(handle, .loopGroup) as? EventLoopGroup else {
         return SocketError.Code.invalidHandle.rawValue
     }
-    if group.loops.contains(where: { $0.inEventLoop }) {
+    if group.isDriven {
+        try? group.shutdown() // on its thread: now; elsewhere: the host's next iteration
+    } else if group.loops.contains(where: { $0.inEventLoop }) {
         // Joining our own thread would wait forever: finish the stop in the background.
         let sendable = CValue(group)
         do {

@@ -20,8 +20,18 @@ public final class EventLoop: @unchecked Sendable {
     /// Set when the loop could not be created (no descriptors left): every use fails with it.
     let startupError: SocketError?
 
+    /// A loop with no thread of its own: the thread that created it runs it, one iteration
+    /// at a time (`runOnce`), when `backendDescriptor` is readable (see `EventLoopGroup(drivenBy:)`).
+    let isDriven: Bool
+    /// True while a driven loop runs an iteration (loop thread only).
+    private var iterating = false
+
     private let epollFD: Int32
     private let wakeupFD: Int32
+    /// A driven loop's timer: armed for the earliest deadline, so that the host's poll wakes
+    /// for timers too (a threaded loop passes the deadline to epoll_wait instead).
+    private var timerFD: Int32 = -1
+    private var armedDeadline: UInt64 = 0
     private let threadIdentity = Atomic<UInt>(0)
     private var thread: pthread_t?
 
@@ -63,13 +73,15 @@ public final class EventLoop: @unchecked Sendable {
     private(set) var udpScratchIfMade: UDPScratch? = nil
 
     private static let wakeupToken = UInt64.max
+    private static let timerToken = UInt64.max - 1
     /// 256 KiB, as asyncio and uvloop read: a stream echoes with a quarter of the system
     /// calls of 64 KiB reads (measured: 255 KB per read and per send against 65 KB).
     static let readBufferSize = 256 * 1024
 
-    init(index: Int, group: EventLoopGroup?) {
+    init(index: Int, group: EventLoopGroup?, driven: Bool = false) {
         self.index = index
         self.group = group
+        isDriven = driven
         events = .allocate(capacity: eventCapacity)
         readBuffer = .allocate(byteCount: EventLoop.readBufferSize, alignment: 16)
         discardBuffer = .allocate(byteCount: 64 * 1024, alignment: 16)
@@ -85,12 +97,30 @@ public final class EventLoop: @unchecked Sendable {
             event.data.u64 = EventLoop.wakeupToken
             if epoll_ctl(epoll, EPOLL_CTL_ADD, wakeup, &event) != 0 { failure = .lastSystemError("epoll_ctl") }
         }
+        var timer: Int32 = -1
+        if failure == nil && driven {
+            timer = timerfd_create(CLOCK_MONOTONIC, Int32(TFD_NONBLOCK | TFD_CLOEXEC))
+            if timer < 0 { failure = .lastSystemError("timerfd_create") }
+            if failure == nil {
+                var event = epoll_event()
+                event.events = EPOLLIN.rawValue
+                event.data.u64 = EventLoop.timerToken
+                if epoll_ctl(epoll, EPOLL_CTL_ADD, timer, &event) != 0 { failure = .lastSystemError("epoll_ctl") }
+            }
+        }
         epollFD = epoll
         wakeupFD = wakeup
+        timerFD = timer
         startupError = failure
         if failure != nil {
             pending.withLock { $0.stopped = true }
             hasFinished = true
+            closeDescriptors()
+            return
+        }
+        if driven {
+            // The creating thread is the loop thread from now on: calls it makes run inline.
+            threadIdentity.store(currentThreadIdentity(), ordering: .releasing)
             return
         }
         do {
@@ -117,7 +147,8 @@ public final class EventLoop: @unchecked Sendable {
     /// drops the task) when the loop has stopped or never started.
     @discardableResult
     public func execute(_ task: @escaping @Sendable () -> Void) -> Bool {
-        let onLoop = inEventLoop
+        // On a driven loop between iterations nobody would look at the tasks: wake the host.
+        let onLoop = inEventLoop && (!isDriven || iterating)
         let (accepted, mustWake) = pending.withLock { state -> (Bool, Bool) in
             if state.stopped { return (false, false) }
             state.tasks.append(task)
@@ -144,6 +175,16 @@ public final class EventLoop: @unchecked Sendable {
     private func wake() {
         var one: UInt64 = 1
         _ = write(wakeupFD, &one, 8)
+    }
+
+    /// Makes a driven loop's descriptor readable (once until the next iteration).
+    private func wakeDrivenHost() {
+        let mustWake = pending.withLock { state -> Bool in
+            guard !state.wakeupArmed, !state.stopped else { return false }
+            state.wakeupArmed = true
+            return true
+        }
+        if mustWake { wake() }
     }
 
     // MARK: Registration (loop thread only)
@@ -220,6 +261,9 @@ public final class EventLoop: @unchecked Sendable {
         guard !work.isScheduledForEndOfIteration else { return }
         work.isScheduledForEndOfIteration = true
         endOfIterationWork.append(work)
+        // Queued by the host between iterations (a read from a drained callback): the host
+        // must come back.
+        if isDriven && !iterating { wakeDrivenHost() }
     }
 
     @inline(__always)
@@ -231,18 +275,77 @@ public final class EventLoop: @unchecked Sendable {
 
     private func run() {
         threadIdentity.store(currentThreadIdentity(), ordering: .releasing)
-        while true {
-            let timeout = nextTimeoutMilliseconds()
-            let count = epoll_wait(epollFD, events, Int32(eventCapacity), timeout)
-            if count > 0 {
-                for position in 0..<Int(count) {
-                    dispatch(events[position])
-                }
+        while !runIteration(timeout: nextTimeoutMilliseconds()) {}
+        shutDownHandlers()
+    }
+
+    /// One iteration: ready descriptors, expired timers, tasks, end-of-iteration work.
+    /// Returns true when the loop must stop.
+    private func runIteration(timeout: Int32) -> Bool {
+        let count = epoll_wait(epollFD, events, Int32(eventCapacity), timeout)
+        if count > 0 {
+            for position in 0..<Int(count) {
+                dispatch(events[position])
             }
-            runExpiredTimers()
-            if runTasks() { break }
-            runEndOfIterationWork()
         }
+        runExpiredTimers()
+        if runTasks() { return true }
+        runEndOfIterationWork()
+        return false
+    }
+
+    /// The descriptor a host watches for a driven loop: readable when descriptors are
+    /// ready, a timer is due or work was queued (its epoll instance).
+    var backendDescriptor: Int32 { epollFD }
+
+    /// Runs one iteration of a driven loop without waiting; only on the thread that created
+    /// it, and not from inside an iteration (a callback). Returns true when work is left
+    /// that a new iteration should do now (the descriptor is then readable too), false when
+    /// the loop is idle or has stopped.
+    func runOnce() throws(SocketError) -> Bool {
+        guard isDriven else { throw SocketError(.badConfig, "the loop runs on a thread of its own") }
+        guard inEventLoop else {
+            throw SocketError(.badConfig, "a driven loop runs only on the thread that created its group")
+        }
+        guard !iterating else { throw SocketError(.badConfig, "the loop is already running an iteration") }
+        guard !hasFinished else { return false }
+        iterating = true
+        let stop = runIteration(timeout: 0)
+        iterating = false
+        if stop {
+            shutDownHandlers()
+            return false
+        }
+        armDrivenTimer()
+        if !endOfIterationWork.isEmpty { return true }
+        return pending.withLock { !$0.tasks.isEmpty || $0.stopRequested }
+    }
+
+    /// Arms the timer descriptor for the earliest deadline (a system call only when the
+    /// earliest deadline changed).
+    private func armDrivenTimer() {
+        let earliest = timers.earliestDeadline ?? 0
+        guard earliest != armedDeadline else { return }
+        armedDeadline = earliest
+        var setting = itimerspec()
+        if earliest > 0 {
+            // An absolute time on CLOCK_MONOTONIC, the clock of `monotonicNanoseconds`; 0 would
+            // disarm it, so a deadline already past becomes 1 ns.
+            let when = max(earliest, 1)
+            setting.it_value.tv_sec = Int(when / 1_000_000_000)
+            setting.it_value.tv_nsec = Int(when % 1_000_000_000)
+        }
+        _ = timerfd_settime(timerFD, Int32(TFD_TIMER_ABSTIME), &setting, nil)
+    }
+
+    /// Stops a driven loop from its own thread, now: queued tasks run, every socket
+    /// closes and reports, and the loop touches nothing more.
+    func stopDriven() {
+        guard isDriven, inEventLoop, !iterating, !hasFinished else { return }
+        requestStop()
+        iterating = true
+        while !runIteration(timeout: 0) {}
+        iterating = false
         shutDownHandlers()
     }
 
@@ -265,6 +368,12 @@ public final class EventLoop: @unchecked Sendable {
         if token == EventLoop.wakeupToken {
             var counter: UInt64 = 0
             _ = read(wakeupFD, &counter, 8)
+            return
+        }
+        if token == EventLoop.timerToken {
+            var expirations: UInt64 = 0
+            _ = read(timerFD, &expirations, 8)
+            armedDeadline = 0 // fired: armed again after the iteration if a timer remains
             return
         }
         let slot = Int(token & 0xffff_ffff)
@@ -345,6 +454,7 @@ public final class EventLoop: @unchecked Sendable {
     }
 
     private func closeDescriptors() {
+        if timerFD >= 0 { close(timerFD) }
         if wakeupFD >= 0 { close(wakeupFD) }
         if epollFD >= 0 { close(epollFD) }
     }

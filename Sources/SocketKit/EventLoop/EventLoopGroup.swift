@@ -33,9 +33,35 @@ public final class EventLoopGroup: @unchecked Sendable {
         self.init(loopCount: loopCount, isDefault: false)
     }
 
-    private init(loopCount: Int, isDefault: Bool) {
+    private init(loopCount: Int, isDefault: Bool, driven: Bool = false) {
         self.isDefault = isDefault
-        loops = (0..<max(1, loopCount)).map { EventLoop(index: $0, group: self) }
+        loops = (0..<max(1, loopCount)).map { EventLoop(index: $0, group: self, driven: driven) }
+    }
+
+    /// A group of one loop with no thread of its own, run by the calling thread: it calls
+    /// `runOnce()` whenever `backendDescriptor` is readable (from its own poll loop: asyncio,
+    /// GLib, select), as libuv is embedded with `uv_backend_fd` and `UV_RUN_NOWAIT`. Socket
+    /// I/O and callbacks on the `.eventLoop` queue then run on that thread, and calls it
+    /// makes on those sockets run inline (no hand-over to another thread, no wake-up). Only
+    /// that thread may run the loop; other threads may use its sockets as usual (their calls
+    /// wait in the loop's task queue and make the descriptor readable).
+    public static func driven() -> EventLoopGroup {
+        EventLoopGroup(loopCount: 1, isDefault: false, driven: true)
+    }
+
+    /// True for a group made by `driven()`.
+    public var isDriven: Bool { loops[0].isDriven }
+
+    /// A driven group's descriptor: readable when the loop has work (ready sockets, a due
+    /// timer, queued calls). -1 for a group with threads.
+    public var backendDescriptor: Int32 { isDriven ? loops[0].backendDescriptor : -1 }
+
+    /// Runs one iteration of a driven group's loop without waiting (see `driven()`). Returns
+    /// true when more work is ready at once: call again before going back to the poll.
+    /// Throws `.badConfig` on another thread, from inside an iteration, or for a group with
+    /// threads.
+    public func runOnce() throws(SocketError) -> Bool {
+        try loops[0].runOnce()
     }
 
     /// The next loop, round-robin.
@@ -50,6 +76,13 @@ public final class EventLoopGroup: @unchecked Sendable {
     /// loop threads (it would wait for itself).
     public func shutdown() throws(SocketError) {
         guard !isDefault else { throw SocketError(.badConfig, "the default event loop group cannot be shut down") }
+        if isDriven {
+            // No thread to join: on its own thread the stop happens now; from another thread
+            // the next iteration the host runs finishes it.
+            guard !shutDown.exchange(true, ordering: .acquiringAndReleasing) else { return }
+            if loops[0].inEventLoop { loops[0].stopDriven() } else { loops[0].requestStop() }
+            return
+        }
         guard !loops.contains(where: { $0.inEventLoop }) else {
             throw SocketError(.badConfig, "shutdown called on one of the group's own loop threads")
         }

@@ -16,6 +16,7 @@
 #include <sys/un.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <netinet/in.h>

@@ -17,6 +17,7 @@ import sys
 import threading
 import types
 import weakref
+from _weakref import _remove_dead_weakref  # type: ignore[import]
 from ctypes import byref, c_double, c_int, c_long, c_size_t, c_uint16, c_uint32, c_void_p
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
@@ -39,6 +40,51 @@ ZERO = b"\x00"
 # --------------------------------------------------------------------------------------
 # Errors
 # --------------------------------------------------------------------------------------
+
+class _WeakTable:
+    """handle -> object, held weakly: what WeakValueDictionary does, without its Python-level
+    code on every lookup (one lookup per event)."""
+
+    __slots__ = ("_refs",)
+
+    def __init__(self) -> None:
+        self._refs: Dict[int, "weakref.ref[Any]"] = {}
+
+    def get(self, key: int) -> Any:
+        ref = self._refs.get(key)
+        return ref() if ref is not None else None
+
+    def __setitem__(self, key: int, value: Any) -> None:
+        refs = self._refs
+
+        def gone(_ref: Any, key: int = key) -> None:
+            # Removes the entry only if it is still the dead one (atomic under the GIL),
+            # as WeakValueDictionary does: the handle may already name a new object.
+            _remove_dead_weakref(refs, key)
+
+        refs[key] = weakref.ref(value, gone)
+
+    def pop(self, key: int, default: Any = None) -> Any:
+        ref = self._refs.pop(key, None)
+        value = ref() if ref is not None else None
+        return default if value is None else value
+
+    def values(self) -> List[Any]:
+        return [value for value in (ref() for ref in list(self._refs.values())) if value is not None]
+
+
+class _ThreadErrors(threading.local):
+    """One sk_error_t per thread, reused by every call that can fail: making a ctypes
+    structure per call cost more than the call. SocketKit fills it only as the call
+    returns, after any callback the call ran (which may itself use it)."""
+
+    def __init__(self) -> None:
+        self.error = _ffi.CError()
+        self.pointer = byref(self.error)
+
+
+_thread_errors = _ThreadErrors()
+
 
 def _raise_for(status: int, error: Optional[_ffi.CError] = None) -> int:
     """Returns `status` when it is not an error, raises the matching exception otherwise."""
@@ -163,6 +209,32 @@ class LoopGroup:
         error = _ffi.CError()
         _raise_for(lib.sk_loop_group_create(loop_count, byref(handle), byref(error)), error)
         self._handle: Optional[int] = handle.value
+
+    @classmethod
+    def driven(cls) -> "LoopGroup":
+        """A group of one loop with no thread of its own, run by the calling thread: call
+        :meth:`run_once` whenever :meth:`fileno` is readable (:func:`socketkit.aio.loop_group`
+        does this for asyncio). Socket I/O then happens on that thread, and its calls on the
+        group's sockets run at once instead of waiting for another thread."""
+        group = cls.__new__(cls)
+        handle = c_void_p()
+        error = _ffi.CError()
+        _raise_for(lib.sk_loop_group_create_driven(byref(handle), byref(error)), error)
+        group._handle = handle.value
+        return group
+
+    def fileno(self) -> int:
+        """A driven group's descriptor, readable while its loop has work (owned by the group)."""
+        return _raise_for(lib.sk_loop_group_get_fd(self.handle))
+
+    def run_once(self) -> bool:
+        """Runs one iteration of a driven group's loop without waiting, on the thread that
+        created the group; True when more work is ready at once."""
+        errors = _thread_errors
+        status = lib.sk_loop_group_run_once(self.handle, errors.pointer)
+        if status < 0:
+            _raise_for(status, errors.error)
+        return status == 1
 
     @property
     def handle(self) -> int:
@@ -315,7 +387,7 @@ _DELEGATE_METHODS = {
 }
 
 # Live sockets by handle, held weakly: a socket nobody references closes.
-_sockets: "weakref.WeakValueDictionary[int, Socket]" = weakref.WeakValueDictionary()
+_sockets = _WeakTable()
 # Sockets being adopted with from_fd, by the token passed as userdata: their first callback
 # (did_connect) may run before sk_socket_create_from_fd has returned their handle.
 _adopting: "weakref.WeakValueDictionary[int, Socket]" = weakref.WeakValueDictionary()
@@ -945,9 +1017,11 @@ class Socket:
     def read(self, max_length: int = 0, timeout: float = -1, tag: int = 0) -> None:
         """Reads whatever is available (at least one byte, at most `max_length` if not 0).
         ``socket_did_read(sock, data, tag)`` receives ``bytes``."""
-        error = _ffi.CError()
-        _raise_for(lib.sk_socket_read(self.handle, _size(max_length, "max_length"), float(timeout), tag,
-                                      byref(error)), error)
+        errors = _thread_errors
+        status = lib.sk_socket_read(self.handle, _size(max_length, "max_length") if max_length else 0, float(timeout),
+                                    tag, errors.pointer)
+        if status < 0:
+            _raise_for(status, errors.error)
 
     def read_to_length(self, length: int, timeout: float = -1, tag: int = 0) -> None:
         """Reads exactly `length` bytes."""
@@ -1044,9 +1118,11 @@ class Socket:
             else:
                 source = (ctypes.c_char * view.nbytes).from_buffer(view.cast("B"))
             length = view.nbytes
-        error = _ffi.CError()
+        errors = _thread_errors
         # SocketKit copies the bytes before the call returns.
-        _raise_for(lib.sk_socket_write(self.handle, source, length, float(timeout), tag, byref(error)), error)
+        status = lib.sk_socket_write(self.handle, source, length, float(timeout), tag, errors.pointer)
+        if status < 0:
+            _raise_for(status, errors.error)
 
     def _write_no_copy(self, data: bytes, timeout: float, tag: int) -> None:
         token = next(_next_token)
@@ -1306,7 +1382,7 @@ _UDP_DELEGATE_METHODS = {
 }
 
 # Live UDP sockets by handle, held weakly, as _sockets.
-_udp_sockets: "weakref.WeakValueDictionary[int, UdpSocket]" = weakref.WeakValueDictionary()
+_udp_sockets = _WeakTable()
 
 _AF_INET = _stdlib_socket.AF_INET
 _AF_INET6 = _stdlib_socket.AF_INET6

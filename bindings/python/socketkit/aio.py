@@ -64,9 +64,57 @@ def queue(loop: Optional[asyncio.AbstractEventLoop] = None) -> HostQueue:
     return host
 
 
+_groups: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopGroup]" = weakref.WeakKeyDictionary()
+
+
+def loop_group(loop: Optional[asyncio.AbstractEventLoop] = None) -> LoopGroup:
+    """A SocketKit loop run by the asyncio loop itself (:meth:`LoopGroup.driven`), created
+    once per loop. Sockets on it do their I/O on the asyncio thread, between the loop's
+    other callbacks, as asyncio's own transports do: no SocketKit thread, and a write from
+    a delegate method goes to the kernel at once. Pass it as ``loop_group`` together with
+    :func:`queue`::
+
+        sock = socketkit.Socket(my_delegate, queue=aio.queue(), loop_group=aio.loop_group())
+
+    Must be called on the loop's thread (the group belongs to that thread).
+    """
+    running = asyncio.get_running_loop()
+    loop = loop or running
+    if loop is not running:
+        raise RuntimeError("aio.loop_group() must be called from a coroutine or callback of its loop")
+    group = _groups.get(loop)
+    if group is None:
+        host = queue(loop)
+        group = LoopGroup.driven()
+        descriptor = group.fileno()
+        loop.add_reader(descriptor, _drive, loop, group, host, descriptor)
+        _groups[loop] = group
+    return group
+
+
+def _drive(loop: asyncio.AbstractEventLoop, group: LoopGroup, host: HostQueue, descriptor: int) -> None:
+    """Runs SocketKit iterations and the delegate methods they produced until both are idle."""
+    try:
+        while True:
+            more = group.run_once()
+            handled = host.drain()
+            if not more and not handled:
+                return
+    except Error:
+        # The group was closed behind our back: stop watching its descriptor.
+        if _groups.get(loop) is group:
+            del _groups[loop]
+        loop.remove_reader(descriptor)
+
+
 def detach(loop: Optional[asyncio.AbstractEventLoop] = None) -> None:
-    """Stops `loop` from draining its queue (call before closing the loop)."""
+    """Stops `loop` from draining its queue and running its SocketKit loop (call before
+    closing the loop; sockets on its :func:`loop_group` disconnect)."""
     loop = loop or asyncio.get_running_loop()
+    group = _groups.pop(loop, None)
+    if group is not None:
+        loop.remove_reader(group.fileno())
+        group.close()
     host = _queues.pop(loop, None)
     if host is not None:
         loop.remove_reader(host.fileno())

@@ -142,3 +142,110 @@ def test_unix_servers_and_clients():
         await server.wait_closed()
 
     run(main())
+
+
+def test_a_loop_group_driven_by_asyncio_serves_on_its_thread():
+    """aio.loop_group(): SocketKit's loop has no thread; asyncio runs it. I/O, delegate
+    methods and the writes they make all happen on the asyncio thread."""
+    async def main():
+        loop_thread = threading.get_ident()
+        threads = set()
+        connections = set()
+
+        class Echo:
+            def socket_did_accept(self, listener, connection):
+                threads.add(threading.get_ident())
+                connections.add(connection)
+                connection.read()
+
+            def socket_did_read(self, sock, data, tag):
+                threads.add(threading.get_ident())
+                sock.write(data)
+                sock.read()
+
+        group = aio.loop_group()
+        assert aio.loop_group() is group  # one per asyncio loop
+        listener = socketkit.Socket(Echo(), queue=aio.queue(), loop_group=group)
+        listener.accept_on_interface("127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.local_port)
+        expected = b""
+        for index in range(200):
+            line = b"line %d " % index + pattern(index * 50) + b"\n"
+            expected += line
+            writer.write(line)
+        await writer.drain()
+        received = await reader.readexactly(len(expected))
+        assert received == expected
+        assert threads == {loop_thread}
+        writer.close()
+        aio.detach()  # closes the group: its sockets disconnect
+        with pytest.raises(socketkit.Error):
+            listener.read()
+
+    run(main())
+
+
+def test_timers_of_a_driven_loop_group_fire():
+    """Nothing arrives: only the read's timer can wake the asyncio loop."""
+    async def main():
+        failure = asyncio.get_running_loop().create_future()
+
+        class Client:
+            def socket_did_connect(self, sock, host, port):
+                sock.read(timeout=0.2)
+
+            def socket_did_disconnect(self, sock, error):
+                failure.set_result(error)
+
+        async def silent(reader, writer):
+            await reader.read()
+            writer.close()
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        client = Client()
+        sock = socketkit.Socket(client, queue=aio.queue(), loop_group=aio.loop_group())
+        sock.connect_to_host("127.0.0.1", server.sockets[0].getsockname()[1], timeout=5)
+        assert isinstance(await failure, socketkit.ReadTimeoutError)
+        sock.close()
+        server.close()
+        await server.wait_closed()
+        aio.detach()
+
+    run(main())
+
+
+def test_a_driven_loop_group_belongs_to_the_thread_that_made_it():
+    group = socketkit.LoopGroup.driven()
+    assert group.fileno() >= 0
+    assert group.run_once() is False  # nothing to do
+    outcome = []
+
+    def intruder():
+        try:
+            group.run_once()
+        except socketkit.Error as error:
+            outcome.append(type(error))
+
+    thread = threading.Thread(target=intruder)
+    thread.start()
+    thread.join()
+    assert outcome == [socketkit.BadConfigError]
+    group.close()
+    with pytest.raises(socketkit.InvalidHandleError):
+        group.run_once()
+    threaded = socketkit.LoopGroup(1)
+    try:
+        with pytest.raises(socketkit.BadConfigError):
+            threaded.fileno()
+    finally:
+        threaded.close()
+
+    async def elsewhere():
+        other = asyncio.new_event_loop()
+        try:
+            with pytest.raises(RuntimeError):
+                aio.loop_group(other)
+        finally:
+            other.close()
+
+    run(elsewhere())
