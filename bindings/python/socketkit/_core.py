@@ -85,6 +85,11 @@ class _ThreadErrors(threading.local):
 
 _thread_errors = _ThreadErrors()
 
+# The default arguments of the hot calls, as ctypes values (never mutated).
+_NO_TIMEOUT = c_double(-1.0)
+_ZERO_TAG = c_long(0)
+_ZERO_SIZE = c_size_t(0)
+
 
 def _raise_for(status: int, error: Optional[_ffi.CError] = None) -> int:
     """Returns `status` when it is not an error, raises the matching exception otherwise."""
@@ -388,6 +393,7 @@ _DELEGATE_METHODS = {
 
 # Live sockets by handle, held weakly: a socket nobody references closes.
 _sockets = _WeakTable()
+_socket_refs = _sockets._refs  # read directly by the hot event path
 # Sockets being adopted with from_fd, by the token passed as userdata: their first callback
 # (did_connect) may run before sk_socket_create_from_fd has returned their handle.
 _adopting: "weakref.WeakValueDictionary[int, Socket]" = weakref.WeakValueDictionary()
@@ -443,9 +449,20 @@ def _on_connect(handle, host, port, userdata):
 
 
 def _on_read(handle, data, length, tag):
-    sock = _socket_for(handle)
-    if sock is not None:
-        _invoke(sock, "socket_did_read", sock._take_read_result(data, length), tag)
+    # The hottest path of the binding (one call per read): _socket_for and _invoke inlined.
+    if _shutting_down:
+        return
+    ref = _socket_refs.get(handle)
+    sock = ref() if ref is not None else None
+    if sock is None:
+        return
+    payload = sock._take_read_result(data, length)
+    method = getattr(sock._delegate, "socket_did_read", None)
+    if method is not None:
+        try:
+            method(sock, payload, tag)
+        except BaseException:
+            _report_unraisable("Exception ignored in socketkit delegate method socket_did_read", sock._delegate)
 
 
 def _on_timeout(handle, name, tag, elapsed, done) -> float:
@@ -598,17 +615,20 @@ def _error_at(address: int) -> Optional[Error]:
 
 _EVENT_SIZE = _ffi.EVENT_FORMAT.size
 _unpack_event = _ffi.EVENT_FORMAT.unpack_from
+_iter_unpack_events = _ffi.EVENT_FORMAT.iter_unpack
 
 
 def _dispatch_records(raw: memoryview, records: Any, count: int) -> None:
     """Handles `count` records of a poll, in order (one struct unpack per record: no ctypes
     callback and no ctypes field access on the common paths)."""
-    for index in range(count):
-        (handle, userdata, kind, port, tag, data, length, elapsed, host, error, new_socket,
-         _token, udp_handle, _address, _address_length, context, trust) = _unpack_event(raw, index * _EVENT_SIZE)
+    read_kind = _ffi.EVENT_READ
+    on_read = _on_read
+    for index, (handle, userdata, kind, port, tag, data, length, elapsed, host, error, new_socket,
+                _token, udp_handle, _address, _address_length, context,
+                trust) in enumerate(_iter_unpack_events(raw[:count * _EVENT_SIZE])):
         try:
-            if kind == _ffi.EVENT_READ:
-                _on_read(handle, data, length, tag)
+            if kind == read_kind:
+                on_read(handle, data, length, tag)
             elif kind == _ffi.EVENT_WRITE:
                 _on_simple(handle, "socket_did_write", tag)
             elif kind >= _ffi.EVENT_UDP_CONNECT:
@@ -727,6 +747,7 @@ class Socket:
 
     def _init_common(self, delegate: Any, queue: Optional[CallbackQueue]) -> None:
         self._handle: Optional[int] = None
+        self._c_handle: Optional[c_void_p] = None
         self._delegate = delegate
         self._queue = queue
         # Caller buffers of pending *_into reads: (start address, end address, view, session).
@@ -742,6 +763,8 @@ class Socket:
 
     def _register(self, handle: int) -> None:
         self._handle = handle
+        # Passed as is to the hot calls: ctypes then skips converting the integer each time.
+        self._c_handle = c_void_p(handle)
         _sockets[handle] = self
 
     @property
@@ -810,6 +833,7 @@ class Socket:
 
     def _release(self) -> None:
         handle, self._handle = self._handle, None
+        self._c_handle = None
         if handle is not None:
             _sockets.pop(handle, None)
             lib.sk_socket_release(handle)
@@ -1017,9 +1041,13 @@ class Socket:
     def read(self, max_length: int = 0, timeout: float = -1, tag: int = 0) -> None:
         """Reads whatever is available (at least one byte, at most `max_length` if not 0).
         ``socket_did_read(sock, data, tag)`` receives ``bytes``."""
+        handle = self._c_handle
+        if handle is None:
+            raise InvalidHandleError("the socket is closed", -11)
         errors = _thread_errors
-        status = lib.sk_socket_read(self.handle, _size(max_length, "max_length") if max_length else 0, float(timeout),
-                                    tag, errors.pointer)
+        status = lib.sk_socket_read(handle, _size(max_length, "max_length") if max_length else _ZERO_SIZE,
+                                    _NO_TIMEOUT if timeout == -1 else float(timeout), _ZERO_TAG if tag == 0 else tag,
+                                    errors.pointer)
         if status < 0:
             _raise_for(status, errors.error)
 
@@ -1092,7 +1120,8 @@ class Socket:
                 del self._pending_buffers[index]  # a list: something was pinned
                 offset = data - start
                 return view[offset:offset + length]
-        return ctypes.string_at(data, length)
+        # A third of ctypes.string_at's cost (that one is itself a foreign call).
+        return (ctypes.c_char * length).from_address(data).raw if length else b""
 
     @property
     def read_progress(self) -> Optional[Progress]:
@@ -1118,9 +1147,14 @@ class Socket:
             else:
                 source = (ctypes.c_char * view.nbytes).from_buffer(view.cast("B"))
             length = view.nbytes
+        handle = self._c_handle
+        if handle is None:
+            raise InvalidHandleError("the socket is closed", -11)
         errors = _thread_errors
-        # SocketKit copies the bytes before the call returns.
-        status = lib.sk_socket_write(self.handle, source, length, float(timeout), tag, errors.pointer)
+        # SocketKit copies the bytes before the call returns. Default arguments go as prebuilt
+        # ctypes values (converting Python numbers costs more than the call).
+        status = lib.sk_socket_write(handle, source, length, _NO_TIMEOUT if timeout == -1 else float(timeout),
+                                     _ZERO_TAG if tag == 0 else tag, errors.pointer)
         if status < 0:
             _raise_for(status, errors.error)
 
