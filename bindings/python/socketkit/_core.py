@@ -634,8 +634,8 @@ def _dispatch_records(raw: memoryview, records: Any, count: int) -> None:
             elif kind >= _ffi.EVENT_UDP_CONNECT:
                 # UDP records carry the peer as text (host, port) beside the sockaddr.
                 if kind == _ffi.EVENT_UDP_RECEIVE:
-                    _on_udp_receive(udp_handle, ctypes.string_at(data, length) if length else b"",
-                                    (ctypes.string_at(host).decode("utf-8", "replace"), port), context)
+                    _on_udp_receive(udp_handle, (ctypes.c_char * length).from_address(data).raw if length else b"",
+                                    _udp_record_address(host, port, _address, _address_length), context)
                 elif kind == _ffi.EVENT_UDP_SEND:
                     _on_udp_simple(udp_handle, "udp_socket_did_send", tag)
                 elif kind == _ffi.EVENT_UDP_NOT_SEND:
@@ -1451,9 +1451,30 @@ def _ip_address_at(pointer: Optional[int], length: int) -> Optional[IPAddress]:
     return _ip_address_from_sockaddr(ctypes.string_at(pointer, length))
 
 
+# Recent (host, port) <-> sockaddr conversions: a UDP server answers the same peers again
+# and again. Bounded; cleared when full.
+_sockaddr_by_address: Dict[Any, bytes] = {}
+_address_by_sockaddr: Dict[bytes, IPAddress] = {}
+_ADDRESS_CACHE_LIMIT = 4096
+
+
 def _ip_sockaddr(address: Any) -> bytes:
     """The C sockaddr for ("ip", port) or ("ip6", port, flowinfo, scope_id) (as Python's
     socket module gives them). Host names are refused: use the *_to_host methods."""
+    try:
+        cached = _sockaddr_by_address.get(address)
+    except TypeError:  # unhashable: not a valid address either; the checks below say why
+        cached = None
+    if cached is not None:
+        return cached
+    raw = _ip_sockaddr_uncached(address)
+    if len(_sockaddr_by_address) >= _ADDRESS_CACHE_LIMIT:
+        _sockaddr_by_address.clear()
+    _sockaddr_by_address[address] = raw
+    return raw
+
+
+def _ip_sockaddr_uncached(address: Any) -> bytes:
     try:
         if not isinstance(address, tuple) or len(address) not in (2, 4):
             raise TypeError("expected (host, port)")
@@ -1490,6 +1511,22 @@ def _on_udp_receive(handle, data: bytes, address: Optional[IPAddress], context: 
         return
     value = sock._contexts.pop(context, None) if context else None
     _invoke(sock, "udp_socket_did_receive", data, address, value)
+
+
+def _udp_record_address(host: int, port: int, raw_address: int, raw_length: int) -> IPAddress:
+    """The (host, port) of a receive record: from the cache by the raw sockaddr (a copy of
+    a few bytes) instead of decoding the host text each time."""
+    key = (ctypes.c_char * raw_length).from_address(raw_address).raw if raw_address and raw_length else None
+    if key is not None:
+        cached = _address_by_sockaddr.get(key)
+        if cached is not None:
+            return cached
+    address = (ctypes.string_at(host).decode("utf-8", "replace"), port)
+    if key is not None:
+        if len(_address_by_sockaddr) >= _ADDRESS_CACHE_LIMIT:
+            _address_by_sockaddr.clear()
+        _address_by_sockaddr[key] = address
+    return address
 
 
 @_ffi.UDP_DID_CONNECT
@@ -1676,6 +1713,7 @@ class UdpSocket:
     def __init__(self, delegate: Any = None, *, queue: Optional[CallbackQueue] = _UNSET,
                  loop_group: Optional[LoopGroup] = None) -> None:
         self._handle: Optional[int] = None
+        self._c_handle: Optional[c_void_p] = None
         self._delegate = delegate
         self._queue = default_queue() if queue is _UNSET else queue
         # Receive-filter contexts waiting for their did_receive, by the token given to C.
@@ -1692,6 +1730,7 @@ class UdpSocket:
                                             loop_group.handle if loop_group is not None else None,
                                             byref(handle), byref(error)), error)
         self._handle = handle.value
+        self._c_handle: Optional[c_void_p] = c_void_p(handle.value)
         _udp_sockets[handle.value] = self
 
     # ---- lifetime ------------------------------------------------------------------------
@@ -1713,6 +1752,7 @@ class UdpSocket:
         another thread is waited for). Idempotent. Called from inside one of the socket's
         own filters, the release completes on another thread once the filter returns."""
         handle, self._handle = self._handle, None
+        self._c_handle = None
         if handle is not None:
             _udp_sockets.pop(handle, None)
             _release_udp_handle(handle)
@@ -1876,9 +1916,15 @@ class UdpSocket:
         """Queues a datagram to ("ip", port)."""
         raw = _ip_sockaddr(address)
         source, length = _send_source(data)
-        error = _ffi.CError()
-        _raise_for(lib.sk_udp_socket_send_to_address(self.handle, source, length, raw, len(raw), float(timeout),
-                                                     tag, byref(error)), error)
+        handle = self._c_handle
+        if handle is None:
+            raise InvalidHandleError("the socket is closed", -11)
+        errors = _thread_errors
+        status = lib.sk_udp_socket_send_to_address(handle, source, length, raw, len(raw),
+                                                   _NO_TIMEOUT if timeout == -1 else float(timeout),
+                                                   _ZERO_TAG if tag == 0 else tag, errors.pointer)
+        if status < 0:
+            _raise_for(status, errors.error)
 
     # ---- filters -------------------------------------------------------------------------
 
