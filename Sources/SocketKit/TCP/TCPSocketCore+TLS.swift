@@ -195,7 +195,7 @@ extension TCPSocketCore {
         tls.stage = .secure
         cancel(tls.handshakeTimer)
         tls.handshakeTimer = nil
-        session.releaseIdleBuffers()
+        session.releaseIdleBuffers(threshold: 0) // idle from here on, typically: keep nothing
         let info = TLSInfoBox(session.info)
         let current = self.session
         shared.published.withLock { published in
