@@ -171,6 +171,13 @@ def main():
     w("  included) x 10^6 / rate. It compares servers even when the load generator's core is the")
     w("  one that saturates (marked \\* below: the throughput is then a lower bound).")
     w("- Medians over the repetitions; spreads are in the last section.")
+    w("- SocketKit's servers: C = `bindings/c/examples/echo_server.c --raw` (callbacks on the loop")
+    w("  thread); Swift = `bench/swift-echo`; Python = `bench/python-echo/sk_echo.py` (asyncio runs")
+    w("  SocketKit's loop itself, `aio.loop_group()`, and delegate methods come in batches of event")
+    w("  records, `aio.queue()`: one thread, as asyncio's own transports).")
+    w("- Idle connections: `idlemax` holds 100,000 connections where the descriptor limit allows it,")
+    w("  otherwise as many as it does (see Limits above; the server and the load generator each hold")
+    w("  one descriptor per connection).")
     w("")
 
     servers = data.servers
