@@ -1,47 +1,67 @@
 import Synchronization
 
 /// The part of a socket's state that any thread may read without waiting for its loop:
-/// the status, addresses and configuration (behind one lock, changed only on transitions),
-/// the queued-write byte count and the progress of the current read and write (atomics
-/// the loop updates as it goes).
+/// the status, addresses and configuration (changed only on transitions). It lives in the
+/// socket's `TCPSocketCore`, guarded by the core's `stateLock`, beside the queued-write byte
+/// count and the progress of the current read and write (atomics the loop updates as it
+/// goes): one object per socket instead of three, and no separately allocated mutex.
 ///
 /// Getters never hop onto the loop, so they cannot deadlock whatever thread calls them,
 /// including another loop's thread or a callback that holds a lock of its own.
-final class SocketSharedState: @unchecked Sendable {
-    struct Published: Sendable {
-        var status = SocketStatus.disconnected
-        /// Increments each time a session starts (connect, accept, adopt); operations carry
-        /// the session they were issued in and the loop drops those of an ended session.
-        var session: UInt64 = 0
-        /// False once `disconnectAfter…` was called in this session.
-        var acceptsReadsAndWrites = true
-        var localAddress: SocketAddress? = nil
-        var peerAddress: SocketAddress? = nil
-        var listenerAddresses: [SocketAddress] = []
-        var isUnixDomain = false
-        var configuration = SocketConfiguration()
-        /// Made on the first read into a caller's buffer (most sockets never need one).
-        var callerBuffers: CallerBufferGuard? = nil
-        var callerBuffersRevoked = false
-        /// What the TLS handshake settled, once the connection is secure.
-        var tls: TLSInfoBox? = nil
-        /// `startTLS` was called in this session (only the first call counts).
-        var tlsRequested = false
+struct SocketPublishedState: Sendable {
+    var status = SocketStatus.disconnected
+    /// Increments each time a session starts (connect, accept, adopt); operations carry
+    /// the session they were issued in and the loop drops those of an ended session.
+    var session: UInt64 = 0
+    /// False once `disconnectAfter…` was called in this session.
+    var acceptsReadsAndWrites = true
+    var isUnixDomain = false
+    var callerBuffersRevoked = false
+    /// `startTLS` was called in this session (only the first call counts).
+    var tlsRequested = false
+    var localAddress: SocketAddress? = nil
+    var peerAddress: SocketAddress? = nil
+    var listenerAddresses: [SocketAddress] = []
+    var configuration: SocketConfiguration
+    /// Made on the first read into a caller's buffer (most sockets never need one).
+    var callerBuffers: CallerBufferGuard? = nil
+    /// What the TLS handshake settled, once the connection is secure.
+    var tls: TLSInfoBox? = nil
+
+    init(configuration: SocketConfiguration) {
+        self.configuration = configuration
+    }
+}
+
+extension TCPSocketCore {
+    /// This core's address: where a thread waiting for `stateLock` sleeps (ParkingLot).
+    @inline(__always)
+    var lockKey: UInt { UInt(bitPattern: Int(bitPattern: Unmanaged.passUnretained(self).toOpaque())) }
+
+    /// Runs `body` with the state lock held: the lock of the published state, and of the
+    /// owning `Socket`'s routing (delegate, queue, user data). Never around user code.
+    @inline(__always)
+    func withStateLock<Result>(_ body: () throws -> Result) rethrows -> Result {
+        let key = lockKey
+        stateLock.lock(key: key)
+        defer { stateLock.unlock(key: key) }
+        return try body()
     }
 
-    let published = LockedValue(Published())
-    let queuedWriteBytes = Atomic<Int>(0)
-    let readProgress = ProgressCell()
-    let writeProgress = ProgressCell()
-
-    init(configuration: SocketConfiguration = SocketConfiguration()) {
-        published.withLock { $0.configuration = configuration }
+    @inline(__always)
+    func withPublished<Result, Failure: Error>(
+        _ body: (inout SocketPublishedState) throws(Failure) -> Result
+    ) throws(Failure) -> Result {
+        let key = lockKey
+        stateLock.lock(key: key)
+        defer { stateLock.unlock(key: key) }
+        return try body(&publishedState)
     }
 
     /// The guard for reads into callers' buffers (revoked from birth once the handle was
     /// released).
     var callerBuffers: CallerBufferGuard {
-        published.withLock { published in
+        withPublished { published in
             if let existing = published.callerBuffers { return existing }
             let made = CallerBufferGuard(revoked: published.callerBuffersRevoked)
             published.callerBuffers = made
@@ -51,7 +71,7 @@ final class SocketSharedState: @unchecked Sendable {
 
     /// Once this returns, the loop writes into no caller buffer of this socket.
     func revokeCallerBuffers() {
-        let existing = published.withLock { published -> CallerBufferGuard? in
+        let existing = withPublished { published -> CallerBufferGuard? in
             published.callerBuffersRevoked = true
             return published.callerBuffers
         }

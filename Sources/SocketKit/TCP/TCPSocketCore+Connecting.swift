@@ -178,7 +178,7 @@ extension TCPSocketCore {
         let remote = peer ?? SystemCalls.peerAddress(fd)
         let session = self.session
         let unix = isUnixDomain
-        shared.published.withLock { published in
+        withPublished { published in
             guard published.session == session else { return }
             published.status = .connected
             published.localAddress = local

@@ -81,7 +81,7 @@ extension TCPSocketCore {
 
     private func startRead(_ request: ReadRequest) {
         currentRead = request
-        shared.readProgress.publish(tag: request.tag, done: 0, total: request.totalLength)
+        readProgress.publish(tag: request.tag, done: 0, total: request.totalLength)
         if request.timeout >= 0 {
             arm(&readTimer, deadline: deadline(afterSeconds: request.timeout)) { $0.readTimerFired() }
         }
@@ -96,7 +96,7 @@ extension TCPSocketCore {
         case .incomplete(let consumed):
             if fromPrebuffer { prebuffer.consume(consumed) }
             guard let request = currentRead else { return true }
-            shared.readProgress.update(done: request.bytesDone)
+            readProgress.update(done: request.bytesDone)
             if request.reportsPartialProgress && ownerWants(.readPartial) {
                 emit(.didReadPartial(length: consumed, tag: request.tag))
                 return session == self.session && phase == .connected
@@ -114,7 +114,7 @@ extension TCPSocketCore {
             }
             guard var request = currentRead.take() else { return true }
             cancel(readTimer)
-            shared.readProgress.clear()
+            readProgress.clear()
             if tls != nil { tlsCountCompletedRead() }
             if ownerWants(.read) {
                 let payload: ReadPayload = borrowed

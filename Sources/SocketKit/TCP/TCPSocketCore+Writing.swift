@@ -11,7 +11,7 @@ extension TCPSocketCore {
               !disconnectAfterReads, !disconnectAfterWrites else { return }
         writeQueue.append(request)
         queuedWriteBytes += request.remaining
-        shared.queuedWriteBytes.store(queuedWriteBytes, ordering: .relaxed)
+        publishedQueuedWriteBytes.store(queuedWriteBytes, ordering: .relaxed)
         if phase == .connected {
             if !headWriteStarted { startHeadWrite() }
             scheduleWriteFlush()
@@ -60,7 +60,7 @@ extension TCPSocketCore {
         // A write queued after a TLS marker becomes current only once the connection is secure.
         guard phase == .connected, !tlsHoldsWrites, let head = writeQueue.first else { return }
         headWriteStarted = true
-        shared.writeProgress.publish(tag: head.tag, done: head.offset, total: head.length)
+        writeProgress.publish(tag: head.tag, done: head.offset, total: head.length)
         if head.timeout >= 0 {
             arm(&writeTimer, deadline: deadline(afterSeconds: head.timeout)) { $0.writeTimerFired() }
         }
@@ -136,7 +136,7 @@ extension TCPSocketCore {
         let session = self.session
         var left = written
         queuedWriteBytes -= written
-        shared.queuedWriteBytes.store(queuedWriteBytes, ordering: .relaxed)
+        publishedQueuedWriteBytes.store(queuedWriteBytes, ordering: .relaxed)
         while left > 0, let head = writeQueue.first {
             let chunk = min(head.remaining, left)
             left -= chunk
@@ -144,7 +144,7 @@ extension TCPSocketCore {
                 _ = writeQueue.popFirst()
                 headWriteStarted = false
                 cancel(writeTimer)
-                shared.writeProgress.clear()
+                writeProgress.clear()
                 if tls != nil { tlsCountCompletedWrite() }
                 if ownerWants(.write) {
                     emit(.didWrite(tag: head.tag))
@@ -153,7 +153,7 @@ extension TCPSocketCore {
                 if !headWriteStarted { startHeadWrite() }
             } else {
                 writeQueue[0].offset += chunk
-                shared.writeProgress.update(done: writeQueue[0].offset)
+                writeProgress.update(done: writeQueue[0].offset)
                 if ownerWants(.writePartial) {
                     emit(.didWritePartial(length: chunk, tag: head.tag))
                     guard session == self.session && phase == .connected else { return false }

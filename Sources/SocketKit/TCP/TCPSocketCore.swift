@@ -1,5 +1,6 @@
 import Glibc
 import SocketKitC
+import Synchronization
 
 /// The state machine of one TCP or Unix-domain socket, after GCDAsyncSocket: a read queue,
 /// a write queue, a prebuffer, timers with extension, disconnect-after flags, Happy Eyeballs
@@ -16,7 +17,6 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     }
 
     let loop: EventLoop
-    let shared: SocketSharedState
     /// The user-facing handle; nil once the user released it (the core then closes).
     weak var owner: Socket?
 
@@ -167,6 +167,14 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         set { if acceptingState != nil || !(newValue == nil) { accepting.acceptTimer = newValue } }
     }
 
+    // Shared with other threads (SocketSharedState.swift): everything else is loop-only.
+    let stateLock = InlineLock()
+    /// Guarded by `stateLock` (`withPublished`).
+    nonisolated(unsafe) var publishedState: SocketPublishedState
+    let publishedQueuedWriteBytes = Atomic<Int>(0)
+    let readProgress = ProgressCell()
+    let writeProgress = ProgressCell()
+
     // Callouts and deferred work.
     var inCallout = false
     var runningDeferredOperations = false
@@ -180,10 +188,10 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     static let connectionEvents = EPOLLIN.rawValue | EPOLLOUT.rawValue | EPOLLRDHUP.rawValue | EPOLLET.rawValue
     static let listenerEvents = EPOLLIN.rawValue | EPOLLET.rawValue
 
-    init(loop: EventLoop, shared: SocketSharedState) {
+    init(loop: EventLoop, configuration: SocketConfiguration) {
         self.loop = loop
-        self.shared = shared
-        self.configuration = shared.published.withLock { $0.configuration }
+        self.configuration = configuration
+        publishedState = SocketPublishedState(configuration: configuration)
     }
 
     deinit {
@@ -421,10 +429,10 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         acceptFailureReported = false
         phase = .idle
 
-        shared.queuedWriteBytes.store(0, ordering: .relaxed)
-        shared.readProgress.clear()
-        shared.writeProgress.clear()
-        shared.published.withLock { published in
+        publishedQueuedWriteBytes.store(0, ordering: .relaxed)
+        readProgress.clear()
+        writeProgress.clear()
+        withPublished { published in
             guard published.session == endedSession else { return }
             published.status = .disconnected
             published.acceptsReadsAndWrites = true
