@@ -44,8 +44,11 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     var tls: TLSState? = nil
 
     // Reads.
+    /// The reads after `currentRead`.
     var readQueue = FIFO<ReadRequest>()
+    /// The front read: under way once `currentReadStarted`, otherwise the next to start.
     var currentRead: ReadRequest? = nil
+    var currentReadStarted = false
     var prebuffer = ByteQueue()
     var readTimeoutPending = false
     /// Each timeout question gets a number never used before by this socket, so an answer
@@ -360,6 +363,7 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         if phase == .connected && disconnectAfterWrites && !writeQueue.isEmpty && fd >= 0 {
             readQueue.removeAll()
             currentRead = nil
+            currentReadStarted = false
             disconnectAfterReads = false
             arm(&connectTimer, deadline: deadline(afterSeconds: TCPSocketCore.lingerSeconds)) {
                 $0.closeSession(nil, notify: false)
@@ -410,6 +414,7 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
 
         readQueue.removeAll()
         currentRead = nil
+        currentReadStarted = false
         prebuffer.removeAll()
         writeQueue.removeAll()
         queuedWriteBytes = 0
