@@ -19,8 +19,9 @@ struct SocketPublishedState: Sendable {
     var callerBuffersRevoked = false
     /// `startTLS` was called in this session (only the first call counts).
     var tlsRequested = false
-    var localAddress: SocketAddress? = nil
-    var peerAddress: SocketAddress? = nil
+    /// Inline (see CompactSocketAddress): a connection keeps both for its whole life.
+    private var storedLocalAddress: CompactSocketAddress? = nil
+    private var storedPeerAddress: CompactSocketAddress? = nil
     var listenerAddresses: [SocketAddress] = []
     var configuration: SocketConfiguration
     /// Made on the first read into a caller's buffer (most sockets never need one).
@@ -30,6 +31,16 @@ struct SocketPublishedState: Sendable {
 
     init(configuration: SocketConfiguration) {
         self.configuration = configuration
+    }
+
+    var localAddress: SocketAddress? {
+        get { storedLocalAddress?.address }
+        set { storedLocalAddress = newValue.map(CompactSocketAddress.init) }
+    }
+
+    var peerAddress: SocketAddress? {
+        get { storedPeerAddress?.address }
+        set { storedPeerAddress = newValue.map(CompactSocketAddress.init) }
     }
 }
 
