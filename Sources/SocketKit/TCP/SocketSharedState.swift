@@ -9,19 +9,20 @@ import Synchronization
 /// Getters never hop onto the loop, so they cannot deadlock whatever thread calls them,
 /// including another loop's thread or a callback that holds a lock of its own.
 struct SocketPublishedState: Sendable {
-    var status = SocketStatus.disconnected
     /// Increments each time a session starts (connect, accept, adopt); operations carry
     /// the session they were issued in and the loop drops those of an ended session.
     var session: UInt64 = 0
+    /// Inline (see CompactSocketAddress): a connection keeps both for its whole life.
+    /// The one-byte fields fill the padding after each (memory per connection).
+    private var storedLocalAddress: CompactSocketAddress? = nil
+    var status = SocketStatus.disconnected
     /// False once `disconnectAfter…` was called in this session.
     var acceptsReadsAndWrites = true
+    private var storedPeerAddress: CompactSocketAddress? = nil
     var isUnixDomain = false
     var callerBuffersRevoked = false
     /// `startTLS` was called in this session (only the first call counts).
     var tlsRequested = false
-    /// Inline (see CompactSocketAddress): a connection keeps both for its whole life.
-    private var storedLocalAddress: CompactSocketAddress? = nil
-    private var storedPeerAddress: CompactSocketAddress? = nil
     var listenerAddresses: [SocketAddress] = []
     var configuration: SocketConfiguration
     /// Made on the first read into a caller's buffer (most sockets never need one).
@@ -107,13 +108,15 @@ public struct OperationProgress: Hashable, Sendable {
 }
 
 /// A seqlock over (tag, done, total): the loop writes without locking, readers on other
-/// threads retry until they see a consistent triple.
+/// threads retry until they see a consistent triple. "No operation" is a total of
+/// `ProgressCell.inactive` (four words per cell, not five: memory per connection).
 struct ProgressCell: ~Copyable {
+    private static let inactive = Int.min
     private let sequence = Atomic<UInt>(0)
-    private let active = Atomic<Bool>(false)
     private let tag = Atomic<Int>(0)
     private let done = Atomic<Int>(0)
-    private let total = Atomic<Int>(-1)
+    /// -1 when unknown, `inactive` when no operation is under way.
+    private let total = Atomic<Int>(ProgressCell.inactive)
 
     init() {}
 
@@ -122,7 +125,6 @@ struct ProgressCell: ~Copyable {
         let start = sequence.load(ordering: .relaxed)
         sequence.store(start &+ 1, ordering: .relaxed)
         atomicMemoryFence(ordering: .releasing)
-        active.store(true, ordering: .relaxed)
         tag.store(newTag, ordering: .relaxed)
         done.store(newDone, ordering: .relaxed)
         total.store(newTotal ?? -1, ordering: .relaxed)
@@ -140,11 +142,11 @@ struct ProgressCell: ~Copyable {
 
     /// Loop thread only.
     func clear() {
-        guard active.load(ordering: .relaxed) else { return }
+        guard total.load(ordering: .relaxed) != ProgressCell.inactive else { return }
         let start = sequence.load(ordering: .relaxed)
         sequence.store(start &+ 1, ordering: .relaxed)
         atomicMemoryFence(ordering: .releasing)
-        active.store(false, ordering: .relaxed)
+        total.store(ProgressCell.inactive, ordering: .relaxed)
         sequence.store(start &+ 2, ordering: .releasing)
     }
 
@@ -153,13 +155,12 @@ struct ProgressCell: ~Copyable {
         while true {
             let before = sequence.load(ordering: .acquiring)
             if before & 1 == 1 { continue }
-            let isActive = active.load(ordering: .relaxed)
             let currentTag = tag.load(ordering: .relaxed)
             let currentDone = done.load(ordering: .relaxed)
             let currentTotal = total.load(ordering: .relaxed)
             atomicMemoryFence(ordering: .acquiring)
             guard sequence.load(ordering: .relaxed) == before else { continue }
-            guard isActive else { return nil }
+            guard currentTotal != ProgressCell.inactive else { return nil }
             return OperationProgress(tag: currentTag, bytesDone: currentDone,
                                      totalBytes: currentTotal >= 0 ? currentTotal : nil)
         }
