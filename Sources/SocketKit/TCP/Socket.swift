@@ -12,9 +12,10 @@ import Synchronization
 ///
 /// Cost: a connected idle socket owns no buffer; its reads use its loop's buffer.
 public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
-    /// The loop the socket lives on, for its whole life.
-    public let eventLoop: EventLoop
     let core: TCPSocketCore
+
+    /// The loop the socket lives on, for its whole life.
+    public var eventLoop: EventLoop { core.loop }
 
     private struct Routing {
         var queue: CallbackQueue
@@ -23,13 +24,14 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     }
     /// Guarded by the core's state lock (`core.withStateLock`).
     private nonisolated(unsafe) var routing: Routing
-    private let gate = InlineCallbackGate()
     /// Made on the first event that waits for a queue (a socket whose callbacks run on its
     /// loop never needs one). Set on the loop thread before any drain job exists; a drain
     /// job reads it after the queue handed it over (the queue's lock orders the two).
     private nonisolated(unsafe) var mailboxStorage: EventMailbox<SocketEvent>? = nil
     /// The C API's handle for this socket (0 when it has none).
     let cHandle = Atomic<UInt>(0)
+    /// Twelve bytes, followed by the four of `interestBits` (memory per connection).
+    private let gate = InlineCallbackGate()
     /// The receiver's interests, readable by the loop without a lock.
     private let interestBits = Atomic<UInt32>(0)
 
@@ -48,7 +50,6 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
 
     init(receiver: SocketEventReceiver?, callbackQueue: CallbackQueue, eventLoop: EventLoop?) {
         let loop = eventLoop ?? EventLoopGroup.default.next()
-        self.eventLoop = loop
         core = TCPSocketCore(loop: loop, configuration: SocketConfiguration())
         routing = Routing(queue: callbackQueue, receiver: receiver, userData: nil)
         interestBits.store(receiver?.interests.rawValue ?? 0, ordering: .relaxed)
@@ -57,7 +58,6 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
 
     /// A socket for a connection a listener accepted (created on the listener's loop).
     private init(acceptedCore: TCPSocketCore, receiver: SocketEventReceiver?, callbackQueue: CallbackQueue) {
-        eventLoop = acceptedCore.loop
         core = acceptedCore
         routing = Routing(queue: callbackQueue, receiver: receiver, userData: nil)
         interestBits.store(receiver?.interests.rawValue ?? 0, ordering: .relaxed)
@@ -372,7 +372,7 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
         }
         let started = submit(tearsDown: true) { core in
             if core.phase != .idle { core.closeSession(nil) }
-            core.prepareConnected(fd: descriptor, peer: peer, unix: unix, session: session)
+            core.prepareConnected(fd: descriptor, unix: unix, session: session)
             core.activatePrepared(announce: true)
         }
         guard started else {

@@ -126,7 +126,7 @@ extension TCPSocketCore {
             published.peerAddress = peer
             published.isUnixDomain = unix
         }
-        child.prepareConnected(fd: descriptor, peer: peer, unix: unix, session: 1)
+        child.prepareConnected(fd: descriptor, unix: unix, session: 1)
         // The child starts once its didAccept has been delivered (Socket.activateAccepted).
         emit(.didAccept(child))
     }

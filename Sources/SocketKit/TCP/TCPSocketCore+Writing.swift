@@ -11,7 +11,6 @@ extension TCPSocketCore {
               !disconnectAfterReads, !disconnectAfterWrites else { return }
         writeQueue.append(request)
         queuedWriteBytes += request.remaining
-        publishedQueuedWriteBytes.store(queuedWriteBytes, ordering: .relaxed)
         if phase == .connected {
             if !headWriteStarted { startHeadWrite() }
             scheduleWriteFlush()
@@ -136,7 +135,6 @@ extension TCPSocketCore {
         let session = self.session
         var left = written
         queuedWriteBytes -= written
-        publishedQueuedWriteBytes.store(queuedWriteBytes, ordering: .relaxed)
         while left > 0, let head = writeQueue.first {
             let chunk = min(head.remaining, left)
             left -= chunk

@@ -16,20 +16,25 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         case idle, resolving, connecting, connected, accepting
     }
 
+    // Field order matters here: Swift lays stored properties out in declaration order, so
+    // the one-byte flags are grouped to fill the padding after `registration` and
+    // `currentRead` (memory per connection).
+
     let loop: EventLoop
     /// The user-facing handle; nil once the user released it (the core then closes).
     weak var owner: Socket?
-
-    var phase = Phase.idle
     var session: UInt64 = 0
     var configuration: SocketConfiguration
+    /// From `startTLS` on (see TCPSocketCore+TLS.swift).
+    var tls: TLSState? = nil
 
     // The connection.
-    var fd: Int32 = -1
     var registration: RegistrationID? = nil
+    var phase = Phase.idle
     var isUnixDomain = false
     /// Edge-triggered readiness: true until a read or write would block.
     var readable = false
+    var fd: Int32 = -1
     var writable = false
     /// A read returned 0: the peer will send nothing more.
     var readEOF = false
@@ -38,33 +43,75 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     var readStreamClosedReported = false
     var disconnectAfterReads = false
     var disconnectAfterWrites = false
-    /// The peer of a prepared (adopted or accepted) descriptor, until it is activated.
-    var preparedPeer: SocketAddress? = nil
-    /// From `startTLS` on (see TCPSocketCore+TLS.swift).
-    var tls: TLSState? = nil
+    var readTimeoutPending = false
+    var currentReadStarted = false
 
     // Reads.
     /// The reads after `currentRead`.
     var readQueue = FIFO<ReadRequest>()
+    var prebuffer = ByteQueue()
     /// The front read: under way once `currentReadStarted`, otherwise the next to start.
     var currentRead: ReadRequest? = nil
-    var currentReadStarted = false
-    var prebuffer = ByteQueue()
-    var readTimeoutPending = false
-    /// Each timeout question gets a number never used before by this socket, so an answer
-    /// (possibly late: event records) can only ever answer its own question.
-    var timeoutQuestions: UInt64 = 0
-    var readTimeoutQuestion: UInt64 = 0
-    var writeTimeoutQuestion: UInt64 = 0
-    var readTimer: LoopTimer? = nil
-
-    // Writes. The front of `writeQueue` is the current write.
-    var writeQueue = FIFO<WriteRequest>()
-    var queuedWriteBytes = 0
+    // Writes and callouts: flags (in the padding after `currentRead`).
     var aboveHighWatermark = false
     var headWriteStarted = false
     var writeTimeoutPending = false
-    var writeTimer: LoopTimer? = nil
+    var inCallout = false
+    var runningDeferredOperations = false
+    var isScheduledForEndOfIteration = false
+    var readPumpScheduled = false
+
+    // Writes. The front of `writeQueue` is the current write.
+    var writeQueue = FIFO<WriteRequest>()
+
+    /// Bytes queued and not yet accepted by the kernel: kept in the published atomic
+    /// (relaxed: only the loop writes it).
+    var queuedWriteBytes: Int {
+        get { publishedQueuedWriteBytes.load(ordering: .relaxed) }
+        set { publishedQueuedWriteBytes.store(newValue, ordering: .relaxed) }
+    }
+
+    /// Timers and timeout questions, made by the first read or write with a timeout (or
+    /// TLS trust question): a socket that uses none never carries them.
+    final class TimeoutState {
+        var readTimer: LoopTimer? = nil
+        var writeTimer: LoopTimer? = nil
+        /// Each timeout question gets a number never used before by this socket, so an
+        /// answer (possibly late: event records) can only ever answer its own question.
+        var questions: UInt64 = 0
+        var readQuestion: UInt64 = 0
+        var writeQuestion: UInt64 = 0
+    }
+
+    private var timeoutState: TimeoutState? = nil
+
+    private var timeouts: TimeoutState {
+        if let state = timeoutState { return state }
+        let state = TimeoutState()
+        timeoutState = state
+        return state
+    }
+
+    var readTimer: LoopTimer? {
+        get { timeoutState?.readTimer }
+        set { if timeoutState != nil || newValue != nil { timeouts.readTimer = newValue } }
+    }
+    var writeTimer: LoopTimer? {
+        get { timeoutState?.writeTimer }
+        set { if timeoutState != nil || newValue != nil { timeouts.writeTimer = newValue } }
+    }
+    var timeoutQuestions: UInt64 {
+        get { timeoutState?.questions ?? 0 }
+        set { if timeoutState != nil || newValue != 0 { timeouts.questions = newValue } }
+    }
+    var readTimeoutQuestion: UInt64 {
+        get { timeoutState?.readQuestion ?? 0 }
+        set { if timeoutState != nil || newValue != 0 { timeouts.readQuestion = newValue } }
+    }
+    var writeTimeoutQuestion: UInt64 {
+        get { timeoutState?.writeQuestion ?? 0 }
+        set { if timeoutState != nil || newValue != 0 { timeouts.writeQuestion = newValue } }
+    }
 
     // Connecting and accepting: state only a connecting socket or a listener has, kept out
     // of line so that an accepted connection does not carry it (memory per connection).
@@ -172,6 +219,9 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
 
     // Shared with other threads (SocketSharedState.swift): everything else is loop-only.
     let stateLock = InlineLock()
+    // Loop-only flags, in the padding after the lock.
+    var writeFlushScheduled = false
+    var acceptContinuationScheduled = false
     /// Guarded by `stateLock` (`withPublished`).
     nonisolated(unsafe) var publishedState: SocketPublishedState
     let publishedQueuedWriteBytes = Atomic<Int>(0)
@@ -179,14 +229,8 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     let writeProgress = ProgressCell()
 
     // Callouts and deferred work.
-    var inCallout = false
-    var runningDeferredOperations = false
     var deferredEvents: [SocketEvent] = []
     var deferredOperations: [(TCPSocketCore) -> Void] = []
-    var isScheduledForEndOfIteration = false
-    var readPumpScheduled = false
-    var writeFlushScheduled = false
-    var acceptContinuationScheduled = false
 
     static let connectionEvents = EPOLLIN.rawValue | EPOLLOUT.rawValue | EPOLLRDHUP.rawValue | EPOLLET.rawValue
     static let listenerEvents = EPOLLIN.rawValue | EPOLLET.rawValue
@@ -434,7 +478,6 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         acceptFailureReported = false
         phase = .idle
 
-        publishedQueuedWriteBytes.store(0, ordering: .relaxed)
         readProgress.clear()
         writeProgress.clear()
         withPublished { published in
