@@ -30,16 +30,7 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     private nonisolated(unsafe) var mailboxStorage: EventMailbox<SocketEvent>? = nil
     /// The C API's handle for this socket (0 when it has none).
     let cHandle = Atomic<UInt>(0)
-    /// Twelve bytes, followed by the four of `interestBits` (memory per connection).
     private let gate = InlineCallbackGate()
-    /// The receiver's interests, readable by the loop without a lock.
-    private let interestBits = Atomic<UInt32>(0)
-
-    /// Whether the receiver wants events of this kind (loop thread, per event).
-    @inline(__always)
-    func wants(_ interest: SocketEventInterests) -> Bool {
-        interestBits.load(ordering: .relaxed) & interest.rawValue != 0
-    }
 
     /// A socket with a delegate and a callback queue, on `eventLoop` (default: the next loop
     /// of `EventLoopGroup.default`).
@@ -52,16 +43,16 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
         let loop = eventLoop ?? EventLoopGroup.default.next()
         core = TCPSocketCore(loop: loop, configuration: SocketConfiguration())
         routing = Routing(queue: callbackQueue, receiver: receiver, userData: nil)
-        interestBits.store(receiver?.interests.rawValue ?? 0, ordering: .relaxed)
-        core.owner = self
+        core.ownerInterests.store(receiver?.interests.rawValue ?? 0, ordering: .relaxed)
+        core.attach(owner: self)
     }
 
     /// A socket for a connection a listener accepted (created on the listener's loop).
     private init(acceptedCore: TCPSocketCore, receiver: SocketEventReceiver?, callbackQueue: CallbackQueue) {
         core = acceptedCore
         routing = Routing(queue: callbackQueue, receiver: receiver, userData: nil)
-        interestBits.store(receiver?.interests.rawValue ?? 0, ordering: .relaxed)
-        core.owner = self
+        core.ownerInterests.store(receiver?.interests.rawValue ?? 0, ordering: .relaxed)
+        core.attach(owner: self)
     }
 
     /// Wraps an already connected TCP or Unix-domain stream socket (upstream's
@@ -75,6 +66,7 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     }
 
     deinit {
+        core.ownerInterests.store(0, ordering: .relaxed)
         core.revokeCallerBuffers()
         let core = self.core
         if !eventLoop.execute({ core.ownerReleased() }) {
@@ -115,7 +107,7 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
                 routing.receiver = receiver
                 if let callbackQueue { routing.queue = callbackQueue }
             }
-            interestBits.store(receiver?.interests.rawValue ?? 0, ordering: .relaxed)
+            core.ownerInterests.store(receiver?.interests.rawValue ?? 0, ordering: .relaxed)
         }
     }
 
