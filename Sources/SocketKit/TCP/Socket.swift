@@ -536,7 +536,7 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     }
 
     /// The current write's progress, or nil when no write is under way.
-    public var writeProgress: OperationProgress? { core.writeProgress.read() }
+    public var writeProgress: OperationProgress? { core.writeProgressBox.load()?.cell.read() }
 
     /// Bytes queued and not yet accepted by the kernel.
     public var queuedWriteBytes: Int { core.publishedQueuedWriteBytes.load(ordering: .relaxed) }

@@ -167,6 +167,11 @@ struct ProgressCell: ~Copyable {
     }
 }
 
+/// A progress cell on its own, for one that only some sockets need.
+final class ProgressBox: Sendable {
+    let cell = ProgressCell()
+}
+
 /// Guards copies into callers' read buffers. Releasing a socket revokes it: once that
 /// returns, the loop no longer writes into memory the caller may free (a read in progress
 /// on the loop thread finishes its copy first, or skips it).

@@ -59,7 +59,8 @@ extension TCPSocketCore {
         // A write queued after a TLS marker becomes current only once the connection is secure.
         guard phase == .connected, !tlsHoldsWrites, let head = writeQueue.first else { return }
         headWriteStarted = true
-        writeProgress.publish(tag: head.tag, done: head.offset, total: head.length)
+        let progress = writeProgressBox.load() ?? writeProgressBox.storeIfNil(ProgressBox())
+        progress.cell.publish(tag: head.tag, done: head.offset, total: head.length)
         if head.timeout >= 0 {
             arm(&writeTimer, deadline: deadline(afterSeconds: head.timeout)) { $0.writeTimerFired() }
         }
@@ -142,7 +143,7 @@ extension TCPSocketCore {
                 _ = writeQueue.popFirst()
                 headWriteStarted = false
                 cancel(writeTimer)
-                writeProgress.clear()
+                writeProgressBox.load()?.cell.clear()
                 if tls != nil { tlsCountCompletedWrite() }
                 if ownerWants(.write) {
                     emit(.didWrite(tag: head.tag))
@@ -151,7 +152,7 @@ extension TCPSocketCore {
                 if !headWriteStarted { startHeadWrite() }
             } else {
                 writeQueue[0].offset += chunk
-                writeProgress.update(done: writeQueue[0].offset)
+                writeProgressBox.load()?.cell.update(done: writeQueue[0].offset)
                 if ownerWants(.writePartial) {
                     emit(.didWritePartial(length: chunk, tag: head.tag))
                     guard session == self.session && phase == .connected else { return false }

@@ -226,7 +226,9 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     nonisolated(unsafe) var publishedState: SocketPublishedState
     let publishedQueuedWriteBytes = Atomic<Int>(0)
     let readProgress = ProgressCell()
-    let writeProgress = ProgressCell()
+    /// Made by the first write that has to wait in the queue (a write the kernel takes at
+    /// once never shows progress), so most connections never carry one.
+    let writeProgressBox = AtomicLazyReference<ProgressBox>()
 
     // Callouts and deferred work.
     var deferredEvents: [SocketEvent] = []
@@ -507,7 +509,7 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         phase = .idle
 
         readProgress.clear()
-        writeProgress.clear()
+        writeProgressBox.load()?.cell.clear()
         withPublished { published in
             guard published.session == endedSession else { return }
             published.status = .disconnected
