@@ -25,8 +25,6 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     private var ownerObject: UnsafeMutableRawPointer? = nil
     var session: UInt64 = 0
     var configuration: SocketConfiguration
-    /// From `startTLS` on (see TCPSocketCore+TLS.swift).
-    var tls: TLSState? = nil
 
     // The connection.
     var registration: RegistrationID? = nil
@@ -47,8 +45,6 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     var currentReadStarted = false
 
     // Reads.
-    /// The reads after `currentRead`.
-    var readQueue = FIFO<ReadRequest>()
     var prebuffer = ByteQueue()
     /// The front read: under way once `currentReadStarted`, otherwise the next to start.
     var currentRead: ReadRequest? = nil
@@ -61,8 +57,6 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     var isScheduledForEndOfIteration = false
     var readPumpScheduled = false
 
-    // Writes. The front of `writeQueue` is the current write.
-    var writeQueue = FIFO<WriteRequest>()
 
     /// Bytes queued and not yet accepted by the kernel: kept in the published atomic
     /// (relaxed: only the loop writes it).
@@ -83,7 +77,77 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         var writeQuestion: UInt64 = 0
     }
 
-    private var timeoutState: TimeoutState? = nil
+    /// What most connections never need, behind one pointer (memory per connection): the
+    /// TLS state, timers, connecting and accepting state, and the callout backlog. Made on
+    /// first use and kept for the core's life.
+    final class OutOfLineState {
+        var tls: TLSState? = nil
+        var timeouts: TimeoutState? = nil
+        var connecting: ConnectingState? = nil
+        var accepting: AcceptingState? = nil
+        /// Events raised during a callout, in order: the first in `firstDeferredEvent` (the
+        /// usual case, e.g. `didWrite` of a write made in `didRead`, then needs no array),
+        /// the rest in `deferredEvents`.
+        var firstDeferredEvent: SocketEvent? = nil
+        var deferredEvents: [SocketEvent] = []
+        var deferredOperations: [(TCPSocketCore) -> Void] = []
+        var readQueue = FIFO<ReadRequest>()
+        var writeQueue = FIFO<WriteRequest>()
+
+        func deferEvent(_ event: SocketEvent) {
+            if firstDeferredEvent == nil && deferredEvents.isEmpty {
+                firstDeferredEvent = event
+            } else {
+                deferredEvents.append(event)
+            }
+        }
+
+        func takeDeferredEvent() -> SocketEvent? {
+            if let event = firstDeferredEvent {
+                firstDeferredEvent = nil
+                return event
+            }
+            return deferredEvents.isEmpty ? nil : deferredEvents.removeFirst()
+        }
+    }
+
+    /// The reads after `currentRead` (one read at a time never needs the queue: see
+    /// `enqueueRead`).
+    var readQueue: FIFO<ReadRequest> {
+        _read {
+            if let state = outOfLineState { yield state.readQueue } else { yield FIFO() }
+        }
+        _modify { yield &outOfLine.readQueue }
+    }
+
+    /// The queued writes; the front one is the current write. A write the kernel takes at
+    /// once never enters it (see `writeImmediately`).
+    var writeQueue: FIFO<WriteRequest> {
+        _read {
+            if let state = outOfLineState { yield state.writeQueue } else { yield FIFO() }
+        }
+        _modify { yield &outOfLine.writeQueue }
+    }
+
+    private var outOfLineState: OutOfLineState? = nil
+
+    var outOfLine: OutOfLineState {
+        if let state = outOfLineState { return state }
+        let state = OutOfLineState()
+        outOfLineState = state
+        return state
+    }
+
+    /// From `startTLS` on (see TCPSocketCore+TLS.swift).
+    var tls: TLSState? {
+        get { outOfLineState?.tls }
+        set { if outOfLineState != nil || newValue != nil { outOfLine.tls = newValue } }
+    }
+
+    private var timeoutState: TimeoutState? {
+        get { outOfLineState?.timeouts }
+        set { if outOfLineState != nil || newValue != nil { outOfLine.timeouts = newValue } }
+    }
 
     private var timeouts: TimeoutState {
         if let state = timeoutState { return state }
@@ -137,8 +201,14 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         var acceptTimer: LoopTimer? = nil
     }
 
-    private var connectingState: ConnectingState? = nil
-    private var acceptingState: AcceptingState? = nil
+    private var connectingState: ConnectingState? {
+        get { outOfLineState?.connecting }
+        set { if outOfLineState != nil || newValue != nil { outOfLine.connecting = newValue } }
+    }
+    private var acceptingState: AcceptingState? {
+        get { outOfLineState?.accepting }
+        set { if outOfLineState != nil || newValue != nil { outOfLine.accepting = newValue } }
+    }
 
     // Setting a default value where there is no state yet leaves it absent (teardown
     // resets these on every socket).
@@ -230,9 +300,6 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     /// once never shows progress), so most connections never carry one.
     let writeProgressBox = AtomicLazyReference<ProgressBox>()
 
-    // Callouts and deferred work.
-    var deferredEvents: [SocketEvent] = []
-    var deferredOperations: [(TCPSocketCore) -> Void] = []
 
     static let connectionEvents = EPOLLIN.rawValue | EPOLLOUT.rawValue | EPOLLRDHUP.rawValue | EPOLLET.rawValue
     static let listenerEvents = EPOLLIN.rawValue | EPOLLET.rawValue
@@ -251,75 +318,6 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         for listener in listeners { close(listener.fd) }
     }
 
-    // MARK: Operations from the public API
-
-    /// True when an operation that does not tear the session down may run right now on the
-    /// loop thread (the caller checked it is on the loop).
-    var acceptsInlineOperation: Bool {
-        !(inCallout && !deferredOperations.isEmpty)
-    }
-
-    /// Runs `operation` now, or after the running callback of this socket if it tears the
-    /// session down (or if such an operation is already waiting: order is kept).
-    func perform(tearsDown: Bool, _ operation: @escaping (TCPSocketCore) -> Void) {
-        if (inCallout || runningDeferredOperations) && (tearsDown || !deferredOperations.isEmpty) {
-            deferredOperations.append(operation)
-            return
-        }
-        operation(self)
-    }
-
-    private func runDeferredOperations() {
-        guard !runningDeferredOperations else { return }
-        runningDeferredOperations = true
-        while !inCallout && !deferredOperations.isEmpty {
-            let operation = deferredOperations.removeFirst()
-            operation(self)
-        }
-        runningDeferredOperations = false
-    }
-
-    // MARK: Emitting events
-
-    /// Hands `event` to the user (through `Socket`, which picks the callback queue).
-    /// Events raised while a callback of this socket runs are delivered right after it.
-    func emit(_ event: SocketEvent) {
-        guard let owner else {
-            discard(event)
-            return
-        }
-        if inCallout {
-            deferredEvents.append(event.owned())
-            return
-        }
-        inCallout = true
-        owner.deliver(event, from: self)
-        while !deferredEvents.isEmpty {
-            owner.deliver(deferredEvents.removeFirst(), from: self)
-        }
-        inCallout = false
-        if !deferredOperations.isEmpty {
-            runDeferredOperations()
-        }
-    }
-
-    /// Nobody is listening any more (the handle was released): accepted children close,
-    /// and timeouts end the session instead of waiting for an answer that never comes.
-    private func discard(_ event: SocketEvent) {
-        switch event {
-        case .didAccept(let child):
-            // Never activated: it runs on this thread until it is, so closing here is safe.
-            child.abandon()
-        case .shouldTimeoutRead(_, _, _, let question):
-            loop.execute { [self] in resolveReadTimeout(extension: 0, question: question) }
-        case .shouldTimeoutWrite(_, _, _, let question):
-            loop.execute { [self] in resolveWriteTimeout(extension: 0, question: question) }
-        default:
-            break
-        }
-    }
-
-    /// Whether the owner wants optional events of this kind (false once released).
     // MARK: The owner
 
     /// The user-facing handle, strongly held for the caller's use; nil once the user released
@@ -347,6 +345,82 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     /// a lock or a reference to the owner; 0 once the owner is released.
     let ownerInterests = Atomic<UInt32>(0)
 
+    // MARK: Operations from the public API
+
+    /// True when an operation that does not tear the session down may run right now on the
+    /// loop thread (the caller checked it is on the loop).
+    var acceptsInlineOperation: Bool {
+        !(inCallout && hasDeferredOperations)
+    }
+
+    /// Runs `operation` now, or after the running callback of this socket if it tears the
+    /// session down (or if such an operation is already waiting: order is kept).
+    func perform(tearsDown: Bool, _ operation: @escaping (TCPSocketCore) -> Void) {
+        if (inCallout || runningDeferredOperations) && (tearsDown || hasDeferredOperations) {
+            outOfLine.deferredOperations.append(operation)
+            return
+        }
+        operation(self)
+    }
+
+    /// Operations wait for the running callback (see `perform`).
+    @inline(__always)
+    var hasDeferredOperations: Bool {
+        guard let backlog = outOfLineState else { return false }
+        return !backlog.deferredOperations.isEmpty
+    }
+
+    private func runDeferredOperations() {
+        guard !runningDeferredOperations else { return }
+        runningDeferredOperations = true
+        while !inCallout, let backlog = outOfLineState, !backlog.deferredOperations.isEmpty {
+            let operation = backlog.deferredOperations.removeFirst()
+            operation(self)
+        }
+        runningDeferredOperations = false
+    }
+
+    // MARK: Emitting events
+
+    /// Hands `event` to the user (through `Socket`, which picks the callback queue).
+    /// Events raised while a callback of this socket runs are delivered right after it.
+    func emit(_ event: SocketEvent) {
+        guard let owner else {
+            discard(event)
+            return
+        }
+        if inCallout {
+            outOfLine.deferEvent(event.owned())
+            return
+        }
+        inCallout = true
+        owner.deliver(event, from: self)
+        while let event = outOfLineState?.takeDeferredEvent() {
+            owner.deliver(event, from: self)
+        }
+        inCallout = false
+        if hasDeferredOperations {
+            runDeferredOperations()
+        }
+    }
+
+    /// Nobody is listening any more (the handle was released): accepted children close,
+    /// and timeouts end the session instead of waiting for an answer that never comes.
+    private func discard(_ event: SocketEvent) {
+        switch event {
+        case .didAccept(let child):
+            // Never activated: it runs on this thread until it is, so closing here is safe.
+            child.abandon()
+        case .shouldTimeoutRead(_, _, _, let question):
+            loop.execute { [self] in resolveReadTimeout(extension: 0, question: question) }
+        case .shouldTimeoutWrite(_, _, _, let question):
+            loop.execute { [self] in resolveWriteTimeout(extension: 0, question: question) }
+        default:
+            break
+        }
+    }
+
+    /// Whether the owner wants optional events of this kind (false once released).
     @inline(__always)
     func ownerWants(_ interest: SocketEventInterests) -> Bool {
         ownerInterests.load(ordering: .relaxed) & interest.rawValue != 0
@@ -435,7 +509,7 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     /// most `lingerSeconds`), like a transport's graceful close; queued reads are dropped.
     func ownerReleased() {
         if phase == .connected && disconnectAfterWrites && !writeQueue.isEmpty && fd >= 0 {
-            readQueue.removeAll()
+            outOfLineState?.readQueue.removeAll()
             currentRead = nil
             currentReadStarted = false
             disconnectAfterReads = false
@@ -486,11 +560,11 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         }
         closeListeners()
 
-        readQueue.removeAll()
+        outOfLineState?.readQueue.removeAll()
         currentRead = nil
         currentReadStarted = false
         prebuffer.removeAll()
-        writeQueue.removeAll()
+        outOfLineState?.writeQueue.removeAll()
         queuedWriteBytes = 0
         aboveHighWatermark = false
         headWriteStarted = false
