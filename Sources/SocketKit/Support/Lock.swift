@@ -60,10 +60,9 @@ final class LockedValue<Value>: @unchecked Sendable {
 /// (which gate each blocked thread waits for) catches the cycle; the thread that would close
 /// it goes on without waiting (no callback of that socket starts afterwards, but the one
 /// running on the other thread may still be finishing).
-final class CallbackGate: @unchecked Sendable {
+final class CallbackGate: CallbackGateWaits.Holder, @unchecked Sendable {
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
     private let holder = Atomic<UInt>(0)
-    private static let waiting = LockedValue<[UInt: UnsafeMutableRawPointer]>([:])
 
     init() {
         mutex = .allocate(capacity: 1)
@@ -74,6 +73,8 @@ final class CallbackGate: @unchecked Sendable {
         pthread_mutex_destroy(mutex)
         mutex.deallocate()
     }
+
+    var callbackGateHolder: UInt { holder.load(ordering: .acquiring) }
 
     var isHeldByCurrentThread: Bool {
         holder.load(ordering: .acquiring) == currentThreadIdentity()
@@ -99,21 +100,9 @@ final class CallbackGate: @unchecked Sendable {
             holder.store(me, ordering: .releasing)
             return true
         }
-        let wouldDeadlock = CallbackGate.waiting.withLock { waiting -> Bool in
-            var gate = self
-            for _ in 0..<64 {
-                let owner = gate.holder.load(ordering: .acquiring)
-                if owner == me { return true }
-                guard owner != 0, let next = waiting[owner] else { break }
-                // Alive: the thread registered in `waiting` is inside a method of that gate.
-                gate = Unmanaged<CallbackGate>.fromOpaque(next).takeUnretainedValue()
-            }
-            waiting[me] = Unmanaged.passUnretained(self).toOpaque()
-            return false
-        }
-        if wouldDeadlock { return false }
+        guard CallbackGateWaits.registerUnlessDeadlocked(me, waitingFor: self) else { return false }
         pthread_mutex_lock(mutex)
-        _ = CallbackGate.waiting.withLock { $0.removeValue(forKey: me) }
+        CallbackGateWaits.unregister(me)
         holder.store(me, ordering: .releasing)
         return true
     }

@@ -14,21 +14,28 @@ struct ReadRequest {
         case separator([UInt8])
     }
 
-    let framing: Framing
+    // Field order keeps the request small (it sits in every core as `currentRead`): the
+    // nine-byte framing last, the caller's buffer without an Optional's extra byte.
     let tag: Int
     /// Seconds; negative = no timeout. Grows with each extension the delegate grants, so it
     /// is also the "elapsed" value reported at the next expiry.
     var timeout: Double
     /// The most bytes this read may take (framing maximum, caller buffer room, socket limit).
     let maximumLength: Int
-    /// Caller's memory, when reading into a caller buffer; bytes go to `callerOffset...`.
-    let callerBuffer: UnsafeMutableRawBufferPointer?
+    var bytesDone = 0
+    /// Bytes of earlier passes, for library-owned reads that did not complete in one pass.
+    var collected: [UInt8] = []
     let callerOffset: Int
     /// Copies into `callerBuffer` happen only while this allows them (see CallerBufferGuard).
     let callerBufferGuard: CallerBufferGuard?
-    /// Bytes of earlier passes, for library-owned reads that did not complete in one pass.
-    var collected: [UInt8] = []
-    var bytesDone = 0
+    /// The caller's memory (a nil base address when the read is into SocketKit's memory).
+    private let callerStorage: UnsafeMutableRawBufferPointer
+    let framing: Framing
+
+    /// Caller's memory, when reading into a caller buffer; bytes go to `callerOffset...`.
+    var callerBuffer: UnsafeMutableRawBufferPointer? {
+        callerStorage.baseAddress == nil ? nil : callerStorage
+    }
 
     init(framing: Framing, tag: Int, timeout: Double, maximumLength: Int,
          callerBuffer: UnsafeMutableRawBufferPointer? = nil, callerOffset: Int = 0,
@@ -37,7 +44,7 @@ struct ReadRequest {
         self.tag = tag
         self.timeout = timeout
         self.maximumLength = maximumLength
-        self.callerBuffer = callerBuffer
+        self.callerStorage = callerBuffer ?? UnsafeMutableRawBufferPointer(start: nil, count: 0)
         self.callerOffset = callerOffset
         self.callerBufferGuard = callerBufferGuard
     }

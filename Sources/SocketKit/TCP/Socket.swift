@@ -11,34 +11,26 @@ import Synchronization
 /// wait for the loop. Keep a reference: a socket nobody holds closes (no callbacks follow).
 ///
 /// Cost: a connected idle socket owns no buffer; its reads use its loop's buffer.
-public final class Socket: @unchecked Sendable {
-    /// The loop the socket lives on, for its whole life.
-    public let eventLoop: EventLoop
+public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     let core: TCPSocketCore
-    let shared: SocketSharedState
+
+    /// The loop the socket lives on, for its whole life.
+    public var eventLoop: EventLoop { core.loop }
 
     private struct Routing {
         var queue: CallbackQueue
         var receiver: SocketEventReceiver?
         var userData: AnyObject?
     }
-    private let routingLock = Lock()
+    /// Guarded by the core's state lock (`core.withStateLock`).
     private nonisolated(unsafe) var routing: Routing
-    private let gate = CallbackGate()
     /// Made on the first event that waits for a queue (a socket whose callbacks run on its
     /// loop never needs one). Set on the loop thread before any drain job exists; a drain
     /// job reads it after the queue handed it over (the queue's lock orders the two).
     private nonisolated(unsafe) var mailboxStorage: EventMailbox<SocketEvent>? = nil
     /// The C API's handle for this socket (0 when it has none).
     let cHandle = Atomic<UInt>(0)
-    /// The receiver's interests, readable by the loop without a lock.
-    private let interestBits = Atomic<UInt32>(0)
-
-    /// Whether the receiver wants events of this kind (loop thread, per event).
-    @inline(__always)
-    func wants(_ interest: SocketEventInterests) -> Bool {
-        interestBits.load(ordering: .relaxed) & interest.rawValue != 0
-    }
+    private let gate = InlineCallbackGate()
 
     /// A socket with a delegate and a callback queue, on `eventLoop` (default: the next loop
     /// of `EventLoopGroup.default`).
@@ -49,22 +41,18 @@ public final class Socket: @unchecked Sendable {
 
     init(receiver: SocketEventReceiver?, callbackQueue: CallbackQueue, eventLoop: EventLoop?) {
         let loop = eventLoop ?? EventLoopGroup.default.next()
-        self.eventLoop = loop
-        shared = SocketSharedState()
-        core = TCPSocketCore(loop: loop, shared: shared)
+        core = TCPSocketCore(loop: loop, configuration: SocketConfiguration())
         routing = Routing(queue: callbackQueue, receiver: receiver, userData: nil)
-        interestBits.store(receiver?.interests.rawValue ?? 0, ordering: .relaxed)
-        core.owner = self
+        core.ownerInterests.store(receiver?.interests.rawValue ?? 0, ordering: .relaxed)
+        core.attach(owner: self)
     }
 
     /// A socket for a connection a listener accepted (created on the listener's loop).
     private init(acceptedCore: TCPSocketCore, receiver: SocketEventReceiver?, callbackQueue: CallbackQueue) {
-        eventLoop = acceptedCore.loop
-        shared = acceptedCore.shared
         core = acceptedCore
         routing = Routing(queue: callbackQueue, receiver: receiver, userData: nil)
-        interestBits.store(receiver?.interests.rawValue ?? 0, ordering: .relaxed)
-        core.owner = self
+        core.ownerInterests.store(receiver?.interests.rawValue ?? 0, ordering: .relaxed)
+        core.attach(owner: self)
     }
 
     /// Wraps an already connected TCP or Unix-domain stream socket (upstream's
@@ -78,7 +66,8 @@ public final class Socket: @unchecked Sendable {
     }
 
     deinit {
-        shared.revokeCallerBuffers()
+        core.ownerInterests.store(0, ordering: .relaxed)
+        core.revokeCallerBuffers()
         let core = self.core
         if !eventLoop.execute({ core.ownerReleased() }) {
             eventLoop.afterStopping { core.abandon() }
@@ -91,15 +80,15 @@ public final class Socket: @unchecked Sendable {
     /// callback reaches the previous delegate (a callback running on another thread is
     /// waited for; from inside a callback of this socket it takes effect at once).
     public var delegate: SocketDelegate? {
-        get { (routingLock.withLock { routing.receiver } as? SwiftDelegateReceiver)?.delegate }
+        get { (core.withStateLock { routing.receiver } as? SwiftDelegateReceiver)?.delegate }
         set { setReceiver(SwiftDelegateReceiver(newValue), callbackQueue: nil) }
     }
 
     /// Where callbacks run. Changing it keeps callbacks in order: those already queued on the
     /// old queue run there first.
     public var callbackQueue: CallbackQueue {
-        get { routingLock.withLock { routing.queue } }
-        set { routingLock.withLock { routing.queue = newValue } }
+        get { core.withStateLock { routing.queue } }
+        set { core.withStateLock { routing.queue = newValue } }
     }
 
     /// Sets both, synchronously (see `delegate`).
@@ -109,37 +98,37 @@ public final class Socket: @unchecked Sendable {
 
     /// For the C API's release: no further copies into callers' read buffers.
     func revokeCallerBuffers() {
-        shared.revokeCallerBuffers()
+        core.revokeCallerBuffers()
     }
 
     func setReceiver(_ receiver: SocketEventReceiver?, callbackQueue: CallbackQueue?) {
-        gate.withGate {
-            routingLock.withLock {
+        withGate {
+            core.withStateLock {
                 routing.receiver = receiver
                 if let callbackQueue { routing.queue = callbackQueue }
             }
-            interestBits.store(receiver?.interests.rawValue ?? 0, ordering: .relaxed)
+            core.ownerInterests.store(receiver?.interests.rawValue ?? 0, ordering: .relaxed)
         }
     }
 
-    var receiver: SocketEventReceiver? { routingLock.withLock { routing.receiver } }
+    var receiver: SocketEventReceiver? { core.withStateLock { routing.receiver } }
 
     /// Anything you want to keep with the socket; never touched by SocketKit.
     public var userData: AnyObject? {
-        get { routingLock.withLock { routing.userData } }
-        set { routingLock.withLock { routing.userData = newValue } }
+        get { core.withStateLock { routing.userData } }
+        set { core.withStateLock { routing.userData = newValue } }
     }
 
     // MARK: Configuration
 
     private func configure(_ change: (inout SocketConfiguration) -> Void) {
-        shared.published.withLock { change(&$0.configuration) }
+        core.withPublished { change(&$0.configuration) }
         // The core reads the configuration when the task runs: concurrent setters cannot be
         // applied out of order.
-        _ = submit(tearsDown: false) { $0.updateConfiguration($0.shared.published.withLock { $0.configuration }) }
+        _ = submit(tearsDown: false) { $0.updateConfiguration($0.withPublished { $0.configuration }) }
     }
 
-    private var configuration: SocketConfiguration { shared.published.withLock { $0.configuration } }
+    private var configuration: SocketConfiguration { core.withPublished { $0.configuration } }
 
     /// Whether IPv4 is used when connecting and accepting (default true).
     public var isIPv4Enabled: Bool {
@@ -273,7 +262,7 @@ public final class Socket: @unchecked Sendable {
 
     private func startListening(_ made: [ListenerFactory.Listener], unixPath: String?, session: UInt64,
                                 configuration: SocketConfiguration) throws(SocketError) {
-        shared.published.withLock { published in
+        core.withPublished { published in
             guard published.session == session else { return }
             published.listenerAddresses = made.map(\.address)
             published.isUnixDomain = unixPath != nil
@@ -368,14 +357,14 @@ public final class Socket: @unchecked Sendable {
         let (session, _) = try beginSession(.connected, requireFamilies: false, requireDelegate: false)
         let local = SystemCalls.localAddress(descriptor)
         let unix = family == AF_UNIX
-        shared.published.withLock { published in
+        core.withPublished { published in
             published.peerAddress = peer
             published.localAddress = local
             published.isUnixDomain = unix
         }
         let started = submit(tearsDown: true) { core in
             if core.phase != .idle { core.closeSession(nil) }
-            core.prepareConnected(fd: descriptor, peer: peer, unix: unix, session: session)
+            core.prepareConnected(fd: descriptor, unix: unix, session: session)
             core.activatePrepared(announce: true)
         }
         guard started else {
@@ -409,7 +398,7 @@ public final class Socket: @unchecked Sendable {
         try queue(ReadRequest(framing: .available, tag: tag, timeout: timeout,
                               maximumLength: maxLength > 0 ? min(maxLength, room) : room,
                               callerBuffer: buffer, callerOffset: offset,
-                              callerBufferGuard: shared.callerBuffers), session: session)
+                              callerBufferGuard: core.callerBuffers), session: session)
     }
 
     /// Reads exactly `length` bytes. Lengths above `maximumReadLength` are refused
@@ -435,7 +424,7 @@ public final class Socket: @unchecked Sendable {
         try checkTimeout(timeout)
         let (session, _) = try sessionForTransfer()
         try queue(ReadRequest(framing: .length(length), tag: tag, timeout: timeout, maximumLength: length,
-                              callerBuffer: buffer, callerOffset: offset, callerBufferGuard: shared.callerBuffers),
+                              callerBuffer: buffer, callerOffset: offset, callerBufferGuard: core.callerBuffers),
                   session: session)
     }
 
@@ -463,12 +452,12 @@ public final class Socket: @unchecked Sendable {
         let (session, _) = try sessionForTransfer()
         try queue(ReadRequest(framing: .separator(separator), tag: tag, timeout: timeout,
                               maximumLength: maxLength > 0 ? min(maxLength, room) : room,
-                              callerBuffer: buffer, callerOffset: offset, callerBufferGuard: shared.callerBuffers),
+                              callerBuffer: buffer, callerOffset: offset, callerBufferGuard: core.callerBuffers),
                   session: session)
     }
 
     /// The current read's progress, or nil when no read is under way.
-    public var readProgress: OperationProgress? { shared.readProgress.read() }
+    public var readProgress: OperationProgress? { core.readProgress.read() }
 
     private func queue(_ request: ReadRequest, session: UInt64) throws(SocketError) {
         let core = self.core
@@ -547,10 +536,10 @@ public final class Socket: @unchecked Sendable {
     }
 
     /// The current write's progress, or nil when no write is under way.
-    public var writeProgress: OperationProgress? { shared.writeProgress.read() }
+    public var writeProgress: OperationProgress? { core.writeProgressBox.load()?.cell.read() }
 
     /// Bytes queued and not yet accepted by the kernel.
-    public var queuedWriteBytes: Int { shared.queuedWriteBytes.load(ordering: .relaxed) }
+    public var queuedWriteBytes: Int { core.publishedQueuedWriteBytes.load(ordering: .relaxed) }
 
     // MARK: TLS
 
@@ -566,7 +555,7 @@ public final class Socket: @unchecked Sendable {
     /// their own code (`.tlsCertificateExpired`, `.tlsHostnameMismatch`, ...).
     public func startTLS(_ settings: TLSSettings = TLSSettings()) throws(SocketError) {
         let context = try TLSContext.forSettings(settings)
-        let session = try shared.published.withLock { published throws(SocketError) -> UInt64 in
+        let session = try core.withPublished { published throws(SocketError) -> UInt64 in
             switch published.status {
             case .connecting, .connected:
                 break
@@ -610,7 +599,7 @@ public final class Socket: @unchecked Sendable {
     /// `socketDidDisconnect` (error nil) follows the callbacks already queued. Does nothing
     /// on a disconnected socket. The socket can connect or accept again afterwards.
     public func disconnect() {
-        let session = shared.published.withLock { published -> UInt64? in
+        let session = core.withPublished { published -> UInt64? in
             guard published.status != .disconnected else { return nil }
             published.status = .disconnected
             published.peerAddress = nil
@@ -632,7 +621,7 @@ public final class Socket: @unchecked Sendable {
     public func disconnectAfterReadingAndWriting() { disconnectAfter(reading: true, writing: true) }
 
     private func disconnectAfter(reading: Bool, writing: Bool) {
-        let session = shared.published.withLock { published -> UInt64? in
+        let session = core.withPublished { published -> UInt64? in
             guard published.status == .connecting || published.status == .connected else { return nil }
             published.acceptsReadsAndWrites = false
             return published.session
@@ -643,7 +632,7 @@ public final class Socket: @unchecked Sendable {
 
     // MARK: Diagnostics
 
-    private var published: SocketSharedState.Published { shared.published.withLock { $0 } }
+    private var published: SocketPublishedState { core.withPublished { $0 } }
 
     /// True when neither connecting, connected nor accepting.
     public var isDisconnected: Bool { published.status == .disconnected }
@@ -750,7 +739,7 @@ public final class Socket: @unchecked Sendable {
         if requireDelegate && !hasDelegate {
             throw SocketError(.badConfig, "set a delegate before connecting or accepting")
         }
-        return try shared.published.withLock { published throws(SocketError) -> (UInt64, SocketConfiguration) in
+        return try core.withPublished { published throws(SocketError) -> (UInt64, SocketConfiguration) in
             guard published.status == .disconnected else {
                 throw SocketError(.badConfig, "the socket is already connected, connecting or accepting")
             }
@@ -775,14 +764,14 @@ public final class Socket: @unchecked Sendable {
     }
 
     private func revertSession(_ session: UInt64) {
-        shared.published.withLock { published in
+        core.withPublished { published in
             if published.session == session { published.status = .disconnected }
         }
     }
 
     /// The session to queue a read or write in, and the socket's read limit.
     private func sessionForTransfer() throws(SocketError) -> (UInt64, Int) {
-        try shared.published.withLock { published throws(SocketError) -> (UInt64, Int) in
+        try core.withPublished { published throws(SocketError) -> (UInt64, Int) in
             switch published.status {
             case .connecting, .connected:
                 break
@@ -818,12 +807,12 @@ public final class Socket: @unchecked Sendable {
     func deliver(_ event: SocketEvent, from core: TCPSocketCore) {
         var event = event
         if case .didAccept(let childCore) = event {
-            let (queue, receiver) = routingLock.withLock { (routing.queue, routing.receiver) }
+            let (queue, receiver) = core.withStateLock { (routing.queue, routing.receiver) }
             let child = Socket(acceptedCore: childCore, receiver: receiver?.receiverForAcceptedSocket(),
                                callbackQueue: queue)
             event = .didAcceptSocket(child)
         }
-        let queue = routingLock.withLock { routing.queue }
+        let queue = core.withStateLock { routing.queue }
         if queue.runsOnEventLoop && !(mailboxStorage?.isBusy ?? false) {
             deliverNow(event)
             return
@@ -849,17 +838,17 @@ public final class Socket: @unchecked Sendable {
             deliverNow(event)
         }
         if mailbox.finishDrain() {
-            let queue = routingLock.withLock { routing.queue }
+            let queue = core.withStateLock { routing.queue }
             queue.enqueue({ [weak self] budget in self?.drainMailbox(budget: budget) ?? 0 }, loop: eventLoop)
         }
         return events.count
     }
 
     private func deliverNow(_ event: SocketEvent) {
-        gate.enter()
-        let receiver = routingLock.withLock { routing.receiver }
+        gate.enter(key: gateKey)
+        let receiver = core.withStateLock { routing.receiver }
         let answer = receiver?.receive(event, on: self) ?? 0
-        gate.leave()
+        gate.leave(key: gateKey)
         let core = self.core
         if receiver == nil, case .didReceiveTrust(_, let question) = event {
             // No delegate to judge the peer: reject at once rather than wait for the timeout.
@@ -893,9 +882,26 @@ public final class Socket: @unchecked Sendable {
     /// The listener's hook for placing a new connection (on the listener's loop thread),
     /// under the gate like any callback: a release or delegate change waits for it.
     func eventLoopForAcceptedConnection(from address: SocketAddress) -> EventLoop? {
-        gate.withGate {
-            routingLock.withLock { routing.receiver }?.eventLoopForConnection(from: address, on: self)
+        withGate {
+            core.withStateLock { routing.receiver }?.eventLoopForConnection(from: address, on: self)
         }
+    }
+
+    // MARK: The callback gate
+
+    /// Where a thread waiting for the gate sleeps (ParkingLot).
+    private var gateKey: UInt { UInt(bitPattern: Int(bitPattern: Unmanaged.passUnretained(self).toOpaque())) }
+
+    var callbackGateHolder: UInt { gate.holderThread }
+
+    /// Runs `body` with the callback gate held (see `CallbackGate`): directly when this
+    /// thread already holds it, without it when waiting would deadlock.
+    private func withGate<Result>(_ body: () throws -> Result) rethrows -> Result {
+        if gate.isHeldByCurrentThread { return try body() }
+        let key = gateKey
+        guard gate.enterUnlessDeadlocked(key: key, holder: self) else { return try body() }
+        defer { gate.leave(key: key) }
+        return try body()
     }
 
     /// Starts an accepted connection's I/O on its loop.

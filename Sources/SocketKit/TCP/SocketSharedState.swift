@@ -1,47 +1,79 @@
 import Synchronization
 
 /// The part of a socket's state that any thread may read without waiting for its loop:
-/// the status, addresses and configuration (behind one lock, changed only on transitions),
-/// the queued-write byte count and the progress of the current read and write (atomics
-/// the loop updates as it goes).
+/// the status, addresses and configuration (changed only on transitions). It lives in the
+/// socket's `TCPSocketCore`, guarded by the core's `stateLock`, beside the queued-write byte
+/// count and the progress of the current read and write (atomics the loop updates as it
+/// goes): one object per socket instead of three, and no separately allocated mutex.
 ///
 /// Getters never hop onto the loop, so they cannot deadlock whatever thread calls them,
 /// including another loop's thread or a callback that holds a lock of its own.
-final class SocketSharedState: @unchecked Sendable {
-    struct Published: Sendable {
-        var status = SocketStatus.disconnected
-        /// Increments each time a session starts (connect, accept, adopt); operations carry
-        /// the session they were issued in and the loop drops those of an ended session.
-        var session: UInt64 = 0
-        /// False once `disconnectAfter…` was called in this session.
-        var acceptsReadsAndWrites = true
-        var localAddress: SocketAddress? = nil
-        var peerAddress: SocketAddress? = nil
-        var listenerAddresses: [SocketAddress] = []
-        var isUnixDomain = false
-        var configuration = SocketConfiguration()
-        /// Made on the first read into a caller's buffer (most sockets never need one).
-        var callerBuffers: CallerBufferGuard? = nil
-        var callerBuffersRevoked = false
-        /// What the TLS handshake settled, once the connection is secure.
-        var tls: TLSInfoBox? = nil
-        /// `startTLS` was called in this session (only the first call counts).
-        var tlsRequested = false
+struct SocketPublishedState: Sendable {
+    /// Increments each time a session starts (connect, accept, adopt); operations carry
+    /// the session they were issued in and the loop drops those of an ended session.
+    var session: UInt64 = 0
+    /// Inline (see CompactSocketAddress): a connection keeps both for its whole life.
+    /// The one-byte fields fill the padding after each (memory per connection).
+    private var storedLocalAddress: CompactSocketAddress? = nil
+    var status = SocketStatus.disconnected
+    /// False once `disconnectAfter…` was called in this session.
+    var acceptsReadsAndWrites = true
+    private var storedPeerAddress: CompactSocketAddress? = nil
+    var isUnixDomain = false
+    var callerBuffersRevoked = false
+    /// `startTLS` was called in this session (only the first call counts).
+    var tlsRequested = false
+    var listenerAddresses: [SocketAddress] = []
+    var configuration: SocketConfiguration
+    /// Made on the first read into a caller's buffer (most sockets never need one).
+    var callerBuffers: CallerBufferGuard? = nil
+    /// What the TLS handshake settled, once the connection is secure.
+    var tls: TLSInfoBox? = nil
+
+    init(configuration: SocketConfiguration) {
+        self.configuration = configuration
     }
 
-    let published = LockedValue(Published())
-    let queuedWriteBytes = Atomic<Int>(0)
-    let readProgress = ProgressCell()
-    let writeProgress = ProgressCell()
+    var localAddress: SocketAddress? {
+        get { storedLocalAddress?.address }
+        set { storedLocalAddress = newValue.map(CompactSocketAddress.init) }
+    }
 
-    init(configuration: SocketConfiguration = SocketConfiguration()) {
-        published.withLock { $0.configuration = configuration }
+    var peerAddress: SocketAddress? {
+        get { storedPeerAddress?.address }
+        set { storedPeerAddress = newValue.map(CompactSocketAddress.init) }
+    }
+}
+
+extension TCPSocketCore {
+    /// This core's address: where a thread waiting for `stateLock` sleeps (ParkingLot).
+    @inline(__always)
+    var lockKey: UInt { UInt(bitPattern: Int(bitPattern: Unmanaged.passUnretained(self).toOpaque())) }
+
+    /// Runs `body` with the state lock held: the lock of the published state, and of the
+    /// owning `Socket`'s routing (delegate, queue, user data). Never around user code.
+    @inline(__always)
+    func withStateLock<Result>(_ body: () throws -> Result) rethrows -> Result {
+        let key = lockKey
+        stateLock.lock(key: key)
+        defer { stateLock.unlock(key: key) }
+        return try body()
+    }
+
+    @inline(__always)
+    func withPublished<Result, Failure: Error>(
+        _ body: (inout SocketPublishedState) throws(Failure) -> Result
+    ) throws(Failure) -> Result {
+        let key = lockKey
+        stateLock.lock(key: key)
+        defer { stateLock.unlock(key: key) }
+        return try body(&publishedState)
     }
 
     /// The guard for reads into callers' buffers (revoked from birth once the handle was
     /// released).
     var callerBuffers: CallerBufferGuard {
-        published.withLock { published in
+        withPublished { published in
             if let existing = published.callerBuffers { return existing }
             let made = CallerBufferGuard(revoked: published.callerBuffersRevoked)
             published.callerBuffers = made
@@ -51,7 +83,7 @@ final class SocketSharedState: @unchecked Sendable {
 
     /// Once this returns, the loop writes into no caller buffer of this socket.
     func revokeCallerBuffers() {
-        let existing = published.withLock { published -> CallerBufferGuard? in
+        let existing = withPublished { published -> CallerBufferGuard? in
             published.callerBuffersRevoked = true
             return published.callerBuffers
         }
@@ -76,13 +108,15 @@ public struct OperationProgress: Hashable, Sendable {
 }
 
 /// A seqlock over (tag, done, total): the loop writes without locking, readers on other
-/// threads retry until they see a consistent triple.
+/// threads retry until they see a consistent triple. "No operation" is a total of
+/// `ProgressCell.inactive` (four words per cell, not five: memory per connection).
 struct ProgressCell: ~Copyable {
+    private static let inactive = Int.min
     private let sequence = Atomic<UInt>(0)
-    private let active = Atomic<Bool>(false)
     private let tag = Atomic<Int>(0)
     private let done = Atomic<Int>(0)
-    private let total = Atomic<Int>(-1)
+    /// -1 when unknown, `inactive` when no operation is under way.
+    private let total = Atomic<Int>(ProgressCell.inactive)
 
     init() {}
 
@@ -91,7 +125,6 @@ struct ProgressCell: ~Copyable {
         let start = sequence.load(ordering: .relaxed)
         sequence.store(start &+ 1, ordering: .relaxed)
         atomicMemoryFence(ordering: .releasing)
-        active.store(true, ordering: .relaxed)
         tag.store(newTag, ordering: .relaxed)
         done.store(newDone, ordering: .relaxed)
         total.store(newTotal ?? -1, ordering: .relaxed)
@@ -109,11 +142,11 @@ struct ProgressCell: ~Copyable {
 
     /// Loop thread only.
     func clear() {
-        guard active.load(ordering: .relaxed) else { return }
+        guard total.load(ordering: .relaxed) != ProgressCell.inactive else { return }
         let start = sequence.load(ordering: .relaxed)
         sequence.store(start &+ 1, ordering: .relaxed)
         atomicMemoryFence(ordering: .releasing)
-        active.store(false, ordering: .relaxed)
+        total.store(ProgressCell.inactive, ordering: .relaxed)
         sequence.store(start &+ 2, ordering: .releasing)
     }
 
@@ -122,17 +155,21 @@ struct ProgressCell: ~Copyable {
         while true {
             let before = sequence.load(ordering: .acquiring)
             if before & 1 == 1 { continue }
-            let isActive = active.load(ordering: .relaxed)
             let currentTag = tag.load(ordering: .relaxed)
             let currentDone = done.load(ordering: .relaxed)
             let currentTotal = total.load(ordering: .relaxed)
             atomicMemoryFence(ordering: .acquiring)
             guard sequence.load(ordering: .relaxed) == before else { continue }
-            guard isActive else { return nil }
+            guard currentTotal != ProgressCell.inactive else { return nil }
             return OperationProgress(tag: currentTag, bytesDone: currentDone,
                                      totalBytes: currentTotal >= 0 ? currentTotal : nil)
         }
     }
+}
+
+/// A progress cell on its own, for one that only some sockets need.
+final class ProgressBox: Sendable {
+    let cell = ProgressCell()
 }
 
 /// Guards copies into callers' read buffers. Releasing a socket revokes it: once that

@@ -117,17 +117,16 @@ extension TCPSocketCore {
         }
         let unix = endpoint.address.family == .unix
         let childLoop = peer.flatMap { owner.eventLoopForAcceptedConnection(from: $0) } ?? loop.group?.next() ?? loop
-        let childShared = SocketSharedState(configuration: configuration)
         let local = unix ? endpoint.address : SystemCalls.localAddress(descriptor)
-        childShared.published.withLock { published in
+        let child = TCPSocketCore(loop: childLoop, configuration: configuration)
+        child.withPublished { published in
             published.status = .connected
             published.session = 1
             published.localAddress = local
             published.peerAddress = peer
             published.isUnixDomain = unix
         }
-        let child = TCPSocketCore(loop: childLoop, shared: childShared)
-        child.prepareConnected(fd: descriptor, peer: peer, unix: unix, session: 1)
+        child.prepareConnected(fd: descriptor, unix: unix, session: 1)
         // The child starts once its didAccept has been delivered (Socket.activateAccepted).
         emit(.didAccept(child))
     }

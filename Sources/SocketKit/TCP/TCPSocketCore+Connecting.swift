@@ -178,7 +178,7 @@ extension TCPSocketCore {
         let remote = peer ?? SystemCalls.peerAddress(fd)
         let session = self.session
         let unix = isUnixDomain
-        shared.published.withLock { published in
+        withPublished { published in
             guard published.session == session else { return }
             published.status = .connected
             published.localAddress = local
@@ -200,12 +200,11 @@ extension TCPSocketCore {
     /// core's session, without touching the loop yet: an accepted child is prepared on the
     /// listener's thread, handed to the user in `didAccept` (where reads and writes may
     /// already be queued), and activated on its own loop afterwards.
-    func prepareConnected(fd descriptor: Int32, peer: SocketAddress?, unix: Bool, session: UInt64) {
+    func prepareConnected(fd descriptor: Int32, unix: Bool, session: UInt64) {
         self.session = session
         fd = descriptor
         isUnixDomain = unix
         connectHost = nil
-        preparedPeer = peer
         phase = .connected
         readable = false
         writable = false
@@ -221,8 +220,9 @@ extension TCPSocketCore {
             closeSession(error)
             return
         }
-        let peer = preparedPeer
-        preparedPeer = nil
+        // The peer was published when the descriptor was prepared (accept, adopt).
+        let session = self.session
+        let peer = withPublished { $0.session == session ? $0.peerAddress : nil }
         becomeConnected(peer: peer, announce: announce)
     }
 }

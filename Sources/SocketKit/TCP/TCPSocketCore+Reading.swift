@@ -7,7 +7,13 @@ extension TCPSocketCore {
     func enqueueRead(_ request: ReadRequest, session: UInt64) {
         guard session == self.session, phase == .resolving || phase == .connecting || phase == .connected,
               !disconnectAfterReads, !disconnectAfterWrites else { return }
-        readQueue.append(request)
+        // The usual case, one read at a time, never touches the queue's array: the read
+        // waits in `currentRead` (not started) and an idle socket owns no queue storage.
+        if currentRead == nil && readQueue.isEmpty {
+            currentRead = request
+        } else {
+            readQueue.append(request)
+        }
         if phase == .connected { scheduleReadPump() }
     }
 
@@ -22,9 +28,13 @@ extension TCPSocketCore {
         let secure = tls?.stage == .secure
         var kernelReads = 0
         pump: while phase == .connected && !readTimeoutPending {
-            if currentRead == nil {
-                guard !tlsHoldsReads, let next = readQueue.popFirst() else { break }
-                startRead(next)
+            if !currentReadStarted {
+                guard !tlsHoldsReads else { break }
+                if currentRead == nil {
+                    guard let next = readQueue.popFirst() else { break }
+                    currentRead = next
+                }
+                startCurrentRead()
             }
             if !prebuffer.isEmpty {
                 guard feedCurrentRead(from: prebuffer.readableBytes, fromPrebuffer: true) else { return }
@@ -79,11 +89,14 @@ extension TCPSocketCore {
         closeIfDisconnectAfterIsDue()
     }
 
-    private func startRead(_ request: ReadRequest) {
-        currentRead = request
-        shared.readProgress.publish(tag: request.tag, done: 0, total: request.totalLength)
-        if request.timeout >= 0 {
-            arm(&readTimer, deadline: deadline(afterSeconds: request.timeout)) { $0.readTimerFired() }
+    private func startCurrentRead() {
+        // Field by field rather than a copy of the request (Swift 6.3's release optimizer
+        // fails on `guard let request = currentRead` here with "Found ownership error").
+        guard let tag = currentRead?.tag, let timeout = currentRead?.timeout else { return }
+        currentReadStarted = true
+        readProgress.publish(tag: tag, done: 0, total: currentRead?.totalLength)
+        if timeout >= 0 {
+            arm(&readTimer, deadline: deadline(afterSeconds: timeout)) { $0.readTimerFired() }
         }
     }
 
@@ -96,7 +109,7 @@ extension TCPSocketCore {
         case .incomplete(let consumed):
             if fromPrebuffer { prebuffer.consume(consumed) }
             guard let request = currentRead else { return true }
-            shared.readProgress.update(done: request.bytesDone)
+            readProgress.update(done: request.bytesDone)
             if request.reportsPartialProgress && ownerWants(.readPartial) {
                 emit(.didReadPartial(length: consumed, tag: request.tag))
                 return session == self.session && phase == .connected
@@ -113,8 +126,9 @@ extension TCPSocketCore {
                 prebuffer.append(UnsafeRawBufferPointer(rebasing: source[consumed...]))
             }
             guard var request = currentRead.take() else { return true }
+            currentReadStarted = false
             cancel(readTimer)
-            shared.readProgress.clear()
+            readProgress.clear()
             if tls != nil { tlsCountCompletedRead() }
             if ownerWants(.read) {
                 let payload: ReadPayload = borrowed
@@ -145,7 +159,7 @@ extension TCPSocketCore {
     // MARK: Read timeouts
 
     func readTimerFired() {
-        guard phase == .connected, let request = currentRead, !readTimeoutPending else { return }
+        guard phase == .connected, currentReadStarted, let request = currentRead, !readTimeoutPending else { return }
         readTimeoutPending = true
         timeoutQuestions += 1
         readTimeoutQuestion = timeoutQuestions

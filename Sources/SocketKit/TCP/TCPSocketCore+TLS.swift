@@ -107,7 +107,7 @@ extension TCPSocketCore {
     private func startHandshake() {
         guard let tls, tls.stage == .waiting, phase == .connected, fd >= 0 else { return }
         let settings = tls.context.settings
-        let peer = shared.published.withLock { $0.peerAddress } ?? SystemCalls.peerAddress(fd)
+        let peer = withPublished { $0.peerAddress } ?? SystemCalls.peerAddress(fd)
         var name = settings.peerName
         if settings.role == .client && name == nil {
             name = connectHost ?? peer?.host
@@ -198,7 +198,7 @@ extension TCPSocketCore {
         session.releaseIdleBuffers(threshold: 0) // idle from here on, typically: keep nothing
         let info = TLSInfoBox(session.info)
         let current = self.session
-        shared.published.withLock { published in
+        withPublished { published in
             guard published.session == current else { return }
             published.tls = info
         }

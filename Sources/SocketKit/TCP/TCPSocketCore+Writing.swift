@@ -11,7 +11,6 @@ extension TCPSocketCore {
               !disconnectAfterReads, !disconnectAfterWrites else { return }
         writeQueue.append(request)
         queuedWriteBytes += request.remaining
-        shared.queuedWriteBytes.store(queuedWriteBytes, ordering: .relaxed)
         if phase == .connected {
             if !headWriteStarted { startHeadWrite() }
             scheduleWriteFlush()
@@ -60,7 +59,8 @@ extension TCPSocketCore {
         // A write queued after a TLS marker becomes current only once the connection is secure.
         guard phase == .connected, !tlsHoldsWrites, let head = writeQueue.first else { return }
         headWriteStarted = true
-        shared.writeProgress.publish(tag: head.tag, done: head.offset, total: head.length)
+        let progress = writeProgressBox.load() ?? writeProgressBox.storeIfNil(ProgressBox())
+        progress.cell.publish(tag: head.tag, done: head.offset, total: head.length)
         if head.timeout >= 0 {
             arm(&writeTimer, deadline: deadline(afterSeconds: head.timeout)) { $0.writeTimerFired() }
         }
@@ -136,7 +136,6 @@ extension TCPSocketCore {
         let session = self.session
         var left = written
         queuedWriteBytes -= written
-        shared.queuedWriteBytes.store(queuedWriteBytes, ordering: .relaxed)
         while left > 0, let head = writeQueue.first {
             let chunk = min(head.remaining, left)
             left -= chunk
@@ -144,7 +143,7 @@ extension TCPSocketCore {
                 _ = writeQueue.popFirst()
                 headWriteStarted = false
                 cancel(writeTimer)
-                shared.writeProgress.clear()
+                writeProgressBox.load()?.cell.clear()
                 if tls != nil { tlsCountCompletedWrite() }
                 if ownerWants(.write) {
                     emit(.didWrite(tag: head.tag))
@@ -153,7 +152,7 @@ extension TCPSocketCore {
                 if !headWriteStarted { startHeadWrite() }
             } else {
                 writeQueue[0].offset += chunk
-                shared.writeProgress.update(done: writeQueue[0].offset)
+                writeProgressBox.load()?.cell.update(done: writeQueue[0].offset)
                 if ownerWants(.writePartial) {
                     emit(.didWritePartial(length: chunk, tag: head.tag))
                     guard session == self.session && phase == .connected else { return false }

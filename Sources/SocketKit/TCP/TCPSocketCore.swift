@@ -1,5 +1,6 @@
 import Glibc
 import SocketKitC
+import Synchronization
 
 /// The state machine of one TCP or Unix-domain socket, after GCDAsyncSocket: a read queue,
 /// a write queue, a prebuffer, timers with extension, disconnect-after flags, Happy Eyeballs
@@ -15,21 +16,23 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         case idle, resolving, connecting, connected, accepting
     }
 
-    let loop: EventLoop
-    let shared: SocketSharedState
-    /// The user-facing handle; nil once the user released it (the core then closes).
-    weak var owner: Socket?
+    // Field order matters here: Swift lays stored properties out in declaration order, so
+    // the one-byte flags are grouped to fill the padding after `registration` and
+    // `currentRead` (memory per connection).
 
-    var phase = Phase.idle
+    let loop: EventLoop
+    /// The user-facing Socket's object (see `owner`), with an unowned reference count.
+    private var ownerObject: UnsafeMutableRawPointer? = nil
     var session: UInt64 = 0
     var configuration: SocketConfiguration
 
     // The connection.
-    var fd: Int32 = -1
     var registration: RegistrationID? = nil
+    var phase = Phase.idle
     var isUnixDomain = false
     /// Edge-triggered readiness: true until a read or write would block.
     var readable = false
+    var fd: Int32 = -1
     var writable = false
     /// A read returned 0: the peer will send nothing more.
     var readEOF = false
@@ -38,30 +41,141 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     var readStreamClosedReported = false
     var disconnectAfterReads = false
     var disconnectAfterWrites = false
-    /// The peer of a prepared (adopted or accepted) descriptor, until it is activated.
-    var preparedPeer: SocketAddress? = nil
-    /// From `startTLS` on (see TCPSocketCore+TLS.swift).
-    var tls: TLSState? = nil
+    var readTimeoutPending = false
+    var currentReadStarted = false
 
     // Reads.
-    var readQueue = FIFO<ReadRequest>()
-    var currentRead: ReadRequest? = nil
     var prebuffer = ByteQueue()
-    var readTimeoutPending = false
-    /// Each timeout question gets a number never used before by this socket, so an answer
-    /// (possibly late: event records) can only ever answer its own question.
-    var timeoutQuestions: UInt64 = 0
-    var readTimeoutQuestion: UInt64 = 0
-    var writeTimeoutQuestion: UInt64 = 0
-    var readTimer: LoopTimer? = nil
-
-    // Writes. The front of `writeQueue` is the current write.
-    var writeQueue = FIFO<WriteRequest>()
-    var queuedWriteBytes = 0
+    /// The front read: under way once `currentReadStarted`, otherwise the next to start.
+    var currentRead: ReadRequest? = nil
+    // Writes and callouts: flags (in the padding after `currentRead`).
     var aboveHighWatermark = false
     var headWriteStarted = false
     var writeTimeoutPending = false
-    var writeTimer: LoopTimer? = nil
+    var inCallout = false
+    var runningDeferredOperations = false
+    var isScheduledForEndOfIteration = false
+    var readPumpScheduled = false
+
+
+    /// Bytes queued and not yet accepted by the kernel: kept in the published atomic
+    /// (relaxed: only the loop writes it).
+    var queuedWriteBytes: Int {
+        get { publishedQueuedWriteBytes.load(ordering: .relaxed) }
+        set { publishedQueuedWriteBytes.store(newValue, ordering: .relaxed) }
+    }
+
+    /// Timers and timeout questions, made by the first read or write with a timeout (or
+    /// TLS trust question): a socket that uses none never carries them.
+    final class TimeoutState {
+        var readTimer: LoopTimer? = nil
+        var writeTimer: LoopTimer? = nil
+        /// Each timeout question gets a number never used before by this socket, so an
+        /// answer (possibly late: event records) can only ever answer its own question.
+        var questions: UInt64 = 0
+        var readQuestion: UInt64 = 0
+        var writeQuestion: UInt64 = 0
+    }
+
+    /// What most connections never need, behind one pointer (memory per connection): the
+    /// TLS state, timers, connecting and accepting state, and the callout backlog. Made on
+    /// first use and kept for the core's life.
+    final class OutOfLineState {
+        var tls: TLSState? = nil
+        var timeouts: TimeoutState? = nil
+        var connecting: ConnectingState? = nil
+        var accepting: AcceptingState? = nil
+        /// Events raised during a callout, in order: the first in `firstDeferredEvent` (the
+        /// usual case, e.g. `didWrite` of a write made in `didRead`, then needs no array),
+        /// the rest in `deferredEvents`.
+        var firstDeferredEvent: SocketEvent? = nil
+        var deferredEvents: [SocketEvent] = []
+        var deferredOperations: [(TCPSocketCore) -> Void] = []
+        var readQueue = FIFO<ReadRequest>()
+        var writeQueue = FIFO<WriteRequest>()
+
+        func deferEvent(_ event: SocketEvent) {
+            if firstDeferredEvent == nil && deferredEvents.isEmpty {
+                firstDeferredEvent = event
+            } else {
+                deferredEvents.append(event)
+            }
+        }
+
+        func takeDeferredEvent() -> SocketEvent? {
+            if let event = firstDeferredEvent {
+                firstDeferredEvent = nil
+                return event
+            }
+            return deferredEvents.isEmpty ? nil : deferredEvents.removeFirst()
+        }
+    }
+
+    /// The reads after `currentRead` (one read at a time never needs the queue: see
+    /// `enqueueRead`).
+    var readQueue: FIFO<ReadRequest> {
+        _read {
+            if let state = outOfLineState { yield state.readQueue } else { yield FIFO() }
+        }
+        _modify { yield &outOfLine.readQueue }
+    }
+
+    /// The queued writes; the front one is the current write. A write the kernel takes at
+    /// once never enters it (see `writeImmediately`).
+    var writeQueue: FIFO<WriteRequest> {
+        _read {
+            if let state = outOfLineState { yield state.writeQueue } else { yield FIFO() }
+        }
+        _modify { yield &outOfLine.writeQueue }
+    }
+
+    private var outOfLineState: OutOfLineState? = nil
+
+    var outOfLine: OutOfLineState {
+        if let state = outOfLineState { return state }
+        let state = OutOfLineState()
+        outOfLineState = state
+        return state
+    }
+
+    /// From `startTLS` on (see TCPSocketCore+TLS.swift).
+    var tls: TLSState? {
+        get { outOfLineState?.tls }
+        set { if outOfLineState != nil || newValue != nil { outOfLine.tls = newValue } }
+    }
+
+    private var timeoutState: TimeoutState? {
+        get { outOfLineState?.timeouts }
+        set { if outOfLineState != nil || newValue != nil { outOfLine.timeouts = newValue } }
+    }
+
+    private var timeouts: TimeoutState {
+        if let state = timeoutState { return state }
+        let state = TimeoutState()
+        timeoutState = state
+        return state
+    }
+
+    var readTimer: LoopTimer? {
+        get { timeoutState?.readTimer }
+        set { if timeoutState != nil || newValue != nil { timeouts.readTimer = newValue } }
+    }
+    var writeTimer: LoopTimer? {
+        get { timeoutState?.writeTimer }
+        set { if timeoutState != nil || newValue != nil { timeouts.writeTimer = newValue } }
+    }
+    var timeoutQuestions: UInt64 {
+        get { timeoutState?.questions ?? 0 }
+        set { if timeoutState != nil || newValue != 0 { timeouts.questions = newValue } }
+    }
+    var readTimeoutQuestion: UInt64 {
+        get { timeoutState?.readQuestion ?? 0 }
+        set { if timeoutState != nil || newValue != 0 { timeouts.readQuestion = newValue } }
+    }
+    var writeTimeoutQuestion: UInt64 {
+        get { timeoutState?.writeQuestion ?? 0 }
+        set { if timeoutState != nil || newValue != 0 { timeouts.writeQuestion = newValue } }
+    }
 
     // Connecting and accepting: state only a connecting socket or a listener has, kept out
     // of line so that an accepted connection does not carry it (memory per connection).
@@ -87,8 +201,14 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         var acceptTimer: LoopTimer? = nil
     }
 
-    private var connectingState: ConnectingState? = nil
-    private var acceptingState: AcceptingState? = nil
+    private var connectingState: ConnectingState? {
+        get { outOfLineState?.connecting }
+        set { if outOfLineState != nil || newValue != nil { outOfLine.connecting = newValue } }
+    }
+    private var acceptingState: AcceptingState? {
+        get { outOfLineState?.accepting }
+        set { if outOfLineState != nil || newValue != nil { outOfLine.accepting = newValue } }
+    }
 
     // Setting a default value where there is no state yet leaves it absent (teardown
     // resets these on every socket).
@@ -167,55 +287,94 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         set { if acceptingState != nil || !(newValue == nil) { accepting.acceptTimer = newValue } }
     }
 
-    // Callouts and deferred work.
-    var inCallout = false
-    var runningDeferredOperations = false
-    var deferredEvents: [SocketEvent] = []
-    var deferredOperations: [(TCPSocketCore) -> Void] = []
-    var isScheduledForEndOfIteration = false
-    var readPumpScheduled = false
+    // Shared with other threads (SocketSharedState.swift): everything else is loop-only.
+    let stateLock = InlineLock()
+    // Loop-only flags, in the padding after the lock.
     var writeFlushScheduled = false
     var acceptContinuationScheduled = false
+    /// Guarded by `stateLock` (`withPublished`).
+    nonisolated(unsafe) var publishedState: SocketPublishedState
+    let publishedQueuedWriteBytes = Atomic<Int>(0)
+    let readProgress = ProgressCell()
+    /// Made by the first write that has to wait in the queue (a write the kernel takes at
+    /// once never shows progress), so most connections never carry one.
+    let writeProgressBox = AtomicLazyReference<ProgressBox>()
+
 
     static let connectionEvents = EPOLLIN.rawValue | EPOLLOUT.rawValue | EPOLLRDHUP.rawValue | EPOLLET.rawValue
     static let listenerEvents = EPOLLIN.rawValue | EPOLLET.rawValue
 
-    init(loop: EventLoop, shared: SocketSharedState) {
+    init(loop: EventLoop, configuration: SocketConfiguration) {
         self.loop = loop
-        self.shared = shared
-        self.configuration = shared.published.withLock { $0.configuration }
+        self.configuration = configuration
+        publishedState = SocketPublishedState(configuration: configuration)
     }
 
     deinit {
+        if let ownerObject { swift_unownedRelease(ownerObject) }
         // Normally closed by `ownerReleased`; this covers a loop that stopped first.
         if fd >= 0 { close(fd) }
         for attempt in connectAttempts { attempt.closeDescriptor() }
         for listener in listeners { close(listener.fd) }
     }
 
+    // MARK: The owner
+
+    /// The user-facing handle, strongly held for the caller's use; nil once the user released
+    /// it (its deinit has begun; the core then closes).
+    ///
+    /// Not a weak reference: that would give every Socket a side table (48 bytes) and send
+    /// each retain and release of it down the runtime's slow path. Instead the core holds the
+    /// Socket's memory with an unowned reference count (so the pointer stays valid after the
+    /// Socket's deinit) and takes a strong reference with `swift_tryRetain`, which fails once
+    /// deinitialization has begun: exactly what loading a weak reference does.
+    var owner: Socket? {
+        guard let ownerObject, let retained = swift_tryRetain(ownerObject) else { return nil }
+        return Unmanaged<Socket>.fromOpaque(retained).takeRetainedValue()
+    }
+
+    /// Called once, by the Socket's initializer.
+    func attach(owner: Socket) {
+        assert(ownerObject == nil, "a core has one owner")
+        let object = Unmanaged.passUnretained(owner).toOpaque()
+        _ = swift_unownedRetain(object)
+        ownerObject = object
+    }
+
+    /// The owner's receiver's interests (SocketEventInterests), readable by the loop without
+    /// a lock or a reference to the owner; 0 once the owner is released.
+    let ownerInterests = Atomic<UInt32>(0)
+
     // MARK: Operations from the public API
 
     /// True when an operation that does not tear the session down may run right now on the
     /// loop thread (the caller checked it is on the loop).
     var acceptsInlineOperation: Bool {
-        !(inCallout && !deferredOperations.isEmpty)
+        !(inCallout && hasDeferredOperations)
     }
 
     /// Runs `operation` now, or after the running callback of this socket if it tears the
     /// session down (or if such an operation is already waiting: order is kept).
     func perform(tearsDown: Bool, _ operation: @escaping (TCPSocketCore) -> Void) {
-        if (inCallout || runningDeferredOperations) && (tearsDown || !deferredOperations.isEmpty) {
-            deferredOperations.append(operation)
+        if (inCallout || runningDeferredOperations) && (tearsDown || hasDeferredOperations) {
+            outOfLine.deferredOperations.append(operation)
             return
         }
         operation(self)
     }
 
+    /// Operations wait for the running callback (see `perform`).
+    @inline(__always)
+    var hasDeferredOperations: Bool {
+        guard let backlog = outOfLineState else { return false }
+        return !backlog.deferredOperations.isEmpty
+    }
+
     private func runDeferredOperations() {
         guard !runningDeferredOperations else { return }
         runningDeferredOperations = true
-        while !inCallout && !deferredOperations.isEmpty {
-            let operation = deferredOperations.removeFirst()
+        while !inCallout, let backlog = outOfLineState, !backlog.deferredOperations.isEmpty {
+            let operation = backlog.deferredOperations.removeFirst()
             operation(self)
         }
         runningDeferredOperations = false
@@ -231,16 +390,16 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
             return
         }
         if inCallout {
-            deferredEvents.append(event.owned())
+            outOfLine.deferEvent(event.owned())
             return
         }
         inCallout = true
         owner.deliver(event, from: self)
-        while !deferredEvents.isEmpty {
-            owner.deliver(deferredEvents.removeFirst(), from: self)
+        while let event = outOfLineState?.takeDeferredEvent() {
+            owner.deliver(event, from: self)
         }
         inCallout = false
-        if !deferredOperations.isEmpty {
+        if hasDeferredOperations {
             runDeferredOperations()
         }
     }
@@ -264,7 +423,7 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     /// Whether the owner wants optional events of this kind (false once released).
     @inline(__always)
     func ownerWants(_ interest: SocketEventInterests) -> Bool {
-        owner?.wants(interest) ?? false
+        ownerInterests.load(ordering: .relaxed) & interest.rawValue != 0
     }
 
     // MARK: End of iteration
@@ -350,8 +509,9 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     /// most `lingerSeconds`), like a transport's graceful close; queued reads are dropped.
     func ownerReleased() {
         if phase == .connected && disconnectAfterWrites && !writeQueue.isEmpty && fd >= 0 {
-            readQueue.removeAll()
+            outOfLineState?.readQueue.removeAll()
             currentRead = nil
+            currentReadStarted = false
             disconnectAfterReads = false
             arm(&connectTimer, deadline: deadline(afterSeconds: TCPSocketCore.lingerSeconds)) {
                 $0.closeSession(nil, notify: false)
@@ -400,10 +560,11 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         }
         closeListeners()
 
-        readQueue.removeAll()
+        outOfLineState?.readQueue.removeAll()
         currentRead = nil
+        currentReadStarted = false
         prebuffer.removeAll()
-        writeQueue.removeAll()
+        outOfLineState?.writeQueue.removeAll()
         queuedWriteBytes = 0
         aboveHighWatermark = false
         headWriteStarted = false
@@ -421,10 +582,9 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         acceptFailureReported = false
         phase = .idle
 
-        shared.queuedWriteBytes.store(0, ordering: .relaxed)
-        shared.readProgress.clear()
-        shared.writeProgress.clear()
-        shared.published.withLock { published in
+        readProgress.clear()
+        writeProgressBox.load()?.cell.clear()
+        withPublished { published in
             guard published.session == endedSession else { return }
             published.status = .disconnected
             published.acceptsReadsAndWrites = true

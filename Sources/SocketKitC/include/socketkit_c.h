@@ -102,4 +102,14 @@ STACK_OF(X509) *skc_x509_stack_new(void);
 int skc_x509_stack_push(STACK_OF(X509) *stack, X509 *certificate);
 void skc_x509_stack_free(STACK_OF(X509) *stack);
 
+
+/* The Swift runtime's reference counting entry points (exported C functions of libswiftCore,
+   declared in swift/Runtime/HeapObject.h, which the toolchain does not install). A socket's
+   core keeps its Socket through these instead of a weak reference: see TCPSocketCore.owner. */
+/* A +1 strong reference to `object`, or NULL when it is being deinitialized. */
+void *swift_tryRetain(void *object);
+/* The unowned count keeps an object's memory (not the object) alive after its deinit. */
+void *swift_unownedRetain(void *object);
+void swift_unownedRelease(void *object);
+
 #endif
