@@ -226,8 +226,10 @@ int sk_loop_group_run_once(sk_loop_group_t *group, sk_error_t *error);
 /* Releases the handle and stops the group: sockets still open on its loops are closed and
  * get did_disconnect with SK_ERR_BAD_CONFIG; then its threads are joined. Called on one
  * of the group's own loop threads, the stop completes in the background instead. A driven
- * group stops at once on its host thread; released from another thread, it stops in the
- * next sk_loop_group_run_once().
+ * group stops at once when released on its host thread between iterations; released from
+ * another thread or from a callback, it stops in the host's next sk_loop_group_run_once(),
+ * which the handle stays valid for (the descriptor becomes readable for it). Afterwards
+ * the group's sockets' calls fail with SK_ERR_BAD_CONFIG.
  * Errors: SK_ERR_INVALID_HANDLE. */
 int sk_loop_group_release(sk_loop_group_t *group);
 

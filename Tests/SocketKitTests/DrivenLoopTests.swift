@@ -160,4 +160,32 @@ struct DrivenLoopTests {
         #expect(throws: SocketError.self) { try setup.client.write([1]) }
         #expect(try setup.group.runOnce() == false)
     }
+
+    @Test func aTimerArmedBetweenIterationsWakesTheDescriptor() throws {
+        // Regression: the timer descriptor was armed only at the end of an iteration, so a
+        // timeout set by the host between iterations (a connect from asyncio) never fired.
+        let group = EventLoopGroup.driven()
+        let loop = group.next()
+        let fired = Atomic<Int>(0)
+        let timer = LoopTimer { fired.store(1, ordering: .relaxed) }
+        loop.schedule(timer, deadline: deadline(afterSeconds: 0.1))
+        #expect(descriptorBecomesReadable(group, within: 10), "the timer did not wake the descriptor")
+        #expect(try drive(group) { fired.load(ordering: .relaxed) == 1 })
+        try group.shutdown()
+    }
+
+    @Test func aShutdownFromACallbackFinishesInTheNextIteration() throws {
+        // Regression: it was lost (the stop was marked done but never ran).
+        let setup = try EchoSetup()
+        let group = setup.group
+        setup.clientRecorder.onConnect = { _ in try? group.shutdown() }
+        #expect(try drive(setup.group) { setup.clientRecorder.events.contains { $0.isDisconnect } })
+        #expect(disconnectCode(setup.clientRecorder) == .badConfig)
+        #expect(try setup.group.runOnce() == false)
+        // The host thread is no longer the loop's thread: calls fail instead of running inline.
+        #expect(!setup.group.next().inEventLoop)
+        #expect(throws: SocketError.self) {
+            try Socket(delegate: setup.clientRecorder, eventLoop: group.next()).connect(toHost: "127.0.0.1", port: 9)
+        }
+    }
 }

@@ -122,4 +122,71 @@ struct UdpSendFastPathTests {
         firstLog.checkContract()
         secondLog.checkContract()
     }
+
+    @Test func aDidSendThatSendsAgainSendsNothingTwice() throws {
+        // Regression: didSend of a staged datagram ran while the staging area still held the
+        // batch; a send from it (queued path) flushed the same datagrams a second time.
+        let clientLog = UdpRecorder()
+        let client = UdpSocket(delegate: clientLog)
+        defer { client.close() }
+        try client.bind(toPort: 0, interface: "127.0.0.1")
+        try client.beginReceiving()
+        let clientPort = client.localPort
+        let (server, serverLog) = try echoServer { sock, data, from in
+            try? sock.send(data, toAddress: from, tag: Int(data[0]))
+        }
+        defer { server.close() }
+        serverLog.onSent = { sock, tag in
+            if tag < 100 { try? sock.send([0xEE, UInt8(tag)], toHost: "localhost", port: clientPort, tag: 100 + tag) }
+        }
+        let count = 20
+        for index in 0..<count { try client.send([UInt8(index)], toAddress: .ipv4Loopback(port: server.localPort)) }
+        #expect(clientLog.waitForReceived(2 * count).count == 2 * count)
+        #expect(serverLog.wait { $0.filter { if case .sent = $0 { return true }; return false }.count == 2 * count })
+        // Nothing more than that: no datagram sent twice, no didSend twice.
+        let received = clientLog.received
+        #expect(received.filter { $0.count == 1 }.sorted { $0[0] < $1[0] } == (0..<count).map { [UInt8($0)] })
+        #expect(received.filter { $0.count == 2 }.count == count)
+        let sentTags = serverLog.events.compactMap { event -> Int? in if case .sent(let tag) = event { return tag }; return nil }
+        #expect(sentTags.sorted() == Array(0..<count) + Array(100..<(100 + count)))
+        serverLog.checkContract()
+    }
+
+    @Test func answeringThenClosingAfterSendingDeliversTheAnswer() throws {
+        // Regression: the answer, staged, was dropped by the close that followed it.
+        let (server, serverLog) = try echoServer { sock, data, from in
+            try? sock.send(data.reversed(), toAddress: from, tag: 4)
+            sock.closeAfterSending()
+        }
+        let (client, clientLog) = try client(to: server)
+        defer { client.close() }
+        try client.send([1, 2, 3])
+        #expect(clientLog.waitForReceived(1) == [[3, 2, 1]])
+        #expect(serverLog.wait { $0.last == .closed(nil) })
+        #expect(serverLog.events.dropFirst().elementsEqual([.sent(tag: 4), .closed(nil)]))
+        serverLog.checkContract()
+    }
+
+    @Test func aDatagramTheKernelRefusesOnTheFastPathIsReportedNotRetried() throws {
+        // Loopback answers a datagram to a closed port with an ICMP error the kernel keeps on
+        // the connected socket; the next send (the fast path, on the loop) returns it. That
+        // datagram fails with it (a retry would succeed and the error would be lost).
+        let closed = UdpSocket()
+        try closed.bind(toPort: 0, interface: "127.0.0.1")
+        let deadPort = closed.localPort
+        closed.close()
+        let log = UdpRecorder()
+        let client = UdpSocket(delegate: log)
+        defer { client.close() }
+        try client.connect(toAddress: .ipv4Loopback(port: deadPort))
+        #expect(log.wait { $0.contains { if case .connected = $0 { return true }; return false } })
+        client.perform { _ in
+            try? client.send([1], tag: 1)
+            try? client.send([2], tag: 2)
+        }
+        #expect(log.wait { $0.contains { if case .notSent(tag: 2, _, _) = $0 { return true }; return false } })
+        #expect(log.events.contains(.sent(tag: 1)))
+        #expect(log.events.contains { if case .notSent(tag: 2, _, errno: ECONNREFUSED) = $0 { return true }; return false })
+        log.checkContract()
+    }
 }

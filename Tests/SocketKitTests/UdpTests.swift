@@ -23,6 +23,7 @@ final class UdpRecorder: UdpSocketDelegate, @unchecked Sendable {
     let afterClose = Atomic<Int>(0)
     private var closed = false
     nonisolated(unsafe) var onReceive: ((UdpSocket, [UInt8], SocketAddress) -> Void)? = nil
+    nonisolated(unsafe) var onSent: ((UdpSocket, Int) -> Void)? = nil
 
     private func record(_ event: Event) {
         if running.add(1, ordering: .acquiringAndReleasing).newValue > 1 { overlaps.add(1, ordering: .relaxed) }
@@ -37,7 +38,10 @@ final class UdpRecorder: UdpSocketDelegate, @unchecked Sendable {
 
     func udpSocket(_ sock: UdpSocket, didConnectToAddress address: SocketAddress) { record(.connected(address)) }
     func udpSocket(_ sock: UdpSocket, didNotConnect error: SocketError) { record(.notConnected(error.code)) }
-    func udpSocket(_ sock: UdpSocket, didSendDataWithTag tag: Int) { record(.sent(tag: tag)) }
+    func udpSocket(_ sock: UdpSocket, didSendDataWithTag tag: Int) {
+        record(.sent(tag: tag))
+        onSent?(sock, tag)
+    }
     func udpSocket(_ sock: UdpSocket, didNotSendDataWithTag tag: Int, dueToError error: SocketError) {
         record(.notSent(tag: tag, error.code, errno: error.osError))
     }

@@ -46,6 +46,11 @@ public func sk_loop_group_run_once(_ handle: OpaquePointer?, _ error: UnsafeMuta
             throw HandleRegistry.invalid(.loopGroup)
         }
         more = try group.runOnce()
+        // Released while its stop could not finish at once (from another thread, or from a
+        // callback): the handle lived on for this call; now that the loop has stopped, it goes.
+        if !more && group.loops[0].hasStoppedDriven && group.releasePending.load(ordering: .acquiring) {
+            _ = HandleRegistry.shared.remove(handle, .loopGroup)
+        }
     }
     return status < 0 ? status : (more ? 1 : 0)
 }
@@ -61,12 +66,22 @@ public func sk_loop_group_loop_count(_ handle: OpaquePointer?) -> Int32 {
 
 @_cdecl("sk_loop_group_release")
 public func sk_loop_group_release(_ handle: OpaquePointer?) -> Int32 {
+    if let driven = HandleRegistry.shared.lookup(handle, .loopGroup, as: EventLoopGroup.self), driven.isDriven {
+        // A driven loop stops on its host thread. Outside an iteration there, it stops now;
+        // otherwise (another thread, a callback) the host's next sk_loop_group_run_once
+        // finishes the stop, so the handle stays valid for that call and goes then.
+        try? driven.shutdown()
+        if driven.loops[0].hasStoppedDriven {
+            _ = HandleRegistry.shared.remove(handle, .loopGroup)
+        } else {
+            driven.releasePending.store(true, ordering: .releasing)
+        }
+        return 0
+    }
     guard let group = HandleRegistry.shared.remove(handle, .loopGroup) as? EventLoopGroup else {
         return SocketError.Code.invalidHandle.rawValue
     }
-    if group.isDriven {
-        try? group.shutdown() // on its thread: now; elsewhere: the host's next iteration
-    } else if group.loops.contains(where: { $0.inEventLoop }) {
+    if group.loops.contains(where: { $0.inEventLoop }) {
         // Joining our own thread would wait forever: finish the stop in the background.
         let sendable = CValue(group)
         do {

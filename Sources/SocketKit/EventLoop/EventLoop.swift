@@ -21,10 +21,12 @@ public final class EventLoop: @unchecked Sendable {
     let startupError: SocketError?
 
     /// A loop with no thread of its own: the thread that created it runs it, one iteration
-    /// at a time (`runOnce`), when `backendDescriptor` is readable (see `EventLoopGroup(drivenBy:)`).
+    /// at a time (`runOnce`), when `backendDescriptor` is readable (see `EventLoopGroup.driven()`).
     let isDriven: Bool
     /// True while a driven loop runs an iteration (loop thread only).
     private var iterating = false
+    /// Set once a driven loop has stopped for good (any thread may read it).
+    private let drivenFinished = Atomic<Bool>(false)
 
     private let epollFD: Int32
     private let wakeupFD: Int32
@@ -247,6 +249,9 @@ public final class EventLoop: @unchecked Sendable {
     func schedule(_ timer: LoopTimer, deadline: UInt64) {
         assertInEventLoop()
         timers.schedule(timer, deadline: deadline)
+        // Armed by the host between iterations (a connect with a timeout from asyncio): the
+        // timer descriptor must know now, not after the next iteration.
+        if isDriven && !iterating { armDrivenTimer() }
     }
 
     func cancel(_ timer: LoopTimer) {
@@ -300,15 +305,16 @@ public final class EventLoop: @unchecked Sendable {
 
     /// Runs one iteration of a driven loop without waiting; only on the thread that created
     /// it, and not from inside an iteration (a callback). Returns true when work is left
-    /// that a new iteration should do now (the descriptor is then readable too), false when
-    /// the loop is idle or has stopped.
+    /// that a new iteration should do at once (call again before polling: work queued during
+    /// an iteration does not make the descriptor readable), false when the loop is idle or
+    /// has stopped.
     func runOnce() throws(SocketError) -> Bool {
         guard isDriven else { throw SocketError(.badConfig, "the loop runs on a thread of its own") }
+        if drivenFinished.load(ordering: .acquiring) { return false }
         guard inEventLoop else {
             throw SocketError(.badConfig, "a driven loop runs only on the thread that created its group")
         }
         guard !iterating else { throw SocketError(.badConfig, "the loop is already running an iteration") }
-        guard !hasFinished else { return false }
         iterating = true
         let stop = runIteration(timeout: 0)
         iterating = false
@@ -338,10 +344,16 @@ public final class EventLoop: @unchecked Sendable {
         _ = timerfd_settime(timerFD, Int32(TFD_TIMER_ABSTIME), &setting, nil)
     }
 
-    /// Stops a driven loop from its own thread, now: queued tasks run, every socket
-    /// closes and reports, and the loop touches nothing more.
+    /// Stops a driven loop from its own thread, now (from a callback: in the next iteration):
+    /// queued tasks run, every socket closes and reports, and the loop touches nothing more.
     func stopDriven() {
-        guard isDriven, inEventLoop, !iterating, !hasFinished else { return }
+        guard isDriven, inEventLoop, !drivenFinished.load(ordering: .acquiring) else { return }
+        guard !iterating else {
+            // From a callback: the iteration running it cannot be cut short. The stop is
+            // pending, so runOnce reports work, and the host's next iteration finishes it.
+            requestStop()
+            return
+        }
         requestStop()
         iterating = true
         while !runIteration(timeout: 0) {}
@@ -437,7 +449,16 @@ public final class EventLoop: @unchecked Sendable {
             hasFinished = true
             finished.broadcast()
         }
+        if isDriven {
+            // The host thread is no longer this loop's thread: its calls on the loop's sockets
+            // now fail ("the event loop has stopped") instead of running on a dead loop.
+            drivenFinished.store(true, ordering: .releasing)
+            threadIdentity.store(0, ordering: .releasing)
+        }
     }
+
+    /// True once a driven loop has stopped for good (any thread).
+    var hasStoppedDriven: Bool { drivenFinished.load(ordering: .acquiring) }
 
     /// Runs `body` once this loop has stopped for good: at once on the loop thread itself,
     /// otherwise after waiting for the loop thread to finish its shutdown, so `body` never

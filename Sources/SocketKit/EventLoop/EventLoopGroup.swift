@@ -52,6 +52,10 @@ public final class EventLoopGroup: @unchecked Sendable {
     /// True for a group made by `driven()`.
     public var isDriven: Bool { loops[0].isDriven }
 
+    /// The C API released this driven group before its stop could finish (see
+    /// sk_loop_group_release): its handle goes once the host's next iteration stopped it.
+    let releasePending = Atomic<Bool>(false)
+
     /// A driven group's descriptor: readable when the loop has work (ready sockets, a due
     /// timer, queued calls). -1 for a group with threads.
     public var backendDescriptor: Int32 { isDriven ? loops[0].backendDescriptor : -1 }

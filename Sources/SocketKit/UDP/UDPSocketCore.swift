@@ -364,6 +364,8 @@ final class UDPSocketCore {
     }
 
     func setCloseAfterSending() {
+        // Datagrams staged by this very callback go out (and are reported) before the close.
+        if stagedCount > 0 { flushStagedSends() }
         closeAfterSending = true
         pumpSends()
     }
@@ -376,8 +378,8 @@ final class UDPSocketCore {
     /// others of the batch in one `sendmmsg` when the batch ends (`flushStagedSends`);
     /// otherwise it goes out now with one `sendto`. Returns false when the caller must take
     /// the queue: something is queued or in progress, a filter or resolution is involved,
-    /// the family has no descriptor yet, the kernel is full, or the send failed (the queued
-    /// path meets the same error and reports it). Loop thread only.
+    /// the family has no descriptor yet, or the kernel is full. A datagram the kernel refuses
+    /// gets `didNotSend` here. Loop thread only.
     func sendImmediately(_ bytes: UnsafeRawBufferPointer, to address: SocketAddress?, timeout: Double, tag: Int) -> Bool {
         guard !released, head >= queue.count, phase == .idle, sendFilter == nil, !closeAfterSending else { return false }
         let destination: SocketAddress
@@ -406,7 +408,14 @@ final class UDPSocketCore {
             sendto(target.fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags, connected ? nil : name,
                    connected ? 0 : length)
         }
-        guard sent >= 0 else { return false }
+        if sent < 0 {
+            let number = errno
+            // Full or interrupted: the queue waits for the socket and tries again. Any other
+            // error belongs to this datagram (a retry would not see a consumed ICMP error again).
+            if number == EAGAIN || number == EWOULDBLOCK || number == ENOBUFS || number == EINTR { return false }
+            report(.didNotSend(tag: tag, SocketError.systemError(number, "sendto(\(destination))")))
+            return true
+        }
         if target.local == nil || target.local?.port == 0 { publish() }
         if owner?.wantsSendCompletions ?? false { report(.didSend(tag: tag)) }
         return true
@@ -424,51 +433,69 @@ final class UDPSocketCore {
     /// Sends the staged datagrams in as few `sendmmsg` calls as the kernel allows. One the
     /// kernel refuses gets `didNotSend` and the rest go on; when the kernel is full, the
     /// rest join the front of the queue (copied) and wait for the socket to drain.
+    ///
+    /// Every system call happens first and the staging area is released before any event is
+    /// reported: a callback that sends again, closes the socket or re-binds it then finds no
+    /// staged datagram left to send twice, and nothing is reported after a close.
     private func flushStagedSends() {
         guard let scratch = loop.udpScratchIfMade, scratch.stagingOwner == ObjectIdentifier(self) else { return }
         let count = scratch.stagedCount
-        defer { scratch.resetStaging() }
-        guard count > 0, let target = channel(stagedFamily) else { return }
-        let wantsCompletions = owner?.wantsSendCompletions ?? false
-        var index = 0
-        var leftovers: [Queued] = []
-        while index < count {
-            let sent = Int(skc_send_datagrams(target.fd, scratch.stageHeaders + index, scratch.stageLengths + index,
-                                              UInt32(count - index)))
-            if sent > 0 {
-                if wantsCompletions {
-                    for position in index..<(index + sent) { report(.didSend(tag: scratch.stageTags[position])) }
-                }
-                index += sent
-                continue
-            }
-            let number = errno
-            if sent < 0 && number == EINTR { continue }
-            if sent == 0 || number == EAGAIN || number == EWOULDBLOCK || number == ENOBUFS {
-                // The kernel is full: the rest wait in the queue, in order, ahead of anything later.
-                for position in index..<count {
-                    let header = scratch.stageHeaders[position]
-                    let bytes = DatagramBytes(copying: UnsafeRawBufferPointer(start: header.msg_iov.pointee.iov_base,
-                                                                              count: header.msg_iov.pointee.iov_len))
-                    let destination: UdpDestination
-                    if header.msg_name != nil, let address = SocketAddress(storage: header.msg_name, length: header.msg_namelen) {
-                        destination = .address(address)
-                    } else {
-                        destination = .connected
-                    }
-                    leftovers.append(Queued(id: nextID, item: .datagram(bytes, destination, tag: scratch.stageTags[position],
-                                                                        timeout: scratch.stageTimeouts[position])))
-                    nextID += 1
-                }
-                break
-            }
-            report(.didNotSend(tag: scratch.stageTags[index], SocketError.systemError(number, "sendmmsg")))
-            index += 1
+        guard count > 0, let target = channel(stagedFamily) else {
+            scratch.resetStaging()
+            return
         }
-        if target.local == nil || target.local?.port == 0 { publish() }
-        if !leftovers.isEmpty {
-            queue.insert(contentsOf: leftovers, at: head)
-            pumpSends()
+        let session = generation
+        let wantsCompletions = owner?.wantsSendCompletions ?? false
+        // Per staged datagram: its tag and outcome (0 sent, > 0 errno of a refusal, -1 queued).
+        withUnsafeTemporaryAllocation(of: (tag: Int, outcome: Int32).self, capacity: count) { outcomes in
+            var index = 0
+            var leftovers: [Queued] = []
+            while index < count {
+                let sent = Int(skc_send_datagrams(target.fd, scratch.stageHeaders + index, scratch.stageLengths + index,
+                                                  UInt32(count - index)))
+                if sent > 0 {
+                    for position in index..<(index + sent) { outcomes[position] = (scratch.stageTags[position], 0) }
+                    index += sent
+                    continue
+                }
+                let number = errno
+                if sent < 0 && number == EINTR { continue }
+                if sent == 0 || number == EAGAIN || number == EWOULDBLOCK || number == ENOBUFS {
+                    // The kernel is full: the rest wait in the queue, in order, ahead of anything later.
+                    for position in index..<count {
+                        let header = scratch.stageHeaders[position]
+                        let bytes = DatagramBytes(copying: UnsafeRawBufferPointer(start: header.msg_iov.pointee.iov_base,
+                                                                                  count: header.msg_iov.pointee.iov_len))
+                        let destination: UdpDestination
+                        if header.msg_name != nil,
+                           let address = SocketAddress(storage: header.msg_name, length: header.msg_namelen) {
+                            destination = .address(address)
+                        } else {
+                            destination = .connected
+                        }
+                        leftovers.append(Queued(id: nextID, item: .datagram(bytes, destination, tag: scratch.stageTags[position],
+                                                                            timeout: scratch.stageTimeouts[position])))
+                        nextID += 1
+                        outcomes[position] = (scratch.stageTags[position], -1)
+                    }
+                    break
+                }
+                outcomes[index] = (scratch.stageTags[index], number)
+                index += 1
+            }
+            scratch.resetStaging()
+            if target.local == nil || target.local?.port == 0 { publish() }
+            if !leftovers.isEmpty { queue.insert(contentsOf: leftovers, at: head) }
+            for position in 0..<count {
+                guard session == generation else { return } // a callback closed the socket
+                let (tag, outcome) = outcomes[position]
+                if outcome == 0 {
+                    if wantsCompletions { report(.didSend(tag: tag)) }
+                } else if outcome > 0 {
+                    report(.didNotSend(tag: tag, SocketError.systemError(outcome, "sendmmsg")))
+                }
+            }
+            if !leftovers.isEmpty && session == generation { pumpSends() }
         }
     }
 

@@ -131,3 +131,46 @@ void test_driven_loop_group_runs_on_the_host_thread(void) {
     CHECK_EQ(sk_loop_group_release(threaded), SK_OK);
     CHECK_EQ(sk_loop_group_create_driven(NULL, &error), SK_ERR_BAD_PARAM);
 }
+
+static void *release_group(void *argument) {
+    intruder_t *releaser = argument;
+    releaser->status = sk_loop_group_release(releaser->group);
+    return NULL;
+}
+
+/* Released from another thread, a driven group stops in its host's next run: the handle
+ * stays valid for that run, the descriptor says so, the sockets hear of it, and then the
+ * handle is gone. */
+void test_driven_loop_group_released_elsewhere_stops_in_the_next_run(void) {
+    sk_loop_group_t *group = NULL;
+    sk_error_t error;
+    CHECK_EQ(sk_loop_group_create_driven(&group, &error), SK_OK);
+    recorder_t listener_log;
+    recorder_init(&listener_log);
+    sk_socket_delegate_t delegate = recorder_delegate();
+    sk_socket_t *listener = NULL;
+    CHECK_EQ(sk_socket_create(&delegate, sizeof delegate, &listener_log, NULL, group, &listener, &error), SK_OK);
+    CHECK_EQ(sk_socket_accept_on_interface(listener, "127.0.0.1", 0, &error), SK_OK);
+    while (sk_loop_group_run_once(group, NULL) == 1) {
+    }
+
+    intruder_t releaser = {.group = group, .status = -1};
+    pthread_t thread;
+    CHECK_EQ(pthread_create(&thread, NULL, release_group, &releaser), 0);
+    pthread_join(thread, NULL);
+    CHECK_EQ(releaser.status, SK_OK);
+    CHECK_EQ(recorder_count(&listener_log, EVENT_DISCONNECT), 0);  /* nothing ran on that thread */
+    CHECK(descriptor_becomes_readable(group, 10000));
+    int status;
+    do {
+        status = sk_loop_group_run_once(group, NULL);
+    } while (status == 1);
+    CHECK_EQ(status, 0);
+    CHECK_EQ(recorder_count(&listener_log, EVENT_DISCONNECT), 1);
+    CHECK_EQ(recorder_event(&listener_log, EVENT_DISCONNECT, 0).error_code, SK_ERR_BAD_CONFIG);
+    CHECK_EQ(sk_loop_group_run_once(group, NULL), SK_ERR_INVALID_HANDLE);
+    /* Its sockets refuse work now. */
+    CHECK(sk_socket_accept_on_interface(listener, "127.0.0.1", 0, &error) < 0);
+    CHECK_EQ(sk_socket_release(listener), SK_OK);
+    recorder_destroy(&listener_log);
+}

@@ -40,6 +40,7 @@
     X(peer_reset_is_an_error_not_a_signal)    \
     X(no_callback_after_release)              \
     X(driven_loop_group_runs_on_the_host_thread) \
+    X(driven_loop_group_released_elsewhere_stops_in_the_next_run) \
     X(release_stops_writes_into_caller_buffers) \
     X(release_after_disconnect_after_writing_still_delivers) \
     X(release_inside_own_callback)            \

@@ -214,6 +214,7 @@ class LoopGroup:
         error = _ffi.CError()
         _raise_for(lib.sk_loop_group_create(loop_count, byref(handle), byref(error)), error)
         self._handle: Optional[int] = handle.value
+        self._close_hooks: List[Callable[[], None]] = []
 
     @classmethod
     def driven(cls) -> "LoopGroup":
@@ -226,6 +227,7 @@ class LoopGroup:
         error = _ffi.CError()
         _raise_for(lib.sk_loop_group_create_driven(byref(handle), byref(error)), error)
         group._handle = handle.value
+        group._close_hooks = []
         return group
 
     def fileno(self) -> int:
@@ -258,10 +260,19 @@ class LoopGroup:
         return _raise_for(lib.sk_loop_group_loop_count(None))
 
     def close(self) -> None:
-        """Stops the loops; sockets still open on them disconnect with BadConfigError."""
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            lib.sk_loop_group_release(handle)
+        """Stops the loops; sockets still open on them disconnect with BadConfigError. A driven
+        group closed from another thread, or from a delegate method run by :meth:`run_once`,
+        stops in its thread's next :meth:`run_once` (which still works until then)."""
+        handle = self._handle
+        if handle is None:
+            return
+        lib.sk_loop_group_release(handle)
+        if lib.sk_loop_group_get_fd(handle) >= 0:
+            return  # a driven group whose stop is pending: its handle lives until then
+        self._handle = None
+        hooks, self._close_hooks = self._close_hooks, []
+        for hook in hooks:
+            hook()
 
     def __enter__(self) -> "LoopGroup":
         return self

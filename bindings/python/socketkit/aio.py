@@ -76,7 +76,8 @@ def loop_group(loop: Optional[asyncio.AbstractEventLoop] = None) -> LoopGroup:
 
         sock = socketkit.Socket(my_delegate, queue=aio.queue(), loop_group=aio.loop_group())
 
-    Must be called on the loop's thread (the group belongs to that thread).
+    Must be called on the loop's thread (the group belongs to that thread). Closing the
+    group (or :func:`detach`) disconnects its sockets.
     """
     running = asyncio.get_running_loop()
     loop = loop or running
@@ -89,21 +90,34 @@ def loop_group(loop: Optional[asyncio.AbstractEventLoop] = None) -> LoopGroup:
         descriptor = group.fileno()
         loop.add_reader(descriptor, _drive, loop, group, host, descriptor)
         _groups[loop] = group
+        # Closed directly: stop watching its descriptor at once (the number may be reused).
+        group._close_hooks.append(lambda: _forget(loop, group, descriptor))
     return group
 
 
+#: Iterations one wake-up runs before letting the asyncio loop's other callbacks go.
+_ITERATIONS_PER_WAKE_UP = 64
+
+
 def _drive(loop: asyncio.AbstractEventLoop, group: LoopGroup, host: HostQueue, descriptor: int) -> None:
-    """Runs SocketKit iterations and the delegate methods they produced until both are idle."""
+    """Runs SocketKit iterations and the delegate methods they produced until both are idle
+    (or, under sustained load, for a bounded number of rounds, then again soon)."""
     try:
-        while True:
+        for _ in range(_ITERATIONS_PER_WAKE_UP):
             more = group.run_once()
             handled = host.drain()
             if not more and not handled:
                 return
+        loop.call_soon(_drive, loop, group, host, descriptor)
     except Error:
-        # The group was closed behind our back: stop watching its descriptor.
-        if _groups.get(loop) is group:
-            del _groups[loop]
+        # The group was closed (from another thread, its stop now complete).
+        _forget(loop, group, descriptor)
+
+
+def _forget(loop: asyncio.AbstractEventLoop, group: LoopGroup, descriptor: int) -> None:
+    if _groups.get(loop) is group:
+        del _groups[loop]
+    if not loop.is_closed():
         loop.remove_reader(descriptor)
 
 
@@ -111,10 +125,9 @@ def detach(loop: Optional[asyncio.AbstractEventLoop] = None) -> None:
     """Stops `loop` from draining its queue and running its SocketKit loop (call before
     closing the loop; sockets on its :func:`loop_group` disconnect)."""
     loop = loop or asyncio.get_running_loop()
-    group = _groups.pop(loop, None)
+    group = _groups.get(loop)
     if group is not None:
-        loop.remove_reader(group.fileno())
-        group.close()
+        group.close()  # its close hook stops watching the descriptor
     host = _queues.pop(loop, None)
     if host is not None:
         loop.remove_reader(host.fileno())

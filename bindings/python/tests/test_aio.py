@@ -249,3 +249,51 @@ def test_a_driven_loop_group_belongs_to_the_thread_that_made_it():
             other.close()
 
     run(elsewhere())
+
+
+def test_closing_a_driven_loop_group_directly_or_from_another_thread():
+    """Either way its sockets disconnect, asyncio stops watching its descriptor, and
+    aio.loop_group() then makes a fresh group that works."""
+    async def main():
+        for closer in ("direct", "thread"):
+            gone = asyncio.get_running_loop().create_future()
+
+            class Listener:
+                def socket_did_disconnect(self, sock, error):
+                    gone.set_result(error)
+
+            group = aio.loop_group()
+            listener = socketkit.Socket(Listener(), queue=aio.queue(), loop_group=group)
+            listener.accept_on_interface("127.0.0.1", 0)
+            if closer == "direct":
+                group.close()
+            else:
+                thread = threading.Thread(target=group.close)
+                thread.start()
+                thread.join()
+            assert isinstance(await gone, socketkit.BadConfigError)
+            # The run that delivered the disconnect also finished the stop and forgot the group.
+            fresh = aio.loop_group()
+            assert fresh is not group
+            listener.close()
+        # The fresh group serves connections.
+        connections = set()
+
+        class Echo:
+            def socket_did_accept(self, listener, connection):
+                connections.add(connection)
+                connection.read()
+
+            def socket_did_read(self, sock, data, tag):
+                sock.write(data)
+                sock.read()
+
+        server = socketkit.Socket(Echo(), queue=aio.queue(), loop_group=aio.loop_group())
+        server.accept_on_interface("127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.local_port)
+        writer.write(b"still here\n")
+        assert await reader.readline() == b"still here\n"
+        writer.close()
+        aio.detach()
+
+    run(main())
