@@ -53,6 +53,47 @@ struct OptionsTests {
         #expect(option(pair.server, Int32(IPPROTO_TCP), TCP_KEEPIDLE) == 77)
     }
 
+    @Test func anAdoptedDescriptorGetsTheSocketsOptionsEvenKeepAliveOff() throws {
+        // SocketKit skips turning keep-alive off on connections it made itself (they start
+        // with it off): an adopted descriptor, whose options are unknown, still gets it.
+        let listenerRecorder = Recorder("listener")
+        let listener = Socket(delegate: listenerRecorder)
+        defer { listener.disconnect() }
+        try listener.accept(onInterface: "127.0.0.1", port: 0)
+        let raw = try RawSocket.connect(port: listener.localPort)
+        var on: Int32 = 1
+        #expect(setsockopt(raw.fd, SOL_SOCKET, SO_KEEPALIVE, &on, socklen_t(MemoryLayout<Int32>.size)) == 0)
+        let recorder = Recorder("adopted")
+        let adopted = try Socket(connectedSocketDescriptor: raw.detach(), delegate: recorder)
+        #expect(recorder.waitForConnect())
+        #expect(option(adopted, SOL_SOCKET, SO_KEEPALIVE) == 0)
+        adopted.disconnect()
+    }
+
+    @Test func acceptedConnectionsKnowTheirLocalAddressFromSpecificAndWildcardListeners() throws {
+        // A listener on one address gives its connections that address without asking the
+        // kernel; a wildcard listener's connections ask (0.0.0.0 is no local address).
+        let pair = try Pair() // listening on 127.0.0.1
+        defer { pair.close() }
+        #expect(pair.server.localHost == "127.0.0.1")
+        #expect(pair.server.localPort == pair.listener.localPort)
+        let recorder = Recorder("wildcard")
+        let listener = Socket(delegate: recorder)
+        defer { listener.disconnect() }
+        try listener.accept(onPort: 0)
+        let clientRecorder = Recorder("client") // delegates are held weakly
+        let client = Socket(delegate: clientRecorder)
+        defer { client.disconnect() }
+        try client.connect(toHost: "127.0.0.1", port: listener.localPort)
+        guard let accepted = recorder.waitForAccepted(1).first else {
+            Issue.record("nothing accepted")
+            return
+        }
+        #expect(accepted.localHost == "127.0.0.1")
+        #expect(accepted.localPort == listener.localPort)
+        accepted.disconnect()
+    }
+
     @Test func invalidOptionValuesAreRefused() throws {
         let (socket, _) = recordedSocket()
         #expect(throws: SocketError.self) { try socket.setKeepAlive(KeepAlive(idle: 0, interval: 1, count: 1)) }

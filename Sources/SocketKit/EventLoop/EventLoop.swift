@@ -234,11 +234,13 @@ public final class EventLoop: @unchecked Sendable {
         handlers[id.slot] = handler
     }
 
-    /// Removes the registration. The caller closes the descriptor afterwards.
-    func deregister(_ id: RegistrationID, fd: Int32) {
+    /// Removes the registration. The caller closes the descriptor afterwards. Without
+    /// `removeFromEpoll` the caller promises the close is the descriptor's last reference
+    /// (epoll then drops it by itself; an event already queued for it carries a stale token).
+    func deregister(_ id: RegistrationID, fd: Int32, removeFromEpoll: Bool = true) {
         assertInEventLoop()
         guard id.slot < handlers.count, generations[id.slot] == id.generation else { return }
-        _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, fd, nil)
+        if removeFromEpoll { _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, fd, nil) }
         handlers[id.slot] = nil
         generations[id.slot] &+= 1
         freeSlots.append(id.slot)

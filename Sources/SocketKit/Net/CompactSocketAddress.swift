@@ -9,28 +9,32 @@ struct CompactSocketAddress: Sendable {
 
     private enum Storage: Sendable {
         case inline(InlineBytes, count: UInt8)
-        case array(SocketAddress)
+        /// A Unix-domain address's raw bytes (one pointer: a `SocketAddress` here would make
+        /// every case as large as it is).
+        case array([UInt8])
     }
 
     private let storage: Storage
 
     init(_ address: SocketAddress) {
-        let bytes = address.bytes
-        guard address.family != .unix, bytes.count <= CompactSocketAddress.inlineCapacity else {
-            storage = .array(address)
+        guard address.family != .unix else {
+            storage = .array(address.bytes)
             return
         }
         var inline: InlineBytes = (0, 0, 0, 0)
-        withUnsafeMutableBytes(of: &inline) { $0.copyBytes(from: bytes) }
-        storage = .inline(inline, count: UInt8(bytes.count))
+        let count = address.withRawBytes { raw -> Int in
+            withUnsafeMutableBytes(of: &inline) { $0.copyMemory(from: raw) }
+            return raw.count
+        }
+        storage = .inline(inline, count: UInt8(count))
     }
 
     var address: SocketAddress? {
         switch storage {
         case .inline(let inline, let count):
-            return withUnsafeBytes(of: inline) { SocketAddress(bytes: Array($0.prefix(Int(count)))) }
-        case .array(let address):
-            return address
+            return withUnsafeBytes(of: inline) { SocketAddress(raw: UnsafeRawBufferPointer(rebasing: $0.prefix(Int(count)))) }
+        case .array(let bytes):
+            return SocketAddress(bytes: bytes)
         }
     }
 }

@@ -213,6 +213,19 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
         return SocketAddress(bytes: raw) ?? self
     }
 
+    /// True for 0.0.0.0 and :: (any port): a listener's wildcard address.
+    var isUnspecifiedIP: Bool {
+        withRawBytes { raw -> Bool in
+            switch family {
+            case .ipv4: return raw.loadUnaligned(as: sockaddr_in.self).sin_addr.s_addr == 0
+            case .ipv6:
+                let address = raw.loadUnaligned(as: sockaddr_in6.self).sin6_addr
+                return withUnsafeBytes(of: address) { $0.allSatisfy { $0 == 0 } }
+            case .unix: return false
+            }
+        }
+    }
+
     var posixFamily: Int32 {
         switch family {
         case .ipv4: return AF_INET

@@ -365,6 +365,7 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
         let started = submit(tearsDown: true) { core in
             if core.phase != .idle { core.closeSession(nil) }
             core.prepareConnected(fd: descriptor, unix: unix, session: session)
+            core.adoptedDescriptor = true
             core.activatePrepared(announce: true)
         }
         guard started else {

@@ -117,7 +117,8 @@ extension TCPSocketCore {
         }
         let unix = endpoint.address.family == .unix
         let childLoop = peer.flatMap { owner.eventLoopForAcceptedConnection(from: $0) } ?? loop.group?.next() ?? loop
-        let local = unix ? endpoint.address : SystemCalls.localAddress(descriptor)
+        // A listener bound to one address accepts on exactly that address: no system call.
+        let local = unix || !endpoint.address.isUnspecifiedIP ? endpoint.address : SystemCalls.localAddress(descriptor)
         let child = TCPSocketCore(loop: childLoop, configuration: configuration)
         child.withPublished { published in
             published.status = .connected

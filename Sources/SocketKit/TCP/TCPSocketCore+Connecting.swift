@@ -173,10 +173,11 @@ extension TCPSocketCore {
         phase = .connected
         readable = true
         writable = true
-        applyTCPOptions()
-        let local = SystemCalls.localAddress(fd)
-        let remote = peer ?? SystemCalls.peerAddress(fd)
+        applyTCPOptions(initial: true)
         let session = self.session
+        // Accepted and adopted connections published their local address already.
+        let local = withPublished { $0.session == session ? $0.localAddress : nil } ?? SystemCalls.localAddress(fd)
+        let remote = peer ?? SystemCalls.peerAddress(fd)
         let unix = isUnixDomain
         withPublished { published in
             guard published.session == session else { return }

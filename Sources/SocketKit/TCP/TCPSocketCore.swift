@@ -43,6 +43,9 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     var disconnectAfterWrites = false
     var readTimeoutPending = false
     var currentReadStarted = false
+    /// The descriptor came from the user (`Socket(adopting:)`): its options are unknown and
+    /// it may have duplicates, so closing it also removes it from epoll explicitly.
+    var adoptedDescriptor = false
 
     // Reads.
     var prebuffer = ByteQueue()
@@ -553,10 +556,12 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         endTLS(orderly: error == nil || error?.code == .closed)
         if fd >= 0 {
             if graceful { shutDownGracefully() }
-            if let registration { loop.deregister(registration, fd: fd) }
+            // A descriptor SocketKit made has no duplicates: close() takes it out of epoll.
+            if let registration { loop.deregister(registration, fd: fd, removeFromEpoll: adoptedDescriptor) }
             close(fd)
             fd = -1
             registration = nil
+            adoptedDescriptor = false
         }
         closeListeners()
 
@@ -644,7 +649,9 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
 
     /// Applies the TCP options to the connected descriptor (Unix sockets take the buffer
     /// sizes only). Errors are ignored: the values were validated when set.
-    func applyTCPOptions() {
+    /// `initial`: a connection just made or accepted by SocketKit, whose keep-alive is off
+    /// (new sockets start so, and accepted ones inherit the listener's): no call to turn it off.
+    func applyTCPOptions(initial: Bool = false) {
         guard fd >= 0 else { return }
         let options = configuration.tcpOptions
         if !isUnixDomain {
@@ -654,7 +661,7 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
                 _ = try? SystemCalls.setOption(fd, Int32(IPPROTO_TCP), TCP_KEEPIDLE, Int32(keepAlive.idle), "TCP_KEEPIDLE")
                 _ = try? SystemCalls.setOption(fd, Int32(IPPROTO_TCP), TCP_KEEPINTVL, Int32(keepAlive.interval), "TCP_KEEPINTVL")
                 _ = try? SystemCalls.setOption(fd, Int32(IPPROTO_TCP), TCP_KEEPCNT, Int32(keepAlive.count), "TCP_KEEPCNT")
-            } else {
+            } else if !initial || adoptedDescriptor {
                 _ = try? SystemCalls.setOption(fd, SOL_SOCKET, SO_KEEPALIVE, 0, "SO_KEEPALIVE")
             }
         }
