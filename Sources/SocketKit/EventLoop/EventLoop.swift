@@ -7,9 +7,8 @@ import SocketKitC
 /// of its state is touched only on this thread; public calls from other threads arrive as
 /// tasks through `execute`.
 ///
-/// Cost: one thread, three descriptors, a 256 KiB read buffer shared by all of its sockets
-/// (a socket owns no read buffer while idle; pages are touched only as large reads come) and
-/// a 64 KiB discard buffer.
+/// Cost: one thread, three descriptors (four when driven), a 64 KiB read buffer shared by all
+/// of its sockets (a socket owns no read buffer while idle) and a 64 KiB discard buffer.
 public final class EventLoop: @unchecked Sendable {
     /// Position of this loop in its group.
     public let index: Int
@@ -76,9 +75,11 @@ public final class EventLoop: @unchecked Sendable {
 
     private static let wakeupToken = UInt64.max
     private static let timerToken = UInt64.max - 1
-    /// 256 KiB, as asyncio and uvloop read: a stream echoes with a quarter of the system
-    /// calls of 64 KiB reads (measured: 255 KB per read and per send against 65 KB).
-    static let readBufferSize = 256 * 1024
+    /// 64 KiB. Larger reads make fewer system calls but lose more in cache misses: a stream
+    /// echo measured side by side (bench stream1, 2 runs each, throughput / C epoll's) gave
+    /// 1.15x at 64 KiB, 0.79x at 128 KiB and 0.75x at 256 KiB, though 256 KiB reads made a
+    /// quarter of the calls. Measure before changing it.
+    static let readBufferSize = 64 * 1024
 
     init(index: Int, group: EventLoopGroup?, driven: Bool = false) {
         self.index = index
