@@ -451,7 +451,7 @@ final class UDPSocketCore {
             var index = 0
             var leftovers: [Queued] = []
             while index < count {
-                let sent = Int(skc_send_datagrams(target.fd, scratch.stageHeaders + index, scratch.stageLengths + index,
+                let sent = Int(skc_send_datagrams(target.fd, scratch.stage.headers + index, scratch.stage.lengths + index,
                                                   UInt32(count - index)))
                 if sent > 0 {
                     for position in index..<(index + sent) { outcomes[position] = (scratch.stageTags[position], 0) }
@@ -463,7 +463,7 @@ final class UDPSocketCore {
                 if sent == 0 || number == EAGAIN || number == EWOULDBLOCK || number == ENOBUFS {
                     // The kernel is full: the rest wait in the queue, in order, ahead of anything later.
                     for position in index..<count {
-                        let header = scratch.stageHeaders[position]
+                        let header = scratch.stage.headers[position]
                         let bytes = DatagramBytes(copying: UnsafeRawBufferPointer(start: header.msg_iov.pointee.iov_base,
                                                                                   count: header.msg_iov.pointee.iov_len))
                         let destination: UdpDestination
@@ -758,21 +758,10 @@ final class UDPSocketCore {
         let scratch = loop.udpScratch
         let connectedSend = connected
         for (offset, entry) in batch.enumerated() {
-            scratch.sendVectors[offset] = iovec(iov_base: entry.0.bytes.baseAddress, iov_len: entry.0.count)
-            var header = msghdr()
-            if !connectedSend {
-                let name = UnsafeMutableRawPointer(scratch.sendNames + offset)
-                header.msg_namelen = entry.1.withSockAddr { address, length -> socklen_t in
-                    name.copyMemory(from: address, byteCount: Int(length))
-                    return length
-                }
-                header.msg_name = name
-            }
-            header.msg_iov = scratch.sendVectors + offset
-            header.msg_iovlen = 1
-            scratch.sendHeaders[offset] = header
+            scratch.send.prepareSend(offset, bytes: entry.0.bytes.baseAddress, count: entry.0.count,
+                                     to: connectedSend ? nil : entry.1)
         }
-        let sent = skc_send_datagrams(target.fd, scratch.sendHeaders, scratch.sendLengths, UInt32(count))
+        let sent = skc_send_datagrams(target.fd, scratch.send.headers, scratch.send.lengths, UInt32(count))
         if sent < 0 {
             let number = errno
             if number == EAGAIN || number == EWOULDBLOCK || number == ENOBUFS {
@@ -845,15 +834,15 @@ final class UDPSocketCore {
                 && !(receiveMode == .once && asyncFiltersPending > 0) {
             let count = receiveMode == .once ? 1 : min(slots, budget)
             for slot in 0..<count {
-                scratch.receiveVectors[slot] = iovec(iov_base: buffer + slot * stride, iov_len: limit + 1)
+                scratch.receive.vectors[slot] = iovec(iov_base: buffer + slot * stride, iov_len: limit + 1)
                 var header = msghdr()
-                header.msg_name = UnsafeMutableRawPointer(scratch.receiveNames + slot)
+                header.msg_name = UnsafeMutableRawPointer(scratch.receive.names + slot)
                 header.msg_namelen = socklen_t(MemoryLayout<sockaddr_storage>.size)
-                header.msg_iov = scratch.receiveVectors + slot
+                header.msg_iov = scratch.receive.vectors + slot
                 header.msg_iovlen = 1
-                scratch.receiveHeaders[slot] = header
+                scratch.receive.headers[slot] = header
             }
-            let received = Int(skc_recv_datagrams(source.fd, scratch.receiveHeaders, scratch.receiveLengths, UInt32(count)))
+            let received = Int(skc_recv_datagrams(source.fd, scratch.receive.headers, scratch.receive.lengths, UInt32(count)))
             if received < 0 {
                 let number = errno
                 if number == EAGAIN || number == EWOULDBLOCK { return }
@@ -873,9 +862,9 @@ final class UDPSocketCore {
                 if stagedCount > 0 { flushStagedSends() }
             }
             for slot in 0..<received {
-                let length = Int(scratch.receiveLengths[slot])
-                let header = scratch.receiveHeaders[slot]
-                guard let sender = SocketAddress(storage: scratch.receiveNames + slot, length: header.msg_namelen) else {
+                let length = Int(scratch.receive.lengths[slot])
+                let header = scratch.receive.headers[slot]
+                guard let sender = SocketAddress(storage: scratch.receive.names + slot, length: header.msg_namelen) else {
                     continue
                 }
                 if header.msg_flags & Int32(MSG_TRUNC) != 0 || length > limit {
@@ -1088,33 +1077,63 @@ final class UDPSocketCore {
     }
 }
 
+/// The message headers of one `recvmmsg` or `sendmmsg` batch, each with its iovec, room
+/// for an address and the length the kernel reports.
+struct DatagramHeaders {
+    let headers: UnsafeMutablePointer<msghdr>
+    let vectors: UnsafeMutablePointer<iovec>
+    let names: UnsafeMutablePointer<sockaddr_storage>
+    let lengths: UnsafeMutablePointer<UInt32>
+
+    init(capacity: Int) {
+        headers = .allocate(capacity: capacity)
+        vectors = .allocate(capacity: capacity)
+        names = .allocate(capacity: capacity)
+        lengths = .allocate(capacity: capacity)
+    }
+
+    func deallocate() {
+        headers.deallocate()
+        vectors.deallocate()
+        names.deallocate()
+        lengths.deallocate()
+    }
+
+    /// Points header `index` at `bytes` for sending to `destination` (nil: the connected peer).
+    func prepareSend(_ index: Int, bytes: UnsafeMutableRawPointer?, count: Int, to destination: SocketAddress?) {
+        vectors[index] = iovec(iov_base: bytes, iov_len: count)
+        var header = msghdr()
+        if let destination {
+            let name = UnsafeMutableRawPointer(names + index)
+            header.msg_namelen = destination.withSockAddr { address, length -> socklen_t in
+                name.copyMemory(from: address, byteCount: Int(length))
+                return length
+            }
+            header.msg_name = name
+        }
+        header.msg_iov = vectors + index
+        header.msg_iovlen = 1
+        headers[index] = header
+    }
+}
+
 /// A loop's memory for UDP system calls, made on its first use: the receive buffer (1 MiB
 /// of address space; pages are touched only as large datagrams arrive) and the message
-/// headers of one `recvmmsg` and one `sendmmsg`. Receive and send parts are separate:
-/// a callback run from the receive path may send.
+/// headers of one `recvmmsg`, one `sendmmsg` and the staged sends. The parts are separate:
+/// a callback run from the receive path may send, through the queue or staged.
 final class UDPScratch {
     static let capacity = Int(SKC_MAX_DATAGRAM_BATCH)
     static let receiveSlots = 16
     static let receiveBufferSize = 16 * 65536
 
     let receiveBuffer = UnsafeMutableRawPointer.allocate(byteCount: UDPScratch.receiveBufferSize, alignment: 16)
-    let receiveHeaders = UnsafeMutablePointer<msghdr>.allocate(capacity: UDPScratch.receiveSlots)
-    let receiveVectors = UnsafeMutablePointer<iovec>.allocate(capacity: UDPScratch.receiveSlots)
-    let receiveNames = UnsafeMutablePointer<sockaddr_storage>.allocate(capacity: UDPScratch.receiveSlots)
-    let receiveLengths = UnsafeMutablePointer<UInt32>.allocate(capacity: UDPScratch.receiveSlots)
-    let sendHeaders = UnsafeMutablePointer<msghdr>.allocate(capacity: UDPScratch.capacity)
-    let sendVectors = UnsafeMutablePointer<iovec>.allocate(capacity: UDPScratch.capacity)
-    let sendNames = UnsafeMutablePointer<sockaddr_storage>.allocate(capacity: UDPScratch.capacity)
-    let sendLengths = UnsafeMutablePointer<UInt32>.allocate(capacity: UDPScratch.capacity)
+    let receive = DatagramHeaders(capacity: UDPScratch.receiveSlots)
+    let send = DatagramHeaders(capacity: UDPScratch.capacity)
 
     // Staged sends: datagrams sent from a receive callback, waiting for the end of the
-    // batch (UDPSocketCore.sendImmediately). Apart from the send part above, which the
-    // queued path of another socket may use meanwhile. One socket stages at a time.
+    // batch (UDPSocketCore.sendImmediately). One socket stages at a time.
     static let stageBytesCapacity = 128 * 1024
-    let stageHeaders = UnsafeMutablePointer<msghdr>.allocate(capacity: UDPScratch.capacity)
-    let stageVectors = UnsafeMutablePointer<iovec>.allocate(capacity: UDPScratch.capacity)
-    let stageNames = UnsafeMutablePointer<sockaddr_storage>.allocate(capacity: UDPScratch.capacity)
-    let stageLengths = UnsafeMutablePointer<UInt32>.allocate(capacity: UDPScratch.capacity)
+    let stage = DatagramHeaders(capacity: UDPScratch.capacity)
     let stageTags = UnsafeMutablePointer<Int>.allocate(capacity: UDPScratch.capacity)
     let stageTimeouts = UnsafeMutablePointer<Double>.allocate(capacity: UDPScratch.capacity)
     let stageBytes = UnsafeMutableRawPointer.allocate(byteCount: UDPScratch.stageBytesCapacity, alignment: 16)
@@ -1133,19 +1152,7 @@ final class UDPScratch {
         let index = stagedCount
         let target = stageBytes + stagedByteCount
         if bytes.count > 0 { target.copyMemory(from: bytes.baseAddress!, byteCount: bytes.count) }
-        stageVectors[index] = iovec(iov_base: target, iov_len: bytes.count)
-        var header = msghdr()
-        if let destination {
-            let name = UnsafeMutableRawPointer(stageNames + index)
-            header.msg_namelen = destination.withSockAddr { address, length -> socklen_t in
-                name.copyMemory(from: address, byteCount: Int(length))
-                return length
-            }
-            header.msg_name = name
-        }
-        header.msg_iov = stageVectors + index
-        header.msg_iovlen = 1
-        stageHeaders[index] = header
+        stage.prepareSend(index, bytes: target, count: bytes.count, to: destination)
         stageTags[index] = tag
         stageTimeouts[index] = timeout
         stagedCount += 1
@@ -1159,21 +1166,12 @@ final class UDPScratch {
     }
 
     deinit {
-        stageHeaders.deallocate()
-        stageVectors.deallocate()
-        stageNames.deallocate()
-        stageLengths.deallocate()
+        receiveBuffer.deallocate()
+        receive.deallocate()
+        send.deallocate()
+        stage.deallocate()
         stageTags.deallocate()
         stageTimeouts.deallocate()
         stageBytes.deallocate()
-        receiveBuffer.deallocate()
-        receiveHeaders.deallocate()
-        receiveVectors.deallocate()
-        receiveNames.deallocate()
-        receiveLengths.deallocate()
-        sendHeaders.deallocate()
-        sendVectors.deallocate()
-        sendNames.deallocate()
-        sendLengths.deallocate()
     }
 }
