@@ -42,6 +42,9 @@ REQUIRED_TOOLS := cc:gcc pkg-config:pkg-config valgrind:valgrind python3:python3
 C_PREFIX   := $(BUILD)/c-prefix
 VENV       := $(BUILD)/venv
 VENV_PY    := $(VENV)/bin/python
+# The Python binding's C hot paths (socketkit/_speedups.c), built in place for the
+# development virtualenv (wheels build it through setup.py).
+SPEEDUPS   := bindings/python/socketkit/_speedups$(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
 
 all: library python demo
 
@@ -52,6 +55,8 @@ tools:
 	done; \
 	$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
 	[ -f /usr/include/openssl/ssl.h ] || missing="$$missing libssl-dev"; \
+	$(PYTHON) -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+		2>/dev/null || missing="$$missing python3-dev"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 			echo "installing:$$missing"; \
@@ -90,14 +95,19 @@ $(VENV)/.ready: bindings/python/pyproject.toml bindings/python/setup.py
 	$(VENV_PY) -m pip install -q -e bindings/python
 	@touch $@
 
+$(SPEEDUPS): bindings/python/socketkit/_speedups.c include/socketkit.h $(VENV)/.ready
+	@cd bindings/python && $(VENV_PY) setup.py -q build_ext --inplace > $(BUILD)/speedups.log 2>&1 || true
+	@test -f $@ || { cat $(BUILD)/speedups.log; echo "error: the extension socketkit._speedups did not build (above)"; exit 1; }
+	@echo "built $@"
+
 # The Python package as a wheel with the library inside.
-python: library $(VENV)/.ready
+python: library $(VENV)/.ready $(SPEEDUPS)
 	@rm -rf $(BUILD)/dist
 	SOCKETKIT_PREBUILT=$(STAGE)/lib/$(LIBFILE) $(VENV_PY) -m pip wheel -q --no-deps -w $(BUILD)/dist bindings/python
 	@echo "built $$(ls $(BUILD)/dist/*.whl)"
 
 # The demos: Swift, C (the echo server example and two clients), Python (asyncio).
-demo: c-prefix $(VENV)/.ready
+demo: c-prefix $(VENV)/.ready $(SPEEDUPS)
 	.build/release/socketkit-demo
 	@$(MAKE) --no-print-directory -C bindings/c demo SOCKETKIT_PREFIX=$(C_PREFIX)
 	$(VENV_PY) bindings/python/examples/echo_demo.py
@@ -113,8 +123,10 @@ c-test: c-prefix
 	@$(MAKE) --no-print-directory -C bindings/c test SOCKETKIT_PREFIX=$(C_PREFIX) \
 		SWIFT_HEADER=$(BUILD)/release/SocketKit.build/include/SocketKit-Swift.h
 
-python-test: library $(VENV)/.ready
-	cd bindings/python && $(VENV_PY) -m pytest -q -p no:cacheprovider tests
+# Twice: with the C hot paths (which must have loaded), then with ctypes only.
+python-test: library $(VENV)/.ready $(SPEEDUPS)
+	cd bindings/python && SOCKETKIT_EXPECT_SPEEDUPS=1 $(VENV_PY) -m pytest -q -p no:cacheprovider tests
+	cd bindings/python && SOCKETKIT_NO_SPEEDUPS=1 $(VENV_PY) -m pytest -q -p no:cacheprovider tests
 
 # What a user does: `pip install ./bindings/python` into a new virtualenv (the library is
 # built and bundled in the wheel), then `import socketkit` works with nothing else set.
@@ -124,7 +136,7 @@ python-install-test: library
 	$(BUILD)/venv-install/bin/python -m pip install -q --upgrade pip
 	$(BUILD)/venv-install/bin/python -m pip install -q ./bindings/python
 	cd / && env -u LD_LIBRARY_PATH -u SOCKETKIT_LIBRARY $(BUILD)/venv-install/bin/python -c \
-		'import socketkit, socketkit._ffi as f; assert "site-packages" in f.lib._name, f.lib._name; print("python-install-test: socketkit", socketkit.LIBRARY_VERSION, "loads from", f.lib._name)'
+		'import socketkit, socketkit._ffi as f; assert "site-packages" in f.lib._name, f.lib._name; assert socketkit.SPEEDUPS, "the C hot paths did not build"; print("python-install-test: socketkit", socketkit.LIBRARY_VERSION, "loads from", f.lib._name, "with its C hot paths")'
 
 sanitize: tools
 	$(SWIFT) test --sanitize=thread --scratch-path $(CURDIR)/.build-tsan
@@ -151,7 +163,7 @@ $(VENV)/.bench-ready: $(VENV)/.ready
 	$(VENV_PY) -m pip install -q uvloop
 	@touch $@
 
-bench: bench-tools c-prefix $(VENV)/.bench-ready
+bench: bench-tools c-prefix $(VENV)/.bench-ready $(SPEEDUPS)
 	@$(MAKE) --no-print-directory -C bindings/c examples SOCKETKIT_PREFIX=$(C_PREFIX)
 	@$(MAKE) --no-print-directory -C bench all SWIFT=$(SWIFT)
 	bench/bench.sh -r $(BENCH_REPS)

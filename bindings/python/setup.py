@@ -5,19 +5,18 @@ release build of the repository this package sits in (`swift build` with the shi
 flags, through the top-level Makefile's `library` target). It is copied to
 socketkit/_lib/libsocketkit.so.0, and the wheel is tagged for the platform (it holds
 native code) rather than "any".
+
+The C hot paths (socketkit/_speedups.c, against the repository's include/socketkit.h)
+are built when a C compiler and Python's headers are there (python3-dev); without them
+the wheel still works, through ctypes only (socketkit.SPEEDUPS is then False).
 """
 import os
 import shutil
 import subprocess
 from pathlib import Path
 
-from setuptools import Distribution, setup
+from setuptools import Distribution, Extension, setup
 from setuptools.command.build_py import build_py
-
-try:
-    from setuptools.command.bdist_wheel import bdist_wheel
-except ImportError:  # setuptools < 70
-    from wheel.bdist_wheel import bdist_wheel
 
 HERE = Path(__file__).resolve().parent
 REPOSITORY = HERE.parent.parent
@@ -46,9 +45,14 @@ class BinaryDistribution(Distribution):
         return True
 
 
-class PlatformWheel(bdist_wheel):
-    def get_tag(self):
-        return "py3", "none", super().get_tag()[2]
+def speedups():
+    """The optional extension (a failed build leaves the ctypes paths)."""
+    header_directory = os.environ.get("SOCKETKIT_INCLUDE") or str(REPOSITORY / "include")
+    if not (Path(header_directory) / "socketkit.h").exists():
+        return []
+    return [Extension("socketkit._speedups", ["socketkit/_speedups.c"], include_dirs=[header_directory],
+                      extra_compile_args=["-O2"], optional=True)]
 
 
-setup(distclass=BinaryDistribution, cmdclass={"build_py": BuildWithLibrary, "bdist_wheel": PlatformWheel})
+# The wheel holds a CPython extension: setuptools tags it for this interpreter and platform.
+setup(distclass=BinaryDistribution, cmdclass={"build_py": BuildWithLibrary}, ext_modules=speedups())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import enum
+import os
 import socket as _stdlib_socket
 import struct
 import sys
@@ -26,6 +27,24 @@ from . import _ffi
 from ._ffi import lib
 from ._tls import TLSInfo, TLSSettings, TLSTrust, _tls_info
 from .errors import Error, InvalidHandleError, error_from_code
+
+# The hot paths in C (socketkit/_speedups.c), when the extension was built; everything
+# works without it, through ctypes. SOCKETKIT_NO_SPEEDUPS=1 forces the ctypes paths.
+_speedups: Any = None
+if not os.environ.get("SOCKETKIT_NO_SPEEDUPS"):
+    try:
+        from . import _speedups  # type: ignore[attr-defined,no-redef]
+    except ImportError:
+        _speedups = None
+    else:
+        if _speedups.event_layout() != (ctypes.sizeof(_ffi.Event), _ffi.Event.kind.offset, _ffi.Event.udp_sock.offset,
+                                        _ffi.Event.trust.offset, ctypes.sizeof(_ffi.CError)):
+            _speedups = None  # built against another socketkit.h: not safe to use
+
+#: True when the C hot paths (socketkit._speedups) are in use.
+SPEEDUPS = _speedups is not None
+_SocketBase: Any = _speedups.SocketBase if _speedups is not None else object
+_UdpSocketBase: Any = _speedups.UdpSocketBase if _speedups is not None else object
 
 BytesLike = Union[bytes, bytearray, memoryview]
 Address = Union[Tuple[str, int], str]
@@ -100,6 +119,21 @@ def _raise_for(status: int, error: Optional[_ffi.CError] = None) -> int:
     raise error_from_code(status, 0, lib.sk_strerror(status).decode())
 
 
+def _raise_c_error(status: int, code: int, os_error: int, message: bytes) -> None:
+    """_raise_for for the C hot paths, which pass the sk_error_t's fields."""
+    if code == status:
+        raise error_from_code(status, os_error, message.decode("utf-8", "replace"))
+    raise error_from_code(status, 0, lib.sk_strerror(status).decode())
+
+
+def _report_delegate_error(message: Optional[str], target: Any, exception: Optional[BaseException]) -> None:
+    """_report_unraisable for the C hot paths, which pass the exception."""
+    sys.unraisablehook(types.SimpleNamespace(
+        exc_type=type(exception) if exception is not None else None, exc_value=exception,
+        exc_traceback=exception.__traceback__ if exception is not None else None,
+        err_msg=message or "Exception ignored while dispatching a socketkit event", object=target))
+
+
 def _error_from_c(pointer) -> Optional[Error]:
     if not pointer:
         return None
@@ -169,6 +203,7 @@ class HostQueue(CallbackQueue):
         super().__init__(handle.value)
         self._records = (_ffi.Event * self.BATCH)()
         self._raw_records = memoryview((ctypes.c_ubyte * ctypes.sizeof(self._records)).from_buffer(self._records))
+        self._records_address = ctypes.addressof(self._records)
         # Held while a batch is handled: the memory its records point to lives until the
         # queue's next poll, so no other poll may start meanwhile.
         self._drain_lock = threading.Lock()
@@ -193,10 +228,15 @@ class HostQueue(CallbackQueue):
                 room = self.BATCH if max_callbacks <= 0 else min(self.BATCH, max_callbacks - handled)
                 if room <= 0:
                     break
-                count = _raise_for(lib.sk_callback_queue_poll_events(self.handle, self._records, room))
+                if _speedups is not None:
+                    # One C call polls and dispatches the batch.
+                    count = _speedups.drain(self.handle, self._records_address, room, self._raw_records,
+                                            self._records)
+                else:
+                    count = _raise_for(lib.sk_callback_queue_poll_events(self.handle, self._records, room))
+                    _dispatch_records(self._raw_records, self._records, count)
                 if count == 0:
                     break
-                _dispatch_records(self._raw_records, self._records, count)
                 handled += count
                 if count < room:
                     break  # anything that arrived meanwhile keeps the descriptor readable
@@ -237,6 +277,8 @@ class LoopGroup:
     def run_once(self) -> bool:
         """Runs one iteration of a driven group's loop without waiting, on the thread that
         created the group; True when more work is ready at once."""
+        if _speedups is not None:
+            return _speedups.run_once(self.handle)
         errors = _thread_errors
         status = lib.sk_loop_group_run_once(self.handle, errors.pointer)
         if status < 0:
@@ -629,14 +671,16 @@ _unpack_event = _ffi.EVENT_FORMAT.unpack_from
 _iter_unpack_events = _ffi.EVENT_FORMAT.iter_unpack
 
 
-def _dispatch_records(raw: memoryview, records: Any, count: int) -> None:
-    """Handles `count` records of a poll, in order (one struct unpack per record: no ctypes
-    callback and no ctypes field access on the common paths)."""
+def _dispatch_records(raw: memoryview, records: Any, count: int, start: int = 0) -> None:
+    """Handles records `start` ..< `count` of a poll, in order (one struct unpack per record:
+    no ctypes callback and no ctypes field access on the common paths). The C drain
+    (_speedups.drain) calls it for each record it does not handle itself."""
     read_kind = _ffi.EVENT_READ
     on_read = _on_read
     for index, (handle, userdata, kind, port, tag, data, length, elapsed, host, error, new_socket,
                 _token, udp_handle, _address, _address_length, context,
-                trust) in enumerate(_iter_unpack_events(raw[:count * _EVENT_SIZE])):
+                trust) in enumerate(_iter_unpack_events(raw[start * _EVENT_SIZE:count * _EVENT_SIZE]),
+                                    start):
         try:
             if kind == read_kind:
                 on_read(handle, data, length, tag)
@@ -728,7 +772,7 @@ def _delegate_struct(delegate: Any) -> _ffi.SocketDelegate:
     return struct_
 
 
-class Socket:
+class Socket(_SocketBase):
     """An asynchronous TCP or Unix-domain socket (GCDAsyncSocket's model).
 
     ``delegate`` is any object; SocketKit calls the methods it defines, named after the
@@ -1049,7 +1093,7 @@ class Socket:
 
     # ---- reading ---------------------------------------------------------------------------
 
-    def read(self, max_length: int = 0, timeout: float = -1, tag: int = 0) -> None:
+    def _read_py(self, max_length: int = 0, timeout: float = -1, tag: int = 0) -> None:
         """Reads whatever is available (at least one byte, at most `max_length` if not 0).
         ``socket_did_read(sock, data, tag)`` receives ``bytes``."""
         handle = self._c_handle
@@ -1141,7 +1185,7 @@ class Socket:
 
     # ---- writing ---------------------------------------------------------------------------
 
-    def write(self, data: BytesLike, timeout: float = -1, tag: int = 0) -> None:
+    def _write_py(self, data: BytesLike, timeout: float = -1, tag: int = 0) -> None:
         """Queues `data` (any bytes-like object); ``socket_did_write(sock, tag)`` follows once
         the kernel accepted it all. Large ``bytes`` objects (immutable) are sent without a
         copy and kept alive until SocketKit is done with them; anything else is copied."""
@@ -1428,6 +1472,7 @@ _UDP_DELEGATE_METHODS = {
 
 # Live UDP sockets by handle, held weakly, as _sockets.
 _udp_sockets = _WeakTable()
+_udp_socket_refs = _udp_sockets._refs  # read directly by the C hot path
 
 _AF_INET = _stdlib_socket.AF_INET
 _AF_INET6 = _stdlib_socket.AF_INET6
@@ -1693,7 +1738,7 @@ def _send_source(data: BytesLike) -> Tuple[Any, int]:
     return (ctypes.c_char * length).from_buffer(view.cast("B")), length
 
 
-class UdpSocket:
+class UdpSocket(_UdpSocketBase):
     """An asynchronous UDP socket (GCDAsyncUdpSocket's model).
 
     Datagrams are queued with tags and timeouts and answered by the delegate; receiving is
@@ -1923,7 +1968,7 @@ class UdpSocket:
         _raise_for(lib.sk_udp_socket_send_to_host(self.handle, source, length, host.encode(), _port(port),
                                                   float(timeout), tag, byref(error)), error)
 
-    def send_to_address(self, data: BytesLike, address: IPAddress, timeout: float = -1, tag: int = 0) -> None:
+    def _send_to_address_py(self, data: BytesLike, address: IPAddress, timeout: float = -1, tag: int = 0) -> None:
         """Queues a datagram to ("ip", port)."""
         raw = _ip_sockaddr(address)
         source, length = _send_source(data)
@@ -2211,6 +2256,19 @@ class UdpSocket:
             with _perform_lock:
                 _perform_calls.pop(id(callback), None)
         _raise_for(status)
+
+
+if _speedups is None:
+    # The hot methods in Python (with the extension they are SocketBase's and
+    # UdpSocketBase's, which call these for the arguments they do not handle).
+    Socket.read = Socket._read_py  # type: ignore[assignment]
+    Socket.write = Socket._write_py  # type: ignore[assignment]
+    UdpSocket.send_to_address = UdpSocket._send_to_address_py  # type: ignore[assignment]
+else:
+    _speedups.configure({name: ctypes.cast(getattr(lib, name), c_void_p).value
+                         for name in ("sk_socket_write", "sk_socket_read", "sk_udp_socket_send_to_address",
+                                      "sk_callback_queue_poll_events", "sk_loop_group_run_once")},
+                        _NO_COPY_THRESHOLD, globals())
 
 
 @atexit.register

@@ -1,0 +1,623 @@
+/* socketkit._speedups: the binding's hot paths as a CPython extension.
+ *
+ * Optional: socketkit works without it (pure ctypes; SOCKETKIT_NO_SPEEDUPS=1 forces that),
+ * and _core.py decides. What it does, and nothing else:
+ *
+ *   - SocketBase / UdpSocketBase: base classes of Socket and UdpSocket whose read(),
+ *     write() and send_to_address() call SocketKit directly for the common arguments
+ *     (anything else goes to the Python implementation, _read_py, _write_py, ...);
+ *   - drain(): one HostQueue batch, polled and dispatched here: read and datagram records
+ *     become delegate calls without Python code between; every other record goes to
+ *     _core._dispatch_records for that one record, in order;
+ *   - run_once(): sk_loop_group_run_once.
+ *
+ * It does not link libsocketkit: _core.py passes the addresses of the functions of the
+ * library ctypes loaded (configure()), so both always use the same copy. Every call into
+ * SocketKit releases the GIL, as ctypes does: SocketKit may call back into Python from
+ * this thread (a driven loop) or wait for a thread that holds a callback.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include "socketkit.h"
+
+/* ---- configuration (set once by configure()) ------------------------------------------ */
+
+static __typeof__(&sk_socket_write) sk_write;
+static __typeof__(&sk_socket_read) sk_read;
+static __typeof__(&sk_udp_socket_send_to_address) sk_send_to_address;
+static __typeof__(&sk_callback_queue_poll_events) sk_poll_events;
+static __typeof__(&sk_loop_group_run_once) sk_run_once;
+
+static Py_ssize_t no_copy_threshold;
+static PyObject *core_globals;      /* _core's namespace (for _shutting_down) */
+static PyObject *socket_refs;       /* handle -> weakref(Socket) */
+static PyObject *udp_socket_refs;   /* handle -> weakref(UdpSocket) */
+static PyObject *address_by_sockaddr; /* raw sockaddr bytes -> (host, port) */
+static PyObject *sockaddr_by_address; /* (host, port) -> raw sockaddr bytes */
+static PyObject *dispatch_records;  /* _core._dispatch_records(raw, records, stop, start) */
+static PyObject *udp_record_address; /* _core._udp_record_address(host, port, address, length) */
+static PyObject *raise_c_error;     /* _core._raise_c_error(status, code, os_error, message) */
+static PyObject *report_error;      /* _core._report_delegate_error(message, target, exception) */
+
+static PyObject *str_write_py, *str_read_py, *str_send_to_address_py, *str_pending_buffers,
+    *str_take_read_result, *str_delegate, *str_socket_did_read, *str_udp_socket_did_receive,
+    *str_shutting_down, *msg_did_read, *msg_did_receive, *empty_bytes;
+
+static int configured(void) {
+    if (sk_write == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "socketkit._speedups is not configured");
+        return 0;
+    }
+    return 1;
+}
+
+/* Raises the error of a failed call (through _core, so its exception types and messages
+ * are the ones the ctypes path gives). Returns NULL. */
+static PyObject *raise_status(int status, const sk_error_t *error) {
+    PyObject *result = PyObject_CallFunction(raise_c_error, "iiiy", status, error->code, error->os_error,
+                                             error->code == status ? error->message : "");
+    Py_XDECREF(result);
+    if (!PyErr_Occurred()) {
+        PyErr_Format(PyExc_RuntimeError, "socketkit: status %d raised nothing", status);
+    }
+    return NULL;
+}
+
+/* The exception being raised goes to sys.unraisablehook with `message` and `target`, as
+ * _core._report_unraisable does for the ctypes path. */
+static void report_delegate_error(PyObject *message, PyObject *target) {
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    if (value != NULL && traceback != NULL) {
+        PyException_SetTraceback(value, traceback);
+    }
+    PyObject *result = PyObject_CallFunctionObjArgs(report_error, message, target ? target : Py_None,
+                                                    value ? value : Py_None, NULL);
+    if (result == NULL) {
+        PyErr_WriteUnraisable(report_error);
+    }
+    Py_XDECREF(result);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+}
+
+/* Calls `name` on `self` with the arguments of this call: the Python implementation, for
+ * everything the fast paths leave alone. */
+static PyObject *call_python(PyObject *self, PyObject *name, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames) {
+    PyObject *stack[8];
+    Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+    if (total + 1 > (Py_ssize_t)(sizeof stack / sizeof stack[0])) {
+        PyErr_SetString(PyExc_TypeError, "too many arguments");
+        return NULL;
+    }
+    stack[0] = self;
+    for (Py_ssize_t index = 0; index < total; index++) {
+        stack[index + 1] = args[index];
+    }
+    return PyObject_VectorcallMethod(name, stack, (size_t)(nargs + 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames);
+}
+
+/* ---- SocketBase / UdpSocketBase -------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *c_handle; /* what Python stored: None, a c_void_p or an int */
+    void *pointer;      /* its value */
+} HandleBase;
+
+static void HandleBase_dealloc(HandleBase *self) {
+    Py_CLEAR(self->c_handle);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *HandleBase_get_c_handle(HandleBase *self, void *closure) {
+    (void)closure;
+    PyObject *value = self->c_handle ? self->c_handle : Py_None;
+    Py_INCREF(value);
+    return value;
+}
+
+static int HandleBase_set_c_handle(HandleBase *self, PyObject *value, void *closure) {
+    (void)closure;
+    void *pointer = NULL;
+    if (value != NULL && value != Py_None) {
+        PyObject *number = value;
+        if (!PyLong_Check(value)) {
+            number = PyObject_GetAttrString(value, "value"); /* ctypes.c_void_p */
+            if (number == NULL) {
+                return -1;
+            }
+        } else {
+            Py_INCREF(number);
+        }
+        if (number != Py_None) {
+            pointer = PyLong_AsVoidPtr(number);
+        }
+        Py_DECREF(number);
+        if (pointer == NULL && PyErr_Occurred()) {
+            return -1;
+        }
+    }
+    PyObject *previous = self->c_handle;
+    Py_XINCREF(value);
+    self->c_handle = value;
+    self->pointer = pointer;
+    Py_XDECREF(previous);
+    return 0;
+}
+
+static PyGetSetDef HandleBase_getset[] = {
+    {"_c_handle", (getter)HandleBase_get_c_handle, (setter)HandleBase_set_c_handle,
+     "The SocketKit handle the fast paths use (None once closed).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyObject *SocketBase_write(HandleBase *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    if (nargs == 1 && kwnames == NULL && self->pointer != NULL && PyBytes_CheckExact(args[0]) && configured()) {
+        PyObject *data = args[0];
+        Py_ssize_t length = PyBytes_GET_SIZE(data);
+        if (length < no_copy_threshold) {
+            sk_error_t error;
+            int status;
+            error.code = 0;
+            void *handle = self->pointer;
+            Py_BEGIN_ALLOW_THREADS
+            status = sk_write(handle, PyBytes_AS_STRING(data), (size_t)length, -1.0, 0, &error);
+            Py_END_ALLOW_THREADS
+            if (status < 0) {
+                return raise_status(status, &error);
+            }
+            Py_RETURN_NONE;
+        }
+    }
+    return call_python((PyObject *)self, str_write_py, args, nargs, kwnames);
+}
+
+static PyObject *SocketBase_read(HandleBase *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    if (nargs == 0 && kwnames == NULL && self->pointer != NULL && configured()) {
+        sk_error_t error;
+        int status;
+        error.code = 0;
+        void *handle = self->pointer;
+        Py_BEGIN_ALLOW_THREADS
+        status = sk_read(handle, 0, -1.0, 0, &error);
+        Py_END_ALLOW_THREADS
+        if (status < 0) {
+            return raise_status(status, &error);
+        }
+        Py_RETURN_NONE;
+    }
+    return call_python((PyObject *)self, str_read_py, args, nargs, kwnames);
+}
+
+static PyMethodDef SocketBase_methods[] = {
+    {"write", (PyCFunction)(void (*)(void))SocketBase_write, METH_FASTCALL | METH_KEYWORDS,
+     "write($self, data, timeout=-1, tag=0, /)\n--\n\n"
+     "Queues `data` (any bytes-like object); ``socket_did_write(sock, tag)`` follows once\n"
+     "the kernel accepted it all. Large ``bytes`` objects (immutable) are sent without a\n"
+     "copy and kept alive until SocketKit is done with them; anything else is copied."},
+    {"read", (PyCFunction)(void (*)(void))SocketBase_read, METH_FASTCALL | METH_KEYWORDS,
+     "read($self, max_length=0, timeout=-1, tag=0, /)\n--\n\n"
+     "Reads whatever is available (at least one byte, at most `max_length` if not 0).\n"
+     "``socket_did_read(sock, data, tag)`` receives ``bytes``."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject SocketBase_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "socketkit._speedups.SocketBase",
+    .tp_basicsize = sizeof(HandleBase),
+    .tp_dealloc = (destructor)HandleBase_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "Socket's read and write, in C for their common arguments.",
+    .tp_methods = SocketBase_methods,
+    .tp_getset = HandleBase_getset,
+    .tp_new = PyType_GenericNew,
+};
+
+static PyObject *UdpSocketBase_send_to_address(HandleBase *self, PyObject *const *args, Py_ssize_t nargs,
+                                               PyObject *kwnames) {
+    if (nargs == 2 && kwnames == NULL && self->pointer != NULL && PyBytes_CheckExact(args[0]) &&
+        PyTuple_CheckExact(args[1]) && configured()) {
+        PyObject *raw = PyDict_GetItemWithError(sockaddr_by_address, args[1]); /* borrowed */
+        if (raw == NULL && PyErr_Occurred()) {
+            PyErr_Clear(); /* unhashable: the Python implementation says why */
+        } else if (raw != NULL && PyBytes_CheckExact(raw)) {
+            PyObject *data = args[0];
+            Py_ssize_t length = PyBytes_GET_SIZE(data);
+            sk_error_t error;
+            int status;
+            error.code = 0;
+            void *handle = self->pointer;
+            Py_INCREF(raw); /* the cache may be cleared by another thread meanwhile */
+            Py_BEGIN_ALLOW_THREADS
+            status = sk_send_to_address(handle, length ? PyBytes_AS_STRING(data) : NULL, (size_t)length,
+                                        (const struct sockaddr *)PyBytes_AS_STRING(raw),
+                                        (socklen_t)PyBytes_GET_SIZE(raw), -1.0, 0, &error);
+            Py_END_ALLOW_THREADS
+            Py_DECREF(raw);
+            if (status < 0) {
+                return raise_status(status, &error);
+            }
+            Py_RETURN_NONE;
+        }
+    }
+    return call_python((PyObject *)self, str_send_to_address_py, args, nargs, kwnames);
+}
+
+static PyMethodDef UdpSocketBase_methods[] = {
+    {"send_to_address", (PyCFunction)(void (*)(void))UdpSocketBase_send_to_address, METH_FASTCALL | METH_KEYWORDS,
+     "send_to_address($self, data, address, timeout=-1, tag=0, /)\n--\n\n"
+     "Queues a datagram to (\"ip\", port)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject UdpSocketBase_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "socketkit._speedups.UdpSocketBase",
+    .tp_basicsize = sizeof(HandleBase),
+    .tp_dealloc = (destructor)HandleBase_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "UdpSocket's send_to_address, in C for its common arguments.",
+    .tp_methods = UdpSocketBase_methods,
+    .tp_getset = HandleBase_getset,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ---- dispatch -------------------------------------------------------------------------- */
+
+/* The live object a handle -> weakref table holds for `handle` (a new reference), or NULL
+ * (no exception) when there is none. -1 on error. */
+static int lookup(PyObject *table, const void *handle, PyObject **found) {
+    *found = NULL;
+    PyObject *key = PyLong_FromVoidPtr((void *)handle);
+    if (key == NULL) {
+        return -1;
+    }
+    PyObject *ref = PyDict_GetItemWithError(table, key); /* borrowed */
+    Py_DECREF(key);
+    if (ref == NULL) {
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    if (!PyWeakref_Check(ref)) {
+        return 0;
+    }
+    PyObject *object = PyWeakref_GetObject(ref); /* borrowed */
+    if (object == NULL) {
+        return -1;
+    }
+    if (object != Py_None) {
+        Py_INCREF(object);
+        *found = object;
+    }
+    return 0;
+}
+
+/* `sock._delegate.<name>` (a new reference), or NULL with no exception when the delegate
+ * has no such method. */
+static PyObject *delegate_method(PyObject *sock, PyObject *name, PyObject **delegate_out) {
+    PyObject *delegate = PyObject_GetAttr(sock, str_delegate);
+    if (delegate == NULL) {
+        return NULL;
+    }
+    PyObject *method = PyObject_GetAttr(delegate, name);
+    if (method == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
+    }
+    *delegate_out = delegate;
+    return method;
+}
+
+/* _core._on_read, for one SK_EVENT_READ record. */
+static int handle_read(const sk_event_t *event) {
+    PyObject *sock;
+    if (lookup(socket_refs, event->sock, &sock) < 0) {
+        return -1;
+    }
+    if (sock == NULL) {
+        return 0;
+    }
+    PyObject *payload = NULL, *delegate = NULL, *method = NULL, *tag = NULL;
+    int outcome = -1;
+    PyObject *pending = PyObject_GetAttr(sock, str_pending_buffers);
+    if (pending == NULL) {
+        goto done;
+    }
+    int pinned = PyObject_IsTrue(pending);
+    Py_DECREF(pending);
+    if (pinned < 0) {
+        goto done;
+    }
+    if (pinned) {
+        payload = PyObject_CallMethod(sock, "_take_read_result", "KK", (unsigned long long)(uintptr_t)event->data,
+                                      (unsigned long long)event->length);
+    } else if (event->length == 0) {
+        payload = empty_bytes;
+        Py_INCREF(payload);
+    } else {
+        payload = PyBytes_FromStringAndSize(event->data, (Py_ssize_t)event->length);
+    }
+    if (payload == NULL) {
+        goto done;
+    }
+    method = delegate_method(sock, str_socket_did_read, &delegate);
+    if (method == NULL) {
+        outcome = PyErr_Occurred() ? -1 : 0;
+        goto done;
+    }
+    tag = PyLong_FromLong(event->tag);
+    if (tag == NULL) {
+        goto done;
+    }
+    PyObject *call[3] = {sock, payload, tag};
+    PyObject *result = PyObject_Vectorcall(method, call, 3, NULL);
+    if (result == NULL) {
+        report_delegate_error(msg_did_read, delegate);
+    }
+    Py_XDECREF(result);
+    outcome = 0;
+done:
+    Py_XDECREF(tag);
+    Py_XDECREF(method);
+    Py_XDECREF(delegate);
+    Py_XDECREF(payload);
+    Py_DECREF(sock);
+    return outcome;
+}
+
+/* _core._on_udp_receive, for one SK_EVENT_UDP_RECEIVE record without a filter context. */
+static int handle_udp_receive(const sk_event_t *event) {
+    if (event->udp_sock == NULL) {
+        return 0;
+    }
+    PyObject *sock;
+    if (lookup(udp_socket_refs, event->udp_sock, &sock) < 0) {
+        return -1;
+    }
+    if (sock == NULL) {
+        return 0;
+    }
+    PyObject *data = NULL, *address = NULL, *delegate = NULL, *method = NULL;
+    int outcome = -1;
+    if (event->length == 0) {
+        data = empty_bytes;
+        Py_INCREF(data);
+    } else {
+        data = PyBytes_FromStringAndSize(event->data, (Py_ssize_t)event->length);
+    }
+    if (data == NULL) {
+        goto done;
+    }
+    if (event->address != NULL && event->address_length > 0) {
+        PyObject *key = PyBytes_FromStringAndSize((const char *)event->address, (Py_ssize_t)event->address_length);
+        if (key == NULL) {
+            goto done;
+        }
+        address = PyDict_GetItemWithError(address_by_sockaddr, key);
+        Py_DECREF(key);
+        if (address == NULL && PyErr_Occurred()) {
+            goto done;
+        }
+        Py_XINCREF(address);
+    }
+    if (address == NULL) {
+        address = PyObject_CallFunction(udp_record_address, "KiKI", (unsigned long long)(uintptr_t)event->host,
+                                        (int)event->port, (unsigned long long)(uintptr_t)event->address,
+                                        (unsigned int)event->address_length);
+        if (address == NULL) {
+            goto done;
+        }
+    }
+    method = delegate_method(sock, str_udp_socket_did_receive, &delegate);
+    if (method == NULL) {
+        outcome = PyErr_Occurred() ? -1 : 0;
+        goto done;
+    }
+    PyObject *call[4] = {sock, data, address, Py_None};
+    PyObject *result = PyObject_Vectorcall(method, call, 4, NULL);
+    if (result == NULL) {
+        report_delegate_error(msg_did_receive, delegate);
+    }
+    Py_XDECREF(result);
+    outcome = 0;
+done:
+    Py_XDECREF(method);
+    Py_XDECREF(delegate);
+    Py_XDECREF(address);
+    Py_XDECREF(data);
+    Py_DECREF(sock);
+    return outcome;
+}
+
+/* drain(queue, records, capacity, raw, records_object) -> count
+ * Polls one batch of at most `capacity` records into the sk_event_t array at address
+ * `records` and dispatches them; `raw` and `records_object` are what
+ * _core._dispatch_records takes for the records handled in Python. */
+static PyObject *speedups_drain(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "drain(queue, records, capacity, raw, records_object)");
+        return NULL;
+    }
+    if (!configured()) {
+        return NULL;
+    }
+    void *queue = PyLong_AsVoidPtr(args[0]);
+    sk_event_t *records = PyLong_AsVoidPtr(args[1]);
+    int capacity = PyLong_AsLong(args[2]) > INT_MAX ? INT_MAX : (int)PyLong_AsLong(args[2]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    int count;
+    Py_BEGIN_ALLOW_THREADS
+    count = sk_poll_events(queue, records, capacity);
+    Py_END_ALLOW_THREADS
+    if (count < 0) {
+        sk_error_t error = {.code = 0};
+        return raise_status(count, &error);
+    }
+    PyObject *shutting_down = PyDict_GetItemWithError(core_globals, str_shutting_down);
+    if (shutting_down == NULL && PyErr_Occurred()) {
+        return NULL;
+    }
+    int stopping = shutting_down != NULL && PyObject_IsTrue(shutting_down) == 1;
+    for (int index = 0; index < count; index++) {
+        const sk_event_t *event = &records[index];
+        int status = 0;
+        if (event->kind == SK_EVENT_READ) {
+            if (!stopping) {
+                status = handle_read(event);
+            }
+        } else if (event->kind == SK_EVENT_UDP_RECEIVE && event->context == NULL) {
+            if (!stopping) {
+                status = handle_udp_receive(event);
+            }
+        } else {
+            PyObject *result = PyObject_CallFunction(dispatch_records, "OOii", args[3], args[4], index + 1, index);
+            status = result == NULL ? -1 : 0;
+            Py_XDECREF(result);
+        }
+        if (status < 0) {
+            /* The binding's own failure (not a delegate's): reported, the batch goes on. */
+            report_delegate_error(NULL, Py_None);
+        }
+    }
+    return PyLong_FromLong(count);
+}
+
+/* run_once(group) -> bool: sk_loop_group_run_once. */
+static PyObject *speedups_run_once(PyObject *module, PyObject *group) {
+    (void)module;
+    if (!configured()) {
+        return NULL;
+    }
+    void *handle = PyLong_AsVoidPtr(group);
+    if (handle == NULL && PyErr_Occurred()) {
+        return NULL;
+    }
+    sk_error_t error;
+    int status;
+    error.code = 0;
+    Py_BEGIN_ALLOW_THREADS
+    status = sk_run_once(handle, &error);
+    Py_END_ALLOW_THREADS
+    if (status < 0) {
+        return raise_status(status, &error);
+    }
+    return PyBool_FromLong(status == 1);
+}
+
+/* configure(functions, threshold, core_namespace): `functions` maps names to addresses. */
+static PyObject *speedups_configure(PyObject *module, PyObject *args) {
+    (void)module;
+    PyObject *functions, *namespace;
+    Py_ssize_t threshold;
+    if (!PyArg_ParseTuple(args, "O!nO!", &PyDict_Type, &functions, &threshold, &PyDict_Type, &namespace)) {
+        return NULL;
+    }
+    static const char *names[] = {"sk_socket_write", "sk_socket_read", "sk_udp_socket_send_to_address",
+                                  "sk_callback_queue_poll_events", "sk_loop_group_run_once"};
+    void *addresses[5];
+    for (int index = 0; index < 5; index++) {
+        PyObject *value = PyDict_GetItemString(functions, names[index]);
+        addresses[index] = value ? PyLong_AsVoidPtr(value) : NULL;
+        if (addresses[index] == NULL) {
+            if (!PyErr_Occurred()) {
+                PyErr_Format(PyExc_ValueError, "configure: no address for %s", names[index]);
+            }
+            return NULL;
+        }
+    }
+    static const char *objects[] = {"_socket_refs", "_udp_socket_refs", "_address_by_sockaddr",
+                                    "_sockaddr_by_address", "_dispatch_records", "_udp_record_address",
+                                    "_raise_c_error", "_report_delegate_error"};
+    PyObject **slots[] = {&socket_refs, &udp_socket_refs, &address_by_sockaddr, &sockaddr_by_address,
+                          &dispatch_records, &udp_record_address, &raise_c_error, &report_error};
+    for (int index = 0; index < 8; index++) {
+        PyObject *value = PyDict_GetItemString(namespace, objects[index]);
+        if (value == NULL) {
+            return PyErr_Format(PyExc_ValueError, "configure: _core has no %s", objects[index]);
+        }
+        if (index < 4 && !PyDict_CheckExact(value)) {
+            return PyErr_Format(PyExc_TypeError, "configure: %s must be a dict", objects[index]);
+        }
+        Py_INCREF(value);
+        Py_XSETREF(*slots[index], value);
+    }
+    Py_INCREF(namespace);
+    Py_XSETREF(core_globals, namespace);
+    no_copy_threshold = threshold;
+    sk_write = (__typeof__(sk_write))addresses[0];
+    sk_read = (__typeof__(sk_read))addresses[1];
+    sk_send_to_address = (__typeof__(sk_send_to_address))addresses[2];
+    sk_poll_events = (__typeof__(sk_poll_events))addresses[3];
+    sk_run_once = (__typeof__(sk_run_once))addresses[4];
+    Py_RETURN_NONE;
+}
+
+static PyObject *speedups_event_layout(PyObject *module, PyObject *unused) {
+    (void)module;
+    (void)unused;
+    return Py_BuildValue("(nnnnn)", (Py_ssize_t)sizeof(sk_event_t), (Py_ssize_t)offsetof(sk_event_t, kind),
+                         (Py_ssize_t)offsetof(sk_event_t, udp_sock), (Py_ssize_t)offsetof(sk_event_t, trust),
+                         (Py_ssize_t)sizeof(sk_error_t));
+}
+
+static PyMethodDef speedups_functions[] = {
+    {"configure", speedups_configure, METH_VARARGS, "configure(functions, no_copy_threshold, core_namespace)"},
+    {"drain", (PyCFunction)(void (*)(void))speedups_drain, METH_FASTCALL,
+     "drain(queue, records, capacity, raw, records_object) -> records handled"},
+    {"run_once", speedups_run_once, METH_O, "run_once(group) -> True when more work is ready"},
+    {"event_layout", speedups_event_layout, METH_NOARGS,
+     "(sizeof sk_event_t, offset of kind, of udp_sock, of trust, sizeof sk_error_t): checked against ctypes'"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef speedups_module = {
+    PyModuleDef_HEAD_INIT, "socketkit._speedups", "The binding's hot paths in C (optional).", -1,
+    speedups_functions, NULL, NULL, NULL, NULL,
+};
+
+#define INTERN(variable, text)                                                                               \
+    do {                                                                                                     \
+        if ((variable = PyUnicode_InternFromString(text)) == NULL) {                                         \
+            return NULL;                                                                                     \
+        }                                                                                                    \
+    } while (0)
+
+PyMODINIT_FUNC PyInit__speedups(void) {
+    INTERN(str_write_py, "_write_py");
+    INTERN(str_read_py, "_read_py");
+    INTERN(str_send_to_address_py, "_send_to_address_py");
+    INTERN(str_pending_buffers, "_pending_buffers");
+    INTERN(str_take_read_result, "_take_read_result");
+    INTERN(str_delegate, "_delegate");
+    INTERN(str_socket_did_read, "socket_did_read");
+    INTERN(str_udp_socket_did_receive, "udp_socket_did_receive");
+    INTERN(str_shutting_down, "_shutting_down");
+    INTERN(msg_did_read, "Exception ignored in socketkit delegate method socket_did_read");
+    INTERN(msg_did_receive, "Exception ignored in socketkit delegate method udp_socket_did_receive");
+    if ((empty_bytes = PyBytes_FromStringAndSize(NULL, 0)) == NULL) {
+        return NULL;
+    }
+    if (PyType_Ready(&SocketBase_type) < 0 || PyType_Ready(&UdpSocketBase_type) < 0) {
+        return NULL;
+    }
+    PyObject *module = PyModule_Create(&speedups_module);
+    if (module == NULL) {
+        return NULL;
+    }
+    Py_INCREF(&SocketBase_type);
+    Py_INCREF(&UdpSocketBase_type);
+    if (PyModule_AddObject(module, "SocketBase", (PyObject *)&SocketBase_type) < 0 ||
+        PyModule_AddObject(module, "UdpSocketBase", (PyObject *)&UdpSocketBase_type) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

@@ -1,0 +1,288 @@
+"""The binding's C hot paths (socketkit/_speedups.c) against the ctypes ones.
+
+`make test` runs the whole suite twice: once with the extension (SOCKETKIT_EXPECT_SPEEDUPS=1:
+it must have loaded) and once without (SOCKETKIT_NO_SPEEDUPS=1). These tests drive exactly
+the paths the extension replaces (HostQueue.drain's read and datagram records, Socket.read
+and write, UdpSocket.send_to_address) with the arguments it handles and the ones it hands
+back to Python, so both runs check the same behaviour.
+"""
+import ctypes
+import os
+import select
+import socket
+import sys
+import time
+
+import pytest
+
+import socketkit
+from socketkit import _core
+
+from conftest import WAIT, pattern
+
+
+def drain_until(queue, predicate, timeout=WAIT):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        left = deadline - time.monotonic()
+        assert left > 0, "timed out draining the host queue"
+        select.select([queue.fileno()], [], [], min(left, 0.5))
+        queue.drain()
+
+
+def test_the_extension_is_used_exactly_when_expected():
+    if os.environ.get("SOCKETKIT_NO_SPEEDUPS"):
+        assert socketkit.SPEEDUPS is False
+        assert socketkit.Socket.write is socketkit.Socket._write_py
+    elif os.environ.get("SOCKETKIT_EXPECT_SPEEDUPS"):
+        assert socketkit.SPEEDUPS is True, "socketkit._speedups did not load (is it built? make python-test)"
+        assert type(socketkit.Socket.write).__name__ == "method_descriptor"
+        assert type(socketkit.UdpSocket.send_to_address).__name__ == "method_descriptor"
+    else:
+        pytest.skip("neither SOCKETKIT_EXPECT_SPEEDUPS nor SOCKETKIT_NO_SPEEDUPS is set")
+
+
+@pytest.fixture
+def host_pair(raw_peer):
+    host = socketkit.HostQueue()
+    pair = raw_peer()
+    pair.socket.queue = host
+    yield pair, host
+    pair.socket.close()
+    host.close()
+
+
+def test_writes_of_every_kind_and_argument_form_arrive_whole_and_in_order(host_pair):
+    pair, host = host_pair
+    big = pattern(200_000, seed=3)  # bytes over the no-copy threshold: lent, not copied
+    pieces = [b"plain", bytearray(b"mutable"), memoryview(b"view"), b"-", memoryview(bytearray(b"rw")), big,
+              pattern(1000, seed=1)]
+    for empty in (b"", bytearray(), memoryview(b"")):
+        with pytest.raises(socketkit.BadParamError):
+            pair.socket.write(empty)
+    pair.socket.write(pieces[0])
+    pair.socket.write(pieces[1], tag=11)
+    pair.socket.write(pieces[2], -1, 12)
+    pair.socket.write(pieces[3])
+    pair.socket.write(data=pieces[4], timeout=5.0, tag=13)
+    pair.socket.write(pieces[5], 10.0)
+    pair.socket.write(pieces[6])
+    expected = b"".join(bytes(piece) for piece in pieces)
+    assert pair.receive_exactly(len(expected)) == expected
+    drain_until(host, lambda: pair.recorder.count("write") >= 7)
+    assert [event[1] for event in pair.recorder.events if event[0] == "write"] == [0, 11, 12, 0, 13, 0, 0]
+
+
+def test_reads_with_and_without_arguments_through_a_host_queue(host_pair):
+    pair, host = host_pair
+    pair.socket.read()
+    pair.peer.sendall(b"first")
+    drain_until(host, lambda: pair.recorder.count("read") == 1)
+    assert pair.recorder.events[-1] == ("read", b"first", 0)
+    pair.socket.read(3, tag=7)
+    pair.peer.sendall(b"abcdef")
+    drain_until(host, lambda: pair.recorder.count("read") == 2)
+    assert pair.recorder.events[-1] == ("read", b"abc", 7)
+    pair.socket.read(max_length=0, timeout=-1, tag=8)
+    drain_until(host, lambda: pair.recorder.count("read") == 3)
+    assert pair.recorder.events[-1] == ("read", b"def", 8)
+    # A read into a buffer of the program's: the record points into it (the pinned path).
+    buffer = bytearray(16)
+    seen = []
+    pair.recorder.on_read = lambda sock, data, tag: seen.append(data)
+    pair.socket.read_into(buffer, offset=4, tag=9)
+    pair.peer.sendall(b"xyz")
+    drain_until(host, lambda: pair.recorder.count("read") == 4)
+    assert isinstance(seen[0], memoryview) and bytes(seen[0]) == b"xyz" and buffer[4:7] == b"xyz"
+    assert pair.recorder.events[-1] == ("read", b"xyz", 9)
+
+
+def test_closed_sockets_refuse_reads_and_writes_with_invalid_handle(raw_peer):
+    pair = raw_peer()
+    pair.socket.close()
+    with pytest.raises(socketkit.InvalidHandleError):
+        pair.socket.write(b"late")
+    with pytest.raises(socketkit.InvalidHandleError):
+        pair.socket.write(bytearray(b"late"), tag=1)
+    with pytest.raises(socketkit.InvalidHandleError):
+        pair.socket.read()
+    with pytest.raises(socketkit.InvalidHandleError):
+        pair.socket.read(5)
+    with pytest.raises(TypeError):
+        pair.socket.write()  # the Python implementation reports the missing argument
+
+
+def test_a_write_after_the_peer_left_fails_with_the_documented_error(host_pair):
+    pair, host = host_pair
+    pair.socket.read()
+    pair.peer.close()
+    drain_until(host, lambda: pair.recorder.count("disconnect") == 1)
+    with pytest.raises(socketkit.BadConfigError) as raised:
+        pair.socket.write(b"to nobody")
+    assert "not connected" in raised.value.message  # the engine's message came through
+
+
+class Raising:
+    def __init__(self):
+        self.reads = []
+
+    def socket_did_read(self, sock, data, tag):
+        self.reads.append(bytes(data))
+        if data == b"boom":
+            raise RuntimeError("delegate failed")
+
+
+def test_a_delegate_exception_in_a_drained_read_goes_to_the_unraisable_hook(raw_peer, monkeypatch):
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    host = socketkit.HostQueue()
+    pair = raw_peer()
+    delegate = Raising()
+    pair.socket.delegate = delegate
+    pair.socket.queue = host
+    pair.socket.read_to_length(4)
+    pair.socket.read_to_length(2)
+    pair.peer.sendall(b"boomok")
+    drain_until(host, lambda: len(delegate.reads) == 2)
+    assert delegate.reads == [b"boom", b"ok"]  # the batch went on after the exception
+    assert len(reported) == 1
+    assert reported[0].err_msg == "Exception ignored in socketkit delegate method socket_did_read"
+    assert isinstance(reported[0].exc_value, RuntimeError) and reported[0].exc_type is RuntimeError
+    assert reported[0].exc_traceback is not None and reported[0].object is delegate
+    pair.socket.close()
+    host.close()
+
+
+def test_a_delegate_without_the_method_loses_nothing_else(raw_peer):
+    class WritesOnly:
+        def __init__(self):
+            self.writes = []
+
+        def socket_did_write(self, sock, tag):
+            self.writes.append(tag)
+
+    host = socketkit.HostQueue()
+    pair = raw_peer()
+    delegate = WritesOnly()
+    pair.socket.delegate = delegate
+    pair.socket.queue = host
+    pair.socket.read()
+    pair.socket.write(b"out", tag=5)
+    pair.peer.sendall(b"in")
+    assert pair.receive_exactly(3) == b"out"
+    drain_until(host, lambda: delegate.writes == [5])
+    pair.socket.close()
+    host.close()
+
+
+class UdpLog:
+    def __init__(self, echo=False):
+        self.received = []
+        self.sent = []
+        self.not_sent = []
+        self.echo = echo
+
+    def udp_socket_did_receive(self, sock, data, address, context):
+        self.received.append((data, address, context))
+        if self.echo:
+            sock.send_to_address(data, address)
+
+    def udp_socket_did_send(self, sock, tag):
+        self.sent.append(tag)
+
+    def udp_socket_did_not_send(self, sock, tag, error):
+        self.not_sent.append((tag, error))
+
+
+def test_datagrams_through_a_host_queue_with_every_argument_form():
+    host = socketkit.HostQueue()
+    server_log = UdpLog(echo=True)
+    server = socketkit.UdpSocket(server_log, queue=host)
+    server.bind_to_port(0, "127.0.0.1")
+    server.begin_receiving()
+    log = UdpLog()
+    client = socketkit.UdpSocket(log, queue=host)
+    client.bind_to_port(0, "127.0.0.1")
+    client.begin_receiving()
+    target = ("127.0.0.1", server.local_port)
+    payloads = [b"one", b"", bytearray(b"three"), memoryview(b"four"), pattern(5000, seed=2)]
+    client.send_to_address(payloads[0], target)
+    client.send_to_address(payloads[1], target, tag=1)
+    client.send_to_address(payloads[2], target, 5.0, 2)
+    client.send_to_address(data=payloads[3], address=target, tag=3)
+    client.send_to_address(payloads[4], ("127.0.0.1", server.local_port))  # an equal tuple, not the same one
+    drain_until(host, lambda: len(log.received) == 5)
+    assert [data for data, _, _ in log.received] == [bytes(payload) for payload in payloads]
+    assert all(address == target and context is None for _, address, context in log.received)
+    assert [address for _, address, _ in server_log.received] == [("127.0.0.1", client.local_port)] * 5
+    drain_until(host, lambda: len(log.sent) == 5)
+    assert log.sent == [0, 1, 2, 3, 0]
+    with pytest.raises(socketkit.BadParamError):
+        client.send_to_address(b"x", ["127.0.0.1", server.local_port])  # unhashable: not an address
+    with pytest.raises(socketkit.BadParamError):
+        client.send_to_address(b"x", ("not an address", 9))
+    client.release()
+    with pytest.raises(socketkit.InvalidHandleError):
+        client.send_to_address(b"x", target)
+    server.close()
+    host.close()
+
+
+def test_a_receive_filter_context_and_a_raising_receive_through_a_host_queue(monkeypatch):
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    host = socketkit.HostQueue()
+
+    class Raises(UdpLog):
+        def udp_socket_did_receive(self, sock, data, address, context):
+            super().udp_socket_did_receive(sock, data, address, context)
+            if data == b"boom":
+                raise ValueError("receive failed")
+
+    server_log = Raises()
+    server = socketkit.UdpSocket(server_log, queue=host)
+    server.bind_to_port(0, "127.0.0.1")
+    server.begin_receiving()
+    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    peer.bind(("127.0.0.1", 0))
+    peer.sendto(b"boom", ("127.0.0.1", server.local_port))
+    peer.sendto(b"after", ("127.0.0.1", server.local_port))
+    drain_until(host, lambda: len(server_log.received) == 2)
+    assert [data for data, _, _ in server_log.received] == [b"boom", b"after"]
+    assert server_log.received[0][1] == ("127.0.0.1", peer.getsockname()[1])
+    assert len(reported) == 1 and isinstance(reported[0].exc_value, ValueError)
+    assert reported[0].err_msg == "Exception ignored in socketkit delegate method udp_socket_did_receive"
+    server.set_receive_filter(lambda data, address: (True, {"length": len(data)}))
+    peer.sendto(b"with context", ("127.0.0.1", server.local_port))
+    drain_until(host, lambda: len(server_log.received) == 3)
+    assert server_log.received[2][0] == b"with context" and server_log.received[2][2] == {"length": 12}
+    peer.close()
+    server.close()
+    host.close()
+
+
+def test_run_once_of_a_closed_driven_group_raises():
+    group = socketkit.LoopGroup.driven()
+    assert group.run_once() in (True, False)
+    handle = group.handle
+    group.close()
+    with pytest.raises(socketkit.InvalidHandleError):
+        group.run_once()
+    if _core._speedups is not None:
+        with pytest.raises(socketkit.InvalidHandleError):
+            _core._speedups.run_once(handle)  # a stale handle: an error, not a crash
+
+
+def test_the_handle_slot_accepts_what_the_binding_stores(raw_peer):
+    pair = raw_peer()
+    sock = pair.socket
+    original = sock._c_handle
+    value = original.value if isinstance(original, ctypes.c_void_p) else original
+    for form in (ctypes.c_void_p(value), value):
+        sock._c_handle = form
+        sock.write(b"ok")
+    assert pair.receive_exactly(4) == b"okok"
+    sock._c_handle = None
+    with pytest.raises(socketkit.InvalidHandleError):
+        sock.write(b"closed")
+    sock._c_handle = original
