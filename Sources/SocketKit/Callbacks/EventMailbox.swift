@@ -44,6 +44,41 @@ final class EventMailbox<Event>: @unchecked Sendable {
         return taken.value
     }
 
+    /// The drain job the owner enqueues each time `post` says so: made once, with the
+    /// mailbox, instead of a closure (and its allocation) per scheduled drain. Set before
+    /// the mailbox is shared.
+    var drainJob: CallbackQueue.Job? = nil
+
+    /// The drainer's buffer, swapped with the posted events: the two alternate, so a
+    /// steady stream of events allocates no arrays. Only the (single) drainer touches it.
+    private nonisolated(unsafe) var spare: [Event] = []
+
+    /// Hands up to `limit` events, oldest first, to `deliver` (outside the lock) and
+    /// returns how many. One drainer at a time, as for `take`.
+    func drain(upTo limit: Int, _ deliver: (Event) -> Void) -> Int {
+        var batch: [Event] = []
+        swap(&batch, &spare)
+        let handOver = UncheckedSendable(batch)
+        batch = []
+        var taken = state.withLock { state -> UncheckedSendable<[Event]> in
+            var batch = handOver.value
+            if limit >= state.events.count {
+                swap(&batch, &state.events)  // the posted events out, the empty spare in
+            } else {
+                batch.append(contentsOf: state.events.prefix(limit))
+                state.events.removeFirst(limit)
+            }
+            return UncheckedSendable(batch)
+        }.value
+        for event in taken {
+            deliver(event)
+        }
+        let count = taken.count
+        taken.removeAll(keepingCapacity: true)
+        swap(&taken, &spare)
+        return count
+    }
+
     /// Ends a drain job; true when more events arrived and another job is needed.
     func finishDrain() -> Bool {
         state.withLock { state -> Bool in

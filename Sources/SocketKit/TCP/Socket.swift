@@ -823,10 +823,11 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
             mailbox = existing
         } else {
             mailbox = EventMailbox()
+            mailbox.drainJob = { [weak self] budget in self?.drainMailbox(budget: budget) ?? 0 }
             mailboxStorage = mailbox
         }
-        if mailbox.post(event.owned()) {
-            queue.enqueue({ [weak self] budget in self?.drainMailbox(budget: budget) ?? 0 }, loop: eventLoop)
+        if mailbox.post(event.owned()), let job = mailbox.drainJob {
+            queue.enqueue(job, loop: eventLoop)
         }
     }
 
@@ -834,15 +835,12 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     /// (possibly new) queue if more are waiting, to be fair to other sockets sharing it.
     private func drainMailbox(budget: Int) -> Int {
         guard let mailbox = mailboxStorage else { return 0 }
-        let events = mailbox.take(upTo: max(1, budget))
-        for event in events {
-            deliverNow(event)
-        }
-        if mailbox.finishDrain() {
+        let count = mailbox.drain(upTo: max(1, budget)) { deliverNow($0) }
+        if mailbox.finishDrain(), let job = mailbox.drainJob {
             let queue = core.withStateLock { routing.queue }
-            queue.enqueue({ [weak self] budget in self?.drainMailbox(budget: budget) ?? 0 }, loop: eventLoop)
+            queue.enqueue(job, loop: eventLoop)
         }
-        return events.count
+        return count
     }
 
     private func deliverNow(_ event: SocketEvent) {
