@@ -3,8 +3,9 @@
     python sk_echo.py --port P [--udp-port Q] [--host ADDR]
 
 Everything runs on the asyncio thread, as asyncio's own transports do: SocketKit's loop is
-a driven one that asyncio runs (socketkit.aio.loop_group), and delegate methods run from
-its host-driven callback queue (socketkit.aio.queue), in batches of event records. Echoes
+a driven one that asyncio runs (socketkit.aio.loop_group), and delegate methods run straight
+from it (queue=None; with the binding's C extension, reads and datagrams reach them through
+C callbacks, no ctypes). Echoes
 every TCP byte and (with --udp-port) every UDP datagram back to its sender; prints
 "listening on PORT"; runs until SIGTERM. With --tls CERT KEY every connection starts TLS
 (server side) before its first read.
@@ -57,10 +58,10 @@ async def main():
     udp = None
     if options.udp_port is not None:
         # Bound before the TCP listener, so a client that sees "listening" finds both.
-        udp = socketkit.UdpSocket(echo, queue=aio.queue(), loop_group=group)
+        udp = socketkit.UdpSocket(echo, queue=None, loop_group=group)
         udp.bind_to_port(options.udp_port, options.host)
         udp.begin_receiving()
-    listener = socketkit.Socket(echo, queue=aio.queue(), loop_group=group)
+    listener = socketkit.Socket(echo, queue=None, loop_group=group)
     listener.no_delay = True  # inherited by accepted connections (every bench server sets TCP_NODELAY)
     listener.accept_on_interface(options.host, options.port)
     print(f"listening on {listener.local_port}", flush=True)

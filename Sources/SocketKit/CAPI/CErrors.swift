@@ -4,9 +4,17 @@ import SocketKitC
 /// Fills a caller's `sk_error_t` (when not NULL).
 func fill(_ destination: UnsafeMutablePointer<sk_error_t>?, with error: SocketError?) {
     guard let destination else { return }
-    destination.pointee.code = error?.code.rawValue ?? 0
-    destination.pointee.os_error = error?.osError ?? 0
-    copyMessage(error?.message ?? "", into: destination)
+    guard let error else {
+        // Success, on every call: three stores (no pass over the 256-byte message).
+        destination.pointee.code = 0
+        destination.pointee.os_error = 0
+        let message = MemoryLayout<sk_error_t>.offset(of: \sk_error_t.message)!
+        UnsafeMutableRawPointer(destination).storeBytes(of: 0, toByteOffset: message, as: UInt8.self)
+        return
+    }
+    destination.pointee.code = error.code.rawValue
+    destination.pointee.os_error = error.osError
+    copyMessage(error.message, into: destination)
 }
 
 /// Copies as much of `message` as fits, whole characters only, NUL-terminated.

@@ -1605,10 +1605,24 @@ def _udp_did_not_send(handle, tag, error, userdata):
     _on_udp_simple(handle, "udp_socket_did_not_send", tag, _error_from_c(error))
 
 
-@_ffi.UDP_DID_RECEIVE
-def _udp_did_receive(handle, data, length, address, address_length, context, userdata):
+def _udp_did_receive_py(handle, data, length, address, address_length, context, userdata):
     _on_udp_receive(handle, ctypes.string_at(data, length) if length else b"",
                     _ip_address_at(address, address_length), context)
+
+
+_udp_did_receive = _ffi.UDP_DID_RECEIVE(_udp_did_receive_py)
+
+
+def _udp_address_for_sockaddr(raw: Optional[bytes]) -> Optional[IPAddress]:
+    """The (host, port) of a received datagram's sockaddr, cached (the C callback's path)."""
+    if not raw:
+        return None
+    address = _ip_address_from_sockaddr(raw)
+    if address is not None:
+        if len(_address_by_sockaddr) >= _ADDRESS_CACHE_LIMIT:
+            _address_by_sockaddr.clear()
+        _address_by_sockaddr[raw] = address
+    return address
 
 
 @_ffi.UDP_DID_RECEIVE_ERROR
@@ -2269,6 +2283,11 @@ else:
                          for name in ("sk_socket_write", "sk_socket_read", "sk_udp_socket_send_to_address",
                                       "sk_callback_queue_poll_events", "sk_loop_group_run_once")},
                         _NO_COPY_THRESHOLD, globals())
+    # C callbacks for the most frequent events, instead of ctypes trampolines (which cost
+    # more than the delegate method they call): for every queue, not only HostQueue.
+    _c_callbacks = _speedups.trampolines()
+    _TRAMPOLINES["did_read"] = _ffi.DID_READ(_c_callbacks["did_read"])
+    _UDP_TRAMPOLINES["did_receive"] = _ffi.UDP_DID_RECEIVE(_c_callbacks["udp_did_receive"])
 
 
 @atexit.register

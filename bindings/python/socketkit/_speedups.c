@@ -9,7 +9,10 @@
  *   - drain(): one HostQueue batch, polled and dispatched here: read and datagram records
  *     become delegate calls without Python code between; every other record goes to
  *     _core._dispatch_records for that one record, in order;
- *   - run_once(): sk_loop_group_run_once.
+ *   - run_once(): sk_loop_group_run_once;
+ *   - trampolines(): C functions for the did_read and UDP did_receive delegate members, in
+ *     place of ctypes callbacks (for sockets on any queue: SocketKit's loop thread, a
+ *     SerialQueue's thread), doing what _core._on_read and _on_udp_receive do.
  *
  * It does not link libsocketkit: _core.py passes the addresses of the functions of the
  * library ctypes loaded (configure()), so both always use the same copy. Every call into
@@ -38,12 +41,33 @@ static PyObject *address_by_sockaddr; /* raw sockaddr bytes -> (host, port) */
 static PyObject *sockaddr_by_address; /* (host, port) -> raw sockaddr bytes */
 static PyObject *dispatch_records;  /* _core._dispatch_records(raw, records, stop, start) */
 static PyObject *udp_record_address; /* _core._udp_record_address(host, port, address, length) */
+static PyObject *udp_address_for_sockaddr; /* _core._udp_address_for_sockaddr(raw) */
+static PyObject *udp_did_receive_py; /* _core._udp_did_receive_py(handle, data, length, address, length,
+                                        context, userdata): the callback with a filter context */
 static PyObject *raise_c_error;     /* _core._raise_c_error(status, code, os_error, message) */
 static PyObject *report_error;      /* _core._report_delegate_error(message, target, exception) */
 
 static PyObject *str_write_py, *str_read_py, *str_send_to_address_py, *str_pending_buffers,
     *str_take_read_result, *str_delegate, *str_socket_did_read, *str_udp_socket_did_receive,
     *str_shutting_down, *msg_did_read, *msg_did_receive, *empty_bytes;
+
+/* How deep this thread is in one of the C delegate callbacks below. SocketKit's calls
+ * made from inside a callback never wait for another thread (DESIGN: no callback-to-call
+ * deadlock), so a read or write from the delegate method keeps the GIL instead of
+ * handing it over and taking it back around a call that returns at once. */
+static __thread int callback_depth;
+
+/* Runs `call` without the GIL, unless inside a C delegate callback (see callback_depth). */
+#define SK_CALL(status, call)                                                                                \
+    do {                                                                                                     \
+        if (callback_depth > 0) {                                                                            \
+            status = call;                                                                                   \
+        } else {                                                                                             \
+            Py_BEGIN_ALLOW_THREADS                                                                           \
+            status = call;                                                                                   \
+            Py_END_ALLOW_THREADS                                                                             \
+        }                                                                                                    \
+    } while (0)
 
 static int configured(void) {
     if (sk_write == NULL) {
@@ -166,9 +190,7 @@ static PyObject *SocketBase_write(HandleBase *self, PyObject *const *args, Py_ss
             int status;
             error.code = 0;
             void *handle = self->pointer;
-            Py_BEGIN_ALLOW_THREADS
-            status = sk_write(handle, PyBytes_AS_STRING(data), (size_t)length, -1.0, 0, &error);
-            Py_END_ALLOW_THREADS
+            SK_CALL(status, sk_write(handle, PyBytes_AS_STRING(data), (size_t)length, -1.0, 0, &error));
             if (status < 0) {
                 return raise_status(status, &error);
             }
@@ -184,9 +206,7 @@ static PyObject *SocketBase_read(HandleBase *self, PyObject *const *args, Py_ssi
         int status;
         error.code = 0;
         void *handle = self->pointer;
-        Py_BEGIN_ALLOW_THREADS
-        status = sk_read(handle, 0, -1.0, 0, &error);
-        Py_END_ALLOW_THREADS
+        SK_CALL(status, sk_read(handle, 0, -1.0, 0, &error));
         if (status < 0) {
             return raise_status(status, &error);
         }
@@ -313,10 +333,10 @@ static PyObject *delegate_method(PyObject *sock, PyObject *name, PyObject **dele
     return method;
 }
 
-/* _core._on_read, for one SK_EVENT_READ record. */
-static int handle_read(const sk_event_t *event) {
+/* _core._on_read: one read's bytes to its socket's delegate. */
+static int deliver_read(const void *handle, const void *data, size_t length, long tag_value) {
     PyObject *sock;
-    if (lookup(socket_refs, event->sock, &sock) < 0) {
+    if (lookup(socket_refs, handle, &sock) < 0) {
         return -1;
     }
     if (sock == NULL) {
@@ -334,13 +354,13 @@ static int handle_read(const sk_event_t *event) {
         goto done;
     }
     if (pinned) {
-        payload = PyObject_CallMethod(sock, "_take_read_result", "KK", (unsigned long long)(uintptr_t)event->data,
-                                      (unsigned long long)event->length);
-    } else if (event->length == 0) {
+        payload = PyObject_CallMethod(sock, "_take_read_result", "KK", (unsigned long long)(uintptr_t)data,
+                                      (unsigned long long)length);
+    } else if (length == 0) {
         payload = empty_bytes;
         Py_INCREF(payload);
     } else {
-        payload = PyBytes_FromStringAndSize(event->data, (Py_ssize_t)event->length);
+        payload = PyBytes_FromStringAndSize(data, (Py_ssize_t)length);
     }
     if (payload == NULL) {
         goto done;
@@ -350,7 +370,7 @@ static int handle_read(const sk_event_t *event) {
         outcome = PyErr_Occurred() ? -1 : 0;
         goto done;
     }
-    tag = PyLong_FromLong(event->tag);
+    tag = PyLong_FromLong(tag_value);
     if (tag == NULL) {
         goto done;
     }
@@ -370,13 +390,16 @@ done:
     return outcome;
 }
 
-/* _core._on_udp_receive, for one SK_EVENT_UDP_RECEIVE record without a filter context. */
-static int handle_udp_receive(const sk_event_t *event) {
-    if (event->udp_sock == NULL) {
+/* _core._on_udp_receive, for a datagram without a filter context. `event` (a record) gives
+ * the peer's text form for an address the cache does not know; without it (a callback)
+ * _core decodes the sockaddr. */
+static int deliver_udp_receive(const void *handle, const void *bytes, size_t length, const struct sockaddr *peer,
+                               socklen_t peer_length, const sk_event_t *event) {
+    if (handle == NULL) {
         return 0;
     }
     PyObject *sock;
-    if (lookup(udp_socket_refs, event->udp_sock, &sock) < 0) {
+    if (lookup(udp_socket_refs, handle, &sock) < 0) {
         return -1;
     }
     if (sock == NULL) {
@@ -384,34 +407,38 @@ static int handle_udp_receive(const sk_event_t *event) {
     }
     PyObject *data = NULL, *address = NULL, *delegate = NULL, *method = NULL;
     int outcome = -1;
-    if (event->length == 0) {
+    if (length == 0) {
         data = empty_bytes;
         Py_INCREF(data);
     } else {
-        data = PyBytes_FromStringAndSize(event->data, (Py_ssize_t)event->length);
+        data = PyBytes_FromStringAndSize(bytes, (Py_ssize_t)length);
     }
     if (data == NULL) {
         goto done;
     }
-    if (event->address != NULL && event->address_length > 0) {
-        PyObject *key = PyBytes_FromStringAndSize((const char *)event->address, (Py_ssize_t)event->address_length);
+    PyObject *key = NULL;
+    if (peer != NULL && peer_length > 0) {
+        key = PyBytes_FromStringAndSize((const char *)peer, (Py_ssize_t)peer_length);
         if (key == NULL) {
             goto done;
         }
         address = PyDict_GetItemWithError(address_by_sockaddr, key);
-        Py_DECREF(key);
         if (address == NULL && PyErr_Occurred()) {
+            Py_DECREF(key);
             goto done;
         }
         Py_XINCREF(address);
     }
-    if (address == NULL) {
+    if (address == NULL && event != NULL) {
         address = PyObject_CallFunction(udp_record_address, "KiKI", (unsigned long long)(uintptr_t)event->host,
                                         (int)event->port, (unsigned long long)(uintptr_t)event->address,
                                         (unsigned int)event->address_length);
-        if (address == NULL) {
-            goto done;
-        }
+    } else if (address == NULL) {
+        address = PyObject_CallFunctionObjArgs(udp_address_for_sockaddr, key ? key : Py_None, NULL);
+    }
+    Py_XDECREF(key);
+    if (address == NULL) {
+        goto done;
     }
     method = delegate_method(sock, str_udp_socket_did_receive, &delegate);
     if (method == NULL) {
@@ -432,6 +459,62 @@ done:
     Py_XDECREF(data);
     Py_DECREF(sock);
     return outcome;
+}
+
+/* True while _core has not begun shutting down (call with the GIL). */
+static int running(void) {
+    PyObject *flag = PyDict_GetItemWithError(core_globals, str_shutting_down);
+    if (flag == NULL) {
+        PyErr_Clear();
+        return 1;
+    }
+    return flag != Py_True;
+}
+
+/* The sk_delegate_t did_read member: replaces the ctypes trampoline _core._did_read, for
+ * every queue (SocketKit threads, the loop thread, SerialQueue). */
+static void trampoline_did_read(sk_socket_t *sock, const void *data, size_t length, long tag, void *userdata) {
+    (void)userdata;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    callback_depth++;
+    if (running() && deliver_read(sock, data, length, tag) < 0) {
+        report_delegate_error(NULL, Py_None);
+    }
+    callback_depth--;
+    PyGILState_Release(gil);
+}
+
+/* The sk_udp_delegate_t did_receive member: replaces _core._udp_did_receive. */
+static void trampoline_udp_did_receive(sk_udp_socket_t *sock, const void *data, size_t length,
+                                       const struct sockaddr *address, socklen_t address_length, void *context,
+                                       void *userdata) {
+    PyGILState_STATE gil = PyGILState_Ensure();
+    int status = 0;
+    callback_depth++;
+    if (context != NULL) {
+        /* The receive filter's context: _core hands it back (and frees it). */
+        PyObject *result = PyObject_CallFunction(udp_did_receive_py, "KKKKIKK", (unsigned long long)(uintptr_t)sock,
+                                                 (unsigned long long)(uintptr_t)data, (unsigned long long)length,
+                                                 (unsigned long long)(uintptr_t)address, (unsigned int)address_length,
+                                                 (unsigned long long)(uintptr_t)context,
+                                                 (unsigned long long)(uintptr_t)userdata);
+        status = result == NULL ? -1 : 0;
+        Py_XDECREF(result);
+    } else if (running()) {
+        status = deliver_udp_receive(sock, data, length, address, address_length, NULL);
+    }
+    if (status < 0) {
+        report_delegate_error(NULL, Py_None);
+    }
+    callback_depth--;
+    PyGILState_Release(gil);
+}
+
+static PyObject *speedups_trampolines(PyObject *module, PyObject *unused) {
+    (void)module;
+    (void)unused;
+    return Py_BuildValue("{sKsK}", "did_read", (unsigned long long)(uintptr_t)&trampoline_did_read,
+                         "udp_did_receive", (unsigned long long)(uintptr_t)&trampoline_udp_did_receive);
 }
 
 /* drain(queue, records, capacity, raw, records_object) -> count
@@ -471,11 +554,12 @@ static PyObject *speedups_drain(PyObject *module, PyObject *const *args, Py_ssiz
         int status = 0;
         if (event->kind == SK_EVENT_READ) {
             if (!stopping) {
-                status = handle_read(event);
+                status = deliver_read(event->sock, event->data, event->length, event->tag);
             }
         } else if (event->kind == SK_EVENT_UDP_RECEIVE && event->context == NULL) {
             if (!stopping) {
-                status = handle_udp_receive(event);
+                status = deliver_udp_receive(event->udp_sock, event->data, event->length, event->address,
+                                             event->address_length, event);
             }
         } else {
             PyObject *result = PyObject_CallFunction(dispatch_records, "OOii", args[3], args[4], index + 1, index);
@@ -535,10 +619,12 @@ static PyObject *speedups_configure(PyObject *module, PyObject *args) {
     }
     static const char *objects[] = {"_socket_refs", "_udp_socket_refs", "_address_by_sockaddr",
                                     "_sockaddr_by_address", "_dispatch_records", "_udp_record_address",
-                                    "_raise_c_error", "_report_delegate_error"};
+                                    "_raise_c_error", "_report_delegate_error", "_udp_address_for_sockaddr",
+                                    "_udp_did_receive_py"};
     PyObject **slots[] = {&socket_refs, &udp_socket_refs, &address_by_sockaddr, &sockaddr_by_address,
-                          &dispatch_records, &udp_record_address, &raise_c_error, &report_error};
-    for (int index = 0; index < 8; index++) {
+                          &dispatch_records, &udp_record_address, &raise_c_error, &report_error,
+                          &udp_address_for_sockaddr, &udp_did_receive_py};
+    for (int index = 0; index < 10; index++) {
         PyObject *value = PyDict_GetItemString(namespace, objects[index]);
         if (value == NULL) {
             return PyErr_Format(PyExc_ValueError, "configure: _core has no %s", objects[index]);
@@ -573,6 +659,8 @@ static PyMethodDef speedups_functions[] = {
     {"drain", (PyCFunction)(void (*)(void))speedups_drain, METH_FASTCALL,
      "drain(queue, records, capacity, raw, records_object) -> records handled"},
     {"run_once", speedups_run_once, METH_O, "run_once(group) -> True when more work is ready"},
+    {"trampolines", speedups_trampolines, METH_NOARGS,
+     "{member: address}: C delegate members that replace the ctypes trampolines (did_read, udp_did_receive)"},
     {"event_layout", speedups_event_layout, METH_NOARGS,
      "(sizeof sk_event_t, offset of kind, of udp_sock, of trust, sizeof sk_error_t): checked against ctypes'"},
     {NULL, NULL, 0, NULL},

@@ -71,10 +71,11 @@ def loop_group(loop: Optional[asyncio.AbstractEventLoop] = None) -> LoopGroup:
     """A SocketKit loop run by the asyncio loop itself (:meth:`LoopGroup.driven`), created
     once per loop. Sockets on it do their I/O on the asyncio thread, between the loop's
     other callbacks, as asyncio's own transports do: no SocketKit thread, and a write from
-    a delegate method goes to the kernel at once. Pass it as ``loop_group`` together with
-    :func:`queue`::
+    a delegate method goes to the kernel at once. Pass it as ``loop_group``, with
+    ``queue=None`` (delegate methods run straight from the loop, on the asyncio thread: the
+    fastest) or :func:`queue` (they run from a queue asyncio drains after each turn)::
 
-        sock = socketkit.Socket(my_delegate, queue=aio.queue(), loop_group=aio.loop_group())
+        sock = socketkit.Socket(my_delegate, queue=None, loop_group=aio.loop_group())
 
     Must be called on the loop's thread (the group belongs to that thread). Closing the
     group (or :func:`detach`) disconnects its sockets.

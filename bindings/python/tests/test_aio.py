@@ -144,9 +144,11 @@ def test_unix_servers_and_clients():
     run(main())
 
 
-def test_a_loop_group_driven_by_asyncio_serves_on_its_thread():
+@pytest.mark.parametrize("queue_kind", ["aio.queue", "None"])
+def test_a_loop_group_driven_by_asyncio_serves_on_its_thread(queue_kind):
     """aio.loop_group(): SocketKit's loop has no thread; asyncio runs it. I/O, delegate
-    methods and the writes they make all happen on the asyncio thread."""
+    methods and the writes they make all happen on the asyncio thread, whether delegate
+    methods come from aio.queue() or straight from the loop (queue None)."""
     async def main():
         loop_thread = threading.get_ident()
         threads = set()
@@ -165,7 +167,8 @@ def test_a_loop_group_driven_by_asyncio_serves_on_its_thread():
 
         group = aio.loop_group()
         assert aio.loop_group() is group  # one per asyncio loop
-        listener = socketkit.Socket(Echo(), queue=aio.queue(), loop_group=group)
+        queue = aio.queue() if queue_kind == "aio.queue" else None
+        listener = socketkit.Socket(Echo(), queue=queue, loop_group=group)
         listener.accept_on_interface("127.0.0.1", 0)
         reader, writer = await asyncio.open_connection("127.0.0.1", listener.local_port)
         expected = b""

@@ -11,6 +11,7 @@ import os
 import select
 import socket
 import sys
+import threading
 import time
 
 import pytest
@@ -125,9 +126,12 @@ def test_a_write_after_the_peer_left_fails_with_the_documented_error(host_pair):
 class Raising:
     def __init__(self):
         self.reads = []
+        self.second = threading.Event()
 
     def socket_did_read(self, sock, data, tag):
         self.reads.append(bytes(data))
+        if len(self.reads) == 2:
+            self.second.set()
         if data == b"boom":
             raise RuntimeError("delegate failed")
 
@@ -286,3 +290,93 @@ def test_the_handle_slot_accepts_what_the_binding_stores(raw_peer):
     with pytest.raises(socketkit.InvalidHandleError):
         sock.write(b"closed")
     sock._c_handle = original
+
+
+@pytest.mark.parametrize("queue_kind", ["serial", "loop"])
+def test_a_delegate_exception_in_a_read_callback_goes_to_the_unraisable_hook(raw_peer, monkeypatch, queue_kind):
+    """Reads on SocketKit's threads come through the C callback (or the ctypes one): an
+    exception there is reported, and the next read still arrives."""
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    pair = raw_peer()
+    delegate = Raising()
+    serial = socketkit.SerialQueue("speedups-test") if queue_kind == "serial" else None
+    pair.socket.queue = serial
+    pair.socket.delegate = delegate
+    pair.socket.read_to_length(4)
+    pair.socket.read_to_length(2)
+    pair.peer.sendall(b"boomok")
+    assert delegate.second.wait(WAIT), delegate.reads  # the first read's exception was reported before
+    assert delegate.reads == [b"boom", b"ok"]
+    assert reported[0].err_msg == "Exception ignored in socketkit delegate method socket_did_read"
+    assert isinstance(reported[0].exc_value, RuntimeError) and reported[0].object is delegate
+    pair.socket.close()
+    if serial is not None:
+        serial.close()
+
+
+def test_echoes_from_callbacks_on_the_loop_thread_across_loop_groups():
+    """Delegate methods on SocketKit's loop threads (queue None) write to their own socket
+    and to a socket of another loop group: inside a C callback the binding keeps the GIL
+    around SocketKit's calls, which must never wait for another thread."""
+    other_group = socketkit.LoopGroup(1)
+    mirror_listener = socket.socket()
+    mirror_listener.bind(("127.0.0.1", 0))
+    mirror_listener.listen(1)
+    mirror_log = []
+
+    class Mirror:
+        def socket_did_connect(self, sock, host, port):
+            mirror_log.append("connect")
+
+    mirror = socketkit.Socket(Mirror(), queue=None, loop_group=other_group)
+    mirror.connect_to_host("127.0.0.1", mirror_listener.getsockname()[1], timeout=5)
+    mirror_listener.settimeout(WAIT)
+    mirror_peer, _ = mirror_listener.accept()
+    mirror_peer.settimeout(WAIT)
+
+    class Echo:
+        def __init__(self):
+            self.connections = []
+
+        def socket_did_accept(self, listener, connection):
+            self.connections.append(connection)
+            connection.read()
+
+        def socket_did_read(self, sock, data, tag):
+            # The echo goes last: it lets the test go on (and eventually close everything).
+            sock.read()
+            mirror.write(data)  # a socket on another loop thread
+            sock.write(data)
+
+    echo = Echo()
+    listener = socketkit.Socket(echo, queue=None)
+    listener.accept_on_interface("127.0.0.1", 0)
+    clients = [socket.create_connection(("127.0.0.1", listener.local_port), timeout=WAIT) for _ in range(4)]
+    sent = b""
+    for round_trip in range(50):
+        for index, client in enumerate(clients):
+            message = f"{round_trip}:{index};".encode()
+            client.sendall(message)
+            received = b""
+            while len(received) < len(message):
+                chunk = client.recv(len(message) - len(received))
+                assert chunk
+                received += chunk
+            assert received == message
+            sent += message
+    mirrored = b""
+    while len(mirrored) < len(sent):
+        chunk = mirror_peer.recv(65536)
+        assert chunk
+        mirrored += chunk
+    assert mirrored == sent
+    for client in clients:
+        client.close()
+    listener.close()
+    for connection in echo.connections:
+        connection.close()
+    mirror.close()
+    mirror_peer.close()
+    mirror_listener.close()
+    other_group.close()
