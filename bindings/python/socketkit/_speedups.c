@@ -29,6 +29,7 @@
 
 static __typeof__(&sk_socket_write) sk_write;
 static __typeof__(&sk_socket_read) sk_read;
+static __typeof__(&sk_socket_write_no_copy) sk_write_no_copy;
 static __typeof__(&sk_udp_socket_send_to_address) sk_send_to_address;
 static __typeof__(&sk_callback_queue_poll_events) sk_poll_events;
 static __typeof__(&sk_loop_group_run_once) sk_run_once;
@@ -181,21 +182,43 @@ static PyGetSetDef HandleBase_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+/* The release function of a lent bytes object: drops the reference write() took. */
+static void release_lent(void *data, void *context) {
+    (void)data;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    Py_DECREF((PyObject *)context);
+    PyGILState_Release(gil);
+}
+
 static PyObject *SocketBase_write(HandleBase *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     if (nargs == 1 && kwnames == NULL && self->pointer != NULL && PyBytes_CheckExact(args[0]) && configured()) {
         PyObject *data = args[0];
         Py_ssize_t length = PyBytes_GET_SIZE(data);
-        if (length < no_copy_threshold) {
+        if (length >= no_copy_threshold) {
+            /* Large bytes (immutable) are lent, not copied: SocketKit holds a reference
+             * until its release function runs (refused: it never will). */
             sk_error_t error;
             int status;
             error.code = 0;
             void *handle = self->pointer;
-            SK_CALL(status, sk_write(handle, PyBytes_AS_STRING(data), (size_t)length, -1.0, 0, &error));
+            Py_INCREF(data);
+            SK_CALL(status,
+                    sk_write_no_copy(handle, PyBytes_AS_STRING(data), (size_t)length, release_lent, data, -1.0, 0, &error));
             if (status < 0) {
+                Py_DECREF(data);
                 return raise_status(status, &error);
             }
             Py_RETURN_NONE;
         }
+        sk_error_t error;
+        int status;
+        error.code = 0;
+        void *handle = self->pointer;
+        SK_CALL(status, sk_write(handle, PyBytes_AS_STRING(data), (size_t)length, -1.0, 0, &error));
+        if (status < 0) {
+            return raise_status(status, &error);
+        }
+        Py_RETURN_NONE;
     }
     return call_python((PyObject *)self, str_write_py, args, nargs, kwnames);
 }
@@ -605,9 +628,10 @@ static PyObject *speedups_configure(PyObject *module, PyObject *args) {
         return NULL;
     }
     static const char *names[] = {"sk_socket_write", "sk_socket_read", "sk_udp_socket_send_to_address",
-                                  "sk_callback_queue_poll_events", "sk_loop_group_run_once"};
-    void *addresses[5];
-    for (int index = 0; index < 5; index++) {
+                                  "sk_callback_queue_poll_events", "sk_loop_group_run_once",
+                                  "sk_socket_write_no_copy"};
+    void *addresses[6];
+    for (int index = 0; index < 6; index++) {
         PyObject *value = PyDict_GetItemString(functions, names[index]);
         addresses[index] = value ? PyLong_AsVoidPtr(value) : NULL;
         if (addresses[index] == NULL) {
@@ -643,6 +667,7 @@ static PyObject *speedups_configure(PyObject *module, PyObject *args) {
     sk_send_to_address = (__typeof__(sk_send_to_address))addresses[2];
     sk_poll_events = (__typeof__(sk_poll_events))addresses[3];
     sk_run_once = (__typeof__(sk_run_once))addresses[4];
+    sk_write_no_copy = (__typeof__(sk_write_no_copy))addresses[5];
     Py_RETURN_NONE;
 }
 

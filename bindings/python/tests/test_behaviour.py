@@ -52,14 +52,18 @@ def test_a_separator_past_the_maximum_is_read_maxed_out(raw_peer):
 
 
 def test_large_bytes_are_sent_without_a_copy_and_arrive_intact(raw_peer):
+    import sys
     pair = raw_peer()
     payload = pattern(3 * 1024 * 1024, seed=4)
+    unlent = sys.getrefcount(payload)
     pair.socket.write(payload, tag=1)
     pair.socket.write(bytearray(payload[:1000]), tag=2)
-    assert pair.receive_exactly(len(payload) + 1000) == payload + payload[:1000]
-    assert [event[1] for event in pair.recorder.expect("write", 2)] == [1, 2]
+    pair.socket.write(payload)  # the C extension's path (default arguments)
+    assert pair.receive_exactly(2 * len(payload) + 1000) == payload + payload[:1000] + payload
+    assert [event[1] for event in pair.recorder.expect("write", 3)] == [1, 2, 0]
     from socketkit import _core
-    assert pair.recorder.wait_for(lambda events: not _core._lent), "the lent bytes are released"
+    assert pair.recorder.wait_for(lambda events: not _core._lent and sys.getrefcount(payload) == unlent), \
+        "the lent bytes are released"
 
 
 def test_reads_and_writes_queued_before_the_connection_and_callback_order(recorder):
