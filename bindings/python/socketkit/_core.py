@@ -64,24 +64,27 @@ class _WeakTable:
     """handle -> object, held weakly: what WeakValueDictionary does, without its Python-level
     code on every lookup (one lookup per event)."""
 
-    __slots__ = ("_refs",)
+    __slots__ = ("_refs", "_gone")
 
     def __init__(self) -> None:
         self._refs: Dict[int, "weakref.ref[Any]"] = {}
+        refs = self._refs
+
+        def gone(ref: Any) -> None:
+            # Removes the entry only if it is still the dead one (atomic under the GIL),
+            # as WeakValueDictionary does: the handle may already name a new object.
+            _remove_dead_weakref(refs, ref.key)
+
+        # One callback for every entry; each reference carries its key (weakref.KeyedRef,
+        # as WeakValueDictionary does): no closure per object held.
+        self._gone = gone
 
     def get(self, key: int) -> Any:
         ref = self._refs.get(key)
         return ref() if ref is not None else None
 
     def __setitem__(self, key: int, value: Any) -> None:
-        refs = self._refs
-
-        def gone(_ref: Any, key: int = key) -> None:
-            # Removes the entry only if it is still the dead one (atomic under the GIL),
-            # as WeakValueDictionary does: the handle may already name a new object.
-            _remove_dead_weakref(refs, key)
-
-        refs[key] = weakref.ref(value, gone)
+        self._refs[key] = weakref.KeyedRef(value, self._gone, key)
 
     def pop(self, key: int, default: Any = None) -> Any:
         ref = self._refs.pop(key, None)
@@ -818,8 +821,9 @@ class Socket(_SocketBase):
 
     def _register(self, handle: int) -> None:
         self._handle = handle
-        # Passed as is to the hot calls: ctypes then skips converting the integer each time.
-        self._c_handle = c_void_p(handle)
+        # Through ctypes, passed as a c_void_p: ctypes then skips converting the integer each
+        # time. The C extension keeps the pointer itself: the int (no object per socket).
+        self._c_handle = handle if _speedups is not None else c_void_p(handle)
         _sockets[handle] = self
 
     @property
@@ -1800,7 +1804,7 @@ class UdpSocket(_UdpSocketBase):
                                             loop_group.handle if loop_group is not None else None,
                                             byref(handle), byref(error)), error)
         self._handle = handle.value
-        self._c_handle: Optional[c_void_p] = c_void_p(handle.value)
+        self._c_handle: Any = handle.value if _speedups is not None else c_void_p(handle.value)
         _udp_sockets[handle.value] = self
 
     # ---- lifetime ------------------------------------------------------------------------
