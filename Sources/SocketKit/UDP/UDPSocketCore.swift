@@ -1,5 +1,6 @@
 import Glibc
 import SocketKitC
+import Synchronization
 
 /// Settings of a UDP socket. Read when its descriptors are created (buffer sizes) or when a
 /// datagram is received (receive limits) or a name resolved (families, preference).
@@ -35,7 +36,11 @@ final class UDPChannel: EventLoopHandler {
     var registration: RegistrationID? = nil
     var events: UInt32 = 0
     var local: SocketAddress? = nil
-    weak var core: UDPSocketCore?
+    /// Unowned, not weak (a weak reference gives the core a side table and sends every
+    /// retain of it down the runtime's slow path): the core sets this to nil when it closes
+    /// the channel, and it closes its channels before it goes (`ownerReleased`,
+    /// `loopWillStop`, or at the latest its deinit).
+    unowned var core: UDPSocketCore?
 
     init(fd: Int32, family: SocketAddress.Family) {
         self.fd = fd
@@ -69,11 +74,21 @@ final class DatagramBytes {
     deinit { bytes.deallocate() }
 }
 
-/// The UDP engine of one socket. Loop-confined: every method runs on `loop`'s thread.
+/// The UDP engine of one socket. Loop-confined: every method runs on `loop`'s thread,
+/// except `withStateLock` / `withPublished` (the state other threads may read) and the
+/// atomics.
 final class UDPSocketCore {
     let loop: EventLoop
-    let published: LockedValue<UdpPublished>
-    weak var owner: UdpSocket?
+    /// The user-facing UdpSocket's object (see `owner`), with an unowned reference count.
+    private var ownerObject: UnsafeMutableRawPointer? = nil
+    /// Guards `publishedState` and the owning UdpSocket's routing (delegate, queue, user
+    /// data). Never held around user code.
+    let stateLock = InlineLock()
+    /// Guarded by `stateLock` (`withPublished`).
+    nonisolated(unsafe) var publishedState = UdpPublished()
+    /// Whether the owner's receiver listens for `didSend`: read by the loop without a lock
+    /// or a reference to the owner.
+    let ownerWantsSendCompletions = Atomic<Bool>(false)
 
     private var configuration = UdpConfiguration()
     private var v4: UDPChannel? = nil
@@ -125,15 +140,63 @@ final class UDPSocketCore {
     private var multicastInterface4: Int32? = nil
     private var multicastInterface6: Int32? = nil
 
-    init(loop: EventLoop, published: LockedValue<UdpPublished>) {
+    init(loop: EventLoop) {
         self.loop = loop
-        self.published = published
+    }
+
+    deinit {
+        if let ownerObject { swift_unownedRelease(ownerObject) }
+        // The channels are normally closed by `ownerReleased` or `loopWillStop`; whatever
+        // happens, none may point at a core that is gone.
+        v4?.core = nil
+        v6?.core = nil
+    }
+
+    // MARK: The owner and the shared state
+
+    /// The user-facing socket, strongly held for the caller's use; nil once the user
+    /// released it (its deinit has begun).
+    ///
+    /// Not a weak reference, for the reason given at `TCPSocketCore.owner`: the core holds the
+    /// UdpSocket's memory with an unowned reference count and takes a strong reference with
+    /// `swift_tryRetain`, which fails once deinitialization has begun.
+    var owner: UdpSocket? {
+        guard let ownerObject, let retained = swift_tryRetain(ownerObject) else { return nil }
+        return Unmanaged<UdpSocket>.fromOpaque(retained).takeRetainedValue()
+    }
+
+    /// Called once, by the UdpSocket's initializer.
+    func attach(owner: UdpSocket) {
+        assert(ownerObject == nil, "a core has one owner")
+        let object = Unmanaged.passUnretained(owner).toOpaque()
+        _ = swift_unownedRetain(object)
+        ownerObject = object
+    }
+
+    /// This core's address: where a thread waiting for `stateLock` sleeps (ParkingLot).
+    @inline(__always)
+    var lockKey: UInt { UInt(bitPattern: Int(bitPattern: Unmanaged.passUnretained(self).toOpaque())) }
+
+    @inline(__always)
+    func withStateLock<Result>(_ body: () throws -> Result) rethrows -> Result {
+        let key = lockKey
+        stateLock.lock(key: key)
+        defer { stateLock.unlock(key: key) }
+        return try body()
+    }
+
+    @inline(__always)
+    func withPublished<Result>(_ body: (inout UdpPublished) throws -> Result) rethrows -> Result {
+        let key = lockKey
+        stateLock.lock(key: key)
+        defer { stateLock.unlock(key: key) }
+        return try body(&publishedState)
     }
 
     // MARK: Configuration
 
     func updateConfiguration() {
-        configuration = published.withLock { $0.configuration }
+        configuration = withPublished { $0.configuration }
     }
 
     // MARK: Descriptors
@@ -251,7 +314,7 @@ final class UDPSocketCore {
         if let v4, v4.local == nil || v4.local?.port == 0 { v4.local = SystemCalls.localAddress(v4.fd) }
         if let v6, v6.local == nil || v6.local?.port == 0 { v6.local = SystemCalls.localAddress(v6.fd) }
         let snapshot = (v4?.local, v6?.local, v4?.fd ?? -1, v6?.fd ?? -1)
-        published.withLock { state in
+        withPublished { state in
             state.local4 = snapshot.0
             state.local6 = snapshot.1
             state.has4 = snapshot.2 >= 0
@@ -417,7 +480,7 @@ final class UDPSocketCore {
             return true
         }
         if target.local == nil || target.local?.port == 0 { publish() }
-        if owner?.wantsSendCompletions ?? false { report(.didSend(tag: tag)) }
+        if ownerWantsSendCompletions.load(ordering: .relaxed) { report(.didSend(tag: tag)) }
         return true
     }
 
@@ -445,7 +508,7 @@ final class UDPSocketCore {
             return
         }
         let session = generation
-        let wantsCompletions = owner?.wantsSendCompletions ?? false
+        let wantsCompletions = ownerWantsSendCompletions.load(ordering: .relaxed)
         // Per staged datagram: its tag and outcome (0 sent, > 0 errno of a refusal, -1 queued).
         withUnsafeTemporaryAllocation(of: (tag: Int, outcome: Int32).self, capacity: count) { outcomes in
             var index = 0
@@ -775,7 +838,7 @@ final class UDPSocketCore {
             return 1
         }
         if target.local == nil || target.local?.port == 0 { publish() }
-        if owner?.wantsSendCompletions ?? false {
+        if ownerWantsSendCompletions.load(ordering: .relaxed) {
             for entry in batch.prefix(Int(sent)) {
                 report(.didSend(tag: entry.2))
             }
