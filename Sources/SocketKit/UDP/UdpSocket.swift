@@ -447,6 +447,24 @@ public final class UdpSocket: CallbackGateWaits.Holder, @unchecked Sendable {
         }
     }
 
+    /// Delivers a received datagram now, as `deliver(.didReceive(...))` would when the
+    /// callbacks run on the loop and none is waiting or running (see
+    /// `UdpSocketEventReceiver.receiveDatagram`); false (nothing done) otherwise, and the
+    /// caller takes the general path. Loop thread only.
+    func deliverReceivedNow(_ bytes: UnsafeRawBufferPointer, from name: UnsafeRawPointer, length: socklen_t) -> Bool {
+        guard !(mailboxStorage?.isBusy ?? false), !gate.isHeldByCurrentThread else { return false }
+        let key = gateKey
+        gate.enter(key: key)
+        let (onLoop, receiver) = core.withStateLock { (routing.queue.runsOnEventLoop, routing.receiver) }
+        guard onLoop else {
+            gate.leave(key: key)
+            return false
+        }
+        receiver?.receiveDatagram(bytes, from: name, length: length, on: self)
+        gate.leave(key: key)
+        return true
+    }
+
     private func drainMailbox(budget: Int) -> Int {
         guard let mailbox = mailboxStorage else { return 0 }
         let events = mailbox.take(upTo: max(1, budget))
