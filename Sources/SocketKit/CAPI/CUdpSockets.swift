@@ -22,6 +22,16 @@ final class CUdpDelegateReceiver: UdpSocketEventReceiver, @unchecked Sendable {
 
     var wantsSendCompletions: Bool { delegate.did_send != nil }
 
+    /// The receive fast path: the kernel's address goes to did_receive as it is. No
+    /// CEventSink check: this runs only for a socket whose callbacks run on its loop, and a
+    /// sink belongs to a poll of a host-driven queue.
+    func receiveDatagram(_ bytes: UnsafeRawBufferPointer, from name: UnsafeRawPointer, length: socklen_t,
+                         on socket: UdpSocket) {
+        guard let callback = delegate.did_receive else { return }
+        let handle = OpaquePointer(bitPattern: socket.cHandle.load(ordering: .relaxed))
+        callback(handle, bytes.baseAddress, bytes.count, name.assumingMemoryBound(to: sockaddr.self), length, nil, userdata)
+    }
+
     static func make(_ delegate: UnsafePointer<sk_udp_socket_delegate_t>?, size: Int,
                      userdata: UnsafeMutableRawPointer?) throws(SocketError) -> CUdpDelegateReceiver? {
         guard let delegate else { return nil }
@@ -355,10 +365,28 @@ public func sk_udp_socket_send_to_address(_ handle: OpaquePointer?, _ data: Unsa
                                           _ timeout: Double, _ tag: Int,
                                           _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
     withUdp(handle, error) { (socket) throws(SocketError) in
+        // The echo pattern (a send from did_receive, on the loop thread, arguments valid):
+        // the address goes from the caller's sockaddr to the kernel without a SocketAddress.
+        if let address, let family = ipFamily(address, addressLength), length >= 0, length <= 65535,
+           length == 0 || data != nil, !timeout.isNaN, socket.eventLoop.inEventLoop,
+           socket.core.sendImmediately(UnsafeRawBufferPointer(start: length == 0 ? nil : data, count: length),
+                                       toUnconnected: address, length: addressLength, family: family,
+                                       timeout: timeout, tag: tag) {
+            return
+        }
         let parsed = try socketAddress(address, addressLength)
         guard parsed.family != .unix else { throw badParam("UDP sends to IPv4 or IPv6 addresses") }
         try socket.send(borrowing: try datagramBytes(data, length), to: parsed, timeout: timeout, tag: tag)
     }
+}
+
+/// The family of a complete `sockaddr_in` or `sockaddr_in6` (what `SocketAddress(raw:)`
+/// accepts as IPv4 or IPv6), or nil.
+@inline(__always)
+private func ipFamily(_ address: UnsafePointer<sockaddr>, _ length: socklen_t) -> SocketAddress.Family? {
+    if length == socklen_t(MemoryLayout<sockaddr_in>.size) && Int32(address.pointee.sa_family) == AF_INET { return .ipv4 }
+    if length == socklen_t(MemoryLayout<sockaddr_in6>.size) && Int32(address.pointee.sa_family) == AF_INET6 { return .ipv6 }
+    return nil
 }
 
 private func filterQueue(_ queue: OpaquePointer?, asynchronous: Int32) throws(SocketError) -> CallbackQueue? {

@@ -31,7 +31,9 @@ final class HandleRegistry: @unchecked Sendable {
 
     static let shared = HandleRegistry()
 
-    private let lock = Lock()
+    /// Taken by every C call that names a handle: an inline lock (one atomic exchange each
+    /// way when uncontended) rather than a pthread mutex.
+    private let lock = InlineLock()
     private var slots: [Slot] = []
     private var freeSlots: [Int] = []
 
@@ -40,7 +42,14 @@ final class HandleRegistry: @unchecked Sendable {
     // only reused after 2^32 releases of it).
     private static let slotBits = 24
 
-    /// Registers `object` and returns its new handle.
+    @inline(__always)
+    private func withLock<Result>(_ body: () throws -> Result) rethrows -> Result {
+        let key = UInt(bitPattern: Int(bitPattern: Unmanaged.passUnretained(self).toOpaque()))
+        lock.lock(key: key)
+        defer { lock.unlock(key: key) }
+        return try body()
+    }
+
     /// Whether `object` is of the class a handle of `kind` stands for. Checked once, when
     /// the handle is made, so that lookups can downcast without a dynamic cast.
     private static func matches(_ object: AnyObject, _ kind: Kind) -> Bool {
@@ -53,9 +62,10 @@ final class HandleRegistry: @unchecked Sendable {
         }
     }
 
+    /// Registers `object` and returns its new handle.
     func register(_ object: AnyObject, kind: Kind) -> OpaquePointer {
         precondition(HandleRegistry.matches(object, kind), "registered a \(type(of: object)) as \(kind.name)")
-        return lock.withLock {
+        return withLock {
             let slot: Int
             if let reused = freeSlots.popLast() {
                 slot = reused
@@ -83,7 +93,7 @@ final class HandleRegistry: @unchecked Sendable {
 
     func lookup<Object: AnyObject>(_ handle: OpaquePointer?, _ kind: Kind, as type: Object.Type) -> Object? {
         guard let (slot, generation) = decode(handle) else { return nil }
-        return lock.withLock {
+        return withLock {
             guard slot < slots.count, slots[slot].generation == generation, slots[slot].kind == kind,
                   let object = slots[slot].object else { return nil }
             // The kind was checked against the class at registration; `Object` is that class
@@ -96,7 +106,7 @@ final class HandleRegistry: @unchecked Sendable {
     /// Removes the handle; returns the object it held (the caller drops it outside the lock).
     func remove(_ handle: OpaquePointer?, _ kind: Kind) -> AnyObject? {
         guard let (slot, generation) = decode(handle) else { return nil }
-        return lock.withLock {
+        return withLock {
             guard slot < slots.count, slots[slot].generation == generation, slots[slot].kind == kind else { return nil }
             let object = slots[slot].object
             slots[slot] = Slot(generation: generation &+ 1)

@@ -245,7 +245,9 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
     func withRawBytes<Result>(_ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result {
         if let unixBytes { return try unixBytes.withUnsafeBytes(body) }
         var copy = inline
-        return try withUnsafeBytes(of: &copy) { try body(UnsafeRawBufferPointer(rebasing: $0.prefix(Int(inlineLength)))) }
+        // Not `$0.prefix(_:)`: that generic slice is not inlined, and every datagram sent
+        // or received passes through here.
+        return try withUnsafeBytes(of: &copy) { try body(UnsafeRawBufferPointer(start: $0.baseAddress, count: Int(inlineLength))) }
     }
 
     static func ipv4Any(port: UInt16) -> SocketAddress {

@@ -1,5 +1,6 @@
 import Glibc
 import SocketKitC
+import Synchronization
 
 /// Settings of a UDP socket. Read when its descriptors are created (buffer sizes) or when a
 /// datagram is received (receive limits) or a name resolved (families, preference).
@@ -35,7 +36,11 @@ final class UDPChannel: EventLoopHandler {
     var registration: RegistrationID? = nil
     var events: UInt32 = 0
     var local: SocketAddress? = nil
-    weak var core: UDPSocketCore?
+    /// Unowned, not weak (a weak reference gives the core a side table and sends every
+    /// retain of it down the runtime's slow path): the core sets this to nil when it closes
+    /// the channel, and it closes its channels before it goes (`ownerReleased`,
+    /// `loopWillStop`, or at the latest its deinit).
+    unowned var core: UDPSocketCore?
 
     init(fd: Int32, family: SocketAddress.Family) {
         self.fd = fd
@@ -69,11 +74,21 @@ final class DatagramBytes {
     deinit { bytes.deallocate() }
 }
 
-/// The UDP engine of one socket. Loop-confined: every method runs on `loop`'s thread.
+/// The UDP engine of one socket. Loop-confined: every method runs on `loop`'s thread,
+/// except `withStateLock` / `withPublished` (the state other threads may read) and the
+/// atomics.
 final class UDPSocketCore {
     let loop: EventLoop
-    let published: LockedValue<UdpPublished>
-    weak var owner: UdpSocket?
+    /// The user-facing UdpSocket's object (see `owner`), with an unowned reference count.
+    private var ownerObject: UnsafeMutableRawPointer? = nil
+    /// Guards `publishedState` and the owning UdpSocket's routing (delegate, queue, user
+    /// data). Never held around user code.
+    let stateLock = InlineLock()
+    /// Guarded by `stateLock` (`withPublished`).
+    nonisolated(unsafe) var publishedState = UdpPublished()
+    /// Whether the owner's receiver listens for `didSend`: read by the loop without a lock
+    /// or a reference to the owner.
+    let ownerWantsSendCompletions = Atomic<Bool>(false)
 
     private var configuration = UdpConfiguration()
     private var v4: UDPChannel? = nil
@@ -125,15 +140,63 @@ final class UDPSocketCore {
     private var multicastInterface4: Int32? = nil
     private var multicastInterface6: Int32? = nil
 
-    init(loop: EventLoop, published: LockedValue<UdpPublished>) {
+    init(loop: EventLoop) {
         self.loop = loop
-        self.published = published
+    }
+
+    deinit {
+        if let ownerObject { swift_unownedRelease(ownerObject) }
+        // The channels are normally closed by `ownerReleased` or `loopWillStop`; whatever
+        // happens, none may point at a core that is gone.
+        v4?.core = nil
+        v6?.core = nil
+    }
+
+    // MARK: The owner and the shared state
+
+    /// The user-facing socket, strongly held for the caller's use; nil once the user
+    /// released it (its deinit has begun).
+    ///
+    /// Not a weak reference, for the reason given at `TCPSocketCore.owner`: the core holds the
+    /// UdpSocket's memory with an unowned reference count and takes a strong reference with
+    /// `swift_tryRetain`, which fails once deinitialization has begun.
+    var owner: UdpSocket? {
+        guard let ownerObject, let retained = swift_tryRetain(ownerObject) else { return nil }
+        return Unmanaged<UdpSocket>.fromOpaque(retained).takeRetainedValue()
+    }
+
+    /// Called once, by the UdpSocket's initializer.
+    func attach(owner: UdpSocket) {
+        assert(ownerObject == nil, "a core has one owner")
+        let object = Unmanaged.passUnretained(owner).toOpaque()
+        _ = swift_unownedRetain(object)
+        ownerObject = object
+    }
+
+    /// This core's address: where a thread waiting for `stateLock` sleeps (ParkingLot).
+    @inline(__always)
+    var lockKey: UInt { UInt(bitPattern: Int(bitPattern: Unmanaged.passUnretained(self).toOpaque())) }
+
+    @inline(__always)
+    func withStateLock<Result>(_ body: () throws -> Result) rethrows -> Result {
+        let key = lockKey
+        stateLock.lock(key: key)
+        defer { stateLock.unlock(key: key) }
+        return try body()
+    }
+
+    @inline(__always)
+    func withPublished<Result>(_ body: (inout UdpPublished) throws -> Result) rethrows -> Result {
+        let key = lockKey
+        stateLock.lock(key: key)
+        defer { stateLock.unlock(key: key) }
+        return try body(&publishedState)
     }
 
     // MARK: Configuration
 
     func updateConfiguration() {
-        configuration = published.withLock { $0.configuration }
+        configuration = withPublished { $0.configuration }
     }
 
     // MARK: Descriptors
@@ -251,7 +314,7 @@ final class UDPSocketCore {
         if let v4, v4.local == nil || v4.local?.port == 0 { v4.local = SystemCalls.localAddress(v4.fd) }
         if let v6, v6.local == nil || v6.local?.port == 0 { v6.local = SystemCalls.localAddress(v6.fd) }
         let snapshot = (v4?.local, v6?.local, v4?.fd ?? -1, v6?.fd ?? -1)
-        published.withLock { state in
+        withPublished { state in
             state.local4 = snapshot.0
             state.local6 = snapshot.1
             state.has4 = snapshot.2 >= 0
@@ -381,7 +444,7 @@ final class UDPSocketCore {
     /// the family has no descriptor yet, or the kernel is full. A datagram the kernel refuses
     /// gets `didNotSend` here. Loop thread only.
     func sendImmediately(_ bytes: UnsafeRawBufferPointer, to address: SocketAddress?, timeout: Double, tag: Int) -> Bool {
-        guard !released, head >= queue.count, phase == .idle, sendFilter == nil, !closeAfterSending else { return false }
+        guard mayTakeFastPath else { return false }
         let destination: SocketAddress
         if let address {
             guard !connected, !connectQueued else { return false }
@@ -390,34 +453,53 @@ final class UDPSocketCore {
             guard connected, let connectedAddress else { return false }
             destination = connectedAddress
         }
-        guard destination.family != .unix, isUsable(destination.family), let target = channel(destination.family) else {
-            return false
+        guard destination.family != .unix else { return false }
+        return destination.withSockAddr { name, length in
+            sendImmediately(bytes, name: name, length: length, family: destination.family, timeout: timeout, tag: tag)
         }
+    }
+
+    /// `sendImmediately(_:to:timeout:tag:)` for an unconnected socket and a destination the
+    /// caller has as a raw `sockaddr_in` / `sockaddr_in6` of `family` (the C API's
+    /// `sk_udp_socket_send_to_address` from a receive callback): no `SocketAddress` is made.
+    func sendImmediately(_ bytes: UnsafeRawBufferPointer, toUnconnected name: UnsafePointer<sockaddr>, length: socklen_t,
+                         family: SocketAddress.Family, timeout: Double, tag: Int) -> Bool {
+        guard mayTakeFastPath, !connected, !connectQueued else { return false }
+        return sendImmediately(bytes, name: name, length: length, family: family, timeout: timeout, tag: tag)
+    }
+
+    /// Nothing is queued or in progress ahead of a new datagram, and nothing would look at it.
+    private var mayTakeFastPath: Bool {
+        !released && head >= queue.count && phase == .idle && sendFilter == nil && !closeAfterSending
+    }
+
+    private func sendImmediately(_ bytes: UnsafeRawBufferPointer, name: UnsafePointer<sockaddr>, length: socklen_t,
+                                 family: SocketAddress.Family, timeout: Double, tag: Int) -> Bool {
+        guard isUsable(family), let target = channel(family) else { return false }
         let scratch = loop.udpScratch
         if receivingBatch && (scratch.stagingOwner == nil || scratch.stagingOwner == ObjectIdentifier(self)) {
             if stagedCount > 0 && (stagedFamily != target.family || !scratch.canStage(byteCount: bytes.count)) {
                 flushStagedSends()
                 guard head >= queue.count, phase == .idle, !released else { return false }
             }
-            scratch.stage(bytes, to: connected ? nil : destination, tag: tag, timeout: timeout)
+            scratch.stage(bytes, toName: connected ? nil : UnsafeRawPointer(name), length: length, tag: tag, timeout: timeout)
             scratch.stagingOwner = ObjectIdentifier(self)
             stagedFamily = target.family
             return true
         }
-        let sent = destination.withSockAddr { name, length in
-            sendto(target.fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags, connected ? nil : name,
-                   connected ? 0 : length)
-        }
+        let sent = sendto(target.fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags, connected ? nil : name,
+                          connected ? 0 : length)
         if sent < 0 {
             let number = errno
             // Full or interrupted: the queue waits for the socket and tries again. Any other
             // error belongs to this datagram (a retry would not see a consumed ICMP error again).
             if number == EAGAIN || number == EWOULDBLOCK || number == ENOBUFS || number == EINTR { return false }
+            let destination = SocketAddress(storage: name, length: length).map { "\($0)" } ?? "?"
             report(.didNotSend(tag: tag, SocketError.systemError(number, "sendto(\(destination))")))
             return true
         }
         if target.local == nil || target.local?.port == 0 { publish() }
-        if owner?.wantsSendCompletions ?? false { report(.didSend(tag: tag)) }
+        if ownerWantsSendCompletions.load(ordering: .relaxed) { report(.didSend(tag: tag)) }
         return true
     }
 
@@ -445,7 +527,7 @@ final class UDPSocketCore {
             return
         }
         let session = generation
-        let wantsCompletions = owner?.wantsSendCompletions ?? false
+        let wantsCompletions = ownerWantsSendCompletions.load(ordering: .relaxed)
         // Per staged datagram: its tag and outcome (0 sent, > 0 errno of a refusal, -1 queued).
         withUnsafeTemporaryAllocation(of: (tag: Int, outcome: Int32).self, capacity: count) { outcomes in
             var index = 0
@@ -775,7 +857,7 @@ final class UDPSocketCore {
             return 1
         }
         if target.local == nil || target.local?.port == 0 { publish() }
-        if owner?.wantsSendCompletions ?? false {
+        if ownerWantsSendCompletions.load(ordering: .relaxed) {
             for entry in batch.prefix(Int(sent)) {
                 report(.didSend(tag: entry.2))
             }
@@ -864,6 +946,17 @@ final class UDPSocketCore {
             for slot in 0..<received {
                 let length = Int(scratch.receive.lengths[slot])
                 let header = scratch.receive.headers[slot]
+                // The common case (continuous receiving, no filter, callbacks on the loop):
+                // straight to the receiver, without making a SocketAddress or an event.
+                if receiveMode == .continuous && receiveFilter == nil && !released
+                    && header.msg_flags & Int32(MSG_TRUNC) == 0 && length <= limit
+                    && UDPSocketCore.isCompleteIPAddress(header.msg_name, header.msg_namelen),
+                   let owner,
+                   owner.deliverReceivedNow(UnsafeRawBufferPointer(start: buffer + slot * stride, count: length),
+                                            from: header.msg_name, length: header.msg_namelen) {
+                    guard session == generation else { return }
+                    continue
+                }
                 guard let sender = SocketAddress(storage: scratch.receive.names + slot, length: header.msg_namelen) else {
                     continue
                 }
@@ -880,6 +973,15 @@ final class UDPSocketCore {
             budget -= received
             if received < count { return }
         }
+    }
+
+    /// Whether `name` holds what `SocketAddress(storage:length:)` takes as IPv4 or IPv6.
+    @inline(__always)
+    static func isCompleteIPAddress(_ name: UnsafeMutableRawPointer?, _ length: socklen_t) -> Bool {
+        guard let name else { return false }
+        let family = Int32(name.load(as: sa_family_t.self))
+        return (length == socklen_t(MemoryLayout<sockaddr_in>.size) && family == AF_INET)
+            || (length == socklen_t(MemoryLayout<sockaddr_in6>.size) && family == AF_INET6)
     }
 
     private func handleDatagram(_ bytes: UnsafeRawBufferPointer, from sender: SocketAddress, session: UInt64) {
@@ -1101,15 +1203,26 @@ struct DatagramHeaders {
 
     /// Points header `index` at `bytes` for sending to `destination` (nil: the connected peer).
     func prepareSend(_ index: Int, bytes: UnsafeMutableRawPointer?, count: Int, to destination: SocketAddress?) {
+        guard let destination else {
+            prepareSend(index, bytes: bytes, count: count, toName: nil, length: 0)
+            return
+        }
+        destination.withSockAddr { address, length in
+            prepareSend(index, bytes: bytes, count: count, toName: UnsafeRawPointer(address), length: length)
+        }
+    }
+
+    /// Points header `index` at `bytes` for sending to the raw address `name` of `length`
+    /// bytes (copied; nil: the connected peer).
+    func prepareSend(_ index: Int, bytes: UnsafeMutableRawPointer?, count: Int, toName source: UnsafeRawPointer?,
+                     length: socklen_t) {
         vectors[index] = iovec(iov_base: bytes, iov_len: count)
         var header = msghdr()
-        if let destination {
+        if let source {
             let name = UnsafeMutableRawPointer(names + index)
-            header.msg_namelen = destination.withSockAddr { address, length -> socklen_t in
-                name.copyMemory(from: address, byteCount: Int(length))
-                return length
-            }
+            name.copyMemory(from: source, byteCount: Int(length))
             header.msg_name = name
+            header.msg_namelen = length
         }
         header.msg_iov = vectors + index
         header.msg_iovlen = 1
@@ -1146,13 +1259,13 @@ final class UDPScratch {
         stagedCount < UDPScratch.capacity && stagedByteCount + byteCount <= UDPScratch.stageBytesCapacity
     }
 
-    /// Copies a datagram into the staging area (the caller checked `canStage`); a nil
-    /// destination sends to the connected peer.
-    func stage(_ bytes: UnsafeRawBufferPointer, to destination: SocketAddress?, tag: Int, timeout: Double) {
+    /// Copies a datagram and its raw destination address into the staging area (the caller
+    /// checked `canStage`); a nil `name` sends to the connected peer.
+    func stage(_ bytes: UnsafeRawBufferPointer, toName name: UnsafeRawPointer?, length: socklen_t, tag: Int, timeout: Double) {
         let index = stagedCount
         let target = stageBytes + stagedByteCount
         if bytes.count > 0 { target.copyMemory(from: bytes.baseAddress!, byteCount: bytes.count) }
-        stage.prepareSend(index, bytes: target, count: bytes.count, to: destination)
+        stage.prepareSend(index, bytes: target, count: bytes.count, toName: name, length: length)
         stageTags[index] = tag
         stageTimeouts[index] = timeout
         stagedCount += 1

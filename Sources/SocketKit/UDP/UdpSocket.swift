@@ -16,25 +16,22 @@ import Synchronization
 /// receive, multicast, options, close) run on the socket's loop and return its answer (the
 /// caller waits for the loop; from the loop thread they run inline); sends and connects are
 /// queued and answered through the delegate. Getters read published state.
-public final class UdpSocket: @unchecked Sendable {
+public final class UdpSocket: CallbackGateWaits.Holder, @unchecked Sendable {
     /// The loop the socket lives on.
     public let eventLoop: EventLoop
     let core: UDPSocketCore
-    let published = LockedValue(UdpPublished())
 
     private struct Routing {
         var queue: CallbackQueue
         var receiver: UdpSocketEventReceiver?
         var userData: AnyObject?
     }
-    private let routingLock = Lock()
+    /// Guarded by the core's state lock (`core.withStateLock`).
     private nonisolated(unsafe) var routing: Routing
-    private let gate = CallbackGate()
+    private let gate = InlineCallbackGate()
     private nonisolated(unsafe) var mailboxStorage: EventMailbox<UdpSocketEvent>? = nil
     /// The C API's handle for this socket (0 when it has none).
     let cHandle = Atomic<UInt>(0)
-    /// Whether the receiver listens for `didSend` (read by the loop without a lock).
-    private let sendCompletionsWanted = Atomic<Bool>(false)
     /// Set by the C API: its filters run under it and stop once the handle is released
     /// (the release waits for a call in progress).
     nonisolated(unsafe) var cFilterGuard: CallerBufferGuard? = nil
@@ -49,10 +46,10 @@ public final class UdpSocket: @unchecked Sendable {
     init(receiver: UdpSocketEventReceiver?, callbackQueue: CallbackQueue, eventLoop: EventLoop?) {
         let loop = eventLoop ?? EventLoopGroup.default.next()
         self.eventLoop = loop
-        core = UDPSocketCore(loop: loop, published: published)
+        core = UDPSocketCore(loop: loop)
         routing = Routing(queue: callbackQueue, receiver: receiver, userData: nil)
-        sendCompletionsWanted.store(receiver?.wantsSendCompletions ?? false, ordering: .relaxed)
-        core.owner = self
+        core.ownerWantsSendCompletions.store(receiver?.wantsSendCompletions ?? false, ordering: .relaxed)
+        core.attach(owner: self)
     }
 
     deinit {
@@ -66,14 +63,14 @@ public final class UdpSocket: @unchecked Sendable {
 
     /// The delegate, held weakly. Setting it is synchronous, as for `Socket.delegate`.
     public var delegate: UdpSocketDelegate? {
-        get { (routingLock.withLock { routing.receiver } as? SwiftUdpDelegateReceiver)?.delegate }
+        get { (core.withStateLock { routing.receiver } as? SwiftUdpDelegateReceiver)?.delegate }
         set { setReceiver(SwiftUdpDelegateReceiver(newValue), callbackQueue: nil) }
     }
 
     /// Where callbacks run (and asynchronous filters given no queue of their own).
     public var callbackQueue: CallbackQueue {
-        get { routingLock.withLock { routing.queue } }
-        set { routingLock.withLock { routing.queue = newValue } }
+        get { core.withStateLock { routing.queue } }
+        set { core.withStateLock { routing.queue = newValue } }
     }
 
     public func setDelegate(_ delegate: UdpSocketDelegate?, callbackQueue: CallbackQueue) {
@@ -81,33 +78,33 @@ public final class UdpSocket: @unchecked Sendable {
     }
 
     func setReceiver(_ receiver: UdpSocketEventReceiver?, callbackQueue: CallbackQueue?) {
-        gate.withGate {
-            routingLock.withLock {
+        withGate {
+            core.withStateLock {
                 routing.receiver = receiver
                 if let callbackQueue { routing.queue = callbackQueue }
             }
-            sendCompletionsWanted.store(receiver?.wantsSendCompletions ?? false, ordering: .relaxed)
+            core.ownerWantsSendCompletions.store(receiver?.wantsSendCompletions ?? false, ordering: .relaxed)
         }
     }
 
     /// Whether `didSend` events are wanted at all (loop thread; a receiver set meanwhile
     /// is seen by the next datagram).
-    var wantsSendCompletions: Bool { sendCompletionsWanted.load(ordering: .relaxed) }
+    var wantsSendCompletions: Bool { core.ownerWantsSendCompletions.load(ordering: .relaxed) }
 
-    var receiver: UdpSocketEventReceiver? { routingLock.withLock { routing.receiver } }
+    var receiver: UdpSocketEventReceiver? { core.withStateLock { routing.receiver } }
 
     /// Anything you want to keep with the socket; never touched by SocketKit.
     public var userData: AnyObject? {
-        get { routingLock.withLock { routing.userData } }
-        set { routingLock.withLock { routing.userData = newValue } }
+        get { core.withStateLock { routing.userData } }
+        set { core.withStateLock { routing.userData = newValue } }
     }
 
     // MARK: Configuration (read when descriptors are made, names resolved, datagrams received)
 
-    private var configuration: UdpConfiguration { published.withLock { $0.configuration } }
+    private var configuration: UdpConfiguration { core.withPublished { $0.configuration } }
 
     private func configure(_ change: (inout UdpConfiguration) -> Void) {
-        published.withLock { change(&$0.configuration) }
+        core.withPublished { change(&$0.configuration) }
         // Applied before the setter returns: a datagram arriving next sees the new value.
         try? onLoop { core throws(SocketError) in core.updateConfiguration() }
     }
@@ -365,7 +362,7 @@ public final class UdpSocket: @unchecked Sendable {
 
     // MARK: Diagnostics
 
-    private var state: UdpPublished { published.withLock { $0 } }
+    private var state: UdpPublished { core.withPublished { $0 } }
 
     /// The IPv4 local address if the socket has one, else the IPv6 one.
     public var localAddress: SocketAddress? { let s = state; return s.local4 ?? s.local6 }
@@ -431,7 +428,7 @@ public final class UdpSocket: @unchecked Sendable {
 
     /// Hands an event to the callback queue (see `Socket.deliver`).
     func deliver(_ event: UdpSocketEvent) {
-        let queue = routingLock.withLock { routing.queue }
+        let queue = core.withStateLock { routing.queue }
         // Inside one of this socket's callbacks on the loop (it sent, say), the event waits
         // for a task after it: callbacks never nest.
         if queue.runsOnEventLoop && !(mailboxStorage?.isBusy ?? false) && !gate.isHeldByCurrentThread {
@@ -450,6 +447,24 @@ public final class UdpSocket: @unchecked Sendable {
         }
     }
 
+    /// Delivers a received datagram now, as `deliver(.didReceive(...))` would when the
+    /// callbacks run on the loop and none is waiting or running (see
+    /// `UdpSocketEventReceiver.receiveDatagram`); false (nothing done) otherwise, and the
+    /// caller takes the general path. Loop thread only.
+    func deliverReceivedNow(_ bytes: UnsafeRawBufferPointer, from name: UnsafeRawPointer, length: socklen_t) -> Bool {
+        guard !(mailboxStorage?.isBusy ?? false), !gate.isHeldByCurrentThread else { return false }
+        let key = gateKey
+        gate.enter(key: key)
+        let (onLoop, receiver) = core.withStateLock { (routing.queue.runsOnEventLoop, routing.receiver) }
+        guard onLoop else {
+            gate.leave(key: key)
+            return false
+        }
+        receiver?.receiveDatagram(bytes, from: name, length: length, on: self)
+        gate.leave(key: key)
+        return true
+    }
+
     private func drainMailbox(budget: Int) -> Int {
         guard let mailbox = mailboxStorage else { return 0 }
         let events = mailbox.take(upTo: max(1, budget))
@@ -457,17 +472,35 @@ public final class UdpSocket: @unchecked Sendable {
             deliverNow(event)
         }
         if mailbox.finishDrain() {
-            let queue = routingLock.withLock { routing.queue }
+            let queue = core.withStateLock { routing.queue }
             queue.enqueue({ [weak self] budget in self?.drainMailbox(budget: budget) ?? 0 }, loop: eventLoop)
         }
         return events.count
     }
 
     private func deliverNow(_ event: UdpSocketEvent) {
-        gate.enter()
-        let receiver = routingLock.withLock { routing.receiver }
+        let key = gateKey
+        gate.enter(key: key)
+        let receiver = core.withStateLock { routing.receiver }
         receiver?.receive(event, on: self)
-        gate.leave()
+        gate.leave(key: key)
+    }
+
+    // MARK: The callback gate
+
+    /// Where a thread waiting for the gate sleeps (ParkingLot).
+    private var gateKey: UInt { UInt(bitPattern: Int(bitPattern: Unmanaged.passUnretained(self).toOpaque())) }
+
+    var callbackGateHolder: UInt { gate.holderThread }
+
+    /// Runs `body` with the callback gate held (see `CallbackGate`): directly when this
+    /// thread already holds it, without it when waiting would deadlock.
+    private func withGate<Result>(_ body: () throws -> Result) rethrows -> Result {
+        if gate.isHeldByCurrentThread { return try body() }
+        let key = gateKey
+        guard gate.enterUnlessDeadlocked(key: key, holder: self) else { return try body() }
+        defer { gate.leave(key: key) }
+        return try body()
     }
 
     // MARK: Utilities

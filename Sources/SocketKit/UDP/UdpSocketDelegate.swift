@@ -1,3 +1,5 @@
+import Glibc
+
 /// What a `UdpSocket` tells its delegate, on the socket's callback queue, in the order it
 /// happened; `udpSocketDidClose` is the last call of a session. Every method has an empty
 /// default, so implement only those you need.
@@ -84,10 +86,23 @@ protocol UdpSocketEventReceiver: AnyObject {
     /// False when `didSend` would go nowhere (a C delegate without `did_send`): the engine
     /// then skips making those events at all, one per datagram.
     var wantsSendCompletions: Bool { get }
+    /// A datagram received and delivered at once on the loop thread (the socket's callbacks
+    /// run there), with no receive filter and no context: the same as `receive` of
+    /// `.didReceive(.borrowed(bytes), from: sender, context: nil)`, where the sender is the
+    /// complete `sockaddr_in` / `sockaddr_in6` at `name`. Both are borrowed for the call.
+    /// A receiver that can use the raw address (the C one) skips making the event.
+    func receiveDatagram(_ bytes: UnsafeRawBufferPointer, from name: UnsafeRawPointer, length: socklen_t,
+                         on socket: UdpSocket)
 }
 
 extension UdpSocketEventReceiver {
     var wantsSendCompletions: Bool { true }
+
+    func receiveDatagram(_ bytes: UnsafeRawBufferPointer, from name: UnsafeRawPointer, length: socklen_t,
+                         on socket: UdpSocket) {
+        guard let sender = SocketAddress(storage: name, length: length) else { return }
+        receive(.didReceive(.borrowed(bytes), from: sender, context: nil), on: socket)
+    }
 }
 
 final class SwiftUdpDelegateReceiver: UdpSocketEventReceiver {
