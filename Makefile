@@ -96,7 +96,8 @@ $(VENV)/.ready: bindings/python/pyproject.toml bindings/python/setup.py
 	@touch $@
 
 $(SPEEDUPS): bindings/python/socketkit/_speedups.c include/socketkit.h $(VENV)/.ready
-	@cd bindings/python && $(VENV_PY) setup.py -q build_ext --inplace > $(BUILD)/speedups.log 2>&1 || true
+	@rm -f $@
+	@cd bindings/python && $(VENV_PY) setup.py -q build_ext --inplace --force > $(BUILD)/speedups.log 2>&1 || true
 	@test -f $@ || { cat $(BUILD)/speedups.log; echo "error: the extension socketkit._speedups did not build (above)"; exit 1; }
 	@echo "built $@"
 
@@ -134,7 +135,7 @@ python-install-test: library
 	rm -rf $(BUILD)/venv-install
 	$(PYTHON) -m venv $(BUILD)/venv-install
 	$(BUILD)/venv-install/bin/python -m pip install -q --upgrade pip
-	$(BUILD)/venv-install/bin/python -m pip install -q ./bindings/python
+	SOCKETKIT_REQUIRE_SPEEDUPS=1 $(BUILD)/venv-install/bin/python -m pip install -q ./bindings/python
 	cd / && env -u LD_LIBRARY_PATH -u SOCKETKIT_LIBRARY $(BUILD)/venv-install/bin/python -c \
 		'import socketkit, socketkit._ffi as f; assert "site-packages" in f.lib._name, f.lib._name; assert socketkit.SPEEDUPS, "the C hot paths did not build"; print("python-install-test: socketkit", socketkit.LIBRARY_VERSION, "loads from", f.lib._name, "with its C hot paths")'
 

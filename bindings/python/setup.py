@@ -50,8 +50,10 @@ def speedups():
     header_directory = os.environ.get("SOCKETKIT_INCLUDE") or str(REPOSITORY / "include")
     if not (Path(header_directory) / "socketkit.h").exists():
         return []
+    # SOCKETKIT_REQUIRE_SPEEDUPS=1: a failed build fails the install instead.
     return [Extension("socketkit._speedups", ["socketkit/_speedups.c"], include_dirs=[header_directory],
-                      extra_compile_args=["-O2"], optional=True)]
+                      depends=[str(Path(header_directory) / "socketkit.h")], extra_compile_args=["-O2"],
+                      optional=not os.environ.get("SOCKETKIT_REQUIRE_SPEEDUPS"))]
 
 
 # The wheel holds a CPython extension: setuptools tags it for this interpreter and platform.

@@ -16,6 +16,7 @@ import socket as _stdlib_socket
 import struct
 import sys
 import threading
+import traceback as _traceback
 import types
 import weakref
 from _weakref import _remove_dead_weakref  # type: ignore[import]
@@ -37,9 +38,11 @@ if not os.environ.get("SOCKETKIT_NO_SPEEDUPS"):
     except ImportError:
         _speedups = None
     else:
-        if _speedups.event_layout() != (ctypes.sizeof(_ffi.Event), _ffi.Event.kind.offset, _ffi.Event.udp_sock.offset,
-                                        _ffi.Event.trust.offset, ctypes.sizeof(_ffi.CError)):
-            _speedups = None  # built against another socketkit.h: not safe to use
+        _layout = _speedups.event_layout()
+        if (_layout["sizeof"] != ctypes.sizeof(_ffi.Event)
+                or any(getattr(_ffi.Event, name).offset != offset for name, offset in _layout["offsets"].items())
+                or _layout["version"] // 100 != lib.sk_version_number() // 100):
+            _speedups = None  # built against another socketkit.h than the library's: not safe to use
 
 #: True when the C hot paths (socketkit._speedups) are in use.
 SPEEDUPS = _speedups is not None
@@ -131,10 +134,30 @@ def _raise_c_error(status: int, code: int, os_error: int, message: bytes) -> Non
 
 def _report_delegate_error(message: Optional[str], target: Any, exception: Optional[BaseException]) -> None:
     """_report_unraisable for the C hot paths, which pass the exception."""
-    sys.unraisablehook(types.SimpleNamespace(
-        exc_type=type(exception) if exception is not None else None, exc_value=exception,
-        exc_traceback=exception.__traceback__ if exception is not None else None,
-        err_msg=message or "Exception ignored while dispatching a socketkit event", object=target))
+    _unraisable(type(exception) if exception is not None else None, exception,
+                exception.__traceback__ if exception is not None else None,
+                message or "Exception ignored while dispatching a socketkit event", target)
+
+
+def _unraisable(kind: Any, value: Optional[BaseException], trace: Any, message: str, target: Any) -> None:
+    """Reports an exception nobody can catch to sys.unraisablehook. Python's own hook only
+    takes the UnraisableHookArgs it makes itself (anything else is a TypeError that hides
+    the exception): while it is the one installed, the report is printed as it prints."""
+    hook = sys.unraisablehook
+    if hook is sys.__unraisablehook__:
+        stream = sys.stderr
+        if stream is None:
+            return
+        try:
+            stream.write(f"{message}: {target!r}\n" if target is not None else f"{message}\n")
+            if value is not None:
+                _traceback.print_exception(kind, value, trace, file=stream)
+            stream.flush()
+        except Exception:  # pragma: no cover - a broken stderr: nothing left to report to
+            pass
+        return
+    hook(types.SimpleNamespace(exc_type=kind, exc_value=value, exc_traceback=trace, err_msg=message,
+                               object=target))
 
 
 def _error_from_c(pointer) -> Optional[Error]:
@@ -146,9 +169,8 @@ def _error_from_c(pointer) -> Optional[Error]:
 
 def _report_unraisable(message: str, target: Any) -> None:
     """Hands the exception being handled to sys.unraisablehook."""
-    kind, value, traceback = sys.exc_info()
-    sys.unraisablehook(types.SimpleNamespace(
-        exc_type=kind, exc_value=value, exc_traceback=traceback, err_msg=message, object=target))
+    kind, value, trace = sys.exc_info()
+    _unraisable(kind, value, trace, message, target)
 
 
 # --------------------------------------------------------------------------------------
@@ -2301,6 +2323,8 @@ def _shutdown() -> None:
     SocketKit thread calls into a finalizing interpreter."""
     global _shutting_down
     _shutting_down = True
+    if _speedups is not None:
+        _speedups.shutdown()  # its callbacks from SocketKit's threads no longer enter Python
     for sock in list(_sockets.values()):
         try:
             sock.abort()

@@ -49,7 +49,7 @@ static PyObject *raise_c_error;     /* _core._raise_c_error(status, code, os_err
 static PyObject *report_error;      /* _core._report_delegate_error(message, target, exception) */
 
 static PyObject *str_write_py, *str_read_py, *str_send_to_address_py, *str_pending_buffers,
-    *str_take_read_result, *str_delegate, *str_socket_did_read, *str_udp_socket_did_receive,
+    *str_delegate, *str_socket_did_read, *str_udp_socket_did_receive,
     *str_shutting_down, *msg_did_read, *msg_did_receive, *empty_bytes;
 
 /* How deep this thread is in one of the C delegate callbacks below. SocketKit's calls
@@ -69,6 +69,19 @@ static __thread int callback_depth;
             Py_END_ALLOW_THREADS                                                                             \
         }                                                                                                    \
     } while (0)
+
+/* Set by shutdown() (_core's atexit hook) and read by SocketKit's threads without the GIL:
+ * from then on the C callbacks leave Python alone (a thread that takes the GIL while the
+ * interpreter finalizes is stopped in the middle of SocketKit's code, or hangs). */
+static int stopping;
+
+static int python_gone(void) {
+#if PY_VERSION_HEX >= 0x030D0000
+    return __atomic_load_n(&stopping, __ATOMIC_ACQUIRE) || Py_IsFinalizing();
+#else
+    return __atomic_load_n(&stopping, __ATOMIC_ACQUIRE) || _Py_IsFinalizing();
+#endif
+}
 
 static int configured(void) {
     if (sk_write == NULL) {
@@ -150,7 +163,11 @@ static PyObject *HandleBase_get_c_handle(HandleBase *self, void *closure) {
 static int HandleBase_set_c_handle(HandleBase *self, PyObject *value, void *closure) {
     (void)closure;
     void *pointer = NULL;
-    if (value != NULL && value != Py_None) {
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "_c_handle cannot be deleted (set it to None)");
+        return -1;
+    }
+    if (value != Py_None) {
         PyObject *number = value;
         if (!PyLong_Check(value)) {
             number = PyObject_GetAttrString(value, "value"); /* ctypes.c_void_p */
@@ -185,13 +202,19 @@ static PyGetSetDef HandleBase_getset[] = {
 /* The release function of a lent bytes object: drops the reference write() took. */
 static void release_lent(void *data, void *context) {
     (void)data;
+    if (python_gone()) {
+        return; /* the bytes object is left to the process's end */
+    }
     PyGILState_STATE gil = PyGILState_Ensure();
     Py_DECREF((PyObject *)context);
     PyGILState_Release(gil);
 }
 
 static PyObject *SocketBase_write(HandleBase *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
-    if (nargs == 1 && kwnames == NULL && self->pointer != NULL && PyBytes_CheckExact(args[0]) && configured()) {
+    if (!configured()) {
+        return NULL;
+    }
+    if (nargs == 1 && kwnames == NULL && self->pointer != NULL && PyBytes_CheckExact(args[0])) {
         PyObject *data = args[0];
         Py_ssize_t length = PyBytes_GET_SIZE(data);
         if (length >= no_copy_threshold) {
@@ -224,7 +247,10 @@ static PyObject *SocketBase_write(HandleBase *self, PyObject *const *args, Py_ss
 }
 
 static PyObject *SocketBase_read(HandleBase *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
-    if (nargs == 0 && kwnames == NULL && self->pointer != NULL && configured()) {
+    if (!configured()) {
+        return NULL;
+    }
+    if (nargs == 0 && kwnames == NULL && self->pointer != NULL) {
         sk_error_t error;
         int status;
         error.code = 0;
@@ -240,12 +266,12 @@ static PyObject *SocketBase_read(HandleBase *self, PyObject *const *args, Py_ssi
 
 static PyMethodDef SocketBase_methods[] = {
     {"write", (PyCFunction)(void (*)(void))SocketBase_write, METH_FASTCALL | METH_KEYWORDS,
-     "write($self, data, timeout=-1, tag=0, /)\n--\n\n"
+     "write($self, data, timeout=-1, tag=0)\n--\n\n"
      "Queues `data` (any bytes-like object); ``socket_did_write(sock, tag)`` follows once\n"
      "the kernel accepted it all. Large ``bytes`` objects (immutable) are sent without a\n"
      "copy and kept alive until SocketKit is done with them; anything else is copied."},
     {"read", (PyCFunction)(void (*)(void))SocketBase_read, METH_FASTCALL | METH_KEYWORDS,
-     "read($self, max_length=0, timeout=-1, tag=0, /)\n--\n\n"
+     "read($self, max_length=0, timeout=-1, tag=0)\n--\n\n"
      "Reads whatever is available (at least one byte, at most `max_length` if not 0).\n"
      "``socket_did_read(sock, data, tag)`` receives ``bytes``."},
     {NULL, NULL, 0, NULL},
@@ -265,8 +291,11 @@ static PyTypeObject SocketBase_type = {
 
 static PyObject *UdpSocketBase_send_to_address(HandleBase *self, PyObject *const *args, Py_ssize_t nargs,
                                                PyObject *kwnames) {
+    if (!configured()) {
+        return NULL;
+    }
     if (nargs == 2 && kwnames == NULL && self->pointer != NULL && PyBytes_CheckExact(args[0]) &&
-        PyTuple_CheckExact(args[1]) && configured()) {
+        PyTuple_CheckExact(args[1])) {
         PyObject *raw = PyDict_GetItemWithError(sockaddr_by_address, args[1]); /* borrowed */
         if (raw == NULL && PyErr_Occurred()) {
             PyErr_Clear(); /* unhashable: the Python implementation says why */
@@ -278,6 +307,8 @@ static PyObject *UdpSocketBase_send_to_address(HandleBase *self, PyObject *const
             error.code = 0;
             void *handle = self->pointer;
             Py_INCREF(raw); /* the cache may be cleared by another thread meanwhile */
+            /* Always without the GIL, even inside a callback: a UDP call from another thread
+             * may wait for a driven group's host thread (socketkit.h). */
             Py_BEGIN_ALLOW_THREADS
             status = sk_send_to_address(handle, length ? PyBytes_AS_STRING(data) : NULL, (size_t)length,
                                         (const struct sockaddr *)PyBytes_AS_STRING(raw),
@@ -295,7 +326,7 @@ static PyObject *UdpSocketBase_send_to_address(HandleBase *self, PyObject *const
 
 static PyMethodDef UdpSocketBase_methods[] = {
     {"send_to_address", (PyCFunction)(void (*)(void))UdpSocketBase_send_to_address, METH_FASTCALL | METH_KEYWORDS,
-     "send_to_address($self, data, address, timeout=-1, tag=0, /)\n--\n\n"
+     "send_to_address($self, data, address, timeout=-1, tag=0)\n--\n\n"
      "Queues a datagram to (\"ip\", port)."},
     {NULL, NULL, 0, NULL},
 };
@@ -330,6 +361,14 @@ static int lookup(PyObject *table, const void *handle, PyObject **found) {
     if (!PyWeakref_Check(ref)) {
         return 0;
     }
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *object;
+    if (PyWeakref_GetRef(ref, &object) < 0) {
+        return -1;
+    }
+    *found = object; /* NULL: the object is gone */
+    return 0;
+#else
     PyObject *object = PyWeakref_GetObject(ref); /* borrowed */
     if (object == NULL) {
         return -1;
@@ -339,6 +378,7 @@ static int lookup(PyObject *table, const void *handle, PyObject **found) {
         *found = object;
     }
     return 0;
+#endif
 }
 
 /* `sock._delegate.<name>` (a new reference), or NULL with no exception when the delegate
@@ -351,6 +391,8 @@ static PyObject *delegate_method(PyObject *sock, PyObject *name, PyObject **dele
     PyObject *method = PyObject_GetAttr(delegate, name);
     if (method == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
         PyErr_Clear();
+    } else if (method == Py_None) {
+        Py_CLEAR(method); /* None is "not implemented", as for the ctypes path */
     }
     *delegate_out = delegate;
     return method;
@@ -484,20 +526,24 @@ done:
     return outcome;
 }
 
-/* True while _core has not begun shutting down (call with the GIL). */
+/* True while _core has not begun shutting down (call with the GIL): its flag is False
+ * (None or missing once the module is being torn down). */
 static int running(void) {
     PyObject *flag = PyDict_GetItemWithError(core_globals, str_shutting_down);
     if (flag == NULL) {
         PyErr_Clear();
-        return 1;
+        return 0;
     }
-    return flag != Py_True;
+    return flag == Py_False;
 }
 
 /* The sk_delegate_t did_read member: replaces the ctypes trampoline _core._did_read, for
  * every queue (SocketKit threads, the loop thread, SerialQueue). */
 static void trampoline_did_read(sk_socket_t *sock, const void *data, size_t length, long tag, void *userdata) {
     (void)userdata;
+    if (python_gone()) {
+        return;
+    }
     PyGILState_STATE gil = PyGILState_Ensure();
     callback_depth++;
     if (running() && deliver_read(sock, data, length, tag) < 0) {
@@ -511,6 +557,9 @@ static void trampoline_did_read(sk_socket_t *sock, const void *data, size_t leng
 static void trampoline_udp_did_receive(sk_udp_socket_t *sock, const void *data, size_t length,
                                        const struct sockaddr *address, socklen_t address_length, void *context,
                                        void *userdata) {
+    if (python_gone()) {
+        return;
+    }
     PyGILState_STATE gil = PyGILState_Ensure();
     int status = 0;
     callback_depth++;
@@ -571,16 +620,16 @@ static PyObject *speedups_drain(PyObject *module, PyObject *const *args, Py_ssiz
     if (shutting_down == NULL && PyErr_Occurred()) {
         return NULL;
     }
-    int stopping = shutting_down != NULL && PyObject_IsTrue(shutting_down) == 1;
+    int stopping_now = shutting_down == NULL || shutting_down != Py_False;
     for (int index = 0; index < count; index++) {
         const sk_event_t *event = &records[index];
         int status = 0;
         if (event->kind == SK_EVENT_READ) {
-            if (!stopping) {
+            if (!stopping_now) {
                 status = deliver_read(event->sock, event->data, event->length, event->tag);
             }
         } else if (event->kind == SK_EVENT_UDP_RECEIVE && event->context == NULL) {
-            if (!stopping) {
+            if (!stopping_now) {
                 status = deliver_udp_receive(event->udp_sock, event->data, event->length, event->address,
                                              event->address_length, event);
             }
@@ -671,12 +720,30 @@ static PyObject *speedups_configure(PyObject *module, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *speedups_shutdown(PyObject *module, PyObject *unused) {
+    (void)module;
+    (void)unused;
+    __atomic_store_n(&stopping, 1, __ATOMIC_RELEASE);
+    Py_RETURN_NONE;
+}
+
 static PyObject *speedups_event_layout(PyObject *module, PyObject *unused) {
     (void)module;
     (void)unused;
-    return Py_BuildValue("(nnnnn)", (Py_ssize_t)sizeof(sk_event_t), (Py_ssize_t)offsetof(sk_event_t, kind),
-                         (Py_ssize_t)offsetof(sk_event_t, udp_sock), (Py_ssize_t)offsetof(sk_event_t, trust),
-                         (Py_ssize_t)sizeof(sk_error_t));
+    /* Every field the extension reads, and the header's version: _core compares them with
+     * ctypes' view and the loaded library's. */
+    return Py_BuildValue("{sns{snsnsnsnsnsnsnsnsnsnsnsn}sI}", "sizeof", (Py_ssize_t)sizeof(sk_event_t),
+                         "offsets", "sock", (Py_ssize_t)offsetof(sk_event_t, sock),
+                         "kind", (Py_ssize_t)offsetof(sk_event_t, kind), "port", (Py_ssize_t)offsetof(sk_event_t, port),
+                         "tag", (Py_ssize_t)offsetof(sk_event_t, tag), "data", (Py_ssize_t)offsetof(sk_event_t, data),
+                         "length", (Py_ssize_t)offsetof(sk_event_t, length),
+                         "host", (Py_ssize_t)offsetof(sk_event_t, host),
+                         "udp_sock", (Py_ssize_t)offsetof(sk_event_t, udp_sock),
+                         "address", (Py_ssize_t)offsetof(sk_event_t, address),
+                         "address_length", (Py_ssize_t)offsetof(sk_event_t, address_length),
+                         "context", (Py_ssize_t)offsetof(sk_event_t, context),
+                         "trust", (Py_ssize_t)offsetof(sk_event_t, trust),
+                         "version", (unsigned int)SK_VERSION_NUMBER);
 }
 
 static PyMethodDef speedups_functions[] = {
@@ -684,10 +751,12 @@ static PyMethodDef speedups_functions[] = {
     {"drain", (PyCFunction)(void (*)(void))speedups_drain, METH_FASTCALL,
      "drain(queue, records, capacity, raw, records_object) -> records handled"},
     {"run_once", speedups_run_once, METH_O, "run_once(group) -> True when more work is ready"},
+    {"shutdown", speedups_shutdown, METH_NOARGS,
+     "From now on the C callbacks do not enter Python (the interpreter is finishing)."},
     {"trampolines", speedups_trampolines, METH_NOARGS,
      "{member: address}: C delegate members that replace the ctypes trampolines (did_read, udp_did_receive)"},
     {"event_layout", speedups_event_layout, METH_NOARGS,
-     "(sizeof sk_event_t, offset of kind, of udp_sock, of trust, sizeof sk_error_t): checked against ctypes'"},
+     "{sizeof, offsets, version}: the sk_event_t this was built for and socketkit.h's version, checked at import"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -708,7 +777,6 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     INTERN(str_read_py, "_read_py");
     INTERN(str_send_to_address_py, "_send_to_address_py");
     INTERN(str_pending_buffers, "_pending_buffers");
-    INTERN(str_take_read_result, "_take_read_result");
     INTERN(str_delegate, "_delegate");
     INTERN(str_socket_did_read, "socket_did_read");
     INTERN(str_udp_socket_did_receive, "udp_socket_did_receive");

@@ -380,3 +380,81 @@ def test_echoes_from_callbacks_on_the_loop_thread_across_loop_groups():
     mirror_peer.close()
     mirror_listener.close()
     other_group.close()
+
+
+_DEFAULT_HOOK_SCRIPT = r"""
+import select, socket, sys, threading
+import socketkit
+
+second = threading.Event()
+
+class Delegate:
+    def socket_did_read(self, sock, data, tag):
+        if data == b"boom":
+            raise RuntimeError("boom from the delegate")
+        second.set()
+
+listener = socket.socket()
+listener.bind(("127.0.0.1", 0))
+listener.listen(1)
+host = socketkit.HostQueue() if sys.argv[1] == "host" else None
+sock = socketkit.Socket(Delegate(), **({"queue": host} if host is not None else {}))
+sock.connect_to_host("127.0.0.1", listener.getsockname()[1], timeout=5)
+peer, _ = listener.accept()
+sock.read_to_length(4)
+sock.read_to_length(2)
+peer.sendall(b"boomok")
+while not second.wait(0 if host is not None else 20):
+    assert host is not None, "the second read never came"
+    select.select([host.fileno()], [], [], 20)
+    host.drain()
+print("done", socketkit.SPEEDUPS)
+"""
+
+
+@pytest.mark.parametrize("queue_kind", ["serial", "host"])
+def test_with_pythons_own_unraisable_hook_a_delegate_exception_is_printed(queue_kind):
+    """sys.__unraisablehook__ refuses anything but its own argument type: the binding prints
+    the report the way it does, instead of losing the exception to a TypeError."""
+    import subprocess
+    result = subprocess.run([sys.executable, "-c", _DEFAULT_HOOK_SCRIPT, queue_kind], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("done"), result.stdout
+    assert "Exception ignored in socketkit delegate method socket_did_read: <" in result.stderr
+    assert "RuntimeError: boom from the delegate" in result.stderr and "Traceback" in result.stderr
+    assert "TypeError" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("queue_kind", ["serial", "host"])
+def test_a_delegate_method_set_to_none_is_not_called(raw_peer, monkeypatch, queue_kind):
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+
+    class Quiet:
+        socket_did_read = None
+
+        def __init__(self):
+            self.ended = threading.Event()
+
+        def socket_did_disconnect(self, sock, error):
+            self.ended.set()
+
+    host = socketkit.HostQueue() if queue_kind == "host" else None
+    pair = raw_peer()
+    delegate = Quiet()
+    pair.socket.delegate = delegate
+    if host is not None:
+        pair.socket.queue = host
+    pair.socket.read()
+    pair.socket.read()  # pending at the end of the stream: the socket disconnects
+    pair.peer.sendall(b"ignored")
+    pair.peer.shutdown(socket.SHUT_WR)  # did_disconnect comes last: after the read's (absent) method
+    if host is not None:
+        drain_until(host, delegate.ended.is_set)
+    else:
+        assert delegate.ended.wait(WAIT)
+    assert reported == []
+    pair.socket.close()
+    if host is not None:
+        host.close()
