@@ -458,3 +458,35 @@ def test_a_delegate_method_set_to_none_is_not_called(raw_peer, monkeypatch, queu
     pair.socket.close()
     if host is not None:
         host.close()
+
+
+_EXIT_WHILE_WRITING_SCRIPT = r"""
+import socket
+import socketkit
+
+listener = socket.socket()
+listener.bind(("127.0.0.1", 0))
+listener.listen(1)
+sockets = []
+for index in range(4):
+    sock = socketkit.Socket(None)
+    sock.connect_to_host("127.0.0.1", listener.getsockname()[1], timeout=5)
+    peer, _ = listener.accept()  # never reads: the lent bytes stay queued
+    sock.write(bytes(8 << 20))  # lent to SocketKit (no copy) until written or dropped
+    sock.read()
+    sockets.append((sock, peer))
+sockets[0][0].close()  # graceful: still writing when the interpreter finishes
+print("exiting", socketkit.SPEEDUPS, flush=True)
+"""
+
+
+def test_the_interpreter_exits_cleanly_while_lent_writes_are_pending():
+    """At exit SocketKit drops the queued writes on its own threads: their releases (and any
+    late callback) must not enter a finishing interpreter (a crash or a hang)."""
+    import subprocess
+    for _ in range(3):
+        result = subprocess.run([sys.executable, "-c", _EXIT_WHILE_WRITING_SCRIPT], capture_output=True, text=True,
+                                timeout=60)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith("exiting"), result.stdout
+        assert "Traceback" not in result.stderr and "Fatal" not in result.stderr, result.stderr
