@@ -44,7 +44,7 @@ final class HandleRegistry: @unchecked Sendable {
 
     @inline(__always)
     private func withLock<Result>(_ body: () throws -> Result) rethrows -> Result {
-        let key = UInt(bitPattern: Int(bitPattern: Unmanaged.passUnretained(self).toOpaque()))
+        let key = parkingKey(of: self)
         lock.lock(key: key)
         defer { lock.unlock(key: key) }
         return try body()

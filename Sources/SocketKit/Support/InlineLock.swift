@@ -126,6 +126,12 @@ enum CallbackGateWaits {
     }
 }
 
+/// The parking-lot key of an object's inline lock or gate: the object's address.
+@inline(__always)
+func parkingKey(of object: AnyObject) -> UInt {
+    UInt(bitPattern: Int(bitPattern: Unmanaged.passUnretained(object).toOpaque()))
+}
+
 /// `CallbackGate` as two words inside the socket that owns it (see `CallbackGate` for what
 /// a gate is for): the holding thread, and how many threads wait to enter. The owner passes
 /// its own address as `key` (for the parking lot) and itself as `holder` (for the
@@ -185,5 +191,15 @@ struct InlineCallbackGate: ~Copyable {
         enterContended(me, key: key)
         CallbackGateWaits.unregister(me)
         return true
+    }
+
+    /// Runs `body` with the gate held: directly when this thread already holds it, without
+    /// it when waiting would deadlock (see `enterUnlessDeadlocked`).
+    func withEntry<Result>(key: UInt, holder owner: any CallbackGateWaits.Holder,
+                           _ body: () throws -> Result) rethrows -> Result {
+        if isHeldByCurrentThread { return try body() }
+        guard enterUnlessDeadlocked(key: key, holder: owner) else { return try body() }
+        defer { leave(key: key) }
+        return try body()
     }
 }

@@ -48,7 +48,7 @@ struct SocketPublishedState: Sendable {
 extension TCPSocketCore {
     /// This core's address: where a thread waiting for `stateLock` sleeps (ParkingLot).
     @inline(__always)
-    var lockKey: UInt { UInt(bitPattern: Int(bitPattern: Unmanaged.passUnretained(self).toOpaque())) }
+    var lockKey: UInt { parkingKey(of: self) }
 
     /// Runs `body` with the state lock held: the lock of the published state, and of the
     /// owning `Socket`'s routing (delegate, queue, user data). Never around user code.

@@ -21,8 +21,8 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     // `currentRead` (memory per connection).
 
     let loop: EventLoop
-    /// The user-facing Socket's object (see `owner`), with an unowned reference count.
-    private var ownerObject: UnsafeMutableRawPointer? = nil
+    /// The user-facing Socket (see `owner`).
+    private var ownerReference = OwnerReference<Socket>()
     var session: UInt64 = 0
     var configuration: SocketConfiguration
 
@@ -314,7 +314,6 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     }
 
     deinit {
-        if let ownerObject { swift_unownedRelease(ownerObject) }
         // Normally closed by `ownerReleased`; this covers a loop that stopped first.
         if fd >= 0 { close(fd) }
         for attempt in connectAttempts { attempt.closeDescriptor() }
@@ -326,23 +325,11 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     /// The user-facing handle, strongly held for the caller's use; nil once the user released
     /// it (its deinit has begun; the core then closes).
     ///
-    /// Not a weak reference: that would give every Socket a side table (48 bytes) and send
-    /// each retain and release of it down the runtime's slow path. Instead the core holds the
-    /// Socket's memory with an unowned reference count (so the pointer stays valid after the
-    /// Socket's deinit) and takes a strong reference with `swift_tryRetain`, which fails once
-    /// deinitialization has begun: exactly what loading a weak reference does.
-    var owner: Socket? {
-        guard let ownerObject, let retained = swift_tryRetain(ownerObject) else { return nil }
-        return Unmanaged<Socket>.fromOpaque(retained).takeRetainedValue()
-    }
+    /// Not a weak reference (see `OwnerReference`).
+    var owner: Socket? { ownerReference.load() }
 
     /// Called once, by the Socket's initializer.
-    func attach(owner: Socket) {
-        assert(ownerObject == nil, "a core has one owner")
-        let object = Unmanaged.passUnretained(owner).toOpaque()
-        _ = swift_unownedRetain(object)
-        ownerObject = object
-    }
+    func attach(owner: Socket) { ownerReference.attach(owner) }
 
     /// The owner's receiver's interests (SocketEventInterests), readable by the loop without
     /// a lock or a reference to the owner; 0 once the owner is released.

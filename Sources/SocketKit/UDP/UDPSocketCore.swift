@@ -79,8 +79,8 @@ final class DatagramBytes {
 /// atomics.
 final class UDPSocketCore {
     let loop: EventLoop
-    /// The user-facing UdpSocket's object (see `owner`), with an unowned reference count.
-    private var ownerObject: UnsafeMutableRawPointer? = nil
+    /// The user-facing UdpSocket (see `owner`).
+    private var ownerReference = OwnerReference<UdpSocket>()
     /// Guards `publishedState` and the owning UdpSocket's routing (delegate, queue, user
     /// data). Never held around user code.
     let stateLock = InlineLock()
@@ -145,7 +145,6 @@ final class UDPSocketCore {
     }
 
     deinit {
-        if let ownerObject { swift_unownedRelease(ownerObject) }
         // The channels are normally closed by `ownerReleased` or `loopWillStop`; whatever
         // happens, none may point at a core that is gone.
         v4?.core = nil
@@ -157,25 +156,15 @@ final class UDPSocketCore {
     /// The user-facing socket, strongly held for the caller's use; nil once the user
     /// released it (its deinit has begun).
     ///
-    /// Not a weak reference, for the reason given at `TCPSocketCore.owner`: the core holds the
-    /// UdpSocket's memory with an unowned reference count and takes a strong reference with
-    /// `swift_tryRetain`, which fails once deinitialization has begun.
-    var owner: UdpSocket? {
-        guard let ownerObject, let retained = swift_tryRetain(ownerObject) else { return nil }
-        return Unmanaged<UdpSocket>.fromOpaque(retained).takeRetainedValue()
-    }
+    /// Not a weak reference (see `OwnerReference`).
+    var owner: UdpSocket? { ownerReference.load() }
 
     /// Called once, by the UdpSocket's initializer.
-    func attach(owner: UdpSocket) {
-        assert(ownerObject == nil, "a core has one owner")
-        let object = Unmanaged.passUnretained(owner).toOpaque()
-        _ = swift_unownedRetain(object)
-        ownerObject = object
-    }
+    func attach(owner: UdpSocket) { ownerReference.attach(owner) }
 
     /// This core's address: where a thread waiting for `stateLock` sleeps (ParkingLot).
     @inline(__always)
-    var lockKey: UInt { UInt(bitPattern: Int(bitPattern: Unmanaged.passUnretained(self).toOpaque())) }
+    var lockKey: UInt { parkingKey(of: self) }
 
     @inline(__always)
     func withStateLock<Result>(_ body: () throws -> Result) rethrows -> Result {

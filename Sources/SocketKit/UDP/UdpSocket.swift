@@ -489,18 +489,14 @@ public final class UdpSocket: CallbackGateWaits.Holder, @unchecked Sendable {
     // MARK: The callback gate
 
     /// Where a thread waiting for the gate sleeps (ParkingLot).
-    private var gateKey: UInt { UInt(bitPattern: Int(bitPattern: Unmanaged.passUnretained(self).toOpaque())) }
+    private var gateKey: UInt { parkingKey(of: self) }
 
     var callbackGateHolder: UInt { gate.holderThread }
 
     /// Runs `body` with the callback gate held (see `CallbackGate`): directly when this
     /// thread already holds it, without it when waiting would deadlock.
     private func withGate<Result>(_ body: () throws -> Result) rethrows -> Result {
-        if gate.isHeldByCurrentThread { return try body() }
-        let key = gateKey
-        guard gate.enterUnlessDeadlocked(key: key, holder: self) else { return try body() }
-        defer { gate.leave(key: key) }
-        return try body()
+        try gate.withEntry(key: gateKey, holder: self, body)
     }
 
     // MARK: Utilities

@@ -217,27 +217,22 @@ static PyObject *SocketBase_write(HandleBase *self, PyObject *const *args, Py_ss
     if (nargs == 1 && kwnames == NULL && self->pointer != NULL && PyBytes_CheckExact(args[0])) {
         PyObject *data = args[0];
         Py_ssize_t length = PyBytes_GET_SIZE(data);
+        sk_error_t error;
+        int status;
+        error.code = 0;
+        void *handle = self->pointer;
         if (length >= no_copy_threshold) {
             /* Large bytes (immutable) are lent, not copied: SocketKit holds a reference
              * until its release function runs (refused: it never will). */
-            sk_error_t error;
-            int status;
-            error.code = 0;
-            void *handle = self->pointer;
             Py_INCREF(data);
             SK_CALL(status,
                     sk_write_no_copy(handle, PyBytes_AS_STRING(data), (size_t)length, release_lent, data, -1.0, 0, &error));
             if (status < 0) {
                 Py_DECREF(data);
-                return raise_status(status, &error);
             }
-            Py_RETURN_NONE;
+        } else {
+            SK_CALL(status, sk_write(handle, PyBytes_AS_STRING(data), (size_t)length, -1.0, 0, &error));
         }
-        sk_error_t error;
-        int status;
-        error.code = 0;
-        void *handle = self->pointer;
-        SK_CALL(status, sk_write(handle, PyBytes_AS_STRING(data), (size_t)length, -1.0, 0, &error));
         if (status < 0) {
             return raise_status(status, &error);
         }

@@ -1,7 +1,9 @@
 """Shared helpers: a delegate that records every callback (and lets a test wait for what it
 expects, with a deadline, no sleeps), and peers made with Python's own socket module."""
+import select
 import socket
 import threading
+import time
 from typing import Any, Callable, List, Optional, Tuple
 
 import pytest
@@ -9,6 +11,16 @@ import pytest
 import socketkit
 
 WAIT = 20.0
+
+
+def pump(queue: socketkit.HostQueue, predicate: Callable[[], bool], timeout: float = WAIT) -> None:
+    """Drains a host queue on this thread until `predicate()` holds (fails after `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        left = deadline - time.monotonic()
+        assert left > 0, "timed out draining the host queue"
+        select.select([queue.fileno()], [], [], min(left, 0.5))
+        queue.drain()
 
 
 class Recorder:

@@ -8,27 +8,16 @@ back to Python, so both runs check the same behaviour.
 """
 import ctypes
 import os
-import select
 import socket
 import sys
 import threading
-import time
 
 import pytest
 
 import socketkit
 from socketkit import _core
 
-from conftest import WAIT, pattern
-
-
-def drain_until(queue, predicate, timeout=WAIT):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        left = deadline - time.monotonic()
-        assert left > 0, "timed out draining the host queue"
-        select.select([queue.fileno()], [], [], min(left, 0.5))
-        queue.drain()
+from conftest import WAIT, pattern, pump
 
 
 def test_the_extension_is_used_exactly_when_expected():
@@ -70,7 +59,7 @@ def test_writes_of_every_kind_and_argument_form_arrive_whole_and_in_order(host_p
     pair.socket.write(pieces[6])
     expected = b"".join(bytes(piece) for piece in pieces)
     assert pair.receive_exactly(len(expected)) == expected
-    drain_until(host, lambda: pair.recorder.count("write") >= 7)
+    pump(host, lambda: pair.recorder.count("write") >= 7)
     assert [event[1] for event in pair.recorder.events if event[0] == "write"] == [0, 11, 12, 0, 13, 0, 0]
 
 
@@ -78,14 +67,14 @@ def test_reads_with_and_without_arguments_through_a_host_queue(host_pair):
     pair, host = host_pair
     pair.socket.read()
     pair.peer.sendall(b"first")
-    drain_until(host, lambda: pair.recorder.count("read") == 1)
+    pump(host, lambda: pair.recorder.count("read") == 1)
     assert pair.recorder.events[-1] == ("read", b"first", 0)
     pair.socket.read(3, tag=7)
     pair.peer.sendall(b"abcdef")
-    drain_until(host, lambda: pair.recorder.count("read") == 2)
+    pump(host, lambda: pair.recorder.count("read") == 2)
     assert pair.recorder.events[-1] == ("read", b"abc", 7)
     pair.socket.read(max_length=0, timeout=-1, tag=8)
-    drain_until(host, lambda: pair.recorder.count("read") == 3)
+    pump(host, lambda: pair.recorder.count("read") == 3)
     assert pair.recorder.events[-1] == ("read", b"def", 8)
     # A read into a buffer of the program's: the record points into it (the pinned path).
     buffer = bytearray(16)
@@ -93,7 +82,7 @@ def test_reads_with_and_without_arguments_through_a_host_queue(host_pair):
     pair.recorder.on_read = lambda sock, data, tag: seen.append(data)
     pair.socket.read_into(buffer, offset=4, tag=9)
     pair.peer.sendall(b"xyz")
-    drain_until(host, lambda: pair.recorder.count("read") == 4)
+    pump(host, lambda: pair.recorder.count("read") == 4)
     assert isinstance(seen[0], memoryview) and bytes(seen[0]) == b"xyz" and buffer[4:7] == b"xyz"
     assert pair.recorder.events[-1] == ("read", b"xyz", 9)
 
@@ -117,7 +106,7 @@ def test_a_write_after_the_peer_left_fails_with_the_documented_error(host_pair):
     pair, host = host_pair
     pair.socket.read()
     pair.peer.close()
-    drain_until(host, lambda: pair.recorder.count("disconnect") == 1)
+    pump(host, lambda: pair.recorder.count("disconnect") == 1)
     with pytest.raises(socketkit.BadConfigError) as raised:
         pair.socket.write(b"to nobody")
     assert "not connected" in raised.value.message  # the engine's message came through
@@ -147,7 +136,7 @@ def test_a_delegate_exception_in_a_drained_read_goes_to_the_unraisable_hook(raw_
     pair.socket.read_to_length(4)
     pair.socket.read_to_length(2)
     pair.peer.sendall(b"boomok")
-    drain_until(host, lambda: len(delegate.reads) == 2)
+    pump(host, lambda: len(delegate.reads) == 2)
     assert delegate.reads == [b"boom", b"ok"]  # the batch went on after the exception
     assert len(reported) == 1
     assert reported[0].err_msg == "Exception ignored in socketkit delegate method socket_did_read"
@@ -174,7 +163,7 @@ def test_a_delegate_without_the_method_loses_nothing_else(raw_peer):
     pair.socket.write(b"out", tag=5)
     pair.peer.sendall(b"in")
     assert pair.receive_exactly(3) == b"out"
-    drain_until(host, lambda: delegate.writes == [5])
+    pump(host, lambda: delegate.writes == [5])
     pair.socket.close()
     host.close()
 
@@ -215,11 +204,11 @@ def test_datagrams_through_a_host_queue_with_every_argument_form():
     client.send_to_address(payloads[2], target, 5.0, 2)
     client.send_to_address(data=payloads[3], address=target, tag=3)
     client.send_to_address(payloads[4], ("127.0.0.1", server.local_port))  # an equal tuple, not the same one
-    drain_until(host, lambda: len(log.received) == 5)
+    pump(host, lambda: len(log.received) == 5)
     assert [data for data, _, _ in log.received] == [bytes(payload) for payload in payloads]
     assert all(address == target and context is None for _, address, context in log.received)
     assert [address for _, address, _ in server_log.received] == [("127.0.0.1", client.local_port)] * 5
-    drain_until(host, lambda: len(log.sent) == 5)
+    pump(host, lambda: len(log.sent) == 5)
     assert log.sent == [0, 1, 2, 3, 0]
     with pytest.raises(socketkit.BadParamError):
         client.send_to_address(b"x", ["127.0.0.1", server.local_port])  # unhashable: not an address
@@ -251,14 +240,14 @@ def test_a_receive_filter_context_and_a_raising_receive_through_a_host_queue(mon
     peer.bind(("127.0.0.1", 0))
     peer.sendto(b"boom", ("127.0.0.1", server.local_port))
     peer.sendto(b"after", ("127.0.0.1", server.local_port))
-    drain_until(host, lambda: len(server_log.received) == 2)
+    pump(host, lambda: len(server_log.received) == 2)
     assert [data for data, _, _ in server_log.received] == [b"boom", b"after"]
     assert server_log.received[0][1] == ("127.0.0.1", peer.getsockname()[1])
     assert len(reported) == 1 and isinstance(reported[0].exc_value, ValueError)
     assert reported[0].err_msg == "Exception ignored in socketkit delegate method udp_socket_did_receive"
     server.set_receive_filter(lambda data, address: (True, {"length": len(data)}))
     peer.sendto(b"with context", ("127.0.0.1", server.local_port))
-    drain_until(host, lambda: len(server_log.received) == 3)
+    pump(host, lambda: len(server_log.received) == 3)
     assert server_log.received[2][0] == b"with context" and server_log.received[2][2] == {"length": 12}
     peer.close()
     server.close()
@@ -451,7 +440,7 @@ def test_a_delegate_method_set_to_none_is_not_called(raw_peer, monkeypatch, queu
     pair.peer.sendall(b"ignored")
     pair.peer.shutdown(socket.SHUT_WR)  # did_disconnect comes last: after the read's (absent) method
     if host is not None:
-        drain_until(host, delegate.ended.is_set)
+        pump(host, delegate.ended.is_set)
     else:
         assert delegate.ended.wait(WAIT)
     assert reported == []

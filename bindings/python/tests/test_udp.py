@@ -7,11 +7,9 @@ import asyncio
 import errno
 import gc
 import os
-import select
 import socket
 import sys
 import threading
-import time
 import weakref
 from typing import Any, Callable, List, Optional, Tuple
 
@@ -19,7 +17,7 @@ import pytest
 
 import socketkit
 from socketkit import aio
-from conftest import WAIT, pattern
+from conftest import WAIT, pattern, pump
 
 
 class UdpRecorder:
@@ -168,16 +166,6 @@ def has_ipv6_loopback() -> bool:
         return True
     except OSError:
         return False
-
-
-def pump(queue: socketkit.HostQueue, predicate: Callable[[], bool], timeout: float = WAIT) -> None:
-    """Drains a host queue on this thread until `predicate()` holds (fails after `timeout`)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        left = deadline - time.monotonic()
-        assert left > 0, "timed out draining the host queue"
-        select.select([queue.fileno()], [], [], min(left, 0.5))
-        queue.drain()
 
 
 # --------------------------------------------------------------------------------------
