@@ -26,6 +26,8 @@ final class TLSState {
     /// The peer's FIN arrived (OpenSSL decides whether close_notify came first).
     var transportEOF = false
     var trustQuestion: UInt64 = 0
+    /// The end of stream or error `readSecure` met after decrypting bytes it delivered first.
+    var deferredReadEnd: TCPSocketCore.SecureRead? = nil
 
     init(context: TLSContext, readsBefore: Int, writesBefore: Int) {
         self.context = context
@@ -36,14 +38,15 @@ final class TLSState {
     /// Decrypted bytes or ciphertext OpenSSL holds, or an end of stream it has not reported.
     var hasBufferedInput: Bool {
         guard let session else { return false }
-        return transportEOF || session.hasBufferedInput
+        return transportEOF || deferredReadEnd != nil || session.hasBufferedInput
     }
 }
 
 extension TCPSocketCore {
-    /// Records encrypted per round before they are sent (with the chunk below, the queue
-    /// stays under 64 KiB: one heap block, well below malloc's mmap threshold).
-    static let tlsOutboundLimit = 32 * 1024
+    /// Records encrypted per round before they are sent in one system call (with the chunk
+    /// below, the queue stays under 96 KiB: one heap block, below malloc's mmap threshold).
+    /// A 64 KiB write goes out whole: four records, one `send`.
+    static let tlsOutboundLimit = 64 * 1024
     /// Plaintext handed to one SSL_write (one full record).
     static let tlsWriteChunk = 16 * 1024
 
@@ -303,31 +306,54 @@ extension TCPSocketCore {
     }
 
     /// Decrypted bytes into `buffer`: what OpenSSL holds first, then one `recv` of
-    /// ciphertext at a time while it needs more.
+    /// ciphertext at a time while it needs more, until the buffer is full or the kernel has
+    /// nothing more (a read gets every record that arrived, not one 16 KiB record per
+    /// call: a stream's echo then writes 64 KiB at a time, and sends them in one call). An
+    /// end of stream or error met after some bytes were decrypted waits in
+    /// `deferredReadEnd`: the bytes are delivered first.
     func readSecure(into buffer: UnsafeMutableRawBufferPointer) -> SecureRead {
         guard let tls, let session = tls.session else { return .wouldBlock }
+        if let end = tls.deferredReadEnd {
+            tls.deferredReadEnd = nil
+            return end
+        }
+        var total = 0
         while true {
-            let step = session.read(into: buffer)
+            let step = session.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[total...]))
             // Reading can produce output (a key update answer, a TLS 1.3 ticket ack).
             if session.pendingOutput > 0 { guard sendTLSOutput() else { return .wouldBlock } }
             switch step {
-            case .bytes(let count): return .bytes(count)
-            case .closed: return .endOfStream
-            case .failed(let error): return .failed(error)
+            case .bytes(let count):
+                total += count
+                // Full, or nothing more to decrypt (a short recv drained the socket): the
+                // usual end of a small message, without another SSL_read to find out.
+                if total == buffer.count || (!readable && !session.hasBufferedInput) { return .bytes(total) }
+                continue
+            case .closed:
+                return deliver(total, then: .endOfStream, tls)
+            case .failed(let error):
+                return deliver(total, then: .failed(error), tls)
             case .wantRead:
                 if tls.transportEOF {
-                    return .failed(SocketError(.tlsTruncated, "the peer closed the connection without a TLS close_notify"))
+                    return deliver(total, then: .failed(SocketError(.tlsTruncated, "the peer closed the connection without a TLS close_notify")), tls)
                 }
                 switch receiveCiphertext(into: session, tls: tls) {
                 case .received: continue
                 case .wouldBlock:
                     // Drained: going idle until the next edge.
                     session.releaseIdleBuffers(threshold: 16 * 1024)
-                    return .wouldBlock
-                case .failed(let error): return .failed(error)
+                    return total > 0 ? .bytes(total) : .wouldBlock
+                case .failed(let error): return deliver(total, then: .failed(error), tls)
                 }
             }
         }
+    }
+
+    /// `total` decrypted bytes first, if any, and `end` on the next read.
+    private func deliver(_ total: Int, then end: SecureRead, _ tls: TLSState) -> SecureRead {
+        guard total > 0 else { return end }
+        tls.deferredReadEnd = end
+        return .bytes(total)
     }
 
     /// Encrypts queued writes (each completes once OpenSSL took all its bytes) and sends
@@ -374,18 +400,22 @@ extension TCPSocketCore {
     func writeImmediatelySecure(_ bytes: UnsafeRawBufferPointer) -> Int? {
         guard let tls, tls.stage == .secure, tls.outbound.isEmpty, let session = tls.session,
               session.pendingOutput == 0, bytes.count <= TCPSocketCore.tlsOutboundLimit else { return nil }
-        switch session.write(bytes) {
-        case .failure:
-            return nil // the queued path meets the error again and reports it
-        case .success(let count):
-            guard count == bytes.count else {
-                // Cannot happen with memory BIOs; never report a partial TLS write.
-                return count == 0 ? nil : count
+        // OpenSSL takes one record per call (partial-write mode): every record goes into
+        // the memory BIO first, and all of them to the kernel in one send.
+        var taken = 0
+        encrypting: while taken < bytes.count {
+            switch session.write(UnsafeRawBufferPointer(rebasing: bytes[taken...])) {
+            case .failure:
+                break encrypting // the queued path meets the error again and reports it
+            case .success(let count):
+                guard count > 0 else { break encrypting }
+                taken += count
             }
         }
+        guard taken > 0 else { return nil }
         // A send error ends the session: the queued path then drops the write, as it would.
         guard sendTLSOutput(), phase == .connected else { return nil }
-        return bytes.count
+        return taken
     }
 
     // MARK: Ending

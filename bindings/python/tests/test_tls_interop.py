@@ -407,6 +407,32 @@ def test_a_python_ssl_client_that_drops_tcp_without_close_notify_is_truncation(l
     raw_descriptor.close()
 
 
+def test_records_that_arrived_before_a_truncation_are_read_at_once_then_the_error(listeners, certs):
+    # Three full records and a FIN without close_notify wait in the kernel before the read
+    # is queued: one read gets every byte of the three (the engine decrypts all that
+    # arrived, not one record per read), and the truncation is reported after it.
+    connections = queue_module.Queue()
+    listener = listeners(lambda connection: (connection.start_tls(certs.server()), connections.put(connection)))
+    context = stdlib_client_context(certs)
+    raw = socket.create_connection(("127.0.0.1", listener.port), timeout=WAIT)
+    tls = context.wrap_socket(raw, server_hostname="localhost")
+    listener.recorder.expect("secure")
+    upload = pattern(3 * 16384, seed=5)
+    tls.sendall(upload)  # on loopback, in the server's receive queue when this returns
+    raw_descriptor = socket.socket(fileno=tls.detach())
+    raw_descriptor.shutdown(socket.SHUT_WR)
+    connection = connections.get(timeout=WAIT)
+    connection.read()  # whatever is available
+    reads = listener.recorder.expect("read")
+    connection.read()  # meets the end
+    error = listener.recorder.disconnect_error()
+    assert type(error) is socketkit.TruncatedTLSError, repr(error)
+    reads = listener.recorder.expect("read")
+    assert [len(event[1]) for event in reads] == [len(upload)]
+    assert reads[0][1] == upload
+    raw_descriptor.close()
+
+
 def test_python_ssl_starttls_client_against_a_socketkit_server(listeners, certs):
     def serve(connection):
         connection.read_to_data(socketkit.CRLF, tag=1)
