@@ -1090,3 +1090,38 @@ def test_aio_starttls_in_a_handler(certs):
         aio.detach()
 
     run(main())
+
+
+def test_errors_another_library_left_on_the_loop_thread_do_not_fail_tls(secure_pair):
+    # OpenSSL's SSL_get_error reads the thread's error queue: an error another library left
+    # there (here a failed PEM parse, on the loop thread) would turn a read's "want more
+    # ciphertext" into a failure unless the engine empties the queue before each call.
+    import ctypes
+    libcrypto = ctypes.CDLL("libcrypto.so.3")
+    libcrypto.BIO_new_mem_buf.restype = ctypes.c_void_p
+    libcrypto.BIO_new_mem_buf.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    libcrypto.PEM_read_bio_X509.restype = ctypes.c_void_p
+    libcrypto.PEM_read_bio_X509.argtypes = [ctypes.c_void_p] * 4
+    libcrypto.BIO_free.argtypes = [ctypes.c_void_p]
+    libcrypto.ERR_peek_error.restype = ctypes.c_ulong
+    pair = secure_pair()
+    pair.client_recorder.expect("secure")
+    pair.server_recorder.expect("secure")
+    left = queue_module.Queue()
+
+    def leave_an_error(descriptors):
+        bio = libcrypto.BIO_new_mem_buf(b"not a certificate", -1)
+        assert libcrypto.PEM_read_bio_X509(bio, None, None, None) is None
+        libcrypto.BIO_free(bio)
+        left.put(libcrypto.ERR_peek_error())
+
+    for sock in (pair.client, pair.server):
+        sock.perform(leave_an_error)
+        assert left.get(timeout=WAIT) != 0
+    pair.server.read_to_length(5)
+    pair.client.read_to_length(5)
+    pair.client.write(b"hello")
+    pair.server.write(b"world")
+    assert pair.server_recorder.expect_bytes(5) == b"hello"
+    assert pair.client_recorder.expect_bytes(5) == b"world"
+    assert pair.client_recorder.count("disconnect") == 0 and pair.server_recorder.count("disconnect") == 0
