@@ -138,10 +138,21 @@ final class TLSSession {
     }
 
     /// Decrypted bytes or unprocessed ciphertext inside OpenSSL.
-    var hasBufferedInput: Bool { SSL_pending(ssl) > 0 || BIO_ctrl_pending(networkIn) > 0 }
+    var hasBufferedInput: Bool { SSL_pending(ssl) > 0 || TLSSession.held(networkIn) > 0 }
 
     /// Ciphertext waiting to be sent.
-    var pendingOutput: Int { Int(BIO_ctrl_pending(networkOut)) }
+    var pendingOutput: Int { TLSSession.held(networkOut) }
+
+    /// The bytes a memory BIO holds: what went in less what came out. BIO_write and
+    /// BIO_read count both for every BIO, so this is two field reads, where
+    /// BIO_ctrl_pending dispatches through BIO_ctrl (~170 instructions, several times per
+    /// message). Debug builds check it against BIO_ctrl_pending.
+    @inline(__always)
+    private static func held(_ bio: OpaquePointer) -> Int {
+        let held = Int(truncatingIfNeeded: BIO_number_written(bio) &- BIO_number_read(bio))
+        assert(held == Int(BIO_ctrl_pending(bio)), "memory BIO byte counts disagree with BIO_ctrl_pending")
+        return held
+    }
 
     /// Moves the waiting ciphertext into `queue` (a memory BIO gives it all in one read).
     func takeOutput(into queue: inout ByteQueue) {
