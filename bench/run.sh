@@ -132,6 +132,7 @@ run_one() { # rep scenario server
     c0=$(cpu_ticks "$SPID"); t0=$(now)
     if [[ $base == idle* ]]; then
         local tmp="$OUT/.idle.out"
+        : >"$tmp" # exists before the wait below first reads it
         # shellcheck disable=SC2086
         loadgen $lgargs --label "$name" >"$tmp" 2>>"$OUT/loadgen.err" &
         local lg=$!
