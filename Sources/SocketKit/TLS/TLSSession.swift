@@ -118,13 +118,13 @@ final class TLSSession {
     func releaseIdleBuffers(threshold: Int = 4096) {
         // OpenSSL's own record buffers (RELEASE_BUFFERS frees them only as it goes).
         _ = SSL_free_buffers(ssl)
-        if !inputEnded && BIO_ctrl_pending(networkIn) == 0 && TLSSession.capacity(of: networkIn) > threshold {
+        if !inputEnded && TLSSession.held(networkIn) == 0 && TLSSession.capacity(of: networkIn) > threshold {
             let fresh = BIO_new(BIO_s_mem())!
             skc_bio_set_mem_eof_return(fresh, -1)
             SSL_set0_rbio(ssl, fresh) // frees the old one
             networkIn = fresh
         }
-        if BIO_ctrl_pending(networkOut) == 0 && TLSSession.capacity(of: networkOut) > threshold {
+        if pendingOutput == 0 && TLSSession.capacity(of: networkOut) > threshold {
             let fresh = BIO_new(BIO_s_mem())!
             SSL_set0_wbio(ssl, fresh)
             networkOut = fresh
