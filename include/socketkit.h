@@ -615,8 +615,10 @@ int sk_socket_write(sk_socket_t *sock, const void *data, size_t length, double t
 
 /* Queues `length` bytes at `data` without copying. `release` (may be NULL) is called
  * exactly once, with `data` and `release_context`, on the socket's loop thread, when the
- * bytes are no longer needed (written, or dropped by a disconnect). If this call fails,
- * `release` is not called: the bytes stay yours. */
+ * bytes are no longer needed (written, or dropped by a disconnect). Called on the loop
+ * thread (a callback, or a driven group's host), the write goes to the kernel at once when
+ * nothing is queued ahead, and `release` may run before this call returns. If this call
+ * fails, `release` is not called: the bytes stay yours. */
 int sk_socket_write_no_copy(sk_socket_t *sock, const void *data, size_t length,
                             void (*release)(void *data, void *release_context), void *release_context,
                             double timeout, long tag, sk_error_t *error);

@@ -480,18 +480,8 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
         guard !data.isEmpty else { throw SocketError(.badParam, "empty write") }
         try checkTimeout(timeout)
         let (session, _) = try sessionForTransfer()
-        let core = self.core
-        if eventLoop.inEventLoop && core.acceptsInlineOperation,
-           let written = data.withUnsafeBytes({ core.writeImmediately($0, session: session) }) {
-            if written == data.count {
-                core.finishImmediateWrite(tag: tag)
-            } else {
-                var request = WriteRequest(.array(data), tag: tag, timeout: timeout)
-                request.offset = written
-                core.enqueuePartlyWritten(request, session: session)
-            }
-            return
-        }
+        let sent = data.withUnsafeBytes { writeInline($0, tag: tag, timeout: timeout, session: session) { .array(data) } }
+        if sent { return }
         try queue(WriteRequest(.array(data), tag: tag, timeout: timeout), session: session)
     }
 
@@ -501,27 +491,40 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
         guard bytes.count > 0 else { throw SocketError(.badParam, "empty write") }
         try checkTimeout(timeout)
         let (session, _) = try sessionForTransfer()
-        let core = self.core
-        if eventLoop.inEventLoop && core.acceptsInlineOperation,
-           let written = core.writeImmediately(bytes, session: session) {
-            if written == bytes.count {
-                core.finishImmediateWrite(tag: tag)
-            } else {
-                var request = WriteRequest(.array(Array(bytes)), tag: tag, timeout: timeout)
-                request.offset = written
-                core.enqueuePartlyWritten(request, session: session)
-            }
-            return
-        }
+        if writeInline(bytes, tag: tag, timeout: timeout, session: session, storage: { .array(Array(bytes)) }) { return }
         try queue(WriteRequest(.array(Array(bytes)), tag: tag, timeout: timeout), session: session)
     }
 
-    /// Queues caller memory without copying; `external` releases it when done.
+    /// Queues caller memory without copying; `external` releases it when done. Takes the
+    /// same fast path: a write the kernel took whole is released before this returns, and
+    /// only what it did not take waits in the queue, still borrowed.
     func write(external: ExternalBytes, timeout: Double, tag: Int) throws(SocketError) {
         guard external.bytes.count > 0 else { throw SocketError(.badParam, "empty write") }
         try checkTimeout(timeout)
         let (session, _) = try sessionForTransfer()
+        if writeInline(external.bytes, tag: tag, timeout: timeout, session: session, storage: { .external(external) }) {
+            return
+        }
         try queue(WriteRequest(.external(external), tag: tag, timeout: timeout), session: session)
+    }
+
+    /// The writes' fast path on the loop thread: with nothing queued ahead, `bytes` go to
+    /// the kernel at once (see `TCPSocketCore.writeImmediately`) and only what it did not
+    /// take is queued, kept as `storage` makes it. False when nothing was sent and the whole
+    /// write must take the queue.
+    private func writeInline(_ bytes: UnsafeRawBufferPointer, tag: Int, timeout: Double, session: UInt64,
+                             storage: () -> WriteRequest.Storage) -> Bool {
+        let core = self.core
+        guard eventLoop.inEventLoop && core.acceptsInlineOperation,
+              let written = core.writeImmediately(bytes, session: session) else { return false }
+        if written == bytes.count {
+            core.finishImmediateWrite(tag: tag)
+        } else {
+            var request = WriteRequest(storage(), tag: tag, timeout: timeout)
+            request.offset = written
+            core.enqueuePartlyWritten(request, session: session)
+        }
+        return true
     }
 
     private func queue(_ request: WriteRequest, session: UInt64) throws(SocketError) {

@@ -342,6 +342,52 @@ void test_write_from_a_callback_copies_what_the_kernel_did_not_take(void) {
     raw_pair_close(&pair);
 }
 
+/* The same for a no-copy write: sent at once from the callback, a small one is released
+ * before sk_socket_write_no_copy returns; of a large one only the part the kernel did not
+ * take stays borrowed, released once written. */
+static release_counter_t callback_releases = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, NULL};
+static unsigned char *callback_lent;
+static int released_before_return[2] = {-1, -1};
+
+static void write_no_copy_twice(recorder_t *recorder, sk_socket_t *sock, const void *data, size_t length, long tag) {
+    (void)recorder;
+    (void)data;
+    (void)length;
+    (void)tag;
+    static char small[] = "at once";
+    CHECK_EQ(sk_socket_write_no_copy(sock, small, 7, count_release, &callback_releases, -1, 6, NULL), SK_OK);
+    released_before_return[0] = releases(&callback_releases);
+    CHECK_EQ(sk_socket_write_no_copy(sock, callback_lent, CALLBACK_WRITE_LENGTH, count_release, &callback_releases,
+                                     -1, 7, NULL),
+             SK_OK);
+    released_before_return[1] = releases(&callback_releases);
+}
+
+void test_no_copy_write_from_a_callback_goes_out_at_once_and_lends_only_the_rest(void) {
+    raw_pair_t pair;
+    raw_pair_open(&pair, NULL);
+    callback_lent = malloc(CALLBACK_WRITE_LENGTH);
+    unsigned char *received = malloc(7 + CALLBACK_WRITE_LENGTH);
+    CHECK(callback_lent != NULL && received != NULL);
+    fill_pattern(callback_lent, CALLBACK_WRITE_LENGTH, 13);
+    pair.recorder.on_read = write_no_copy_twice;
+    CHECK_EQ(sk_socket_read_to_length(pair.sock, 1, -1, 1, NULL), SK_OK);
+    raw_send(pair.peer, "x", 1);
+    raw_receive(pair.peer, received, 7 + CALLBACK_WRITE_LENGTH);
+    CHECK(memcmp(received, "at once", 7) == 0);
+    CHECK(memcmp(received + 7, callback_lent, CALLBACK_WRITE_LENGTH) == 0);
+    recorder_expect(&pair.recorder, EVENT_WRITE, 2);
+    CHECK_EQ(recorder_event(&pair.recorder, EVENT_WRITE, 0).tag, 6);
+    CHECK_EQ(recorder_event(&pair.recorder, EVENT_WRITE, 1).tag, 7);
+    expect_releases(&callback_releases, 2);
+    CHECK_EQ(released_before_return[0], 1); /* the kernel took the small write whole */
+    CHECK_EQ(released_before_return[1], 1); /* 16 MiB did not fit: the rest stayed lent */
+    CHECK(callback_releases.last_data == callback_lent);
+    free(callback_lent);
+    free(received);
+    raw_pair_close(&pair);
+}
+
 void test_disconnect_after_writing_delivers_everything(void) {
     raw_pair_t pair;
     raw_pair_open(&pair, NULL);

@@ -32,6 +32,7 @@
     X(write_no_copy_releases_exactly_once)    \
     X(progress_and_queued_bytes)              \
     X(write_from_a_callback_copies_what_the_kernel_did_not_take) \
+    X(no_copy_write_from_a_callback_goes_out_at_once_and_lends_only_the_rest) \
     X(disconnect_after_writing_delivers_everything) \
     X(disconnect_after_reading_waits_for_reads) \
     X(read_timeout_extends_then_fails)        \

@@ -1434,7 +1434,12 @@ class Socket(_SocketBase):
 _perform_lock = threading.Lock()
 
 # bytes lent to SocketKit by no-copy writes, by token, until their release callback.
+# Through ctypes lending costs a token, a lock and a ctypes callback: worth it from 64 KiB.
+# The C extension lends with a reference count and a C release function, cheaper than
+# copying from 16 KiB (a stream echo's writes are chunks of up to 64 KiB, most of them
+# queued behind the previous one and so copied whole when not lent).
 _NO_COPY_THRESHOLD = 64 * 1024
+_SPEEDUPS_NO_COPY_THRESHOLD = 16 * 1024
 _lent: Dict[int, bytes] = {}
 _lent_lock = threading.Lock()
 
@@ -2309,7 +2314,7 @@ else:
                          for name in ("sk_socket_write", "sk_socket_read", "sk_udp_socket_send_to_address",
                                       "sk_callback_queue_poll_events", "sk_loop_group_run_once",
                                       "sk_socket_write_no_copy")},
-                        _NO_COPY_THRESHOLD, globals())
+                        _SPEEDUPS_NO_COPY_THRESHOLD, globals())
     # C callbacks for the most frequent events, instead of ctypes trampolines (which cost
     # more than the delegate method they call): for every queue, not only HostQueue.
     _c_callbacks = _speedups.trampolines()

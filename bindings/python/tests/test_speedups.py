@@ -479,3 +479,24 @@ def test_the_interpreter_exits_cleanly_while_lent_writes_are_pending():
         assert result.returncode == 0, result.stderr
         assert result.stdout.startswith("exiting"), result.stdout
         assert "Traceback" not in result.stderr and "Fatal" not in result.stderr, result.stderr
+
+
+def test_bytes_from_16_kib_are_lent_by_the_extension_and_copied_by_ctypes(raw_peer):
+    """A write queued behind others keeps its bytes until sent: the C extension lends bytes
+    objects from 16 KiB (a reference, no copy), the ctypes path from 64 KiB. Either way the
+    bytes arrive intact and a lent object is released once written."""
+    pair = raw_peer()
+    ahead = bytes(32 << 20)  # more than the kernel's buffers hold while the peer does not read
+    chunk = pattern(32 * 1024, seed=5)
+    unlent = sys.getrefcount(chunk)
+    pair.socket.write(ahead)
+    pair.socket.write(chunk)  # default arguments: the extension's path when it is loaded
+    assert sys.getrefcount(chunk) == unlent + (1 if socketkit.SPEEDUPS else 0)
+    received = bytearray()
+    while len(received) < len(ahead) + len(chunk):
+        piece = pair.peer.recv(1 << 20)
+        assert piece, f"peer closed after {len(received)} bytes"
+        received += piece
+    assert received[len(ahead):] == chunk and not any(received[:len(ahead)])
+    pair.recorder.expect("write", 2)
+    assert pair.recorder.wait_for(lambda events: sys.getrefcount(chunk) == unlent), "the lent bytes are released"
