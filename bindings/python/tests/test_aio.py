@@ -144,11 +144,13 @@ def test_unix_servers_and_clients():
     run(main())
 
 
-@pytest.mark.parametrize("queue_kind", ["aio.queue", "None"])
+@pytest.mark.parametrize("queue_kind", ["aio.queue", "None", "SerialQueue"])
 def test_a_loop_group_driven_by_asyncio_serves_on_its_thread(queue_kind):
     """aio.loop_group(): SocketKit's loop has no thread; asyncio runs it. I/O, delegate
     methods and the writes they make all happen on the asyncio thread, whether delegate
-    methods come from aio.queue() or straight from the loop (queue None)."""
+    methods come from aio.queue() or straight from the loop (queue None). With a
+    SerialQueue they run on its thread, which takes the GIL for each while the asyncio
+    thread runs the loop's iterations (with the GIL held: neither waits for the other)."""
     async def main():
         loop_thread = threading.get_ident()
         threads = set()
@@ -167,7 +169,8 @@ def test_a_loop_group_driven_by_asyncio_serves_on_its_thread(queue_kind):
 
         group = aio.loop_group()
         assert aio.loop_group() is group  # one per asyncio loop
-        queue = aio.queue() if queue_kind == "aio.queue" else None
+        serial = socketkit.SerialQueue("aio-serial") if queue_kind == "SerialQueue" else None
+        queue = aio.queue() if queue_kind == "aio.queue" else serial
         listener = socketkit.Socket(Echo(), queue=queue, loop_group=group)
         listener.accept_on_interface("127.0.0.1", 0)
         reader, writer = await asyncio.open_connection("127.0.0.1", listener.local_port)
@@ -179,7 +182,10 @@ def test_a_loop_group_driven_by_asyncio_serves_on_its_thread(queue_kind):
         await writer.drain()
         received = await reader.readexactly(len(expected))
         assert received == expected
-        assert threads == {loop_thread}
+        if serial is None:
+            assert threads == {loop_thread}
+        else:
+            assert len(threads) == 1 and loop_thread not in threads
         writer.close()
         aio.detach()  # closes the group: its sockets disconnect
         with pytest.raises(socketkit.Error):
