@@ -146,12 +146,53 @@ typedef struct {
     PyObject_HEAD
     PyObject *c_handle; /* what Python stored: None, a c_void_p or an int */
     void *pointer;      /* its value */
+    /* The `_delegate` and (Socket) `_pending_buffers` attributes, kept here rather than in
+     * the instance dict: the dispatch below reads them for every event (two dict lookups
+     * through the generic getattr, ~500 instructions per echoed message). The delegate can
+     * refer back to its sockets, hence the GC support. */
+    PyObject *delegate;
+    PyObject *pending_buffers;
 } HandleBase;
 
+static int HandleBase_traverse(HandleBase *self, visitproc visit, void *arg) {
+    Py_VISIT(self->c_handle);
+    Py_VISIT(self->delegate);
+    Py_VISIT(self->pending_buffers);
+    return 0;
+}
+
+static int HandleBase_clear(HandleBase *self) {
+    Py_CLEAR(self->delegate);
+    Py_CLEAR(self->pending_buffers);
+    return 0;
+}
+
 static void HandleBase_dealloc(HandleBase *self) {
+    PyObject_GC_UnTrack(self);
     Py_CLEAR(self->c_handle);
+    HandleBase_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
+
+/* The delegate (a new reference; None when unset). */
+static PyObject *handle_delegate(PyObject *sock) {
+    PyObject *delegate = ((HandleBase *)sock)->delegate;
+    delegate = delegate ? delegate : Py_None;
+    Py_INCREF(delegate);
+    return delegate;
+}
+
+static PyMemberDef SocketBase_members[] = {
+    {"_delegate", T_OBJECT, offsetof(HandleBase, delegate), 0, "The delegate (None: no callbacks)."},
+    {"_pending_buffers", T_OBJECT, offsetof(HandleBase, pending_buffers), 0,
+     "The program's buffers pinned for reads into them (an empty tuple: none)."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyMemberDef UdpSocketBase_members[] = {
+    {"_delegate", T_OBJECT, offsetof(HandleBase, delegate), 0, "The delegate (None: no callbacks)."},
+    {NULL, 0, 0, 0, NULL},
+};
 
 static PyObject *HandleBase_get_c_handle(HandleBase *self, void *closure) {
     (void)closure;
@@ -277,9 +318,13 @@ static PyTypeObject SocketBase_type = {
     .tp_name = "socketkit._speedups.SocketBase",
     .tp_basicsize = sizeof(HandleBase),
     .tp_dealloc = (destructor)HandleBase_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)HandleBase_traverse,
+    .tp_clear = (inquiry)HandleBase_clear,
+    .tp_free = PyObject_GC_Del,
     .tp_doc = "Socket's read and write, in C for their common arguments.",
     .tp_methods = SocketBase_methods,
+    .tp_members = SocketBase_members,
     .tp_getset = HandleBase_getset,
     .tp_new = PyType_GenericNew,
 };
@@ -331,14 +376,24 @@ static PyTypeObject UdpSocketBase_type = {
     .tp_name = "socketkit._speedups.UdpSocketBase",
     .tp_basicsize = sizeof(HandleBase),
     .tp_dealloc = (destructor)HandleBase_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)HandleBase_traverse,
+    .tp_clear = (inquiry)HandleBase_clear,
+    .tp_free = PyObject_GC_Del,
     .tp_doc = "UdpSocket's send_to_address, in C for its common arguments.",
     .tp_methods = UdpSocketBase_methods,
+    .tp_members = UdpSocketBase_members,
     .tp_getset = HandleBase_getset,
     .tp_new = PyType_GenericNew,
 };
 
 /* ---- dispatch -------------------------------------------------------------------------- */
+
+/* Whether `object` keeps its delegate in HandleBase's fields (a Socket or UdpSocket while
+ * the extension is in use). */
+static int is_handle_base(PyObject *object) {
+    return PyObject_TypeCheck(object, &SocketBase_type) || PyObject_TypeCheck(object, &UdpSocketBase_type);
+}
 
 /* The live object a handle -> weakref table holds for `handle` (a new reference), or NULL
  * (no exception) when there is none. -1 on error. */
@@ -379,7 +434,7 @@ static int lookup(PyObject *table, const void *handle, PyObject **found) {
 /* `sock._delegate.<name>` (a new reference), or NULL with no exception when the delegate
  * has no such method. */
 static PyObject *delegate_method(PyObject *sock, PyObject *name, PyObject **delegate_out) {
-    PyObject *delegate = PyObject_GetAttr(sock, str_delegate);
+    PyObject *delegate = is_handle_base(sock) ? handle_delegate(sock) : PyObject_GetAttr(sock, str_delegate);
     if (delegate == NULL) {
         return NULL;
     }
@@ -404,12 +459,18 @@ static int deliver_read(const void *handle, const void *data, size_t length, lon
     }
     PyObject *payload = NULL, *delegate = NULL, *method = NULL, *tag = NULL;
     int outcome = -1;
-    PyObject *pending = PyObject_GetAttr(sock, str_pending_buffers);
-    if (pending == NULL) {
-        goto done;
+    int pinned;
+    if (is_handle_base(sock)) {
+        PyObject *pending = ((HandleBase *)sock)->pending_buffers;
+        pinned = pending != NULL && PyObject_IsTrue(pending);
+    } else {
+        PyObject *pending = PyObject_GetAttr(sock, str_pending_buffers);
+        if (pending == NULL) {
+            goto done;
+        }
+        pinned = PyObject_IsTrue(pending);
+        Py_DECREF(pending);
     }
-    int pinned = PyObject_IsTrue(pending);
-    Py_DECREF(pending);
     if (pinned < 0) {
         goto done;
     }

@@ -500,3 +500,43 @@ def test_bytes_from_16_kib_are_lent_by_the_extension_and_copied_by_ctypes(raw_pe
     assert received[len(ahead):] == chunk and not any(received[:len(ahead)])
     pair.recorder.expect("write", 2)
     assert pair.recorder.wait_for(lambda events: sys.getrefcount(chunk) == unlent), "the lent bytes are released"
+
+
+def test_a_delegate_that_refers_back_to_its_socket_is_collected_with_it():
+    """With the extension the delegate sits in a C field of the socket: the cycle socket ->
+    delegate -> socket must still be found by the garbage collector, which closes the
+    connection (and the UDP socket)."""
+    import gc
+    import weakref
+
+    connected = threading.Event()
+
+    class Owner:
+        def __init__(self):
+            self.sock = None
+
+        def socket_did_connect(self, sock, host, port):
+            connected.set()
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    owner = Owner()
+    owner.sock = socketkit.Socket(owner)
+    owner.sock.connect_to_host("127.0.0.1", listener.getsockname()[1], timeout=5)
+    listener.settimeout(WAIT)
+    peer, _ = listener.accept()
+    assert connected.wait(WAIT)
+    assert owner.sock._delegate is owner
+    udp_owner = Owner()
+    udp_owner.sock = socketkit.UdpSocket(udp_owner)
+    udp_owner.sock.bind_to_port(0, "127.0.0.1")
+    assert udp_owner.sock._delegate is udp_owner
+    gone = [weakref.ref(owner), weakref.ref(owner.sock), weakref.ref(udp_owner), weakref.ref(udp_owner.sock)]
+    del owner, udp_owner
+    gc.collect()
+    assert [ref() for ref in gone] == [None] * 4
+    peer.settimeout(WAIT)
+    assert peer.recv(10) == b""
+    peer.close()
+    listener.close()
