@@ -306,3 +306,44 @@ def test_closing_a_driven_loop_group_directly_or_from_another_thread():
         aio.detach()
 
     run(main())
+
+
+def test_lent_writes_from_the_asyncio_thread_between_iterations_arrive_and_are_released():
+    """On a driven group's host thread, outside any callback, a write goes to the kernel at
+    once: bytes objects the C extension lends (from 16 KiB) are then released inside the
+    call, and the rest of a large one is released once written."""
+    import sys
+
+    async def main():
+        connected = asyncio.get_running_loop().create_future()
+
+        class Client:
+            def socket_did_connect(self, sock, host, port):
+                connected.set_result(True)
+
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        server.setblocking(False)
+        sock = socketkit.Socket(Client(), queue=None, loop_group=aio.loop_group())
+        sock.connect_to_host("127.0.0.1", server.getsockname()[1], timeout=5)
+        peer, _ = await asyncio.get_running_loop().sock_accept(server)
+        await connected
+        small, large = pattern(20_000, seed=8), pattern(24 << 20, seed=9)
+        counts = sys.getrefcount(small), sys.getrefcount(large)
+        sock.write(small)
+        assert sys.getrefcount(small) == counts[0], "sent whole at once: released inside the call"
+        sock.write(large)
+        received = bytearray()
+        while len(received) < len(small) + len(large):
+            received += await asyncio.get_running_loop().sock_recv(peer, 1 << 20)
+        assert received == small + large
+        # One thread: the loop iteration that sent the last bytes, and released them, ran
+        # before this coroutine could receive them.
+        assert sys.getrefcount(large) == counts[1]
+        sock.close()
+        peer.close()
+        server.close()
+        aio.detach()
+
+    run(main())
