@@ -715,10 +715,13 @@ static PyObject *speedups_run_once(PyObject *module, PyObject *group) {
     sk_error_t error;
     int status;
     error.code = 0;
-    /* With the GIL held: the iteration does not wait (socketkit.h), and its callbacks, which
-     * all run here, would otherwise each take the GIL and drop it again (PyGILState_Ensure
-     * and _Release: ~500 instructions per event, 7% of a Python echo server's). */
+    /* Without the GIL, though each callback of the iteration then takes it and drops it
+     * again (~500 instructions per event): the iteration may wait for a socket's callback
+     * gate (a listener choosing the loop of a new connection) held by another thread whose
+     * callback waits for the GIL (a SerialQueue), a deadlock if this thread kept the GIL. */
+    Py_BEGIN_ALLOW_THREADS
     status = sk_run_once(handle, &error);
+    Py_END_ALLOW_THREADS
     if (status < 0) {
         return raise_status(status, &error);
     }

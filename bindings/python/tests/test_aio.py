@@ -347,3 +347,58 @@ def test_lent_writes_from_the_asyncio_thread_between_iterations_arrive_and_are_r
         aio.detach()
 
     run(main())
+
+
+_SERIAL_LISTENER_ON_A_DRIVEN_GROUP = r"""
+import asyncio
+import socketkit
+from socketkit import aio
+
+
+async def main():
+    accepted = []
+
+    class Listener:
+        def socket_did_accept(self, listener, connection):
+            accepted.append(connection)
+            total = 0
+            for index in range(20000):  # Python work on the SerialQueue's thread, with the GIL
+                total += index
+            connection.read()
+
+        def socket_did_read(self, sock, data, tag):
+            sock.write(data)
+            sock.read()
+
+    listener = socketkit.Socket(Listener(), queue=socketkit.SerialQueue("accepts"), loop_group=aio.loop_group())
+    listener.accept_on_interface("127.0.0.1", 0)
+
+    async def client(index):
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.local_port)
+        writer.write(b"hello %d\n" % index)
+        await writer.drain()
+        assert await reader.readline() == b"hello %d\n" % index
+        writer.close()
+
+    for _ in range(10):
+        await asyncio.gather(*(client(index) for index in range(50)))
+    print("served", len(accepted), flush=True)
+    aio.detach()
+
+
+asyncio.run(main())
+"""
+
+
+def test_a_serial_queue_listener_on_an_asyncio_driven_group_accepts_while_its_callbacks_run():
+    """The asyncio thread runs the loop's iterations, which may wait for the listener's
+    callback gate (to place a new connection) while the SerialQueue's thread holds it for
+    socket_did_accept and needs the GIL: the iteration must not hold the GIL meanwhile (it
+    did, briefly, and this hung every time). In a subprocess, so a deadlock fails the test
+    instead of hanging the suite."""
+    import subprocess
+    import sys
+    result = subprocess.run([sys.executable, "-c", _SERIAL_LISTENER_ON_A_DRIVEN_GROUP], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "served 500"
