@@ -150,7 +150,8 @@ def test_a_loop_group_driven_by_asyncio_serves_on_its_thread(queue_kind):
     methods and the writes they make all happen on the asyncio thread, whether delegate
     methods come from aio.queue() or straight from the loop (queue None). With a
     SerialQueue they run on its thread, which takes the GIL for each while the asyncio
-    thread runs the loop's iterations (with the GIL held: neither waits for the other)."""
+    thread runs the loop's iterations (without the GIL: see the SerialQueue listener test
+    below)."""
     async def main():
         loop_thread = threading.get_ident()
         threads = set()
