@@ -48,8 +48,7 @@ static PyObject *udp_did_receive_py; /* _core._udp_did_receive_py(handle, data, 
 static PyObject *raise_c_error;     /* _core._raise_c_error(status, code, os_error, message) */
 static PyObject *report_error;      /* _core._report_delegate_error(message, target, exception) */
 
-static PyObject *str_write_py, *str_read_py, *str_send_to_address_py, *str_pending_buffers,
-    *str_delegate, *str_socket_did_read, *str_udp_socket_did_receive,
+static PyObject *str_write_py, *str_read_py, *str_send_to_address_py, *str_socket_did_read, *str_udp_socket_did_receive,
     *str_shutting_down, *msg_did_read, *msg_did_receive, *empty_bytes;
 
 /* How deep this thread is in one of the C delegate callbacks below. SocketKit's calls
@@ -172,14 +171,6 @@ static void HandleBase_dealloc(HandleBase *self) {
     Py_CLEAR(self->c_handle);
     HandleBase_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-/* The delegate (a new reference; None when unset). */
-static PyObject *handle_delegate(PyObject *sock) {
-    PyObject *delegate = ((HandleBase *)sock)->delegate;
-    delegate = delegate ? delegate : Py_None;
-    Py_INCREF(delegate);
-    return delegate;
 }
 
 static PyMemberDef SocketBase_members[] = {
@@ -389,10 +380,15 @@ static PyTypeObject UdpSocketBase_type = {
 
 /* ---- dispatch -------------------------------------------------------------------------- */
 
-/* Whether `object` keeps its delegate in HandleBase's fields (a Socket or UdpSocket while
- * the extension is in use). */
-static int is_handle_base(PyObject *object) {
-    return PyObject_TypeCheck(object, &SocketBase_type) || PyObject_TypeCheck(object, &UdpSocketBase_type);
+/* `object` as a HandleBase: what _core's handle tables hold (Socket and UdpSocket derive
+ * from SocketBase and UdpSocketBase whenever this extension is in use). NULL with a
+ * TypeError for anything else, which would be a bug in _core. */
+static HandleBase *as_handle_base(PyObject *object) {
+    if (PyObject_TypeCheck(object, &SocketBase_type) || PyObject_TypeCheck(object, &UdpSocketBase_type)) {
+        return (HandleBase *)object;
+    }
+    PyErr_Format(PyExc_TypeError, "socketkit: a %.100s in the socket table", Py_TYPE(object)->tp_name);
+    return NULL;
 }
 
 /* The live object a handle -> weakref table holds for `handle` (a new reference), or NULL
@@ -434,10 +430,12 @@ static int lookup(PyObject *table, const void *handle, PyObject **found) {
 /* `sock._delegate.<name>` (a new reference), or NULL with no exception when the delegate
  * has no such method. */
 static PyObject *delegate_method(PyObject *sock, PyObject *name, PyObject **delegate_out) {
-    PyObject *delegate = is_handle_base(sock) ? handle_delegate(sock) : PyObject_GetAttr(sock, str_delegate);
-    if (delegate == NULL) {
+    HandleBase *base = as_handle_base(sock);
+    if (base == NULL) {
         return NULL;
     }
+    PyObject *delegate = base->delegate ? base->delegate : Py_None;
+    Py_INCREF(delegate);
     PyObject *method = PyObject_GetAttr(delegate, name);
     if (method == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
         PyErr_Clear();
@@ -459,18 +457,11 @@ static int deliver_read(const void *handle, const void *data, size_t length, lon
     }
     PyObject *payload = NULL, *delegate = NULL, *method = NULL, *tag = NULL;
     int outcome = -1;
-    int pinned;
-    if (is_handle_base(sock)) {
-        PyObject *pending = ((HandleBase *)sock)->pending_buffers;
-        pinned = pending != NULL && PyObject_IsTrue(pending);
-    } else {
-        PyObject *pending = PyObject_GetAttr(sock, str_pending_buffers);
-        if (pending == NULL) {
-            goto done;
-        }
-        pinned = PyObject_IsTrue(pending);
-        Py_DECREF(pending);
+    HandleBase *base = as_handle_base(sock);
+    if (base == NULL) {
+        goto done;
     }
+    int pinned = base->pending_buffers != NULL ? PyObject_IsTrue(base->pending_buffers) : 0;
     if (pinned < 0) {
         goto done;
     }
@@ -836,8 +827,6 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     INTERN(str_write_py, "_write_py");
     INTERN(str_read_py, "_read_py");
     INTERN(str_send_to_address_py, "_send_to_address_py");
-    INTERN(str_pending_buffers, "_pending_buffers");
-    INTERN(str_delegate, "_delegate");
     INTERN(str_socket_did_read, "socket_did_read");
     INTERN(str_udp_socket_did_receive, "udp_socket_did_receive");
     INTERN(str_shutting_down, "_shutting_down");
