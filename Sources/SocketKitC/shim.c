@@ -67,7 +67,7 @@ int skc_tls_ctx_set_versions(SSL_CTX *context, int minimum, int maximum) {
 
 void skc_tls_ctx_set_engine_options(SSL_CTX *context) {
     SSL_CTX_set_options(context, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE);
-    SSL_CTX_set_mode(context, SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE |
+    SSL_CTX_set_mode(context, SSL_MODE_ENABLE_PARTIAL_WRITE |
                               SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
 }
 

@@ -150,6 +150,85 @@ func checksum(_ bytes: [UInt8]) -> UInt64 {
         #expect(checksum(pair.clientRecorder.waitForBytes(down.count, timeout: 30)) == checksum(down))
     }
 
+    @Test func aBusyConnectionKeepsOpenSSLsBuffersUntilAQuietPeriodThenFreesThemAndGoesOn() throws {
+        let pair = try securePair()
+        defer { pair.close() } // with the idle timer scheduled: endTLS must cancel it
+        #expect(pair.clientRecorder.waitForSecure())
+        #expect(pair.serverRecorder.waitForSecure())
+        // A long period, started afresh, so that the exchange below fits in one.
+        onServerLoop(pair) { core, tls in
+            core.cancel(tls.idleTimer)
+            tls.idleSeconds = 60
+            tls.bufferUses = 0
+        }
+        var expected: [UInt8] = []
+        func roundTrip(_ text: String) throws {
+            expected += bytes(text)
+            try pair.client.write(bytes(text))
+            try pair.server.read(toData: bytes("\n"))
+            #expect(pair.serverRecorder.waitForBytes(expected.count) == expected)
+            try pair.server.write(bytes(text))
+            try pair.client.read(toData: bytes("\n"))
+            #expect(pair.clientRecorder.waitForBytes(expected.count) == expected)
+        }
+        for round in 1...8 { try roundTrip("ping \(round)\n") }
+        let busy = onServerLoop(pair) { _, tls in (tls.bufferUses, tls.idleTimer?.isScheduled == true, tls.idleReleases) }
+        #expect(busy?.0 ?? 0 > TCPSocketCore.tlsBusyUses) // busy: kept
+        #expect(busy?.1 == true)
+        #expect(busy?.2 == 0)
+
+        // Quiet from here: a short period now; one more to see it stay quiet, then freed.
+        onServerLoop(pair) { core, tls in
+            tls.idleSeconds = 0.02
+            core.arm(&tls.idleTimer, deadline: deadline(afterSeconds: 0.02)) { $0.tlsIdleTimerFired() }
+        }
+        var released = false
+        for _ in 0..<1000 where !released {
+            released = onServerLoop(pair) { _, tls in
+                tls.idleReleases == 1 && tls.bufferUses == 0 && tls.idleTimer?.isScheduled == false
+            } ?? false
+            if !released { usleep(10_000) } // polling the loop's state, bounded (10 s)
+        }
+        #expect(released)
+
+        // The connection goes on, and a quiet one frees its buffers after each use.
+        try roundTrip("after the quiet period\n")
+        let quiet = onServerLoop(pair) { _, tls in (tls.bufferUses, tls.idleTimer?.isScheduled == true) }
+        #expect(quiet?.0 ?? 99 <= TCPSocketCore.tlsBusyUses)
+        #expect(quiet?.1 == true)
+        #expect(pair.clientRecorder.overlappingCallbacks == 0)
+    }
+
+    @Test func writesFromTheLoopThreadThatTheKernelTakesOnlyPartlyArriveInOrder() throws {
+        // Loop-thread writes take the fast path, which sends OpenSSL's records straight from
+        // the loop's scratch buffer; once the kernel's buffer is full (the client does not
+        // read yet), the rest of a send must wait in the outbound queue, before later writes.
+        let pair = try securePair()
+        defer { pair.close() }
+        #expect(pair.clientRecorder.waitForSecure())
+        #expect(pair.serverRecorder.waitForSecure())
+        let chunk = 1024
+        let count = 8 * 1024 // 8 MiB: more than loopback's buffers hold
+        let all = (0..<count).flatMap { pattern(chunk, seed: UInt8(truncatingIfNeeded: $0)) }
+        let written = Latch()
+        // From a callback: the fast path (outside one, a delegate with didWrite gets the queue).
+        pair.serverRecorder.onRead = { server, _, _ in
+            for index in 0..<count {
+                let start = index * chunk
+                try? server.write(Array(all[start..<(start + chunk)]), tag: index)
+            }
+            written.open()
+        }
+        try pair.client.write(bytes("go\n"))
+        try pair.server.read(toData: bytes("\n"))
+        #expect(written.wait(timeout: 30))
+        try pair.client.read(toLength: all.count)
+        #expect(checksum(pair.clientRecorder.waitForBytes(all.count, timeout: 60)) == checksum(all))
+        #expect(pair.serverRecorder.wait(timeout: 30) { events in
+            events.filter { if case .wrote = $0 { return true } else { return false } }.count == count
+        })
+    }
+
     @Test func aLengthReadWithAShortTimeoutCompletesWhenTheServerWritesInTwoHalves() throws {
         // Upstream §4.4: 100 KiB read with a 0.1 s timeout while the server writes 50 KiB,
         // then (once the client has it) another 50 KiB.
@@ -475,4 +554,18 @@ func checksum(_ bytes: [UInt8]) -> UInt64 {
         #expect(try Certificate(der: leaf.der) == leaf)
         #expect(throws: SocketError.self) { try Certificate(der: [1, 2, 3]) }
     }
+}
+
+/// Runs `body` on the server's loop with its TLS state, and waits for it.
+@discardableResult
+func onServerLoop<T: Sendable>(_ pair: Pair, _ body: @escaping @Sendable (TCPSocketCore, TLSState) -> T) -> T? {
+    let result = Mutex<T?>(nil)
+    let done = Latch()
+    let core = pair.server.core
+    _ = pair.server.eventLoop.execute {
+        if let tls = core.tls { result.withLock { $0 = body(core, tls) } }
+        done.open()
+    }
+    _ = done.wait()
+    return result.withLock { $0 }
 }

@@ -60,8 +60,9 @@ public final class EventLoop: @unchecked Sendable {
     /// Scratch buffer for reads: every socket on this loop reads into it and hands out views
     /// of it, so reads allocate nothing. Valid until the next read on this loop.
     let readBuffer: UnsafeMutableRawBufferPointer
-    /// Where input nobody will read is discarded (graceful closes): never `readBuffer`,
-    /// which a running callback may be looking at.
+    /// Where input nobody will read is discarded (graceful closes), and scratch for work
+    /// that empties it again before anything else runs (TLS ciphertext on its way between
+    /// the kernel and OpenSSL): never `readBuffer`, which a running callback may be looking at.
     let discardBuffer: UnsafeMutableRawBufferPointer
 
     /// UDP sockets' system-call memory, made when the first one needs it (loop thread only).

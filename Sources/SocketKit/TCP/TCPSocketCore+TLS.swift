@@ -21,6 +21,16 @@ final class TLSState {
     var writesBefore: Int
     var session: TLSSession? = nil
     var handshakeTimer: LoopTimer? = nil
+    /// Watches whether the connection is busy enough to keep OpenSSL's record buffers
+    /// (see `noteTLSBuffersUsed`).
+    var idleTimer: LoopTimer? = nil
+    /// Reads and writes since `idleTimer` last fired (capped meaning: above
+    /// `TCPSocketCore.tlsBusyUses` the connection is busy).
+    var bufferUses = 0
+    /// The period of `idleTimer` (`TCPSocketCore.tlsIdleSeconds`; tests shorten it).
+    var idleSeconds = TCPSocketCore.tlsIdleSeconds
+    /// Times the buffers were freed because a whole period passed quietly (for tests).
+    var idleReleases = 0
     /// Ciphertext OpenSSL produced that the kernel has not taken yet.
     var outbound = ByteQueue()
     /// The peer's FIN arrived (OpenSSL decides whether close_notify came first).
@@ -254,6 +264,13 @@ extension TCPSocketCore {
     @discardableResult
     func sendTLSOutput() -> Bool {
         guard let tls else { return true }
+        if tls.outbound.isEmpty, let session = tls.session {
+            switch sendTLSOutputDirectly(tls, session) {
+            case .sent: return true
+            case .failed: return false
+            case .useQueue: break
+            }
+        }
         tls.session?.takeOutput(into: &tls.outbound)
         var systemCalls = 0
         while !tls.outbound.isEmpty && writable && phase == .connected {
@@ -265,6 +282,38 @@ extension TCPSocketCore {
             guard sendOutboundOnce(tls) else { return false }
         }
         return true
+    }
+
+    enum DirectSend { case sent, failed, useQueue }
+
+    /// The usual case of a small message: OpenSSL's records go to the kernel through the
+    /// loop's scratch buffer in one `send`, and only what the kernel does not take goes to
+    /// the outbound queue (which frees its block whenever it drains: queueing every
+    /// message cost a malloc and a free, ~600 instructions of a 64-byte TLS echo).
+    /// `.useQueue`: more than the scratch holds, or not writable now.
+    private func sendTLSOutputDirectly(_ tls: TLSState, _ session: TLSSession) -> DirectSend {
+        let scratch = loop.discardBuffer // transient use: nothing runs until it is empty again
+        let pending = session.pendingOutput
+        guard pending > 0 else { return .sent }
+        guard writable, phase == .connected, pending <= scratch.count else { return .useQueue }
+        let count = session.readOutput(into: scratch)
+        var sent = send(fd, scratch.baseAddress, count, SystemCalls.sendFlags)
+        if sent < 0 {
+            let error = errno
+            if error != EAGAIN && error != EWOULDBLOCK && error != EINTR {
+                closeSession(transportError(error, "write"))
+                return .failed
+            }
+            if error != EINTR { writable = false }
+            sent = 0
+        } else if sent < count {
+            writable = false
+        }
+        if sent < count {
+            tls.outbound.append(UnsafeRawBufferPointer(rebasing: scratch[sent..<count]))
+            return .useQueue
+        }
+        return .sent
     }
 
     /// One `send` from the front of the outbound queue; a short send or EAGAIN clears
@@ -312,6 +361,12 @@ extension TCPSocketCore {
     /// end of stream or error met after some bytes were decrypted waits in
     /// `deferredReadEnd`: the bytes are delivered first.
     func readSecure(into buffer: UnsafeMutableRawBufferPointer) -> SecureRead {
+        let result = readSecureRecords(into: buffer)
+        if let tls, let session = tls.session { noteTLSBuffersUsed(tls, session) }
+        return result
+    }
+
+    private func readSecureRecords(into buffer: UnsafeMutableRawBufferPointer) -> SecureRead {
         guard let tls, let session = tls.session else { return .wouldBlock }
         if let end = tls.deferredReadEnd {
             tls.deferredReadEnd = nil
@@ -319,6 +374,15 @@ extension TCPSocketCore {
         }
         var total = 0
         while true {
+            if readable && !tls.transportEOF && !session.hasBufferedInput {
+                // Nothing inside OpenSSL: SSL_read would only say "want read" (with
+                // SSL_get_error, ~700 instructions a message). Receive first.
+                switch receiveCiphertext(into: session, tls: tls) {
+                case .received: break
+                case .wouldBlock: return total > 0 ? .bytes(total) : .wouldBlock
+                case .failed(let error): return deliver(total, then: .failed(error), tls)
+                }
+            }
             let step = session.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[total...]))
             // Reading can produce output (a key update answer, a TLS 1.3 ticket ack).
             if session.pendingOutput > 0 { guard sendTLSOutput() else { return .wouldBlock } }
@@ -340,8 +404,7 @@ extension TCPSocketCore {
                 switch receiveCiphertext(into: session, tls: tls) {
                 case .received: continue
                 case .wouldBlock:
-                    // Drained: going idle until the next edge.
-                    session.releaseIdleBuffers(threshold: 16 * 1024)
+                    // Drained (`readSecure` decides whether to keep the buffers).
                     return total > 0 ? .bytes(total) : .wouldBlock
                 case .failed(let error): return deliver(total, then: .failed(error), tls)
                 }
@@ -390,6 +453,7 @@ extension TCPSocketCore {
             systemCalls += 1
             guard sendOutboundOnce(tls) else { return }
         }
+        noteTLSBuffersUsed(tls, session)
         closeIfDisconnectAfterIsDue()
     }
 
@@ -415,7 +479,49 @@ extension TCPSocketCore {
         guard taken > 0 else { return nil }
         // A send error ends the session: the queued path then drops the write, as it would.
         guard sendTLSOutput(), phase == .connected else { return nil }
+        noteTLSBuffersUsed(tls, session)
         return taken
+    }
+
+    // MARK: OpenSSL's record buffers
+
+    /// Uses of a connection's buffers within one `tlsIdleSeconds` after which it counts as
+    /// busy and keeps them.
+    static let tlsBusyUses = 4
+    static let tlsIdleSeconds = 1.0
+
+    /// After a secure read or write. OpenSSL allocates a ~17 KB buffer for each direction
+    /// when it first needs it; SSL_MODE_RELEASE_BUFFERS would free both after every record
+    /// (a free and a malloc of each per message, ~2,200 instructions of a 64-byte echo),
+    /// keeping them for good would cost an idle connection ~34 KB. So: a connection
+    /// that has said little lately frees them after each use, as RELEASE_BUFFERS would; once
+    /// it uses them more than `tlsBusyUses` times within `tlsIdleSeconds`, it keeps them
+    /// until a whole period passes without a use (`tlsIdleTimerFired`). A connection that
+    /// goes quiet holds them for at most two periods.
+    @inline(__always)
+    func noteTLSBuffersUsed(_ tls: TLSState, _ session: TLSSession) {
+        tls.bufferUses &+= 1
+        guard tls.bufferUses <= TCPSocketCore.tlsBusyUses else { return }
+        session.releaseIdleBuffers(threshold: 16 * 1024)
+        if tls.idleTimer?.isScheduled != true {
+            arm(&tls.idleTimer, deadline: deadline(afterSeconds: tls.idleSeconds)) { $0.tlsIdleTimerFired() }
+        }
+    }
+
+    func tlsIdleTimerFired() {
+        guard let tls, let session = tls.session, phase == .connected else { return }
+        if tls.bufferUses > TCPSocketCore.tlsBusyUses {
+            // Busy this period: watch the next one, keeping the buffers through it (a use
+            // in it makes the count pass the limit again).
+            tls.bufferUses = TCPSocketCore.tlsBusyUses
+            arm(&tls.idleTimer, deadline: deadline(afterSeconds: tls.idleSeconds)) { $0.tlsIdleTimerFired() }
+            return
+        }
+        // A period without a use (or with a few, after each of which the buffers went):
+        // keep nothing until the next use.
+        tls.bufferUses = 0
+        tls.idleReleases += 1
+        session.releaseIdleBuffers()
     }
 
     // MARK: Ending
@@ -426,6 +532,8 @@ extension TCPSocketCore {
         guard let tls else { return }
         cancel(tls.handshakeTimer)
         tls.handshakeTimer = nil
+        cancel(tls.idleTimer)
+        tls.idleTimer = nil
         if orderly, tls.stage == .secure, let session = tls.session, fd >= 0 {
             session.shutdown()
             session.takeOutput(into: &tls.outbound)

@@ -116,7 +116,7 @@ final class TLSSession {
     /// 64 KiB read): an idle connection would carry them for good. Empty BIOs holding more
     /// than `threshold` bytes are replaced by fresh ones, which own no buffer.
     func releaseIdleBuffers(threshold: Int = 4096) {
-        // OpenSSL's own record buffers (RELEASE_BUFFERS frees them only as it goes).
+        // OpenSSL's own record buffers (fails, harmlessly, while they hold a partial record).
         _ = SSL_free_buffers(ssl)
         if !inputEnded && TLSSession.held(networkIn) == 0 && TLSSession.capacity(of: networkIn) > threshold {
             let fresh = BIO_new(BIO_s_mem())!
@@ -161,6 +161,11 @@ final class TLSSession {
         queue.append(count: pending) { space in
             Int(max(0, BIO_read(networkOut, space.baseAddress, Int32(space.count))))
         }
+    }
+
+    /// Moves up to `buffer.count` bytes of waiting ciphertext into `buffer`; returns how many.
+    func readOutput(into buffer: UnsafeMutableRawBufferPointer) -> Int {
+        Int(max(0, BIO_read(networkOut, buffer.baseAddress, Int32(min(buffer.count, Int(Int32.max))))))
     }
 
     /// SSL_get_error reads the thread's error queue, so it must be empty before each call

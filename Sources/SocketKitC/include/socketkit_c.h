@@ -76,9 +76,10 @@ int skc_openssl_init(void);
 /* SSL_CTX_set_min_proto_version / _max_ (0 = no bound). 1 on success. */
 int skc_tls_ctx_set_versions(SSL_CTX *context, int minimum, int maximum);
 /* SSL_CTX_set_options(SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION |
- * SSL_OP_CIPHER_SERVER_PREFERENCE) and SSL_CTX_set_mode(SSL_MODE_RELEASE_BUFFERS |
- * SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER): the engine's
- * fixed choices. */
+ * SSL_OP_CIPHER_SERVER_PREFERENCE) and SSL_CTX_set_mode(SSL_MODE_ENABLE_PARTIAL_WRITE |
+ * SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER): the engine's fixed choices. Not
+ * SSL_MODE_RELEASE_BUFFERS: the engine frees the record buffers itself, once a connection
+ * is idle (TCPSocketCore.noteTLSBuffersUsed). */
 void skc_tls_ctx_set_engine_options(SSL_CTX *context);
 /* SSL_CTX_set_session_cache_mode(SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE):
  * client sessions go to the new-session callback only. */
