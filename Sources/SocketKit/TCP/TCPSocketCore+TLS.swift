@@ -503,7 +503,9 @@ extension TCPSocketCore {
         tls.bufferUses &+= 1
         guard tls.bufferUses <= TCPSocketCore.tlsBusyUses else { return }
         session.releaseIdleBuffers(threshold: 16 * 1024)
-        if tls.idleTimer?.isScheduled != true {
+        // Only for the live session's state: endTLS cancels that one's timer (the timer
+        // holds the core unowned).
+        if tls.idleTimer?.isScheduled != true && self.tls === tls && phase == .connected {
             arm(&tls.idleTimer, deadline: deadline(afterSeconds: tls.idleSeconds)) { $0.tlsIdleTimerFired() }
         }
     }
