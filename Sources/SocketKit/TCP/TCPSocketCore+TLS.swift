@@ -297,18 +297,7 @@ extension TCPSocketCore {
         guard pending > 0 else { return .sent }
         guard writable, phase == .connected, pending <= scratch.count else { return .useQueue }
         let count = session.readOutput(into: scratch)
-        var sent = send(fd, scratch.baseAddress, count, SystemCalls.sendFlags)
-        if sent < 0 {
-            let error = errno
-            if error != EAGAIN && error != EWOULDBLOCK && error != EINTR {
-                closeSession(transportError(error, "write"))
-                return .failed
-            }
-            if error != EINTR { writable = false }
-            sent = 0
-        } else if sent < count {
-            writable = false
-        }
+        guard let sent = sendCiphertext(UnsafeRawBufferPointer(rebasing: scratch[0..<count])) else { return .failed }
         if sent < count {
             tls.outbound.append(UnsafeRawBufferPointer(rebasing: scratch[sent..<count]))
             return .useQueue
@@ -319,7 +308,14 @@ extension TCPSocketCore {
     /// One `send` from the front of the outbound queue; a short send or EAGAIN clears
     /// `writable`. Returns false when the session ended (a send error).
     private func sendOutboundOnce(_ tls: TLSState) -> Bool {
-        let bytes = tls.outbound.readableBytes
+        guard let sent = sendCiphertext(tls.outbound.readableBytes) else { return false }
+        tls.outbound.consume(sent)
+        return true
+    }
+
+    /// One `send` of ciphertext: the bytes the kernel took (0 for EAGAIN or EINTR); a short
+    /// send or EAGAIN clears `writable`. nil when a send error ended the session.
+    private func sendCiphertext(_ bytes: UnsafeRawBufferPointer) -> Int? {
         let sent = send(fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags)
         if sent < 0 {
             let error = errno
@@ -327,13 +323,12 @@ extension TCPSocketCore {
                 writable = false
             } else if error != EINTR {
                 closeSession(transportError(error, "write"))
-                return false
+                return nil
             }
-            return true
+            return 0
         }
         if sent < bytes.count { writable = false }
-        tls.outbound.consume(sent)
-        return true
+        return sent
     }
 
     /// A failed socket call as reported: during a handshake a reset or broken pipe is the
@@ -374,14 +369,10 @@ extension TCPSocketCore {
         }
         var total = 0
         while true {
-            if readable && !tls.transportEOF && !session.hasBufferedInput {
+            if !tls.transportEOF && !session.hasBufferedInput {
                 // Nothing inside OpenSSL: SSL_read would only say "want read" (with
                 // SSL_get_error, ~700 instructions a message). Receive first.
-                switch receiveCiphertext(into: session, tls: tls) {
-                case .received: break
-                case .wouldBlock: return total > 0 ? .bytes(total) : .wouldBlock
-                case .failed(let error): return deliver(total, then: .failed(error), tls)
-                }
+                if let end = receiveForRead(session, tls, delivering: total) { return end }
             }
             let step = session.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[total...]))
             // Reading can produce output (a key update answer, a TLS 1.3 ticket ack).
@@ -401,14 +392,19 @@ extension TCPSocketCore {
                 if tls.transportEOF {
                     return deliver(total, then: .failed(SocketError(.tlsTruncated, "the peer closed the connection without a TLS close_notify")), tls)
                 }
-                switch receiveCiphertext(into: session, tls: tls) {
-                case .received: continue
-                case .wouldBlock:
-                    // Drained (`readSecure` decides whether to keep the buffers).
-                    return total > 0 ? .bytes(total) : .wouldBlock
-                case .failed(let error): return deliver(total, then: .failed(error), tls)
-                }
+                if let end = receiveForRead(session, tls, delivering: total) { return end }
             }
+        }
+    }
+
+    /// One `recv` of ciphertext for a secure read that has decrypted `total` bytes so far:
+    /// nil when some arrived (decrypt on), else what the read returns. Drained is
+    /// `.wouldBlock` (`readSecure` decides whether to keep the buffers).
+    private func receiveForRead(_ session: TLSSession, _ tls: TLSState, delivering total: Int) -> SecureRead? {
+        switch receiveCiphertext(into: session, tls: tls) {
+        case .received: return nil
+        case .wouldBlock: return total > 0 ? .bytes(total) : .wouldBlock
+        case .failed(let error): return deliver(total, then: .failed(error), tls)
         }
     }
 
