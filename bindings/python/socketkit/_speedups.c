@@ -391,29 +391,30 @@ static HandleBase *as_handle_base(PyObject *object) {
     return NULL;
 }
 
-/* The live object a handle -> weakref table holds for `handle` (a new reference), or NULL
- * (no exception) when there is none. -1 on error. */
-static int lookup(PyObject *table, const void *handle, PyObject **found) {
+/* A direct-mapped cache in front of the handle tables: the dict lookup costs a PyLong for
+ * the key, a hash probe and an int comparison (~450 instructions per event). An entry holds
+ * the table's weak reference (a strong reference to the weakref object, not to the socket).
+ * It is only trusted while its object still carries the handle (`pointer`): _core sets
+ * _c_handle when it adds a handle to the table and clears it before removing the handle, and
+ * SocketKit never reuses a handle value, so a hit says what the table says; a miss asks the
+ * table. Only touched with the GIL held. */
+#define HANDLE_CACHE_SIZE 1024
+typedef struct {
+    const void *handle;
+    PyObject *ref;
+} HandleCacheEntry;
+static HandleCacheEntry socket_cache[HANDLE_CACHE_SIZE], udp_socket_cache[HANDLE_CACHE_SIZE];
+
+static HandleCacheEntry *cache_entry(HandleCacheEntry *cache, const void *handle) {
+    /* A handle is (generation << 24 | slot + 1) << 4: the slot is in the low bits. */
+    return &cache[((uintptr_t)handle >> 4) & (HANDLE_CACHE_SIZE - 1)];
+}
+
+/* The object a weakref refers to (a new reference), or NULL when it is gone. -1 on error. */
+static int weakref_target(PyObject *ref, PyObject **found) {
     *found = NULL;
-    PyObject *key = PyLong_FromVoidPtr((void *)handle);
-    if (key == NULL) {
-        return -1;
-    }
-    PyObject *ref = PyDict_GetItemWithError(table, key); /* borrowed */
-    Py_DECREF(key);
-    if (ref == NULL) {
-        return PyErr_Occurred() ? -1 : 0;
-    }
-    if (!PyWeakref_Check(ref)) {
-        return 0;
-    }
 #if PY_VERSION_HEX >= 0x030D0000
-    PyObject *object;
-    if (PyWeakref_GetRef(ref, &object) < 0) {
-        return -1;
-    }
-    *found = object; /* NULL: the object is gone */
-    return 0;
+    return PyWeakref_GetRef(ref, found) < 0 ? -1 : 0;
 #else
     PyObject *object = PyWeakref_GetObject(ref); /* borrowed */
     if (object == NULL) {
@@ -427,29 +428,97 @@ static int lookup(PyObject *table, const void *handle, PyObject **found) {
 #endif
 }
 
+/* The live object a handle -> weakref table holds for `handle` (a new reference), or NULL
+ * (no exception) when there is none. -1 on error. */
+static int lookup(PyObject *table, HandleCacheEntry *cache, const void *handle, PyObject **found) {
+    *found = NULL;
+    HandleCacheEntry *entry = cache_entry(cache, handle);
+    if (entry->handle == handle && entry->ref != NULL) {
+        PyObject *object;
+        if (weakref_target(entry->ref, &object) < 0) {
+            return -1;
+        }
+        if (object != NULL) {
+            if ((PyObject_TypeCheck(object, &SocketBase_type) || PyObject_TypeCheck(object, &UdpSocketBase_type)) &&
+                ((HandleBase *)object)->pointer == handle) {
+                *found = object;
+                return 0;
+            }
+            Py_DECREF(object);
+        }
+    }
+    PyObject *key = PyLong_FromVoidPtr((void *)handle);
+    if (key == NULL) {
+        return -1;
+    }
+    PyObject *ref = PyDict_GetItemWithError(table, key); /* borrowed */
+    Py_DECREF(key);
+    if (ref == NULL) {
+        if (entry->handle == handle) {
+            entry->handle = NULL;
+            Py_CLEAR(entry->ref);
+        }
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    if (!PyWeakref_Check(ref)) {
+        return 0;
+    }
+    if (weakref_target(ref, found) < 0) {
+        return -1;
+    }
+    if (*found != NULL) {
+        Py_INCREF(ref);
+        PyObject *previous = entry->ref;
+        entry->handle = handle;
+        entry->ref = ref;
+        Py_XDECREF(previous); /* last: may run a weakref callback, which only edits the table */
+    }
+    return 0;
+}
+
 /* `sock._delegate.<name>` (a new reference), or NULL with no exception when the delegate
- * has no such method. */
-static PyObject *delegate_method(PyObject *sock, PyObject *name, PyObject **delegate_out) {
+ * has no such method. `*unbound` says whether it is the class's function, to be called with
+ * the delegate first (what CPython's method calls do: no bound method object per call);
+ * call it through call_delegate. */
+static PyObject *delegate_method(PyObject *sock, PyObject *name, PyObject **delegate_out, int *unbound) {
+    *unbound = 0;
     HandleBase *base = as_handle_base(sock);
     if (base == NULL) {
         return NULL;
     }
     PyObject *delegate = base->delegate ? base->delegate : Py_None;
     Py_INCREF(delegate);
-    PyObject *method = PyObject_GetAttr(delegate, name);
+    PyObject *method = NULL;
+#if PY_VERSION_HEX < 0x030D0000
+    *unbound = _PyObject_GetMethod(delegate, name, &method);
+#else
+    method = PyObject_GetAttr(delegate, name);
+#endif
     if (method == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
         PyErr_Clear();
     } else if (method == Py_None) {
         Py_CLEAR(method); /* None is "not implemented", as for the ctypes path */
     }
+    if (method == NULL) {
+        *unbound = 0;
+    }
     *delegate_out = delegate;
     return method;
+}
+
+/* Calls what delegate_method found with `args[1...count]`; args[0] is a free slot. */
+static PyObject *call_delegate(PyObject *method, int unbound, PyObject *delegate, PyObject **args, size_t count) {
+    if (unbound) {
+        args[0] = delegate;
+        return PyObject_Vectorcall(method, args, count + 1, NULL);
+    }
+    return PyObject_Vectorcall(method, args + 1, count | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
 }
 
 /* _core._on_read: one read's bytes to its socket's delegate. */
 static int deliver_read(const void *handle, const void *data, size_t length, long tag_value) {
     PyObject *sock;
-    if (lookup(socket_refs, handle, &sock) < 0) {
+    if (lookup(socket_refs, socket_cache, handle, &sock) < 0) {
         return -1;
     }
     if (sock == NULL) {
@@ -477,7 +546,8 @@ static int deliver_read(const void *handle, const void *data, size_t length, lon
     if (payload == NULL) {
         goto done;
     }
-    method = delegate_method(sock, str_socket_did_read, &delegate);
+    int unbound;
+    method = delegate_method(sock, str_socket_did_read, &delegate, &unbound);
     if (method == NULL) {
         outcome = PyErr_Occurred() ? -1 : 0;
         goto done;
@@ -486,8 +556,8 @@ static int deliver_read(const void *handle, const void *data, size_t length, lon
     if (tag == NULL) {
         goto done;
     }
-    PyObject *call[3] = {sock, payload, tag};
-    PyObject *result = PyObject_Vectorcall(method, call, 3, NULL);
+    PyObject *call[4] = {NULL, sock, payload, tag};
+    PyObject *result = call_delegate(method, unbound, delegate, call, 3);
     if (result == NULL) {
         report_delegate_error(msg_did_read, delegate);
     }
@@ -511,7 +581,7 @@ static int deliver_udp_receive(const void *handle, const void *bytes, size_t len
         return 0;
     }
     PyObject *sock;
-    if (lookup(udp_socket_refs, handle, &sock) < 0) {
+    if (lookup(udp_socket_refs, udp_socket_cache, handle, &sock) < 0) {
         return -1;
     }
     if (sock == NULL) {
@@ -552,13 +622,14 @@ static int deliver_udp_receive(const void *handle, const void *bytes, size_t len
     if (address == NULL) {
         goto done;
     }
-    method = delegate_method(sock, str_udp_socket_did_receive, &delegate);
+    int unbound;
+    method = delegate_method(sock, str_udp_socket_did_receive, &delegate, &unbound);
     if (method == NULL) {
         outcome = PyErr_Occurred() ? -1 : 0;
         goto done;
     }
-    PyObject *call[4] = {sock, data, address, Py_None};
-    PyObject *result = PyObject_Vectorcall(method, call, 4, NULL);
+    PyObject *call[5] = {NULL, sock, data, address, Py_None};
+    PyObject *result = call_delegate(method, unbound, delegate, call, 4);
     if (result == NULL) {
         report_delegate_error(msg_did_receive, delegate);
     }

@@ -449,6 +449,167 @@ def test_a_delegate_method_set_to_none_is_not_called(raw_peer, monkeypatch, queu
         host.close()
 
 
+class _Reads(list):
+    """The reads a delegate saw, with a wait for the next one (delegates may run on another
+    thread)."""
+
+    def __init__(self):
+        super().__init__()
+        self.changed = threading.Condition()
+
+    def append(self, item):
+        with self.changed:
+            super().append(item)
+            self.changed.notify_all()
+
+    def wait_for(self, count):
+        with self.changed:
+            assert self.changed.wait_for(lambda: len(self) >= count, WAIT), list(self)
+
+
+class _CallableReader:
+    def __init__(self, reads):
+        self.reads = reads
+
+    def __call__(self, sock, data, tag):
+        self.reads.append(("callable", bytes(data)))
+
+
+def _class_method_reader():
+    class Delegate:
+        def __init__(self):
+            self.reads = _Reads()
+
+        def socket_did_read(self, sock, data, tag):
+            self.reads.append(("class", bytes(data)))
+
+    return Delegate()
+
+
+def _instance_attribute_reader():
+    delegate = _class_method_reader()
+    delegate.socket_did_read = lambda sock, data, tag: delegate.reads.append(("instance", bytes(data)))
+    return delegate
+
+
+def _getattr_reader():
+    class Delegate:
+        def __init__(self):
+            self.reads = _Reads()
+
+        def __getattr__(self, name):
+            if name != "socket_did_read":
+                raise AttributeError(name)
+            return lambda sock, data, tag: self.reads.append(("getattr", bytes(data)))
+
+    return Delegate()
+
+
+def _static_method_reader():
+    reads = _Reads()
+
+    class Delegate:
+        @staticmethod
+        def socket_did_read(sock, data, tag):
+            reads.append(("static", bytes(data)))
+
+    delegate = Delegate()
+    delegate.reads = reads
+    return delegate
+
+
+def _callable_attribute_reader():
+    class Delegate:
+        pass
+
+    delegate = Delegate()
+    delegate.reads = _Reads()
+    delegate.socket_did_read = _CallableReader(delegate.reads)
+    return delegate
+
+
+_READERS = {"class": _class_method_reader, "instance": _instance_attribute_reader, "getattr": _getattr_reader,
+            "static": _static_method_reader, "callable": _callable_attribute_reader}
+
+
+@pytest.mark.parametrize("queue_kind", ["serial", "loop", "host"])
+@pytest.mark.parametrize("form", sorted(_READERS))
+def test_every_form_of_delegate_method_gets_each_read_with_its_own_arguments(raw_peer, queue_kind, form):
+    """The C path calls a class's function without making a bound method (as CPython's own
+    method calls do); every other way to provide the method still gets (sock, data, tag),
+    and a method replaced on the class between two reads is the one the second read calls."""
+    host = socketkit.HostQueue() if queue_kind == "host" else None
+    serial = socketkit.SerialQueue("speedups-forms") if queue_kind == "serial" else None
+    pair = raw_peer()
+    delegate = _READERS[form]()
+    pair.socket.queue = host if host is not None else serial
+    pair.socket.delegate = delegate
+    reads = delegate.reads
+
+    def wait_for(count):
+        if host is not None:
+            pump(host, lambda: len(reads) >= count)
+        else:
+            reads.wait_for(count)
+        assert len(reads) == count, reads
+
+    pair.socket.read_to_length(3, tag=7)
+    pair.peer.sendall(b"one")
+    wait_for(1)
+    assert reads == [(form, b"one")]
+    if form == "class":
+        def replaced(self, sock, data, tag):
+            assert sock is pair.socket and tag == 8
+            self.reads.append(("replaced", bytes(data)))
+
+        type(delegate).socket_did_read = replaced
+        pair.socket.read_to_length(3, tag=8)
+        pair.peer.sendall(b"two")
+        wait_for(2)
+        assert reads[1] == ("replaced", b"two")
+    pair.socket.close()
+    if host is not None:
+        host.close()
+
+
+def test_a_read_drained_after_its_socket_closed_reaches_no_delegate(raw_peer):
+    """A record queued on a host queue for a socket that is then closed is dropped when the
+    queue drains (close: no delegate method runs after it returns), even though the same
+    handle's reads were delivered a moment before (the C path caches handle lookups)."""
+    import select
+
+    host = socketkit.HostQueue()
+    pair = raw_peer()
+    reads = []
+
+    class Delegate:
+        def socket_did_read(self, sock, data, tag):
+            reads.append(bytes(data))
+
+    pair.socket.queue = host
+    pair.socket.delegate = Delegate()
+    pair.socket.read_to_length(3)
+    pair.peer.sendall(b"one")
+    pump(host, lambda: reads == [b"one"])
+    pair.socket.read_to_length(3)
+    pair.peer.sendall(b"two")
+    readable, _, _ = select.select([host.fileno()], [], [], WAIT)
+    assert readable, "the second read's record never reached the host queue"
+    pair.socket.close()
+    host.drain()
+    assert reads == [b"one"]
+    # A new socket (a new handle) on the same queue gets its own reads.
+    second = raw_peer()
+    second.socket.queue = host
+    second.socket.delegate = Delegate()
+    second.socket.read_to_length(5)
+    second.peer.sendall(b"three")
+    pump(host, lambda: len(reads) == 2)
+    assert reads == [b"one", b"three"]
+    second.socket.close()
+    host.close()
+
+
 _EXIT_WHILE_WRITING_SCRIPT = r"""
 import socket
 import socketkit
