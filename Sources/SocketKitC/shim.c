@@ -55,6 +55,22 @@ int skc_send_datagrams(int fd, struct msghdr *headers, unsigned int *lengths, un
     return sent;
 }
 
+static __thread void (*thread_wait_hook)(void *context);
+static __thread void *thread_wait_hook_context;
+
+void skc_set_thread_wait_hook(void (*hook)(void *context), void *context) {
+    thread_wait_hook = hook;
+    thread_wait_hook_context = context;
+}
+
+void skc_thread_will_wait(void) {
+    void (*hook)(void *) = thread_wait_hook;
+    if (hook != NULL) {
+        thread_wait_hook = NULL; /* one-shot, and cleared first: the hook may set it again */
+        hook(thread_wait_hook_context);
+    }
+}
+
 int skc_openssl_init(void) {
     return OPENSSL_init_ssl(OPENSSL_INIT_NO_ATEXIT | OPENSSL_INIT_LOAD_SSL_STRINGS | OPENSSL_INIT_LOAD_CRYPTO_STRINGS,
                             NULL);

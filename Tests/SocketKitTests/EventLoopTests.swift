@@ -25,6 +25,28 @@ struct EventLoopTests {
         #expect(onLoop.load(ordering: .relaxed) == 1000)
     }
 
+    /// The thread-wait hook (sk_thread_set_wait_hook): runs once, on the thread about to
+    /// block (here: joining a loop's thread), before it blocks; nil clears it.
+    @Test func theWaitHookRunsOnceOnTheThreadAboutToBlockAndNilClearsIt() throws {
+        final class Calls: @unchecked Sendable {
+            var threads: [UInt] = []
+        }
+        let calls = Calls()
+        let context = Unmanaged.passRetained(calls)
+        defer { context.release() }
+        let hook: @convention(c) (UnsafeMutableRawPointer?) -> Void = { context in
+            Unmanaged<Calls>.fromOpaque(context!).takeUnretainedValue().threads.append(currentThreadIdentity())
+        }
+        EventLoopGroup.setWaitHookForCurrentThread(hook, context: context.toOpaque())
+        try EventLoopGroup(loopCount: 2).shutdown() // joins two threads: one call
+        #expect(calls.threads == [currentThreadIdentity()])
+
+        EventLoopGroup.setWaitHookForCurrentThread(hook, context: context.toOpaque())
+        EventLoopGroup.setWaitHookForCurrentThread(nil, context: nil)
+        try EventLoopGroup(loopCount: 1).shutdown()
+        #expect(calls.threads.count == 1)
+    }
+
     @Test func tasksFromManyThreadsAllRun() throws {
         let group = EventLoopGroup(loopCount: 1)
         defer { try? group.shutdown() }

@@ -38,6 +38,13 @@ public func sk_loop_group_get_fd(_ handle: OpaquePointer?) -> Int32 {
     return group.backendDescriptor
 }
 
+@_cdecl("sk_thread_set_wait_hook")
+public func sk_thread_set_wait_hook(_ hook: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?,
+                                    _ context: UnsafeMutableRawPointer?) -> Int32 {
+    EventLoopGroup.setWaitHookForCurrentThread(hook, context: context)
+    return 0
+}
+
 @_cdecl("sk_loop_group_run_once")
 public func sk_loop_group_run_once(_ handle: OpaquePointer?, _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
     var more = false

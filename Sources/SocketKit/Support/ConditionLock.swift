@@ -1,4 +1,5 @@
 import Glibc
+import SocketKitC
 
 /// A mutex with a condition variable on the monotonic clock, for the few places where a
 /// thread must sleep until another thread hands it work: serial callback queues, the
@@ -32,12 +33,16 @@ final class ConditionLock: @unchecked Sendable {
 
     /// Sleeps until signalled (spurious wake-ups possible: callers loop on their predicate).
     /// Must be called with the lock held.
-    func wait() { pthread_cond_wait(condition, mutex) }
+    func wait() {
+        skc_thread_will_wait() // sk_thread_set_wait_hook
+        pthread_cond_wait(condition, mutex)
+    }
 
     /// Sleeps until signalled or until `deadline` (monotonic nanoseconds) passes.
     /// Returns false when the deadline passed. Must be called with the lock held.
     @discardableResult
     func wait(untilDeadline deadline: UInt64) -> Bool {
+        skc_thread_will_wait()
         var limit = timespec(tv_sec: Int(deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
         return pthread_cond_timedwait(condition, mutex, &limit) != ETIMEDOUT
     }

@@ -1,4 +1,5 @@
 import Glibc
+import SocketKitC
 import Synchronization
 
 /// Where threads sleep while an `InlineLock` or an `InlineCallbackGate` is taken: a fixed
@@ -37,6 +38,7 @@ enum ParkingLot {
 
     /// Sleeps until `isDone` (called with the bucket's mutex held) returns true.
     static func wait(key: UInt, until isDone: () -> Bool) {
+        skc_thread_will_wait() // before any lock of ours is taken (sk_thread_set_wait_hook)
         let index = bucket(key)
         pthread_mutex_lock(mutexes + index)
         while !isDone() {

@@ -1,4 +1,5 @@
 import Glibc
+import SocketKitC
 import Synchronization
 
 /// A plain mutex for small critical sections that never run user code.
@@ -101,6 +102,7 @@ final class CallbackGate: CallbackGateWaits.Holder, @unchecked Sendable {
             return true
         }
         guard CallbackGateWaits.registerUnlessDeadlocked(me, waitingFor: self) else { return false }
+        skc_thread_will_wait() // the holder runs a callback (sk_thread_set_wait_hook)
         pthread_mutex_lock(mutex)
         CallbackGateWaits.unregister(me)
         holder.store(me, ordering: .releasing)

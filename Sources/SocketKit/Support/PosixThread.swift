@@ -46,6 +46,7 @@ enum PosixThread {
     }
 
     static func join(_ thread: pthread_t) {
+        skc_thread_will_wait() // sk_thread_set_wait_hook
         pthread_join(thread, nil)
     }
 }

@@ -73,6 +73,11 @@ int skc_send_datagrams(int fd, struct msghdr *headers, unsigned int *lengths, un
  * NULL lock in RAND_bytes during exit, seen under valgrind). 1 on success. */
 int skc_openssl_init(void);
 
+/* The calling thread's one-shot wait hook (sk_thread_set_wait_hook): set, and run (then
+ * forgotten) just before the thread blocks inside SocketKit. */
+void skc_set_thread_wait_hook(void (*hook)(void *context), void *context);
+void skc_thread_will_wait(void);
+
 /* SSL_CTX_set_min_proto_version / _max_ (0 = no bound). 1 on success. */
 int skc_tls_ctx_set_versions(SSL_CTX *context, int minimum, int maximum);
 /* SSL_CTX_set_options(SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION |

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <poll.h>
+#include <time.h>
 #include <unistd.h>
 
 /* A thread that keeps sending to a socket until told to stop or the peer goes away. */
@@ -69,6 +70,99 @@ void test_no_callback_after_release(void) {
     close(sender.fd);
     close(listener);
     CHECK_EQ(sk_callback_queue_release(queue), SK_OK);
+}
+
+/* sk_thread_set_wait_hook: a one-shot hook run by the thread that is about to block. */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int in_callback;
+    int go;
+    int callback_saw_go;
+    int hook_calls;
+    pthread_t hook_thread;
+} wait_hook_state_t;
+
+static wait_hook_state_t wait_hook_state = {.lock = PTHREAD_MUTEX_INITIALIZER, .changed = PTHREAD_COND_INITIALIZER};
+
+static void wait_for_flag(wait_hook_state_t *state, int *flag, double seconds) {
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += (time_t)seconds;
+    while (!*flag && pthread_cond_timedwait(&state->changed, &state->lock, &deadline) != ETIMEDOUT) {
+    }
+}
+
+/* Runs on the serial queue's thread and holds the socket's callback until the hook says go
+ * (or ten seconds pass: then the test fails instead of hanging). */
+static void hold_until_go(recorder_t *recorder, sk_socket_t *sock, const void *data, size_t length, long tag) {
+    (void)recorder;
+    (void)sock;
+    (void)data;
+    (void)length;
+    (void)tag;
+    wait_hook_state_t *state = &wait_hook_state;
+    pthread_mutex_lock(&state->lock);
+    state->in_callback = 1;
+    pthread_cond_broadcast(&state->changed);
+    wait_for_flag(state, &state->go, 10);
+    state->callback_saw_go = state->go;
+    pthread_mutex_unlock(&state->lock);
+}
+
+static void count_wait_hook(void *context) {
+    wait_hook_state_t *state = context;
+    pthread_mutex_lock(&state->lock);
+    state->hook_calls++;
+    state->hook_thread = pthread_self();
+    state->go = 1;
+    pthread_cond_broadcast(&state->changed);
+    pthread_mutex_unlock(&state->lock);
+}
+
+void test_wait_hook_runs_once_on_the_thread_about_to_block(void) {
+    wait_hook_state_t *state = &wait_hook_state;
+    recorder_t recorder;
+    recorder_init(&recorder);
+    recorder.on_read = hold_until_go;
+    sk_callback_queue_t *queue = NULL;
+    CHECK_EQ(sk_callback_queue_create_serial("wait-hook", &queue, NULL), SK_OK);
+    uint16_t port = 0;
+    int listener = raw_listen("127.0.0.1", &port, 8);
+    sk_socket_t *sock = recorded_socket(&recorder, queue);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
+    int peer = raw_accept(listener);
+    CHECK_EQ(sk_socket_read(sock, 0, -1, 0, NULL), SK_OK);
+    raw_send(peer, "x", 1);
+    pthread_mutex_lock(&state->lock);
+    wait_for_flag(state, &state->in_callback, 10);
+    CHECK_EQ(state->in_callback, 1);
+    pthread_mutex_unlock(&state->lock);
+
+    /* The read callback runs on the queue's thread, so release waits for it: the hook runs
+     * on this thread first, and only it lets the callback end. */
+    CHECK_EQ(sk_thread_set_wait_hook(count_wait_hook, state), SK_OK);
+    CHECK_EQ(sk_socket_release(sock), SK_OK);
+    pthread_mutex_lock(&state->lock);
+    CHECK_EQ(state->hook_calls, 1);
+    CHECK(pthread_equal(state->hook_thread, pthread_self()));
+    CHECK_EQ(state->callback_saw_go, 1);
+    pthread_mutex_unlock(&state->lock);
+
+    /* One-shot: this thread waits again (the queue's thread ends and is joined; the loop
+     * group's thread too), without calling it. A hook cleared with NULL never runs either. */
+    CHECK_EQ(sk_callback_queue_release(queue), SK_OK);
+    sk_loop_group_t *group = NULL;
+    CHECK_EQ(sk_loop_group_create(1, &group, NULL), SK_OK);
+    CHECK_EQ(sk_thread_set_wait_hook(count_wait_hook, state), SK_OK);
+    CHECK_EQ(sk_thread_set_wait_hook(NULL, NULL), SK_OK);
+    CHECK_EQ(sk_loop_group_release(group), SK_OK);
+    pthread_mutex_lock(&state->lock);
+    CHECK_EQ(state->hook_calls, 1);
+    pthread_mutex_unlock(&state->lock);
+    close(peer);
+    close(listener);
+    recorder_destroy(&recorder);
 }
 
 static void release_self(recorder_t *recorder, sk_socket_t *sock, const void *data, size_t length, long tag) {

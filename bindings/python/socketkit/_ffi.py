@@ -246,6 +246,7 @@ PROTOTYPES = {
     "sk_loop_group_create_driven": (c_int, [_out_handle, _error]),
     "sk_loop_group_get_fd": (c_int, [_handle]),
     "sk_loop_group_run_once": (c_int, [_handle, _error]),
+    "sk_thread_set_wait_hook": (c_int, [c_void_p, c_void_p]),
     "sk_loop_group_release": (c_int, [_handle]),
     # Callback queues
     "sk_callback_queue_create_serial": (c_int, [c_char_p, _out_handle, _error]),
