@@ -2313,7 +2313,7 @@ else:
     _speedups.configure({name: ctypes.cast(getattr(lib, name), c_void_p).value
                          for name in ("sk_socket_write", "sk_socket_read", "sk_udp_socket_send_to_address",
                                       "sk_callback_queue_poll_events", "sk_loop_group_run_once",
-                                      "sk_socket_write_no_copy")},
+                                      "sk_socket_write_no_copy", "sk_thread_set_wait_hook")},
                         _SPEEDUPS_NO_COPY_THRESHOLD, globals())
     # C callbacks for the most frequent events, instead of ctypes trampolines (which cost
     # more than the delegate method they call): for every queue, not only HostQueue.

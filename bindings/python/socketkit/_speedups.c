@@ -33,6 +33,7 @@ static __typeof__(&sk_socket_write_no_copy) sk_write_no_copy;
 static __typeof__(&sk_udp_socket_send_to_address) sk_send_to_address;
 static __typeof__(&sk_callback_queue_poll_events) sk_poll_events;
 static __typeof__(&sk_loop_group_run_once) sk_run_once;
+static __typeof__(&sk_thread_set_wait_hook) sk_set_wait_hook;
 
 static Py_ssize_t no_copy_threshold;
 static PyObject *core_globals;      /* _core's namespace (for _shutting_down) */
@@ -56,6 +57,60 @@ static PyObject *str_write_py, *str_read_py, *str_send_to_address_py, *str_socke
  * deadlock), so a read or write from the delegate method keeps the GIL instead of
  * handing it over and taking it back around a call that returns at once. */
 static __thread int callback_depth;
+
+/* The GIL across one sk_loop_group_run_once() (run_once() below): the host thread takes it
+ * at the first C callback of the iteration and keeps it until the iteration ends, instead
+ * of taking and dropping it around every event (~500 instructions each). Safe because
+ * SocketKit calls the wait hook (sk_thread_set_wait_hook) before this thread would block
+ * inside it, for a callback another thread runs (which may need the GIL) or a lock: the
+ * hook drops the GIL, and the next callback takes it again.
+ *   in_run_once: this thread is inside run_once()'s call of sk_loop_group_run_once;
+ *   run_once_saved: the thread state while run_once() does not hold the GIL (NULL: held). */
+static __thread int in_run_once;
+static __thread PyThreadState *run_once_saved;
+
+static void release_run_once_gil(void *context);
+
+static void arm_wait_hook(void) {
+    sk_set_wait_hook(release_run_once_gil, NULL);
+}
+
+/* The wait hook: drops the GIL if this thread holds it between callbacks of the iteration.
+ * Inside a callback (Python code is running; SocketKit's calls from there never wait,
+ * DESIGN) or while a ctypes call has dropped it, it stays as it is and the hook is set
+ * again for the iteration's next wait. */
+static void release_run_once_gil(void *context) {
+    (void)context;
+    if (!in_run_once || run_once_saved != NULL) {
+        return;
+    }
+    if (callback_depth == 0 && PyGILState_Check()) {
+        run_once_saved = PyEval_SaveThread();
+    } else {
+        arm_wait_hook();
+    }
+}
+
+/* Takes the GIL for a C callback: from run_once() when this is its thread (kept after the
+ * callback), otherwise as any foreign thread does. */
+static int callback_enter(void) {
+    if (in_run_once) {
+        if (run_once_saved != NULL) {
+            PyEval_RestoreThread(run_once_saved);
+            run_once_saved = NULL;
+        }
+        return -1;
+    }
+    return (int)PyGILState_Ensure();
+}
+
+static void callback_leave(int gil) {
+    if (gil == -1) {
+        arm_wait_hook(); /* the GIL stays taken: dropped when the iteration ends or waits */
+    } else {
+        PyGILState_Release((PyGILState_STATE)gil);
+    }
+}
 
 /* Runs `call` without the GIL, unless inside a C delegate callback (see callback_depth). */
 #define SK_CALL(status, call)                                                                                \
@@ -662,13 +717,13 @@ static void trampoline_did_read(sk_socket_t *sock, const void *data, size_t leng
     if (python_gone()) {
         return;
     }
-    PyGILState_STATE gil = PyGILState_Ensure();
+    int gil = callback_enter();
     callback_depth++;
     if (running() && deliver_read(sock, data, length, tag) < 0) {
         report_delegate_error(NULL, Py_None);
     }
     callback_depth--;
-    PyGILState_Release(gil);
+    callback_leave(gil);
 }
 
 /* The sk_udp_delegate_t did_receive member: replaces _core._udp_did_receive. */
@@ -678,7 +733,7 @@ static void trampoline_udp_did_receive(sk_udp_socket_t *sock, const void *data, 
     if (python_gone()) {
         return;
     }
-    PyGILState_STATE gil = PyGILState_Ensure();
+    int gil = callback_enter();
     int status = 0;
     callback_depth++;
     if (context != NULL) {
@@ -697,7 +752,7 @@ static void trampoline_udp_did_receive(sk_udp_socket_t *sock, const void *data, 
         report_delegate_error(NULL, Py_None);
     }
     callback_depth--;
-    PyGILState_Release(gil);
+    callback_leave(gil);
 }
 
 static PyObject *speedups_trampolines(PyObject *module, PyObject *unused) {
@@ -777,13 +832,24 @@ static PyObject *speedups_run_once(PyObject *module, PyObject *group) {
     sk_error_t error;
     int status;
     error.code = 0;
-    /* Without the GIL, though each callback of the iteration then takes it and drops it
-     * again (~500 instructions per event): the iteration may wait for a socket's callback
-     * gate (a listener choosing the loop of a new connection) held by another thread whose
-     * callback waits for the GIL (a SerialQueue), a deadlock if this thread kept the GIL. */
-    Py_BEGIN_ALLOW_THREADS
+    /* Without the GIL until the first C callback, which keeps it for the rest of the
+     * iteration (see in_run_once). A call from inside a callback of an iteration (refused
+     * by SocketKit) leaves the outer iteration's state as it found it. */
+    int outer_in_run_once = in_run_once;
+    PyThreadState *outer_saved = run_once_saved;
+    in_run_once = 1;
+    run_once_saved = PyEval_SaveThread();
     status = sk_run_once(handle, &error);
-    Py_END_ALLOW_THREADS
+    if (run_once_saved != NULL) {
+        PyEval_RestoreThread(run_once_saved);
+    }
+    in_run_once = outer_in_run_once;
+    run_once_saved = outer_saved;
+    if (in_run_once) {
+        arm_wait_hook(); /* the outer iteration keeps the GIL after this callback */
+    } else {
+        sk_set_wait_hook(NULL, NULL);
+    }
     if (status < 0) {
         return raise_status(status, &error);
     }
@@ -800,9 +866,9 @@ static PyObject *speedups_configure(PyObject *module, PyObject *args) {
     }
     static const char *names[] = {"sk_socket_write", "sk_socket_read", "sk_udp_socket_send_to_address",
                                   "sk_callback_queue_poll_events", "sk_loop_group_run_once",
-                                  "sk_socket_write_no_copy"};
-    void *addresses[6];
-    for (int index = 0; index < 6; index++) {
+                                  "sk_socket_write_no_copy", "sk_thread_set_wait_hook"};
+    void *addresses[7];
+    for (int index = 0; index < 7; index++) {
         PyObject *value = PyDict_GetItemString(functions, names[index]);
         addresses[index] = value ? PyLong_AsVoidPtr(value) : NULL;
         if (addresses[index] == NULL) {
@@ -839,6 +905,7 @@ static PyObject *speedups_configure(PyObject *module, PyObject *args) {
     sk_poll_events = (__typeof__(sk_poll_events))addresses[3];
     sk_run_once = (__typeof__(sk_run_once))addresses[4];
     sk_write_no_copy = (__typeof__(sk_write_no_copy))addresses[5];
+    sk_set_wait_hook = (__typeof__(sk_set_wait_hook))addresses[6];
     Py_RETURN_NONE;
 }
 

@@ -391,6 +391,85 @@ asyncio.run(main())
 """
 
 
+_READ_THEN_GATE_WAIT_IN_ONE_ITERATION = r"""
+import asyncio
+import socket
+import threading
+
+import socketkit
+from socketkit import aio
+
+
+async def main():
+    loop = asyncio.get_running_loop()
+    group = aio.loop_group()
+    in_accept = threading.Event()
+    finish_accept = threading.Event()
+    accepted = []
+    reads = []
+    read_done = loop.create_future()
+    second_accepted = loop.create_future()
+
+    class Listener:
+        def socket_did_accept(self, listener, connection):
+            accepted.append(connection)
+            if len(accepted) == 1:
+                in_accept.set()
+                # Holds the listener's callback gate until the read below lets it go on.
+                assert finish_accept.wait(30)
+            else:
+                loop.call_soon_threadsafe(second_accepted.set_result, None)
+
+    class Reader:
+        def socket_did_read(self, sock, data, tag):
+            reads.append(data)
+            # On the asyncio thread, inside run_once: the SerialQueue's thread wakes and
+            # needs the GIL to return from socket_did_accept, while this thread goes on to
+            # the iteration's next event, an accept that waits for that callback's gate.
+            finish_accept.set()
+            read_done.set_result(None)
+
+    listener = socketkit.Socket(Listener(), queue=socketkit.SerialQueue("accepts"), loop_group=group)
+    listener.accept_on_interface("127.0.0.1", 0)
+    plain = socket.create_server(("127.0.0.1", 0))
+    reader = socketkit.Socket(Reader(), queue=None, loop_group=group)
+    reader.connect_to_host("127.0.0.1", plain.getsockname()[1], timeout=10)
+    peer, _ = plain.accept()
+    reader.read()
+
+    first = socket.create_connection(("127.0.0.1", listener.local_port))
+    assert await asyncio.to_thread(in_accept.wait, 30)
+    # Both ready before the asyncio thread runs the next iteration, the read first.
+    peer.sendall(b"x")
+    second = socket.create_connection(("127.0.0.1", listener.local_port))
+    await read_done
+    await second_accepted
+    print("accepted", len(accepted), "read", reads, flush=True)
+    for sock in (first, second, peer, plain):
+        sock.close()
+    reader.close()
+    listener.close()
+    aio.detach()
+
+
+asyncio.run(main())
+"""
+
+
+def test_an_iteration_that_read_on_the_asyncio_thread_drops_the_gil_before_waiting_for_a_callback_gate():
+    """With the C extension the asyncio thread keeps the GIL from one C read callback of an
+    iteration to the next. Here the iteration's next event is an accept that waits for the
+    listener's callback gate, held by a SerialQueue thread that needs the GIL to finish
+    socket_did_accept: SocketKit's wait hook must drop the GIL first (without it, this hangs
+    every time). In a subprocess, so a deadlock fails the test instead of hanging the suite."""
+    import subprocess
+    import sys
+    result = subprocess.run([sys.executable, "-c", _READ_THEN_GATE_WAIT_IN_ONE_ITERATION], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "accepted 2 read [b'x']"
+
+
 def test_a_serial_queue_listener_on_an_asyncio_driven_group_accepts_while_its_callbacks_run():
     """The asyncio thread runs the loop's iterations, which may wait for the listener's
     callback gate (to place a new connection) while the SerialQueue's thread holds it for
