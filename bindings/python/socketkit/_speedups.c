@@ -91,15 +91,19 @@ static void release_run_once_gil(void *context) {
     }
 }
 
-/* Takes the GIL for a C callback: from run_once() when this is its thread (kept after the
- * callback), otherwise as any foreign thread does. */
+/* Takes the GIL for a C callback: on run_once()'s thread between callbacks, to keep after
+ * the callback; otherwise (another thread, or a callback that SocketKit runs inside a call
+ * that dropped the GIL, such as a ctypes call from a ctypes callback) as any thread does. */
 static int callback_enter(void) {
     if (in_run_once) {
         if (run_once_saved != NULL) {
             PyEval_RestoreThread(run_once_saved);
             run_once_saved = NULL;
+            return -1;
         }
-        return -1;
+        if (PyGILState_Check()) {
+            return -1; /* kept since an earlier callback of this iteration */
+        }
     }
     return (int)PyGILState_Ensure();
 }
