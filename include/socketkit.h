@@ -224,13 +224,15 @@ int sk_loop_group_get_fd(sk_loop_group_t *group);
 int sk_loop_group_run_once(sk_loop_group_t *group, sk_error_t *error);
 
 /* Sets a one-shot hook for the calling thread: SocketKit calls hook(context) on this thread
- * just before the thread next blocks inside SocketKit (waiting for a callback running on
- * another thread, for a contended lock, for a thread to end), then forgets it; NULL clears
- * it. For language bindings with an interpreter lock: a host thread may keep the lock from
- * one callback of an sk_loop_group_run_once() iteration to the next instead of releasing
- * and taking it around each one, and the hook releases it before the thread would wait for
- * another thread that needs it. The hook runs on this thread only, perhaps while SocketKit
- * holds a lock of its own: it must not call SocketKit. Returns SK_OK. */
+ * before the thread next waits inside SocketKit for something another thread may be doing
+ * (a callback running on another thread, a contended lock, a thread to end, events with a
+ * timeout), then forgets it; NULL clears it. It may run although the wait then turns out
+ * not to block. One hook per thread: setting one replaces the last. For language bindings
+ * with an interpreter lock: a host thread may keep the lock from one callback of an
+ * sk_loop_group_run_once() iteration to the next instead of releasing and taking it around
+ * each one, and the hook releases it before the thread would wait for another thread that
+ * needs it. The hook runs on this thread only, perhaps while SocketKit holds a lock of its
+ * own: it must not call SocketKit. Returns SK_OK. */
 int sk_thread_set_wait_hook(void (*hook)(void *context), void *context);
 
 /* Releases the handle and stops the group: sockets still open on its loops are closed and

@@ -69,12 +69,14 @@ public final class EventLoopGroup: @unchecked Sendable {
     }
 
     /// Sets a one-shot hook for the calling thread: SocketKit calls `hook(context)` on this
-    /// thread just before the thread next blocks inside SocketKit (waiting for a callback
-    /// running on another thread, for a contended lock, for a thread to end), then forgets
-    /// it; nil clears it. For hosts with an interpreter lock that a driven group's host
-    /// thread keeps from one callback of `runOnce()` to the next: the hook releases it before
-    /// the thread would wait for another thread that needs it. The hook must not call
-    /// SocketKit (it may run while SocketKit holds a lock of its own).
+    /// thread before the thread next waits inside SocketKit for something another thread may
+    /// be doing (a callback running on another thread, a contended lock, a thread to end,
+    /// events with a timeout), then forgets it; nil clears it. It may run although the wait
+    /// then turns out not to block; one hook per thread (setting one replaces the last). For
+    /// hosts with an interpreter lock that a driven group's host thread keeps from one
+    /// callback of `runOnce()` to the next: the hook releases it before the thread would wait
+    /// for another thread that needs it. The hook must not call SocketKit (it may run while
+    /// SocketKit holds a lock of its own).
     public static func setWaitHookForCurrentThread(_ hook: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?,
                                                    context: UnsafeMutableRawPointer?) {
         skc_set_thread_wait_hook(hook, context)

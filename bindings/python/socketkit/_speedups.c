@@ -15,9 +15,10 @@
  *     SerialQueue's thread), doing what _core._on_read and _on_udp_receive do.
  *
  * It does not link libsocketkit: _core.py passes the addresses of the functions of the
- * library ctypes loaded (configure()), so both always use the same copy. Every call into
- * SocketKit releases the GIL, as ctypes does: SocketKit may call back into Python from
- * this thread (a driven loop) or wait for a thread that holds a callback.
+ * library ctypes loaded (configure()), so both always use the same copy. Calls into
+ * SocketKit release the GIL, as ctypes does (SocketKit may call back into Python from this
+ * thread, or wait for a thread that runs a callback), except from inside the C callbacks
+ * (callback_depth) and between the callbacks of one run_once() (in_run_once).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -53,21 +54,40 @@ static PyObject *str_write_py, *str_read_py, *str_send_to_address_py, *str_socke
     *str_shutting_down, *msg_did_read, *msg_did_receive, *empty_bytes;
 
 /* How deep this thread is in one of the C delegate callbacks below. SocketKit's calls
- * made from inside a callback never wait for another thread (DESIGN: no callback-to-call
- * deadlock), so a read or write from the delegate method keeps the GIL instead of
- * handing it over and taking it back around a call that returns at once. */
+ * made from inside a callback never wait for another thread's callback (DESIGN: no
+ * callback-to-call deadlock; at most for a lock that its holder keeps for a few
+ * instructions and without Python), so a read or write from the delegate method keeps the
+ * GIL instead of handing it over and taking it back around a call that returns at once. */
 static __thread int callback_depth;
 
 /* The GIL across one sk_loop_group_run_once() (run_once() below): the host thread takes it
  * at the first C callback of the iteration and keeps it until the iteration ends, instead
  * of taking and dropping it around every event (~500 instructions each). Safe because
- * SocketKit calls the wait hook (sk_thread_set_wait_hook) before this thread would block
- * inside it, for a callback another thread runs (which may need the GIL) or a lock: the
- * hook drops the GIL, and the next callback takes it again.
- *   in_run_once: this thread is inside run_once()'s call of sk_loop_group_run_once;
- *   run_once_saved: the thread state while run_once() does not hold the GIL (NULL: held). */
+ * SocketKit calls the wait hook (sk_thread_set_wait_hook) before this thread would wait
+ * inside it for another thread (a callback gate, a lock, a join): the hook drops the GIL
+ * (another thread's callback may need it), and the next callback takes it again.
+ * Thread-local, saved and restored by a nested run_once():
+ *   in_run_once      this thread is inside run_once()'s call of sk_loop_group_run_once;
+ *   run_once_saved   the thread state while run_once() does not hold the GIL (NULL: held);
+ *   run_once_thread  this thread's state;
+ *   run_once_ensured its gilstate_counter then: a higher count means a PyGILState_Ensure
+ *                    caller (a ctypes callback, release_lent) runs on this thread now, and
+ *                    owns the GIL as it left it. */
 static __thread int in_run_once;
 static __thread PyThreadState *run_once_saved;
+static __thread PyThreadState *run_once_thread;
+static __thread int run_once_ensured;
+
+/* Whether this thread holds the GIL (PyGILState_Check says yes to everything once a
+ * subinterpreter exists). */
+static int holds_gil(void) {
+    return _PyThreadState_UncheckedGet() == run_once_thread;
+}
+
+/* Whether the engine runs directly under run_once(): no PyGILState_Ensure caller between. */
+static int directly_under_run_once(void) {
+    return run_once_thread->gilstate_counter == run_once_ensured;
+}
 
 static void release_run_once_gil(void *context);
 
@@ -75,42 +95,47 @@ static void arm_wait_hook(void) {
     sk_set_wait_hook(release_run_once_gil, NULL);
 }
 
-/* The wait hook: drops the GIL if this thread holds it between callbacks of the iteration.
- * Inside a callback (Python code is running; SocketKit's calls from there never wait,
- * DESIGN) or while a ctypes call has dropped it, it stays as it is and the hook is set
- * again for the iteration's next wait. */
+/* The wait hook: drops the GIL if run_once() keeps it between callbacks of the iteration.
+ * Anything else (a callback running, whose SocketKit calls keep the GIL; a ctypes callback,
+ * whose calls drop it themselves) leaves it as it is, and the hook is set again for the
+ * iteration's next wait. */
 static void release_run_once_gil(void *context) {
     (void)context;
     if (!in_run_once || run_once_saved != NULL) {
         return;
     }
-    if (callback_depth == 0 && PyGILState_Check()) {
+    if (callback_depth == 0 && holds_gil() && directly_under_run_once()) {
         run_once_saved = PyEval_SaveThread();
     } else {
         arm_wait_hook();
     }
 }
 
-/* Takes the GIL for a C callback: on run_once()'s thread between callbacks, to keep after
- * the callback; otherwise (another thread, or a callback that SocketKit runs inside a call
- * that dropped the GIL, such as a ctypes call from a ctypes callback) as any thread does. */
+enum { GIL_KEEP = -1, GIL_LEND = -2 };
+
+/* Takes the GIL for a C callback. On run_once()'s thread directly under the engine, to
+ * keep after the callback (GIL_KEEP). On that thread inside a call made by a PyGILState
+ * caller that dropped the GIL (a ctypes call from a ctypes callback): lent back to
+ * run_once()'s saved state after the callback (GIL_LEND). Anywhere else, as any thread. */
 static int callback_enter(void) {
     if (in_run_once) {
         if (run_once_saved != NULL) {
             PyEval_RestoreThread(run_once_saved);
             run_once_saved = NULL;
-            return -1;
+            return directly_under_run_once() ? GIL_KEEP : GIL_LEND;
         }
-        if (PyGILState_Check()) {
-            return -1; /* kept since an earlier callback of this iteration */
+        if (holds_gil()) {
+            return GIL_KEEP; /* kept since an earlier callback, or held by the one around this */
         }
     }
     return (int)PyGILState_Ensure();
 }
 
 static void callback_leave(int gil) {
-    if (gil == -1) {
+    if (gil == GIL_KEEP) {
         arm_wait_hook(); /* the GIL stays taken: dropped when the iteration ends or waits */
+    } else if (gil == GIL_LEND) {
+        run_once_saved = PyEval_SaveThread();
     } else {
         PyGILState_Release((PyGILState_STATE)gil);
     }
@@ -530,7 +555,7 @@ static int lookup(PyObject *table, HandleCacheEntry *cache, const void *handle, 
         PyObject *previous = entry->ref;
         entry->handle = handle;
         entry->ref = ref;
-        Py_XDECREF(previous); /* last: may run a weakref callback, which only edits the table */
+        Py_XDECREF(previous);
     }
     return 0;
 }
@@ -837,18 +862,25 @@ static PyObject *speedups_run_once(PyObject *module, PyObject *group) {
     int status;
     error.code = 0;
     /* Without the GIL until the first C callback, which keeps it for the rest of the
-     * iteration (see in_run_once). A call from inside a callback of an iteration (refused
-     * by SocketKit) leaves the outer iteration's state as it found it. */
-    int outer_in_run_once = in_run_once;
-    PyThreadState *outer_saved = run_once_saved;
+     * iteration (see in_run_once). Nested (a callback running another driven group's
+     * iteration; its own is refused), the outer iteration's state is kept aside and the
+     * inner one's callbacks count from zero, so its hook may drop the GIL between them. */
+    int outer_in_run_once = in_run_once, outer_depth = callback_depth, outer_ensured = run_once_ensured;
+    PyThreadState *outer_saved = run_once_saved, *outer_thread = run_once_thread;
+    run_once_thread = PyThreadState_Get();
+    run_once_ensured = run_once_thread->gilstate_counter;
     in_run_once = 1;
+    callback_depth = 0;
     run_once_saved = PyEval_SaveThread();
     status = sk_run_once(handle, &error);
     if (run_once_saved != NULL) {
         PyEval_RestoreThread(run_once_saved);
     }
     in_run_once = outer_in_run_once;
+    callback_depth = outer_depth;
     run_once_saved = outer_saved;
+    run_once_thread = outer_thread;
+    run_once_ensured = outer_ensured;
     if (in_run_once) {
         arm_wait_hook(); /* the outer iteration keeps the GIL after this callback */
     } else {

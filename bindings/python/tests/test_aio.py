@@ -470,6 +470,98 @@ def test_an_iteration_that_read_on_the_asyncio_thread_drops_the_gil_before_waiti
     assert result.stdout.strip() == "accepted 2 read [b'x']"
 
 
+_NESTED_ITERATION_WAITS_FOR_A_GATE = r"""
+import select
+import socket
+import threading
+import time
+
+import socketkit
+
+outer = socketkit.LoopGroup.driven()
+inner = socketkit.LoopGroup.driven()
+in_accept = threading.Event()
+finish_accept = threading.Event()
+accepted = []
+inner_reads = []
+outer_reads = []
+
+
+def drive(group, done):
+    # Runs the group's iterations until done() (set by this thread or another), waiting on
+    # the group's descriptor in short slices so a change made by another thread is seen.
+    deadline = time.monotonic() + 30
+    while not done():
+        assert time.monotonic() < deadline, "gave up waiting"
+        readable, _, _ = select.select([group.fileno()], [], [], 0.01)
+        if readable:
+            while group.run_once():
+                pass
+
+
+class Listener:
+    def socket_did_accept(self, listener, connection):
+        accepted.append(connection)
+        if len(accepted) == 1:
+            in_accept.set()
+            assert finish_accept.wait(30)  # holds the listener's gate meanwhile
+
+
+class InnerReader:
+    def socket_did_read(self, sock, data, tag):
+        inner_reads.append(data)
+        finish_accept.set()  # the SerialQueue's thread now needs the GIL, which this iteration keeps
+
+
+class OuterReader:
+    def socket_did_read(self, sock, data, tag):
+        # A C callback of the outer group's iteration runs an iteration of the inner group:
+        # its callbacks count from zero there, so its wait hook may drop the GIL.
+        drive(inner, lambda: len(accepted) == 2)
+        outer_reads.append(data)
+
+
+def connected_reader(delegate, group):
+    plain = socket.create_server(("127.0.0.1", 0))
+    sock = socketkit.Socket(delegate, queue=None, loop_group=group)
+    sock.connect_to_host("127.0.0.1", plain.getsockname()[1], timeout=10)
+    peer, _ = plain.accept()
+    sock.read()
+    return sock, peer, plain
+
+
+listener = socketkit.Socket(Listener(), queue=socketkit.SerialQueue("accepts"), loop_group=inner)
+listener.accept_on_interface("127.0.0.1", 0)
+inner_reader, inner_peer, inner_plain = connected_reader(InnerReader(), inner)
+outer_reader, outer_peer, outer_plain = connected_reader(OuterReader(), outer)
+first = socket.create_connection(("127.0.0.1", listener.local_port))
+drive(inner, in_accept.is_set)
+inner_peer.sendall(b"x")  # ready before the accept below: the inner iteration reads first
+second = socket.create_connection(("127.0.0.1", listener.local_port))
+outer_peer.sendall(b"go")
+drive(outer, lambda: outer_reads)
+print("accepted", len(accepted), "reads", inner_reads, outer_reads, flush=True)
+for sock in (first, second, inner_peer, inner_plain, outer_peer, outer_plain):
+    sock.close()
+for sock in (inner_reader, outer_reader, listener):
+    sock.close()
+inner.close()
+outer.close()
+"""
+
+
+def test_an_iteration_run_from_a_callback_of_another_drops_the_gil_before_waiting_for_a_callback_gate():
+    """The same wait as above, in an iteration of a second driven group that a read callback
+    of the first one runs: the inner iteration's wait hook must drop the GIL although a
+    callback of the outer one is running. In a subprocess, so a deadlock fails the test."""
+    import subprocess
+    import sys
+    result = subprocess.run([sys.executable, "-c", _NESTED_ITERATION_WAITS_FOR_A_GATE], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "accepted 2 reads [b'x'] [b'go']"
+
+
 def test_a_serial_queue_listener_on_an_asyncio_driven_group_accepts_while_its_callbacks_run():
     """The asyncio thread runs the loop's iterations, which may wait for the listener's
     callback gate (to place a new connection) while the SerialQueue's thread holds it for
