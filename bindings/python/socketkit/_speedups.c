@@ -464,15 +464,10 @@ static PyTypeObject UdpSocketBase_type = {
 
 /* ---- dispatch -------------------------------------------------------------------------- */
 
-/* `object` as a HandleBase: what _core's handle tables hold (Socket and UdpSocket derive
- * from SocketBase and UdpSocketBase whenever this extension is in use). NULL with a
- * TypeError for anything else, which would be a bug in _core. */
-static HandleBase *as_handle_base(PyObject *object) {
-    if (PyObject_TypeCheck(object, &SocketBase_type) || PyObject_TypeCheck(object, &UdpSocketBase_type)) {
-        return (HandleBase *)object;
-    }
-    PyErr_Format(PyExc_TypeError, "socketkit: a %.100s in the socket table", Py_TYPE(object)->tp_name);
-    return NULL;
+/* Whether `object` is what _core's handle tables hold: Socket and UdpSocket derive from
+ * SocketBase and UdpSocketBase whenever this extension is in use. */
+static int is_handle_base(PyObject *object) {
+    return PyObject_TypeCheck(object, &SocketBase_type) || PyObject_TypeCheck(object, &UdpSocketBase_type);
 }
 
 /* A direct-mapped cache in front of the handle tables: the dict lookup costs a PyLong for
@@ -512,8 +507,9 @@ static int weakref_target(PyObject *ref, PyObject **found) {
 #endif
 }
 
-/* The live object a handle -> weakref table holds for `handle` (a new reference), or NULL
- * (no exception) when there is none. -1 on error. */
+/* The live object a handle -> weakref table holds for `handle` (a new reference, always a
+ * HandleBase), or NULL (no exception) when there is none. -1 on error, a TypeError for an
+ * object of another type (a bug in _core). */
 static int lookup(PyObject *table, HandleCacheEntry *cache, const void *handle, PyObject **found) {
     *found = NULL;
     HandleCacheEntry *entry = cache_entry(cache, handle);
@@ -523,8 +519,7 @@ static int lookup(PyObject *table, HandleCacheEntry *cache, const void *handle, 
             return -1;
         }
         if (object != NULL) {
-            if ((PyObject_TypeCheck(object, &SocketBase_type) || PyObject_TypeCheck(object, &UdpSocketBase_type)) &&
-                ((HandleBase *)object)->pointer == handle) {
+            if (is_handle_base(object) && ((HandleBase *)object)->pointer == handle) {
                 *found = object;
                 return 0;
             }
@@ -550,6 +545,11 @@ static int lookup(PyObject *table, HandleCacheEntry *cache, const void *handle, 
     if (weakref_target(ref, found) < 0) {
         return -1;
     }
+    if (*found != NULL && !is_handle_base(*found)) {
+        PyErr_Format(PyExc_TypeError, "socketkit: a %.100s in the socket table", Py_TYPE(*found)->tp_name);
+        Py_CLEAR(*found);
+        return -1;
+    }
     if (*found != NULL) {
         Py_INCREF(ref);
         PyObject *previous = entry->ref;
@@ -560,16 +560,12 @@ static int lookup(PyObject *table, HandleCacheEntry *cache, const void *handle, 
     return 0;
 }
 
-/* `sock._delegate.<name>` (a new reference), or NULL with no exception when the delegate
+/* `base._delegate.<name>` (a new reference), or NULL with no exception when the delegate
  * has no such method. `*unbound` says whether it is the class's function, to be called with
  * the delegate first (what CPython's method calls do: no bound method object per call);
  * call it through call_delegate. */
-static PyObject *delegate_method(PyObject *sock, PyObject *name, PyObject **delegate_out, int *unbound) {
+static PyObject *delegate_method(HandleBase *base, PyObject *name, PyObject **delegate_out, int *unbound) {
     *unbound = 0;
-    HandleBase *base = as_handle_base(sock);
-    if (base == NULL) {
-        return NULL;
-    }
     PyObject *delegate = base->delegate ? base->delegate : Py_None;
     Py_INCREF(delegate);
     PyObject *method = NULL;
@@ -610,10 +606,7 @@ static int deliver_read(const void *handle, const void *data, size_t length, lon
     }
     PyObject *payload = NULL, *delegate = NULL, *method = NULL, *tag = NULL;
     int outcome = -1;
-    HandleBase *base = as_handle_base(sock);
-    if (base == NULL) {
-        goto done;
-    }
+    HandleBase *base = (HandleBase *)sock; /* lookup checked the type */
     int pinned = base->pending_buffers != NULL ? PyObject_IsTrue(base->pending_buffers) : 0;
     if (pinned < 0) {
         goto done;
@@ -631,7 +624,7 @@ static int deliver_read(const void *handle, const void *data, size_t length, lon
         goto done;
     }
     int unbound;
-    method = delegate_method(sock, str_socket_did_read, &delegate, &unbound);
+    method = delegate_method(base, str_socket_did_read, &delegate, &unbound);
     if (method == NULL) {
         outcome = PyErr_Occurred() ? -1 : 0;
         goto done;
@@ -707,7 +700,7 @@ static int deliver_udp_receive(const void *handle, const void *bytes, size_t len
         goto done;
     }
     int unbound;
-    method = delegate_method(sock, str_udp_socket_did_receive, &delegate, &unbound);
+    method = delegate_method((HandleBase *)sock, str_udp_socket_did_receive, &delegate, &unbound);
     if (method == NULL) {
         outcome = PyErr_Occurred() ? -1 : 0;
         goto done;
