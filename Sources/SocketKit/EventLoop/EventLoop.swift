@@ -76,10 +76,12 @@ public final class EventLoop: @unchecked Sendable {
 
     private static let wakeupToken = UInt64.max
     private static let timerToken = UInt64.max - 1
-    /// 64 KiB. Larger reads make fewer system calls but lose more in cache misses: a stream
-    /// echo measured side by side (bench stream1, 2 runs each, throughput / C epoll's) gave
+    /// 64 KiB. Larger reads make fewer system calls but cost more per byte: a stream echo
+    /// measured side by side (bench stream1, 2 runs each, throughput / C epoll's) gave
     /// 1.15x at 64 KiB, 0.79x at 128 KiB and 0.75x at 256 KiB, though 256 KiB reads made a
-    /// quarter of the calls. Measure before changing it.
+    /// quarter of the calls; again with five runs each (2026-11-24, the echo server built
+    /// three ways), server CPU per MB / C epoll's: 0.90x, 1.31x, 1.34x (TLS stream 0.86x,
+    /// 1.03x, 1.08x). Measure before changing it.
     static let readBufferSize = 64 * 1024
 
     init(index: Int, group: EventLoopGroup?, driven: Bool = false) {
