@@ -809,18 +809,25 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     /// drains on the queue — so callbacks never overlap and keep their order, even across a
     /// change of queue.
     func deliver(_ event: SocketEvent, from core: TCPSocketCore) {
-        var event = event
         if case .didAccept(let childCore) = event {
             let (queue, receiver) = core.withStateLock { (routing.queue, routing.receiver) }
             let child = Socket(acceptedCore: childCore, receiver: receiver?.receiverForAcceptedSocket(),
                                callbackQueue: queue)
-            event = .didAcceptSocket(child)
+            route(.didAcceptSocket(child))
+            return
         }
-        let queue = core.withStateLock { routing.queue }
-        if queue.runsOnEventLoop && !(mailboxStorage?.isBusy ?? false) {
+        route(event)
+    }
+
+    /// `deliver` for every event but `.didAccept`. The common case, callbacks on the loop
+    /// with none waiting, copies and retains nothing: the event goes straight on.
+    private func route(_ event: SocketEvent) {
+        let onLoop = core.withStateLock { routing.queue.runsOnEventLoop }
+        if onLoop && !(mailboxStorage?.isBusy ?? false) {
             deliverNow(event)
             return
         }
+        let queue = core.withStateLock { routing.queue }
         let mailbox: EventMailbox<SocketEvent>
         if let existing = mailboxStorage {
             mailbox = existing

@@ -190,7 +190,7 @@ extension TCPSocketCore {
             emit(.didConnect(peer: remote))
             guard session == self.session, phase == .connected else { return }
         }
-        if !writeQueue.isEmpty {
+        if hasQueuedWrites {
             startHeadWrite()
             scheduleWriteFlush()
         }

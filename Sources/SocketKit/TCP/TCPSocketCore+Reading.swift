@@ -9,12 +9,13 @@ extension TCPSocketCore {
               !disconnectAfterReads, !disconnectAfterWrites else { return }
         // The usual case, one read at a time, never touches the queue's array: the read
         // waits in `currentRead` (not started) and an idle socket owns no queue storage.
-        if currentRead == nil && readQueue.isEmpty {
+        if currentRead == nil && !hasQueuedReads {
             currentRead = request
         } else {
             readQueue.append(request)
         }
-        if phase == .connected { scheduleReadPump() }
+        // A callback of this socket's own pump queued it: that pump's loop starts it.
+        if phase == .connected && !pumpingReads { scheduleReadPump() }
     }
 
     /// Serves the read queue: from the prebuffer first, then from the kernel while the
@@ -22,11 +23,14 @@ extension TCPSocketCore {
     /// sends faster than the application reads fills the kernel buffers and TCP flow control
     /// slows it down.
     func pumpReads() {
-        if tls != nil && tls!.stage != .secure {
+        if hasTLS && tls!.stage != .secure {
             guard tlsPumpBeforeSecure() else { return }
         }
         let secure = tls?.stage == .secure
         var kernelReads = 0
+        let wasPumping = pumpingReads
+        pumpingReads = true
+        defer { pumpingReads = wasPumping }
         pump: while phase == .connected && !readTimeoutPending {
             if !currentReadStarted {
                 guard !tlsHoldsReads else { break }
@@ -129,7 +133,7 @@ extension TCPSocketCore {
             currentReadStarted = false
             cancel(readTimer)
             readProgress.clear()
-            if tls != nil { tlsCountCompletedRead() }
+            if hasTLS { tlsCountCompletedRead() }
             if ownerWants(.read) {
                 let payload: ReadPayload = borrowed
                     ? .borrowed(UnsafeRawBufferPointer(rebasing: source[0..<consumed]))

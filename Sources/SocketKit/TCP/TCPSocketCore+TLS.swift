@@ -65,7 +65,7 @@ extension TCPSocketCore {
     /// The loop side of `Socket.startTLS`: sets the marker (the first call of a session only).
     func startTLS(context: TLSContext, session: UInt64) {
         guard session == self.session, phase == .resolving || phase == .connecting || phase == .connected,
-              !disconnectAfterReads, !disconnectAfterWrites, tls == nil else { return }
+              !disconnectAfterReads, !disconnectAfterWrites, !hasTLS else { return }
         tls = TLSState(context: context, readsBefore: readQueue.count + (currentRead == nil ? 0 : 1),
                        writesBefore: writeQueue.count)
         if phase == .connected && registration != nil { scheduleReadPump() }
@@ -217,7 +217,7 @@ extension TCPSocketCore {
         }
         emit(.didSecure)
         guard current == self.session, phase == .connected else { return }
-        if !writeQueue.isEmpty {
+        if hasQueuedWrites {
             if !headWriteStarted { startHeadWrite() }
             scheduleWriteFlush()
         }
@@ -423,7 +423,7 @@ extension TCPSocketCore {
         while phase == .connected {
             // Encrypt only into an empty queue: appending behind unsent records would move
             // them, and a queue that stays small never needs more than one heap block.
-            while tls.outbound.isEmpty && !writeTimeoutPending && !writeQueue.isEmpty
+            while tls.outbound.isEmpty && !writeTimeoutPending && hasQueuedWrites
                     && session.pendingOutput < TCPSocketCore.tlsOutboundLimit {
                 if !headWriteStarted { startHeadWrite() }
                 let result = writeQueue[0].withRemainingBytes { bytes in

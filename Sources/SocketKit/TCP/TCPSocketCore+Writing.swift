@@ -29,10 +29,10 @@ extension TCPSocketCore {
     /// socket's own callback (didWrite then follows that callback, as always), or when the
     /// delegate does not listen for write completions.
     func writeImmediately(_ bytes: UnsafeRawBufferPointer, session: UInt64) -> Int? {
-        guard session == self.session, phase == .connected, writable, writeQueue.isEmpty,
+        guard session == self.session, phase == .connected, writable, !hasQueuedWrites,
               !writeTimeoutPending, !disconnectAfterReads, !disconnectAfterWrites, bytes.count > 0,
               inCallout || (!ownerWants(.write) && !ownerWants(.writePartial)) else { return nil }
-        if tls != nil { return writeImmediatelySecure(bytes) }
+        if hasTLS { return writeImmediatelySecure(bytes) }
         let written = send(fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags)
         guard written > 0 else {
             if written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { writable = false }
@@ -77,7 +77,7 @@ extension TCPSocketCore {
             return
         }
         var systemCalls = 0
-        while phase == .connected && writable && !writeTimeoutPending && !writeQueue.isEmpty && !tlsHoldsWrites {
+        while phase == .connected && writable && !writeTimeoutPending && hasQueuedWrites && !tlsHoldsWrites {
             guard systemCalls < TCPSocketCore.systemCallsPerFlush else {
                 scheduleWriteFlush()
                 return
@@ -144,7 +144,7 @@ extension TCPSocketCore {
                 headWriteStarted = false
                 cancel(writeTimer)
                 writeProgressBox.load()?.cell.clear()
-                if tls != nil { tlsCountCompletedWrite() }
+                if hasTLS { tlsCountCompletedWrite() }
                 if ownerWants(.write) {
                     emit(.didWrite(tag: head.tag))
                     guard session == self.session && phase == .connected else { return false }
@@ -187,7 +187,7 @@ extension TCPSocketCore {
 
     /// The delegate's answer to `shouldTimeoutWrite`.
     func resolveWriteTimeout(extension seconds: Double, question: UInt64) {
-        guard question == writeTimeoutQuestion, phase == .connected, writeTimeoutPending, !writeQueue.isEmpty else { return }
+        guard question == writeTimeoutQuestion, phase == .connected, writeTimeoutPending, hasQueuedWrites else { return }
         writeTimeoutPending = false
         if seconds > 0 && seconds.isFinite {
             writeQueue[0].timeout += seconds

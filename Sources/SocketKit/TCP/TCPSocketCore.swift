@@ -43,6 +43,10 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     var disconnectAfterWrites = false
     var readTimeoutPending = false
     var currentReadStarted = false
+    /// `pumpReads` is running its loop: a read queued now (by a callback it made) is picked
+    /// up by that loop, so queueing it schedules no second pump. (Here it fits the padding
+    /// before `prebuffer`; after `readPumpScheduled` it made every core 16 bytes bigger.)
+    var pumpingReads = false
     /// The descriptor came from the user (`Socket(adopting:)`): its options are unknown and
     /// it may have duplicates, so closing it also removes it from epoll explicitly.
     var adoptedDescriptor = false
@@ -133,6 +137,12 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     }
 
     private var outOfLineState: OutOfLineState? = nil
+
+    // The hot path's checks: unlike the accessors above (whose yield retains and releases
+    // the out-of-line state, twice per echoed message), these only load through it.
+    var hasQueuedReads: Bool { outOfLineState.map { !$0.readQueue.isEmpty } ?? false }
+    var hasQueuedWrites: Bool { outOfLineState.map { !$0.writeQueue.isEmpty } ?? false }
+    var hasTLS: Bool { outOfLineState?.tls != nil }
 
     var outOfLine: OutOfLineState {
         if let state = outOfLineState { return state }
@@ -460,7 +470,7 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         }
         if events & EPOLLIN.rawValue != 0 { readable = true }
         if events & EPOLLOUT.rawValue != 0 { writable = true }
-        if writable && (!writeQueue.isEmpty || tls != nil) {
+        if writable && (hasQueuedWrites || hasTLS) {
             flushWrites()
         }
         if phase == .connected {
@@ -498,7 +508,7 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     /// disconnect after writing and writes are still queued, they are sent first (for at
     /// most `lingerSeconds`), like a transport's graceful close; queued reads are dropped.
     func ownerReleased() {
-        if phase == .connected && disconnectAfterWrites && !writeQueue.isEmpty && fd >= 0 {
+        if phase == .connected && disconnectAfterWrites && hasQueuedWrites && fd >= 0 {
             outOfLineState?.readQueue.removeAll()
             currentRead = nil
             currentReadStarted = false
@@ -608,9 +618,9 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     func closeIfDisconnectAfterIsDue() {
         guard phase == .connected, disconnectAfterReads || disconnectAfterWrites else { return }
         // A TLS marker not yet passed counts as a queued read and write.
-        let tlsDone = tls == nil || tls!.stage == .secure
-        let readsDone = currentRead == nil && readQueue.isEmpty && tlsDone
-        let writesDone = writeQueue.isEmpty && tlsDone && !tlsHasOutbound
+        let tlsDone = !hasTLS || tls!.stage == .secure
+        let readsDone = currentRead == nil && !hasQueuedReads && tlsDone
+        let writesDone = !hasQueuedWrites && tlsDone && !tlsHasOutbound
         if disconnectAfterReads && disconnectAfterWrites {
             if readsDone && writesDone { closeSession(nil, graceful: true) }
         } else if disconnectAfterReads {
