@@ -91,16 +91,21 @@ final class HandleRegistry: @unchecked Sendable {
         return (index - 1, UInt32(generation))
     }
 
+    /// Every C call that names a handle comes here, so it is written out without
+    /// `withLock`'s closure (which the optimizer left as three calls and a thunk).
+    @inline(__always)
     func lookup<Object: AnyObject>(_ handle: OpaquePointer?, _ kind: Kind, as type: Object.Type) -> Object? {
         guard let (slot, generation) = decode(handle) else { return nil }
-        return withLock {
-            guard slot < slots.count, slots[slot].generation == generation, slots[slot].kind == kind,
-                  let object = slots[slot].object else { return nil }
-            // The kind was checked against the class at registration; `Object` is that class
-            // (or a superclass of it) at every call site.
-            assert(object is Object)
-            return unsafeDowncast(object, to: Object.self)
-        }
+        let key = parkingKey(of: self)
+        lock.lock(key: key)
+        let object: AnyObject? = slot < slots.count && slots[slot].generation == generation
+            && slots[slot].kind == kind ? slots[slot].object : nil
+        lock.unlock(key: key)
+        guard let object else { return nil }
+        // The kind was checked against the class at registration; `Object` is that class
+        // (or a superclass of it) at every call site.
+        assert(object is Object)
+        return unsafeDowncast(object, to: Object.self)
     }
 
     /// Removes the handle; returns the object it held (the caller drops it outside the lock).

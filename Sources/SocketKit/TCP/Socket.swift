@@ -858,7 +858,6 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
         let receiver = core.withStateLock { routing.receiver }
         let answer = receiver?.receive(event, on: self) ?? 0
         gate.leave(key: gateKey)
-        let core = self.core
         if receiver == nil, case .didReceiveTrust(_, let question) = event {
             // No delegate to judge the peer: reject at once rather than wait for the timeout.
             answerTrust(question: question, accept: false)
@@ -869,8 +868,10 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
             // whatever queues the listener and the child use.
             child.activateAccepted()
         case .shouldTimeoutRead(_, _, _, let question) where !answer.isNaN:
+            let core = self.core
             eventLoop.execute { core.resolveReadTimeout(extension: answer, question: question) }
         case .shouldTimeoutWrite(_, _, _, let question) where !answer.isNaN:
+            let core = self.core
             eventLoop.execute { core.resolveWriteTimeout(extension: answer, question: question) }
         default:
             break // a NaN answer: the receiver answers later, with `answerTimeout`
