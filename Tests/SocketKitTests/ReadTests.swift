@@ -71,6 +71,28 @@ struct ReadTests {
         #expect(pair.recorder.waitForBytes(13).suffix(4) == bytes("dddd")[...])
     }
 
+    @Test func readsQueuedByDidReadOnTheLoopAreStartedByThePumpThatMadeTheCallback() throws {
+        let pair = try RawPair()
+        // Each read's callback (on the loop, inside the read pump) queues the next one, which
+        // that pump then starts itself, with nothing scheduled; the third queues nothing.
+        pair.recorder.onRead = { socket, _, tag in
+            if tag < 2 { try? socket.read(toData: Socket.lf, tag: tag + 1) }
+        }
+        try pair.socket.read(toData: Socket.lf, tag: 0)
+        try pair.peer.send("a\nbb\nccc\ndddd\n")
+        #expect(pair.recorder.wait { $0.filter { if case .read = $0 { return true }; return false }.count == 3 })
+        #expect(pair.recorder.reads().map(\.bytes) == [bytes("a\n"), bytes("bb\n"), bytes("ccc\n")])
+        // That pump has ended: reads queued from another thread still run, from the
+        // prebuffer and then from new bytes.
+        try pair.socket.read(toData: Socket.lf, tag: 3)
+        #expect(pair.recorder.wait { $0.filter { if case .read = $0 { return true }; return false }.count == 4 })
+        try pair.socket.read(toLength: 2, tag: 4)
+        try pair.peer.send("ee")
+        #expect(pair.recorder.wait { $0.filter { if case .read = $0 { return true }; return false }.count == 5 })
+        #expect(pair.recorder.reads().map(\.bytes).suffix(2) == [bytes("dddd\n"), bytes("ee")])
+        #expect(pair.recorder.reads().map(\.tag) == [0, 1, 2, 3, 4])
+    }
+
     @Test func separatorSplitAcrossOneByteWritesIsFound() throws {
         let pair = try RawPair()
         let separator = bytes("\r\n\r\n")
