@@ -127,11 +127,8 @@ void test_wait_hook_runs_once_on_the_thread_about_to_block(void) {
     recorder.on_read = hold_until_go;
     sk_callback_queue_t *queue = NULL;
     CHECK_EQ(sk_callback_queue_create_serial("wait-hook", &queue, NULL), SK_OK);
-    uint16_t port = 0;
-    int listener = raw_listen("127.0.0.1", &port, 8);
-    sk_socket_t *sock = recorded_socket(&recorder, queue);
-    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
-    int peer = raw_accept(listener);
+    int listener, peer;
+    sk_socket_t *sock = connected_recorded_socket(&recorder, queue, &listener, &peer);
     CHECK_EQ(sk_socket_read(sock, 0, -1, 0, NULL), SK_OK);
     raw_send(peer, "x", 1);
     pthread_mutex_lock(&state->lock);
@@ -178,11 +175,8 @@ void test_release_inside_own_callback(void) {
     recorder_t recorder;
     recorder_init(&recorder);
     recorder.on_read = release_self;
-    uint16_t port = 0;
-    int listener = raw_listen("127.0.0.1", &port, 8);
-    sk_socket_t *sock = recorded_socket(&recorder, NULL);
-    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
-    int peer = raw_accept(listener);
+    int listener, peer;
+    sk_socket_t *sock = connected_recorded_socket(&recorder, NULL, &listener, &peer);
     CHECK_EQ(sk_socket_read(sock, 1, -1, 1, NULL), SK_OK);
     CHECK_EQ(sk_socket_read(sock, 1, -1, 2, NULL), SK_OK);
     raw_send(peer, "xy", 2);
@@ -199,11 +193,8 @@ void test_set_delegate_and_callback_queue(void) {
     recorder_t first, second;
     recorder_init(&first);
     recorder_init(&second);
-    uint16_t port = 0;
-    int listener = raw_listen("127.0.0.1", &port, 8);
-    sk_socket_t *sock = recorded_socket(&first, NULL);
-    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
-    int peer = raw_accept(listener);
+    int listener, peer;
+    sk_socket_t *sock = connected_recorded_socket(&first, NULL, &listener, &peer);
     recorder_expect(&first, EVENT_CONNECT, 1);
 
     sk_socket_delegate_t delegate = recorder_delegate();
@@ -259,11 +250,8 @@ void test_host_queue_runs_callbacks_when_drained(void) {
     int fd = sk_callback_queue_fd(queue);
     CHECK(fd >= 0);
     CHECK(!readable(fd, 0));
-    uint16_t port = 0;
-    int listener = raw_listen("127.0.0.1", &port, 8);
-    sk_socket_t *sock = recorded_socket(&recorder, queue);
-    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
-    int peer = raw_accept(listener);
+    int listener, peer;
+    sk_socket_t *sock = connected_recorded_socket(&recorder, queue, &listener, &peer);
     CHECK_EQ(sk_socket_read_to_length(sock, 3, -1, 1, NULL), SK_OK);
     CHECK_EQ(sk_socket_read_to_length(sock, 3, -1, 2, NULL), SK_OK);
     raw_send(peer, "abcdef", 6);
@@ -636,11 +624,8 @@ static void block_loop(const sk_socket_descriptors_t *descriptors, void *context
 void test_release_stops_writes_into_caller_buffers(void) {
     recorder_t recorder;
     recorder_init(&recorder);
-    uint16_t port = 0;
-    int listener = raw_listen("127.0.0.1", &port, 8);
-    sk_socket_t *sock = recorded_socket(&recorder, NULL);
-    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
-    int peer = raw_accept(listener);
+    int listener, peer;
+    sk_socket_t *sock = connected_recorded_socket(&recorder, NULL, &listener, &peer);
     recorder_expect(&recorder, EVENT_CONNECT, 1);
 
     unsigned char *buffer = malloc(64);
@@ -676,11 +661,8 @@ void test_release_stops_writes_into_caller_buffers(void) {
 void test_release_after_disconnect_after_writing_still_delivers(void) {
     recorder_t recorder;
     recorder_init(&recorder);
-    uint16_t port = 0;
-    int listener = raw_listen("127.0.0.1", &port, 8);
-    sk_socket_t *sock = recorded_socket(&recorder, NULL);
-    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
-    int peer = raw_accept(listener);
+    int listener, peer;
+    sk_socket_t *sock = connected_recorded_socket(&recorder, NULL, &listener, &peer);
     recorder_expect(&recorder, EVENT_CONNECT, 1);
 
     /* More than the kernel buffers hold while the peer is not reading: most of it is still

@@ -441,6 +441,16 @@ int raw_accept(int listener) {
     return fd;
 }
 
+sk_socket_t *connected_recorded_socket(recorder_t *recorder, sk_callback_queue_t *queue,
+                                       int *listener, int *peer) {
+    uint16_t port = 0;
+    *listener = raw_listen("127.0.0.1", &port, 8);
+    sk_socket_t *sock = recorded_socket(recorder, queue);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
+    *peer = raw_accept(*listener);
+    return sock;
+}
+
 void raw_send(int fd, const void *data, size_t length) {
     const unsigned char *bytes = data;
     while (length > 0) {

@@ -140,6 +140,10 @@ void recorder_notify(recorder_t *recorder);
 sk_socket_t *recorded_socket(recorder_t *recorder, sk_callback_queue_t *queue);
 /* A listener on 127.0.0.1, kernel-picked port written to *port. */
 sk_socket_t *recorded_listener(recorder_t *recorder, uint16_t *port);
+/* A recorded socket connected to a raw listener on 127.0.0.1; the listener and the peer's
+ * accepted descriptor come back in *listener and *peer (the caller closes both). */
+sk_socket_t *connected_recorded_socket(recorder_t *recorder, sk_callback_queue_t *queue,
+                                       int *listener, int *peer);
 
 /* Plain blocking sockets (every wait bounded). */
 int raw_listen(const char *address, uint16_t *port, int backlog);
