@@ -453,6 +453,8 @@ void test_host_queue_hands_events_over_as_records(void) {
     CHECK(events[0].error != NULL);
     CHECK_EQ(events[0].error->code, SK_ERR_READ_TIMEOUT);
     CHECK_EQ(recorder_count(&recorder, EVENT_DISCONNECT), 0);
+    /* Nothing pending: 0 records, and bad arguments are still refused on an empty queue. */
+    CHECK_EQ(sk_callback_queue_poll_events(queue, events, 64), 0);
 
     /* Bad input. */
     CHECK_EQ(sk_callback_queue_poll_events(queue, NULL, 4), SK_ERR_BAD_PARAM);
