@@ -11,7 +11,7 @@ import threading
 import pytest
 
 import socketkit
-from conftest import WAIT, Recorder, pattern
+from conftest import WAIT, Recorder, pattern, pump
 
 
 def test_connect_write_read_with_a_stdlib_peer(raw_peer):
@@ -500,6 +500,38 @@ def test_a_host_queue_hands_over_batches_in_order_and_answers_timeouts(raw_peer)
     assert pair.recorder.overlaps == 0 and pair.recorder.after_disconnect == 0
     assert threading.get_ident() in pair.recorder.threads
     host.close()
+
+
+def test_one_drainer_at_a_time_an_empty_drain_and_a_closed_queue(raw_peer):
+    """drain() of an empty queue returns 0 and leaves nothing pending; drain() from a delegate
+    method that a drain runs returns 0 (one drainer at a time) and the outer drain goes on to
+    the next event; and the queue drains normally afterwards (the one-drainer token is given
+    back). A closed queue's drain raises InvalidHandleError."""
+    import select
+    host = socketkit.HostQueue()
+    assert host.drain() == 0
+    assert not select.select([host.fileno()], [], [], 0)[0]
+    pair = raw_peer()
+    pair.socket.queue = host
+    nested = []
+    pair.recorder.on_read = lambda sock, data, tag: nested.append(host.drain())
+    pair.socket.read_to_length(1, tag=1)
+    pair.socket.read_to_length(1, tag=2)
+    pair.peer.sendall(b"ab")
+    pump(host, lambda: pair.recorder.count("read") == 2)
+    assert nested == [0, 0]
+    assert [event for event in pair.recorder.events if event[0] == "read"] == [("read", b"a", 1), ("read", b"b", 2)]
+    pair.recorder.on_read = None
+    pair.socket.read_to_length(1, tag=3)
+    pair.peer.sendall(b"c")
+    pump(host, lambda: pair.recorder.count("read") == 3)
+    assert pair.recorder.events[-1] == ("read", b"c", 3)
+    assert host.drain() == 0
+    pair.socket.queue = None
+    host.close()
+    for _ in range(2):  # the failure gave the token back: it raises again, not "busy" (0)
+        with pytest.raises(socketkit.InvalidHandleError):
+            host.drain()
 
 
 def test_loop_groups(recorder):
