@@ -253,9 +253,7 @@ class HostQueue(CallbackQueue):
         except IndexError:
             return 0
         try:
-            queue = self._handle
-            if queue is None:
-                raise InvalidHandleError("the callback queue is closed", -11)
+            queue = self._handle or self.handle  # the property only to raise when closed
             handled = 0
             while True:
                 room = self.BATCH if max_callbacks <= 0 else min(self.BATCH, max_callbacks - handled)
@@ -310,9 +308,7 @@ class LoopGroup:
     def run_once(self) -> bool:
         """Runs one iteration of a driven group's loop without waiting, on the thread that
         created the group; True when more work is ready at once."""
-        group = self._handle
-        if group is None:
-            raise InvalidHandleError("the loop group is closed", -11)
+        group = self._handle or self.handle  # the property only to raise when closed
         if _speedups is not None:
             return _speedups.run_once(group)
         errors = _thread_errors
