@@ -55,6 +55,8 @@ int skc_send_datagrams(int fd, struct msghdr *headers, unsigned int *lengths, un
     return sent;
 }
 
+__thread skc_callback_scope_t skc_callback_scope __attribute__((tls_model("initial-exec")));
+
 static __thread void (*thread_wait_hook)(void *context);
 static __thread void *thread_wait_hook_context;
 

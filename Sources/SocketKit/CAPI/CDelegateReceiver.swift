@@ -45,6 +45,12 @@ final class CDelegateReceiver: SocketEventReceiver, @unchecked Sendable {
         if let sink = sink(for: socket) {
             return record(event, on: socket, handle: handle, into: sink)
         }
+        return CallbackScope.with(socket, handle: handle, kind: CallbackScope.socketKind) {
+            deliver(event, on: socket, handle: handle)
+        }
+    }
+
+    private func deliver(_ event: SocketEvent, on socket: Socket, handle: OpaquePointer?) -> Double {
         switch event {
         case .didConnect(let peer):
             guard let callback = delegate.did_connect else { return 0 }

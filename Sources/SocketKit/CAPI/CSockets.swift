@@ -12,11 +12,17 @@ func lookupSocket(_ handle: OpaquePointer?) throws(SocketError) -> Socket {
     return socket
 }
 
-/// Runs `body` on the socket behind `handle`, reporting failures.
+/// Runs `body` on the socket behind `handle`, reporting failures. From inside one of the
+/// socket's own C callbacks, without the handle table (`CallbackScope`).
 @inline(__always)
 func withSocket(_ handle: OpaquePointer?, _ error: UnsafeMutablePointer<sk_error_t>?,
                 _ body: (Socket) throws(SocketError) -> Void) -> Int32 {
-    reporting(error) { () throws(SocketError) in try body(try lookupSocket(handle)) }
+    if let current = CallbackScope.socket(handle) {
+        return current._withUnsafeGuaranteedRef { socket in
+            reporting(error) { () throws(SocketError) in try body(socket) }
+        }
+    }
+    return reporting(error) { () throws(SocketError) in try body(try lookupSocket(handle)) }
 }
 
 /// 1 or 0 from a Boolean property, or SK_ERR_INVALID_HANDLE.
@@ -89,6 +95,8 @@ public func sk_socket_release(_ handle: OpaquePointer?) -> Int32 {
     // loop no longer writes into the caller's read buffers.
     socket.setReceiver(nil, callbackQueue: nil)
     socket.revokeCallerBuffers()
+    // After the wait above: ends CallbackScope's fast path for this handle.
+    socket.cHandle.store(0, ordering: .releasing)
     return 0
 }
 

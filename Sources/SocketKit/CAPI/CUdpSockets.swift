@@ -29,7 +29,9 @@ final class CUdpDelegateReceiver: UdpSocketEventReceiver, @unchecked Sendable {
                          on socket: UdpSocket) {
         guard let callback = delegate.did_receive else { return }
         let handle = OpaquePointer(bitPattern: socket.cHandle.load(ordering: .relaxed))
-        callback(handle, bytes.baseAddress, bytes.count, name.assumingMemoryBound(to: sockaddr.self), length, nil, userdata)
+        CallbackScope.with(socket, handle: handle, kind: CallbackScope.udpSocketKind) {
+            callback(handle, bytes.baseAddress, bytes.count, name.assumingMemoryBound(to: sockaddr.self), length, nil, userdata)
+        }
     }
 
     static func make(_ delegate: UnsafePointer<sk_udp_socket_delegate_t>?, size: Int,
@@ -45,6 +47,10 @@ final class CUdpDelegateReceiver: UdpSocketEventReceiver, @unchecked Sendable {
             record(event, handle: handle, into: sink)
             return
         }
+        CallbackScope.with(socket, handle: handle, kind: CallbackScope.udpSocketKind) { deliver(event, handle: handle) }
+    }
+
+    private func deliver(_ event: UdpSocketEvent, handle: OpaquePointer?) {
         switch event {
         case .didConnect(let address):
             guard let callback = delegate.did_connect else { return }
@@ -138,7 +144,12 @@ func lookupUdpSocket(_ handle: OpaquePointer?) throws(SocketError) -> UdpSocket 
 @inline(__always)
 private func withUdp(_ handle: OpaquePointer?, _ error: UnsafeMutablePointer<sk_error_t>?,
                      _ body: (UdpSocket) throws(SocketError) -> Void) -> Int32 {
-    reporting(error) { () throws(SocketError) in try body(try lookupUdpSocket(handle)) }
+    if let current = CallbackScope.udpSocket(handle) {
+        return current._withUnsafeGuaranteedRef { socket in
+            reporting(error) { () throws(SocketError) in try body(socket) }
+        }
+    }
+    return reporting(error) { () throws(SocketError) in try body(try lookupUdpSocket(handle)) }
 }
 
 @inline(__always)
@@ -202,6 +213,8 @@ public func sk_udp_socket_release(_ handle: OpaquePointer?) -> Int32 {
     }
     socket.setReceiver(nil, callbackQueue: nil)
     socket.cFilterGuard?.revoke()
+    // After the wait above: ends CallbackScope's fast path for this handle.
+    socket.cHandle.store(0, ordering: .releasing)
     return 0
 }
 

@@ -54,6 +54,36 @@ static inline size_t skc_unix_path_capacity(void) {
     return sizeof(((struct sockaddr_un *)0)->sun_path);
 }
 
+/* The handle and object of the socket whose C callback runs on this thread, for the C API's
+ * fast path (Sources/SocketKit/CAPI/CallbackScope.swift): a call made from inside a callback
+ * about that callback's own socket skips the handle table. Initial-exec TLS (one
+ * %fs-relative access, no __tls_get_addr): the library's whole TLS block is a few dozen
+ * bytes, well within what glibc sets aside for libraries loaded with dlopen. */
+typedef struct {
+    uintptr_t handle;
+    void *object;
+    uintptr_t kind;
+} skc_callback_scope_t;
+extern __thread skc_callback_scope_t skc_callback_scope __attribute__((tls_model("initial-exec")));
+
+static inline skc_callback_scope_t skc_callback_scope_enter(uintptr_t handle, void *object, uintptr_t kind) {
+    skc_callback_scope_t saved = skc_callback_scope;
+    skc_callback_scope.handle = handle;
+    skc_callback_scope.object = object;
+    skc_callback_scope.kind = kind;
+    return saved;
+}
+
+static inline void skc_callback_scope_leave(skc_callback_scope_t saved) {
+    skc_callback_scope = saved;
+}
+
+/* The object of the running callback if `handle` (non-zero) is its socket's, else NULL. */
+static inline void *skc_callback_scope_object(uintptr_t handle, uintptr_t kind) {
+    return handle != 0 && skc_callback_scope.handle == handle && skc_callback_scope.kind == kind
+        ? skc_callback_scope.object : NULL;
+}
+
 /* FIONREAD is a plain integer on Linux, but keep the ioctl typed. */
 static inline int skc_bytes_readable(int fd, int *count) {
     return ioctl(fd, FIONREAD, count);

@@ -18,6 +18,7 @@
     X(udp_filters_drop_and_attach_context)    \
     X(udp_host_queue_records)                 \
     X(udp_no_callback_after_release)          \
+    X(udp_release_inside_own_callback)        \
     X(udp_multicast_on_loopback)              \
     X(udp_interop_with_bsd_sockets)           \
     X(version_matches_the_header)             \

@@ -43,6 +43,7 @@ typedef struct udp_recorder {
     int after_close;
     int closed;
     int echo;                 /* did_receive sends the datagram back */
+    int release_in_receive;   /* did_receive echoes, then releases its socket */
 } udp_recorder_t;
 
 static void udp_recorder_init(udp_recorder_t *recorder) {
@@ -148,6 +149,19 @@ static void on_receive(sk_udp_socket_t *sock, const void *data, size_t length, c
     udp_record(recorder, event);
     if (recorder->echo) {
         CHECK_EQ(sk_udp_socket_send_to_address(sock, data, length, address, address_length, -1, 0, NULL), SK_OK);
+    }
+    if (recorder->release_in_receive) {
+        /* Calls from inside a socket's own callback skip the handle table (CallbackScope.swift):
+         * a handle of another kind, or one released meanwhile, is still refused. */
+        CHECK_EQ(sk_socket_write((sk_socket_t *)sock, "k", 1, -1, 0, NULL), SK_ERR_INVALID_HANDLE);
+        CHECK_EQ(sk_udp_socket_send_to_address(sock, data, length, address, address_length, -1, 0, NULL), SK_OK);
+        CHECK_EQ(sk_udp_socket_release(sock), SK_OK);
+        sk_error_t error;
+        CHECK_EQ(sk_udp_socket_send_to_address(sock, data, length, address, address_length, -1, 0, &error),
+                 SK_ERR_INVALID_HANDLE);
+        CHECK_EQ(error.code, SK_ERR_INVALID_HANDLE);
+        CHECK_EQ(sk_udp_socket_begin_receiving(sock, NULL), SK_ERR_INVALID_HANDLE);
+        CHECK_EQ(sk_udp_socket_release(sock), SK_ERR_INVALID_HANDLE);
     }
 }
 
@@ -568,6 +582,31 @@ void test_udp_no_callback_after_release(void) {
     }
     CHECK_EQ(sk_callback_queue_release(queue), SK_OK);
     udp_recorder_destroy(&log);
+}
+
+/* A socket released inside its own did_receive: the echo sent before the release arrives,
+ * and every call after it fails with SK_ERR_INVALID_HANDLE (see on_receive). */
+void test_udp_release_inside_own_callback(void) {
+    udp_recorder_t server_log, client_log;
+    udp_recorder_init(&server_log);
+    udp_recorder_init(&client_log);
+    server_log.release_in_receive = 1;
+    uint16_t port = 0;
+    udp_server(&server_log, &port); /* released by its own callback */
+    sk_udp_socket_t *client = udp_socket(&client_log, NULL);
+    sk_error_t error;
+    CHECK_EQ(sk_udp_socket_connect_to_host(client, "127.0.0.1", port, &error), SK_OK);
+    udp_expect(&client_log, UDP_CONNECT, 1);
+    CHECK_EQ(sk_udp_socket_begin_receiving(client, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_send(client, "once", 4, -1, 1, &error), SK_OK);
+    udp_expect(&client_log, UDP_RECEIVE, 1);
+    udp_event_t echo = udp_event(&client_log, UDP_RECEIVE, 0);
+    CHECK_EQ(echo.length, 4);
+    CHECK(memcmp(echo.data, "once", 4) == 0);
+    CHECK_EQ(udp_count(&server_log, UDP_RECEIVE), 1);
+    CHECK_EQ(sk_udp_socket_release(client), SK_OK);
+    udp_recorder_destroy(&server_log);
+    udp_recorder_destroy(&client_log);
 }
 
 void test_udp_multicast_on_loopback(void) {
