@@ -855,10 +855,19 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
 
     private func deliverNow(_ event: SocketEvent) {
         gate.enter(key: gateKey)
-        let receiver = core.withStateLock { routing.receiver }
-        let answer = receiver?.receive(event, on: self) ?? 0
+        // Bound with `if let` and not used after the call: `receiver?.receive(...)` with a
+        // later `receiver == nil` retained and released it a second time around the call.
+        let answer: Double
+        let hasReceiver: Bool
+        if let receiver = core.withStateLock({ routing.receiver }) {
+            answer = receiver.receive(event, on: self)
+            hasReceiver = true
+        } else {
+            answer = 0
+            hasReceiver = false
+        }
         gate.leave(key: gateKey)
-        if receiver == nil, case .didReceiveTrust(_, let question) = event {
+        if !hasReceiver, case .didReceiveTrust(_, let question) = event {
             // No delegate to judge the peer: reject at once rather than wait for the timeout.
             answerTrust(question: question, accept: false)
         }

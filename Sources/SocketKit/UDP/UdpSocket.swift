@@ -455,12 +455,18 @@ public final class UdpSocket: CallbackGateWaits.Holder, @unchecked Sendable {
         guard !(mailboxStorage?.isBusy ?? false), !gate.isHeldByCurrentThread else { return false }
         let key = gateKey
         gate.enter(key: key)
-        let (onLoop, receiver) = core.withStateLock { (routing.queue.runsOnEventLoop, routing.receiver) }
-        guard onLoop else {
+        // A switch over the lock's result, not `let (onLoop, receiver) = ...` and then
+        // `receiver?.receiveDatagram(...)`: that retained and released the receiver a second
+        // time around the call (the binding lives to the end of its scope).
+        switch core.withStateLock({ (routing.queue.runsOnEventLoop, routing.receiver) }) {
+        case (false, _):
             gate.leave(key: key)
             return false
+        case (true, let receiver?):
+            receiver.receiveDatagram(bytes, from: name, length: length, on: self)
+        case (true, nil):
+            break
         }
-        receiver?.receiveDatagram(bytes, from: name, length: length, on: self)
         gate.leave(key: key)
         return true
     }
@@ -481,8 +487,7 @@ public final class UdpSocket: CallbackGateWaits.Holder, @unchecked Sendable {
     private func deliverNow(_ event: UdpSocketEvent) {
         let key = gateKey
         gate.enter(key: key)
-        let receiver = core.withStateLock { routing.receiver }
-        receiver?.receive(event, on: self)
+        if let receiver = core.withStateLock({ routing.receiver }) { receiver.receive(event, on: self) }
         gate.leave(key: key)
     }
 
