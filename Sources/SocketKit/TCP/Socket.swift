@@ -460,10 +460,10 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     /// The current read's progress, or nil when no read is under way.
     public var readProgress: OperationProgress? { core.readProgress.read() }
 
-    private func queue(_ request: ReadRequest, session: UInt64) throws(SocketError) {
+    private func queue(_ request: consuming ReadRequest, session: UInt64) throws(SocketError) {
         let core = self.core
         if eventLoop.inEventLoop && core.acceptsInlineOperation {
-            core.enqueueRead(request, session: session)
+            core.enqueueRead(consume request, session: session)
             return
         }
         let sendable = UncheckedSendable(request)
@@ -775,20 +775,23 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
 
     /// The session to queue a read or write in, and the socket's read limit.
     private func sessionForTransfer() throws(SocketError) -> (UInt64, Int) {
-        try core.withPublished { published throws(SocketError) -> (UInt64, Int) in
-            switch published.status {
-            case .connecting, .connected:
-                break
-            case .disconnected:
-                throw SocketError(.badConfig, "not connected: connect or accept first")
-            case .accepting:
-                throw SocketError(.badConfig, "a listening socket does not read or write")
-            }
-            guard published.acceptsReadsAndWrites else {
-                throw SocketError(.badConfig, "no reads or writes after disconnectAfterReading/Writing")
-            }
-            return (published.session, published.configuration.maximumReadLength)
+        // The fields under the lock, the checks after it: a throwing closure under the lock
+        // stayed an outlined call (~35 instructions per read and per write).
+        let (status, accepted, session, limit) = core.withPublished {
+            ($0.status, $0.acceptsReadsAndWrites, $0.session, $0.configuration.maximumReadLength)
         }
+        switch status {
+        case .connecting, .connected:
+            break
+        case .disconnected:
+            throw SocketError(.badConfig, "not connected: connect or accept first")
+        case .accepting:
+            throw SocketError(.badConfig, "a listening socket does not read or write")
+        }
+        guard accepted else {
+            throw SocketError(.badConfig, "no reads or writes after disconnectAfterReading/Writing")
+        }
+        return (session, limit)
     }
 
     /// Runs `operation` on the core: inline on the loop thread (after the running callback

@@ -4,15 +4,15 @@ extension TCPSocketCore {
     /// Reads per pump before yielding to the other sockets of the loop.
     static let kernelReadsPerPump = 16
 
-    func enqueueRead(_ request: ReadRequest, session: UInt64) {
+    func enqueueRead(_ request: consuming ReadRequest, session: UInt64) {
         guard session == self.session, phase == .resolving || phase == .connecting || phase == .connected,
               !disconnectAfterReads, !disconnectAfterWrites else { return }
         // The usual case, one read at a time, never touches the queue's array: the read
         // waits in `currentRead` (not started) and an idle socket owns no queue storage.
         if currentRead == nil && !hasQueuedReads {
-            currentRead = request
+            currentRead = consume request
         } else {
-            readQueue.append(request)
+            readQueue.append(consume request)
         }
         // A callback of this socket's own pump queued it: that pump's loop starts it.
         if phase == .connected && !pumpingReads { scheduleReadPump() }
