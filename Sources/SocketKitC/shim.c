@@ -57,8 +57,8 @@ int skc_send_datagrams(int fd, struct msghdr *headers, unsigned int *lengths, un
 
 __thread skc_callback_scope_t skc_callback_scope __attribute__((tls_model("initial-exec")));
 
-static __thread void (*thread_wait_hook)(void *context);
-static __thread void *thread_wait_hook_context;
+static __thread void (*thread_wait_hook)(void *context) __attribute__((tls_model("initial-exec")));
+static __thread void *thread_wait_hook_context __attribute__((tls_model("initial-exec")));
 
 void skc_set_thread_wait_hook(void (*hook)(void *context), void *context) {
     thread_wait_hook = hook;

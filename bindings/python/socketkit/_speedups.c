@@ -53,12 +53,17 @@ static PyObject *report_error;      /* _core._report_delegate_error(message, tar
 static PyObject *str_write_py, *str_read_py, *str_send_to_address_py, *str_socket_did_read, *str_udp_socket_did_receive,
     *str_shutting_down, *msg_did_read, *msg_did_receive, *empty_bytes;
 
+/* Thread-locals below are initial-exec: one %fs-relative access each, where the default
+ * model called __tls_get_addr (~11 instructions, six times per echoed message). They are a
+ * few dozen bytes, well within the static TLS glibc keeps for modules loaded by dlopen. */
+#define SK_THREAD_LOCAL __thread __attribute__((tls_model("initial-exec")))
+
 /* How deep this thread is in one of the C delegate callbacks below. SocketKit's calls
  * made from inside a callback never wait for another thread's callback (DESIGN: no
  * callback-to-call deadlock; at most for a lock that its holder keeps for a few
  * instructions and without Python), so a read or write from the delegate method keeps the
  * GIL instead of handing it over and taking it back around a call that returns at once. */
-static __thread int callback_depth;
+static SK_THREAD_LOCAL int callback_depth;
 
 /* The GIL across one sk_loop_group_run_once() (run_once() below): the host thread takes it
  * at the first C callback of the iteration and keeps it until the iteration ends, instead
@@ -73,10 +78,10 @@ static __thread int callback_depth;
  *   run_once_ensured its gilstate_counter then: a higher count means a PyGILState_Ensure
  *                    caller (a ctypes callback, release_lent) runs on this thread now, and
  *                    owns the GIL as it left it. */
-static __thread int in_run_once;
-static __thread PyThreadState *run_once_saved;
-static __thread PyThreadState *run_once_thread;
-static __thread int run_once_ensured;
+static SK_THREAD_LOCAL int in_run_once;
+static SK_THREAD_LOCAL PyThreadState *run_once_saved;
+static SK_THREAD_LOCAL PyThreadState *run_once_thread;
+static SK_THREAD_LOCAL int run_once_ensured;
 
 /* Whether this thread holds the GIL (PyGILState_Check says yes to everything once a
  * subinterpreter exists). */
