@@ -600,3 +600,44 @@ def test_many_sockets_from_many_threads(recorder):
     listener.close()
     for connection in listener_recorder.accepted:
         connection.close()
+
+
+def test_a_handle_released_inside_its_own_callback_is_refused_afterwards():
+    """The engine's C API takes a call made from inside a socket's own callback past its
+    handle table (the socket is known to be alive there); a handle released inside that
+    callback must still be refused by every call after the release."""
+    from socketkit._ffi import lib
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(WAIT)
+    outcome = {}
+    done = threading.Event()
+
+    class ReleasesItself:
+        def socket_did_read(self, sock, data, tag):
+            handle = sock.handle
+            outcome["before"] = lib.sk_socket_write(handle, b"echo:" + bytes(data), 5 + len(data), -1.0, 0, None)
+            sock.close()  # queued writes still go out; the handle is released
+            outcome["write"] = lib.sk_socket_write(handle, b"late", 4, -1.0, 0, None)
+            outcome["read"] = lib.sk_socket_read(handle, 0, -1.0, 1, None)
+            outcome["release"] = lib.sk_socket_release(handle)
+            done.set()
+
+    sock = socketkit.Socket(ReleasesItself(), queue=None)  # on the loop thread, through the C delegate
+    sock.connect_to_host("127.0.0.1", listener.getsockname()[1], timeout=10)
+    peer, _ = listener.accept()
+    peer.settimeout(WAIT)
+    sock.read()
+    peer.sendall(b"hi")
+    assert done.wait(WAIT)
+    assert outcome == {"before": 0, "write": -11, "read": -11, "release": -11}
+    received = b""
+    while True:
+        chunk = peer.recv(64)
+        if not chunk:
+            break
+        received += chunk
+    assert received == b"echo:hi"
+    peer.close()
+    listener.close()
