@@ -35,7 +35,8 @@ int skc_recv_datagrams(int fd, struct msghdr *headers, unsigned int *lengths, un
         messages[i].msg_hdr = headers[i];
         messages[i].msg_len = 0;
     }
-    int received = recvmmsg(fd, messages, count, MSG_DONTWAIT, NULL);
+    /* syscall(2): not glibc's cancellable wrapper (see skc_read in the header). */
+    int received = (int)syscall(SYS_recvmmsg, fd, messages, count, MSG_DONTWAIT, NULL);
     for (int i = 0; i < received; i++) {
         headers[i] = messages[i].msg_hdr; /* msg_flags and msg_namelen come back */
         lengths[i] = messages[i].msg_len;
@@ -50,12 +51,13 @@ int skc_send_datagrams(int fd, struct msghdr *headers, unsigned int *lengths, un
         messages[i].msg_hdr = headers[i];
         messages[i].msg_len = 0;
     }
-    int sent = sendmmsg(fd, messages, count, MSG_NOSIGNAL | MSG_DONTWAIT);
+    int sent = (int)syscall(SYS_sendmmsg, fd, messages, count, MSG_NOSIGNAL | MSG_DONTWAIT);
     for (int i = 0; i < sent; i++) lengths[i] = messages[i].msg_len;
     return sent;
 }
 
 __thread skc_callback_scope_t skc_callback_scope __attribute__((tls_model("initial-exec")));
+__thread void *skc_event_sink __attribute__((tls_model("initial-exec")));
 
 static __thread void (*thread_wait_hook)(void *context) __attribute__((tls_model("initial-exec")));
 static __thread void *thread_wait_hook_context __attribute__((tls_model("initial-exec")));

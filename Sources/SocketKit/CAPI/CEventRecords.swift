@@ -88,20 +88,14 @@ final class CEventSink {
         return UnsafePointer(slot)
     }
 
-    // The sink of the poll running on this thread, if any.
-    private static let key: pthread_key_t = {
-        var key = pthread_key_t()
-        precondition(pthread_key_create(&key, nil) == 0, "pthread_key_create failed")
-        return key
-    }()
-
+    /// The sink of the poll running on this thread, if any (a C thread-local: read per event).
     static var current: CEventSink? {
-        guard let raw = pthread_getspecific(key) else { return nil }
+        guard let raw = skc_event_sink_current() else { return nil }
         return Unmanaged<CEventSink>.fromOpaque(raw).takeUnretainedValue()
     }
 
     static func setCurrent(_ sink: CEventSink?) {
-        pthread_setspecific(key, sink.map { UnsafeRawPointer(Unmanaged.passUnretained($0).toOpaque()) })
+        skc_event_sink_set(sink.map { Unmanaged.passUnretained($0).toOpaque() })
     }
 }
 

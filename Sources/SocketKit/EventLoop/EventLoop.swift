@@ -294,7 +294,7 @@ public final class EventLoop: @unchecked Sendable {
     /// Returns true when the loop must stop.
     private func runIteration(timeout: Int32) -> Bool {
         if timeout != 0 { skc_thread_will_wait() }
-        let count = epoll_wait(epollFD, events, Int32(eventCapacity), timeout)
+        let count = skc_epoll_wait(epollFD, events, Int32(eventCapacity), timeout)
         if count > 0 {
             for position in 0..<Int(count) {
                 dispatch(events[position])

@@ -1,4 +1,5 @@
 import Glibc
+import SocketKitC
 
 extension TCPSocketCore {
     /// Reads per pump before yielding to the other sockets of the loop.
@@ -70,7 +71,7 @@ extension TCPSocketCore {
                 }
                 continue
             }
-            let count = read(fd, buffer.baseAddress, buffer.count)
+            let count = skc_read(fd, buffer.baseAddress, buffer.count)
             if count > 0 {
                 // Edge-triggered: a short read drained the socket, and new data raises a new
                 // edge. Unless the peer's FIN is already queued: then read on to see EOF.

@@ -237,7 +237,7 @@ extension TCPSocketCore {
         guard readable else { return .wouldBlock }
         let scratch = loop.discardBuffer
         while true {
-            let count = recv(fd, scratch.baseAddress, scratch.count, 0)
+            let count = skc_recv(fd, scratch.baseAddress, scratch.count, 0)
             if count > 0 {
                 if count < scratch.count && !peerHalfClosed { readable = false }
                 session.feed(UnsafeRawBufferPointer(rebasing: scratch[0..<count]))
@@ -316,7 +316,7 @@ extension TCPSocketCore {
     /// One `send` of ciphertext: the bytes the kernel took (0 for EAGAIN or EINTR); a short
     /// send or EAGAIN clears `writable`. nil when a send error ended the session.
     private func sendCiphertext(_ bytes: UnsafeRawBufferPointer) -> Int? {
-        let sent = send(fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags)
+        let sent = skc_send(fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags)
         if sent < 0 {
             let error = errno
             if error == EAGAIN || error == EWOULDBLOCK {

@@ -1,4 +1,5 @@
 import Glibc
+import SocketKitC
 
 extension TCPSocketCore {
     /// Queued writes gathered into one `sendmsg`.
@@ -33,7 +34,7 @@ extension TCPSocketCore {
               !writeTimeoutPending, !disconnectAfterReads, !disconnectAfterWrites, bytes.count > 0,
               inCallout || (!ownerWants(.write) && !ownerWants(.writePartial)) else { return nil }
         if hasTLS { return writeImmediatelySecure(bytes) }
-        let written = send(fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags)
+        let written = skc_send(fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags)
         guard written > 0 else {
             if written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { writable = false }
             return nil
@@ -106,7 +107,7 @@ extension TCPSocketCore {
         let count = min(writeQueue.count, TCPSocketCore.writesPerSystemCall, tls?.writesBefore ?? Int.max)
         if count == 1, let head = writeQueue.first {
             return head.withRemainingBytes { bytes in
-                (send(fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags), bytes.count)
+                (skc_send(fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags), bytes.count)
             }
         }
         return withUnsafeTemporaryAllocation(of: iovec.self, capacity: count) { vectors in
@@ -122,7 +123,7 @@ extension TCPSocketCore {
             var message = msghdr()
             message.msg_iov = vectors.baseAddress
             message.msg_iovlen = count
-            return (sendmsg(fd, &message, SystemCalls.sendFlags), attempted)
+            return (skc_sendmsg(fd, &message, SystemCalls.sendFlags), attempted)
         }
         return writeQueue[index].withRemainingBytes { bytes in
             vectors[index] = iovec(iov_base: UnsafeMutableRawPointer(mutating: bytes.baseAddress), iov_len: bytes.count)

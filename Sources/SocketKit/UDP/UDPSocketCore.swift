@@ -476,7 +476,7 @@ final class UDPSocketCore {
             stagedFamily = target.family
             return true
         }
-        let sent = sendto(target.fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags, connected ? nil : name,
+        let sent = skc_sendto(target.fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags, connected ? nil : name,
                           connected ? 0 : length)
         if sent < 0 {
             let number = errno
