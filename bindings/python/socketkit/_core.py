@@ -2334,9 +2334,11 @@ def _shutdown() -> None:
     """Closes every live socket (TCP and UDP) before the interpreter goes away, so no
     SocketKit thread calls into a finalizing interpreter."""
     global _shutting_down
-    _shutting_down = True
     if _speedups is not None:
-        _speedups.shutdown()  # its callbacks from SocketKit's threads no longer enter Python
+        # First: its callbacks from SocketKit's threads no longer enter Python, and its
+        # check of this flag (per event) reads its own from then on.
+        _speedups.shutdown()
+    _shutting_down = True
     for sock in list(_sockets.values()):
         try:
             sock.abort()
