@@ -96,13 +96,13 @@ static inline ssize_t skc_read(int fd, void *buffer, size_t count) {
     return (ssize_t)syscall(SYS_read, fd, buffer, count);
 }
 
-static inline ssize_t skc_send(int fd, const void *buffer, size_t count, int flags) {
-    return (ssize_t)syscall(SYS_sendto, fd, buffer, count, flags, NULL, 0);
-}
-
 static inline ssize_t skc_sendto(int fd, const void *buffer, size_t count, int flags, const struct sockaddr *to,
                                  socklen_t to_length) {
     return (ssize_t)syscall(SYS_sendto, fd, buffer, count, flags, to, to_length);
+}
+
+static inline ssize_t skc_send(int fd, const void *buffer, size_t count, int flags) {
+    return skc_sendto(fd, buffer, count, flags, NULL, 0);
 }
 
 static inline ssize_t skc_sendmsg(int fd, const struct msghdr *message, int flags) {

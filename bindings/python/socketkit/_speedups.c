@@ -37,7 +37,6 @@ static __typeof__(&sk_loop_group_run_once) sk_run_once;
 static __typeof__(&sk_thread_set_wait_hook) sk_set_wait_hook;
 
 static Py_ssize_t no_copy_threshold;
-static PyObject *core_globals;      /* _core's namespace (for _shutting_down) */
 static PyObject *socket_refs;       /* handle -> weakref(Socket) */
 static PyObject *udp_socket_refs;   /* handle -> weakref(UdpSocket) */
 static PyObject *address_by_sockaddr; /* raw sockaddr bytes -> (host, port) */
@@ -51,7 +50,7 @@ static PyObject *raise_c_error;     /* _core._raise_c_error(status, code, os_err
 static PyObject *report_error;      /* _core._report_delegate_error(message, target, exception) */
 
 static PyObject *str_write_py, *str_read_py, *str_send_to_address_py, *str_socket_did_read, *str_udp_socket_did_receive,
-    *str_shutting_down, *msg_did_read, *msg_did_receive, *empty_bytes;
+    *msg_did_read, *msg_did_receive, *empty_bytes;
 
 /* Thread-locals below are initial-exec: one %fs-relative access each, where the default
  * model called __tls_get_addr (~11 instructions, six times per echoed message). They are a
@@ -730,11 +729,11 @@ done:
     return outcome;
 }
 
-/* True while _core has not begun shutting down (call with the GIL). _core's atexit hook
- * calls shutdown() before it sets its own _shutting_down, so this flag covers that one: one
- * atomic load per event where reading _core's global cost a dictionary lookup (~140
- * instructions per echoed message under callgrind). Re-read under the GIL, as the hook
- * may have run while this thread waited for it. */
+/* True while _core has not begun shutting down (call with the GIL; the callbacks and the
+ * drain check it per event and per batch). _core's atexit hook calls shutdown() before it
+ * sets its own _shutting_down, so this flag covers that one: one atomic load where reading
+ * _core's global cost a dictionary lookup (~140 instructions per echoed message under
+ * callgrind). Re-read under the GIL, as the hook may have run while this thread waited. */
 static int running(void) {
     return !__atomic_load_n(&stopping, __ATOMIC_ACQUIRE);
 }
@@ -818,11 +817,7 @@ static PyObject *speedups_drain(PyObject *module, PyObject *const *args, Py_ssiz
         sk_error_t error = {.code = 0};
         return raise_status(count, &error);
     }
-    PyObject *shutting_down = PyDict_GetItemWithError(core_globals, str_shutting_down);
-    if (shutting_down == NULL && PyErr_Occurred()) {
-        return NULL;
-    }
-    int stopping_now = shutting_down == NULL || shutting_down != Py_False;
+    int stopping_now = !running();
     for (int index = 0; index < count; index++) {
         const sk_event_t *event = &records[index];
         int status = 0;
@@ -932,8 +927,6 @@ static PyObject *speedups_configure(PyObject *module, PyObject *args) {
         Py_INCREF(value);
         Py_XSETREF(*slots[index], value);
     }
-    Py_INCREF(namespace);
-    Py_XSETREF(core_globals, namespace);
     no_copy_threshold = threshold;
     sk_write = (__typeof__(sk_write))addresses[0];
     sk_read = (__typeof__(sk_read))addresses[1];
@@ -1003,7 +996,6 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     INTERN(str_send_to_address_py, "_send_to_address_py");
     INTERN(str_socket_did_read, "socket_did_read");
     INTERN(str_udp_socket_did_receive, "udp_socket_did_receive");
-    INTERN(str_shutting_down, "_shutting_down");
     INTERN(msg_did_read, "Exception ignored in socketkit delegate method socket_did_read");
     INTERN(msg_did_receive, "Exception ignored in socketkit delegate method udp_socket_did_receive");
     if ((empty_bytes = PyBytes_FromStringAndSize(NULL, 0)) == NULL) {
