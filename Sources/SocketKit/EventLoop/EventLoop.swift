@@ -142,6 +142,7 @@ public final class EventLoop: @unchecked Sendable {
         events.deallocate()
         readBuffer.deallocate()
         discardBuffer.deallocate()
+        udpScratchIfMade?.deallocate()
     }
 
     /// True when called on this loop's thread.

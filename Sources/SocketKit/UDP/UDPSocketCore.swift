@@ -35,7 +35,11 @@ final class UDPChannel: EventLoopHandler {
     let family: SocketAddress.Family
     var registration: RegistrationID? = nil
     var events: UInt32 = 0
-    var local: SocketAddress? = nil
+    var local: SocketAddress? = nil {
+        didSet { hasLocalPort = local.map { $0.port != 0 } ?? false }
+    }
+    /// `local` is known and has its port (the kernel picks one at the first send).
+    private(set) var hasLocalPort = false
     /// Unowned, not weak (a weak reference gives the core a side table and sends every
     /// retain of it down the runtime's slow path): the core sets this to nil when it closes
     /// the channel, and it closes its channels before it goes (`ownerReleased`,
@@ -464,19 +468,21 @@ final class UDPSocketCore {
 
     private func sendImmediately(_ bytes: UnsafeRawBufferPointer, name: UnsafePointer<sockaddr>, length: socklen_t,
                                  family: SocketAddress.Family, timeout: Double, tag: Int) -> Bool {
-        guard isUsable(family), let target = channel(family) else { return false }
+        // The descriptor, not the channel: holding the channel object across the body cost a
+        // retain and a release per datagram.
+        guard isUsable(family), let fd = channel(family)?.fd else { return false }
         let scratch = loop.udpScratch
         if receivingBatch && (scratch.stagingOwner == nil || scratch.stagingOwner == ObjectIdentifier(self)) {
-            if stagedCount > 0 && (stagedFamily != target.family || !scratch.canStage(byteCount: bytes.count)) {
+            if stagedCount > 0 && (stagedFamily != family || !scratch.canStage(byteCount: bytes.count)) {
                 flushStagedSends()
                 guard head >= queue.count, phase == .idle, !released else { return false }
             }
             scratch.stage(bytes, toName: connected ? nil : UnsafeRawPointer(name), length: length, tag: tag, timeout: timeout)
             scratch.stagingOwner = ObjectIdentifier(self)
-            stagedFamily = target.family
+            stagedFamily = family
             return true
         }
-        let sent = skc_sendto(target.fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags, connected ? nil : name,
+        let sent = skc_sendto(fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags, connected ? nil : name,
                           connected ? 0 : length)
         if sent < 0 {
             let number = errno
@@ -487,7 +493,7 @@ final class UDPSocketCore {
             report(.didNotSend(tag: tag, SocketError.systemError(number, "sendto(\(destination))")))
             return true
         }
-        if target.local == nil || target.local?.port == 0 { publish() }
+        if !(channel(family)?.hasLocalPort ?? true) { publish() }
         if ownerWantsSendCompletions.load(ordering: .relaxed) { report(.didSend(tag: tag)) }
         return true
     }
@@ -1223,57 +1229,88 @@ struct DatagramHeaders {
 /// of address space; pages are touched only as large datagrams arrive) and the message
 /// headers of one `recvmmsg`, one `sendmmsg` and the staged sends. The parts are separate:
 /// a callback run from the receive path may send, through the queue or staged.
-final class UDPScratch {
+///
+/// One pointer, not a class: the hot path reads it from the loop once per datagram (a send
+/// from a receive callback), and a class reference read from the loop's `var` cost a retain
+/// and a release each time (bench/callgrind.sh udp). Copies share the memory; the loop
+/// deallocates it once, in deinit.
+struct UDPScratch {
     static let capacity = Int(SKC_MAX_DATAGRAM_BATCH)
     static let receiveSlots = 16
     static let receiveBufferSize = 16 * 65536
-
-    let receiveBuffer = UnsafeMutableRawPointer.allocate(byteCount: UDPScratch.receiveBufferSize, alignment: 16)
-    let receive = DatagramHeaders(capacity: UDPScratch.receiveSlots)
-    let send = DatagramHeaders(capacity: UDPScratch.capacity)
-
     // Staged sends: datagrams sent from a receive callback, waiting for the end of the
     // batch (UDPSocketCore.sendImmediately). One socket stages at a time.
     static let stageBytesCapacity = 128 * 1024
-    let stage = DatagramHeaders(capacity: UDPScratch.capacity)
-    let stageTags = UnsafeMutablePointer<Int>.allocate(capacity: UDPScratch.capacity)
-    let stageTimeouts = UnsafeMutablePointer<Double>.allocate(capacity: UDPScratch.capacity)
-    let stageBytes = UnsafeMutableRawPointer.allocate(byteCount: UDPScratch.stageBytesCapacity, alignment: 16)
-    private(set) var stagedCount = 0
-    private var stagedByteCount = 0
+
+    private struct Parts {
+        let receiveBuffer = UnsafeMutableRawPointer.allocate(byteCount: UDPScratch.receiveBufferSize, alignment: 16)
+        let receive = DatagramHeaders(capacity: UDPScratch.receiveSlots)
+        let send = DatagramHeaders(capacity: UDPScratch.capacity)
+        let stage = DatagramHeaders(capacity: UDPScratch.capacity)
+        let stageTags = UnsafeMutablePointer<Int>.allocate(capacity: UDPScratch.capacity)
+        let stageTimeouts = UnsafeMutablePointer<Double>.allocate(capacity: UDPScratch.capacity)
+        let stageBytes = UnsafeMutableRawPointer.allocate(byteCount: UDPScratch.stageBytesCapacity, alignment: 16)
+        var stagedCount = 0
+        var stagedByteCount = 0
+        var stagingOwner: ObjectIdentifier? = nil
+    }
+
+    private let parts: UnsafeMutablePointer<Parts>
+
+    init() {
+        parts = .allocate(capacity: 1)
+        parts.initialize(to: Parts())
+    }
+
+    var receiveBuffer: UnsafeMutableRawPointer { parts.pointee.receiveBuffer }
+    var receive: DatagramHeaders { parts.pointee.receive }
+    var send: DatagramHeaders { parts.pointee.send }
+    var stage: DatagramHeaders { parts.pointee.stage }
+    var stageTags: UnsafeMutablePointer<Int> { parts.pointee.stageTags }
+    var stageTimeouts: UnsafeMutablePointer<Double> { parts.pointee.stageTimeouts }
+    var stagedCount: Int { parts.pointee.stagedCount }
+
     /// The socket whose datagrams are staged (reset before that socket closes).
-    var stagingOwner: ObjectIdentifier? = nil
+    var stagingOwner: ObjectIdentifier? {
+        get { parts.pointee.stagingOwner }
+        nonmutating set { parts.pointee.stagingOwner = newValue }
+    }
 
     func canStage(byteCount: Int) -> Bool {
-        stagedCount < UDPScratch.capacity && stagedByteCount + byteCount <= UDPScratch.stageBytesCapacity
+        parts.pointee.stagedCount < UDPScratch.capacity
+            && parts.pointee.stagedByteCount + byteCount <= UDPScratch.stageBytesCapacity
     }
 
     /// Copies a datagram and its raw destination address into the staging area (the caller
     /// checked `canStage`); a nil `name` sends to the connected peer.
     func stage(_ bytes: UnsafeRawBufferPointer, toName name: UnsafeRawPointer?, length: socklen_t, tag: Int, timeout: Double) {
-        let index = stagedCount
-        let target = stageBytes + stagedByteCount
+        let index = parts.pointee.stagedCount
+        let target = parts.pointee.stageBytes + parts.pointee.stagedByteCount
         if bytes.count > 0 { target.copyMemory(from: bytes.baseAddress!, byteCount: bytes.count) }
-        stage.prepareSend(index, bytes: target, count: bytes.count, toName: name, length: length)
-        stageTags[index] = tag
-        stageTimeouts[index] = timeout
-        stagedCount += 1
-        stagedByteCount += (bytes.count + 15) & ~15
+        parts.pointee.stage.prepareSend(index, bytes: target, count: bytes.count, toName: name, length: length)
+        parts.pointee.stageTags[index] = tag
+        parts.pointee.stageTimeouts[index] = timeout
+        parts.pointee.stagedCount = index + 1
+        parts.pointee.stagedByteCount += (bytes.count + 15) & ~15
     }
 
     func resetStaging() {
-        stagedCount = 0
-        stagedByteCount = 0
-        stagingOwner = nil
+        parts.pointee.stagedCount = 0
+        parts.pointee.stagedByteCount = 0
+        parts.pointee.stagingOwner = nil
     }
 
-    deinit {
-        receiveBuffer.deallocate()
-        receive.deallocate()
-        send.deallocate()
-        stage.deallocate()
-        stageTags.deallocate()
-        stageTimeouts.deallocate()
-        stageBytes.deallocate()
+    /// Called once, by the loop's deinit.
+    func deallocate() {
+        let made = parts.pointee
+        made.receiveBuffer.deallocate()
+        made.receive.deallocate()
+        made.send.deallocate()
+        made.stage.deallocate()
+        made.stageTags.deallocate()
+        made.stageTimeouts.deallocate()
+        made.stageBytes.deallocate()
+        parts.deinitialize(count: 1)
+        parts.deallocate()
     }
 }
