@@ -96,9 +96,8 @@ struct InlineLock: ~Copyable {
     }
 }
 
-/// The thread-to-gate wait-for graph of every callback gate (CallbackGate objects and
-/// InlineCallbackGate words alike): which gate holder each blocked thread waits for.
-/// Used to refuse a wait that would close a cycle (see CallbackGate).
+/// The thread-to-gate wait-for graph of every callback gate: which gate holder each blocked
+/// thread waits for. Used to refuse a wait that would close a cycle (see InlineCallbackGate).
 enum CallbackGateWaits {
     /// Anything with a callback gate: reports the thread holding it (0 when free).
     protocol Holder: AnyObject {
@@ -134,10 +133,19 @@ func parkingKey(of object: AnyObject) -> UInt {
     UInt(bitPattern: Int(bitPattern: Unmanaged.passUnretained(object).toOpaque()))
 }
 
-/// `CallbackGate` as two words inside the socket that owns it (see `CallbackGate` for what
-/// a gate is for): the holding thread, and how many threads wait to enter. The owner passes
-/// its own address as `key` (for the parking lot) and itself as `holder` (for the
-/// deadlock check).
+/// Held while a socket's callback runs, so that changing the delegate (or, in C, releasing
+/// the socket) can wait for a running callback and guarantee that none starts afterwards.
+/// The thread running a callback may change its own socket's delegate: it already holds it.
+///
+/// Waiting is refused when it would deadlock: two callbacks on two threads that release
+/// each other's sockets would each wait for the other forever. A global wait-for graph
+/// (which gate each blocked thread waits for) catches the cycle; the thread that would close
+/// it goes on without waiting (no callback of that socket starts afterwards, but the one
+/// running on the other thread may still be finishing).
+///
+/// Two words inside the socket that owns it: the holding thread, and how many threads wait
+/// to enter. The owner passes its own address as `key` (for the parking lot) and itself as
+/// `holder` (for the deadlock check).
 struct InlineCallbackGate: ~Copyable {
     private let holder = Atomic<UInt>(0)
     private let waiters = Atomic<UInt32>(0)

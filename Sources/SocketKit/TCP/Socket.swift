@@ -916,7 +916,7 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
 
     var callbackGateHolder: UInt { gate.holderThread }
 
-    /// Runs `body` with the callback gate held (see `CallbackGate`): directly when this
+    /// Runs `body` with the callback gate held (see `InlineCallbackGate`): directly when this
     /// thread already holds it, without it when waiting would deadlock.
     private func withGate<Result>(_ body: () throws -> Result) rethrows -> Result {
         try gate.withEntry(key: gateKey, holder: self, body)
