@@ -152,6 +152,41 @@ struct UdpSendFastPathTests {
         serverLog.checkContract()
     }
 
+    @Test func anUnboundSocketSendingFromTheLoopPublishesThePortTheKernelPicked() throws {
+        // The relay, never bound, sends its first datagrams from a callback on its own loop:
+        // its local port, picked by the kernel at the first send, must be published, and be
+        // the one the datagrams came from. (The first send makes the descriptor, through the
+        // queue; the second may go straight to the kernel.)
+        let group = EventLoopGroup(loopCount: 1)
+        defer { try? group.shutdown() }
+        let loop = group.next()
+        let targetLog = UdpRecorder()
+        let target = UdpSocket(delegate: targetLog, eventLoop: loop)
+        defer { target.close() }
+        try target.bind(toPort: 0, interface: "127.0.0.1")
+        try target.beginReceiving()
+        let relay = UdpSocket(eventLoop: loop)
+        defer { relay.close() }
+        #expect(relay.localPort == 0)
+        let targetPort = target.localPort
+        targetLog.onReceive = { _, data, _ in
+            if data == [1] {
+                for tag in 2...3 { try? relay.send([UInt8(tag)], toAddress: .ipv4Loopback(port: targetPort), tag: tag) }
+            }
+        }
+        let trigger = UdpSocket()
+        defer { trigger.close() }
+        try trigger.send([1], toAddress: .ipv4Loopback(port: targetPort))
+        #expect(targetLog.wait { events in events.filter { if case .received = $0 { return true }; return false }.count == 3 })
+        let senders = targetLog.events.compactMap { event -> UInt16? in
+            if case .received(let data, let from, _) = event, data != [1] { return from.port }
+            return nil
+        }
+        #expect(senders.count == 2)
+        #expect(relay.localPort != 0)
+        #expect(senders.allSatisfy { $0 == relay.localPort })
+    }
+
     @Test func answeringThenClosingAfterSendingDeliversTheAnswer() throws {
         // Regression: the answer, staged, was dropped by the close that followed it.
         let (server, serverLog) = try echoServer { sock, data, from in
