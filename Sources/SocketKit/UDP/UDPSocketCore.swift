@@ -304,8 +304,8 @@ final class UDPSocketCore {
     }
 
     private func publish() {
-        if let v4, v4.local == nil || v4.local?.port == 0 { v4.local = SystemCalls.localAddress(v4.fd) }
-        if let v6, v6.local == nil || v6.local?.port == 0 { v6.local = SystemCalls.localAddress(v6.fd) }
+        if let v4, !v4.hasLocalPort { v4.local = SystemCalls.localAddress(v4.fd) }
+        if let v6, !v6.hasLocalPort { v6.local = SystemCalls.localAddress(v6.fd) }
         let snapshot = (v4?.local, v6?.local, v4?.fd ?? -1, v6?.fd ?? -1)
         withPublished { state in
             state.local4 = snapshot.0
@@ -561,7 +561,7 @@ final class UDPSocketCore {
                 index += 1
             }
             scratch.resetStaging()
-            if target.local == nil || target.local?.port == 0 { publish() }
+            if !target.hasLocalPort { publish() }
             if !leftovers.isEmpty { queue.insert(contentsOf: leftovers, at: head) }
             for position in 0..<count {
                 guard session == generation else { return } // a callback closed the socket
@@ -851,7 +851,7 @@ final class UDPSocketCore {
             report(.didNotSend(tag: batch[0].2, SocketError.systemError(number, "sendmsg(\(batch[0].1))")))
             return 1
         }
-        if target.local == nil || target.local?.port == 0 { publish() }
+        if !target.hasLocalPort { publish() }
         if ownerWantsSendCompletions.load(ordering: .relaxed) {
             for entry in batch.prefix(Int(sent)) {
                 report(.didSend(tag: entry.2))
