@@ -7,8 +7,8 @@ import SocketKitC
 /// of its state is touched only on this thread; public calls from other threads arrive as
 /// tasks through `execute`.
 ///
-/// Cost: one thread, three descriptors (four when driven), a 64 KiB read buffer shared by all
-/// of its sockets (a socket owns no read buffer while idle) and a 64 KiB discard buffer.
+/// Cost: one thread, three descriptors (four when driven), a 256 KiB read buffer shared by
+/// all of its sockets (a socket owns no read buffer while idle) and a 64 KiB discard buffer.
 public final class EventLoop: @unchecked Sendable {
     /// Position of this loop in its group.
     public let index: Int
@@ -76,13 +76,14 @@ public final class EventLoop: @unchecked Sendable {
 
     private static let wakeupToken = UInt64.max
     private static let timerToken = UInt64.max - 1
-    /// 64 KiB. Larger reads make fewer system calls but cost more per byte: a stream echo
-    /// measured side by side (bench stream1, 2 runs each, throughput / C epoll's) gave
-    /// 1.15x at 64 KiB, 0.79x at 128 KiB and 0.75x at 256 KiB, though 256 KiB reads made a
-    /// quarter of the calls; again with five runs each (2026-11-24, the echo server built
-    /// three ways), server CPU per MB / C epoll's: 0.90x, 1.31x, 1.34x (TLS stream 0.86x,
-    /// 1.03x, 1.08x). Measure before changing it.
-    static let readBufferSize = 64 * 1024
+    /// 256 KiB, as asyncio and uvloop read. Measured side by side (bench `run.sh -r 5 -c
+    /// stream1`, 2026-11-24, the C echo server built with 64, 128 and 256 KiB reads, two
+    /// runs of five): throughput / C epoll's (64 KiB reads) 0.96-0.98x, 1.16-1.31x,
+    /// 1.25-1.27x; the Python echo 0.94-0.96x, 1.35x, 1.29-1.39x. A stream echoed in
+    /// 64 KiB pieces keeps the client's core busier per MB (C epoll itself speeds up the
+    /// same way with bigger reads); 64 B ping-pong did not change. Earlier runs (2026-11-23
+    /// and the morning of 11-24) had found the opposite; measure again before changing it.
+    static let readBufferSize = 256 * 1024
 
     init(index: Int, group: EventLoopGroup?, driven: Bool = false) {
         self.index = index
