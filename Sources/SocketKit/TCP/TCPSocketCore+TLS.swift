@@ -352,9 +352,9 @@ extension TCPSocketCore {
     /// Decrypted bytes into `buffer`: what OpenSSL holds first, then one `recv` of
     /// ciphertext at a time while it needs more, until the buffer is full or the kernel has
     /// nothing more (a read gets every record that arrived, not one 16 KiB record per
-    /// call: a stream's echo then writes 64 KiB at a time, and sends them in one call). An
-    /// end of stream or error met after some bytes were decrypted waits in
-    /// `deferredReadEnd`: the bytes are delivered first.
+    /// call: a stream's echo then writes up to 256 KiB, the loop's read buffer, at a time
+    /// and sends it in one call). An end of stream or error met after some bytes were
+    /// decrypted waits in `deferredReadEnd`: the bytes are delivered first.
     func readSecure(into buffer: UnsafeMutableRawBufferPointer) -> SecureRead {
         let result = readSecureRecords(into: buffer)
         if let tls, let session = tls.session { noteTLSBuffersUsed(tls, session) }

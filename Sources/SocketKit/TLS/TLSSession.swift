@@ -113,7 +113,7 @@ final class TLSSession {
     }
 
     /// A memory BIO keeps the largest buffer it ever needed (the handshake's flights, a
-    /// 64 KiB read): an idle connection would carry them for good. Empty BIOs holding more
+    /// 256 KiB read): an idle connection would carry them for good. Empty BIOs holding more
     /// than `threshold` bytes are replaced by fresh ones, which own no buffer.
     func releaseIdleBuffers(threshold: Int = 4096) {
         // OpenSSL's own record buffers (fails, harmlessly, while they hold a partial record).

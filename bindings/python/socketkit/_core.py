@@ -1443,7 +1443,7 @@ _perform_lock = threading.Lock()
 # bytes lent to SocketKit by no-copy writes, by token, until their release callback.
 # Through ctypes lending costs a token, a lock and a ctypes callback: worth it from 64 KiB.
 # The C extension lends with a reference count and a C release function, cheaper than
-# copying from 16 KiB (a stream echo's writes are chunks of up to 64 KiB, most of them
+# copying from 16 KiB (a stream echo's writes are chunks of up to 256 KiB, most of them
 # queued behind the previous one and so copied whole when not lent).
 _NO_COPY_THRESHOLD = 64 * 1024
 _SPEEDUPS_NO_COPY_THRESHOLD = 16 * 1024
