@@ -382,6 +382,42 @@ struct UdpTests {
         #expect(serverLog.events.first == .receiveError(.truncated, errno: 0))
     }
 
+    /// The loop's receive headers keep their layout from one `recvmmsg` to the next; sockets
+    /// with different receive limits on one loop must each still get their own.
+    @Test func socketsWithDifferentReceiveLimitsOnOneLoopEachKeepTheirOwn() throws {
+        let group = EventLoopGroup(loopCount: 1)
+        defer { try? group.shutdown() }
+        let loop = group.next()
+        let smallLog = UdpRecorder()
+        let largeLog = UdpRecorder()
+        let small = UdpSocket(delegate: smallLog, eventLoop: loop)
+        let large = UdpSocket(delegate: largeLog, eventLoop: loop)
+        let client = UdpSocket(delegate: UdpRecorder(), eventLoop: loop)
+        defer {
+            small.close()
+            large.close()
+            client.close()
+        }
+        small.maxReceiveIPv4BufferSize = 100
+        for socket in [small, large] {
+            try socket.bind(toPort: 0, interface: "127.0.0.1")
+            try socket.beginReceiving()
+        }
+        try client.send(payload(100, seed: 1), toAddress: loopback(small.localPort))
+        #expect(smallLog.waitForReceived(1) == [payload(100, seed: 1)])
+        try client.send(payload(300, seed: 2), toAddress: loopback(large.localPort))
+        #expect(largeLog.waitForReceived(1) == [payload(300, seed: 2)])
+        #expect(largeLog.events.count == 1)
+        try client.send(payload(101, seed: 3), toAddress: loopback(small.localPort))
+        try client.send(payload(99, seed: 4), toAddress: loopback(small.localPort))
+        #expect(smallLog.waitForReceived(2) == [payload(100, seed: 1), payload(99, seed: 4)])
+        #expect(smallLog.events.contains(.receiveError(.truncated, errno: 0)))
+        // A new limit applies from the next datagram.
+        small.maxReceiveIPv4BufferSize = 200
+        try client.send(payload(150, seed: 5), toAddress: loopback(small.localPort))
+        #expect(smallLog.waitForReceived(3).last == payload(150, seed: 5))
+    }
+
     @Test func bindErrorsAndPortReuse() throws {
         let first = UdpSocket(delegate: UdpRecorder())
         defer { first.close() }
