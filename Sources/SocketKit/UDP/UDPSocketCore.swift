@@ -903,14 +903,12 @@ final class UDPSocketCore {
         let buffer = scratch.receiveBuffer
         let limit = max(1, min(65535, source.family == .ipv4 ? configuration.maxReceiveIPv4BufferSize
                                                                : configuration.maxReceiveIPv6BufferSize))
-        // One byte more than the limit: a datagram that fills it was too large.
-        let stride = (limit + 1 + 15) & ~15
-        let slots = max(1, min(UDPScratch.receiveSlots, UDPScratch.receiveBufferSize / stride))
+        let (stride, slots) = UDPScratch.receiveLayout(limit: limit)
         var budget = 64
         while budget > 0 && session == generation && source.core != nil && receiveMode != .off
                 && !(receiveMode == .once && asyncFiltersPending > 0) {
             let count = receiveMode == .once ? 1 : min(slots, budget)
-            scratch.prepareReceive(count: count, slots: slots, stride: stride, limit: limit)
+            scratch.prepareReceive(count: count, limit: limit)
             let received = Int(skc_recv_datagrams(source.fd, scratch.receive.headers, scratch.receive.lengths, UInt32(count)))
             if received < 0 {
                 let number = errno
@@ -1245,8 +1243,7 @@ struct UDPScratch {
         var stagedCount = 0
         var stagedByteCount = 0
         var stagingOwner: ObjectIdentifier? = nil
-        // The layout the receive headers point at (0: not set up yet).
-        var receiveStride = 0
+        // The receive limit the receive headers are laid out for (0: not set up yet).
         var receiveLimit = 0
     }
 
@@ -1271,14 +1268,22 @@ struct UDPScratch {
         nonmutating set { parts.pointee.stagingOwner = newValue }
     }
 
-    /// Readies the first `count` receive headers for one `recvmmsg` into `slots` slots of
-    /// `stride` bytes of the receive buffer, each taking up to `limit` + 1 bytes. The
-    /// headers keep their layout from call to call (it changes only with the socket's
-    /// receive limit): a call resets just the address lengths the kernel overwrote, not
-    /// every header of the batch (most batches are a few datagrams; bench/callgrind.sh udp).
-    func prepareReceive(count: Int, slots: Int, stride: Int, limit: Int) {
+    /// The receive buffer cut into slots for datagrams of up to `limit` bytes: each slot
+    /// takes one byte more (a datagram that fills it was too large), rounded up to 16.
+    static func receiveLayout(limit: Int) -> (stride: Int, slots: Int) {
+        let stride = (limit + 1 + 15) & ~15
+        return (stride, max(1, min(receiveSlots, receiveBufferSize / stride)))
+    }
+
+    /// Readies the first `count` receive headers for one `recvmmsg` into the slots of
+    /// `receiveLayout(limit:)`. The headers keep their layout from call to call (it changes
+    /// only with the socket's receive limit): a call resets just the address lengths the
+    /// kernel overwrote, not every header of the batch (most batches are a few datagrams;
+    /// bench/callgrind.sh udp).
+    func prepareReceive(count: Int, limit: Int) {
         let receive = parts.pointee.receive
-        if parts.pointee.receiveStride != stride || parts.pointee.receiveLimit != limit {
+        if parts.pointee.receiveLimit != limit {
+            let (stride, slots) = UDPScratch.receiveLayout(limit: limit)
             for slot in 0..<slots {
                 receive.vectors[slot] = iovec(iov_base: parts.pointee.receiveBuffer + slot * stride, iov_len: limit + 1)
                 var header = msghdr()
@@ -1287,7 +1292,6 @@ struct UDPScratch {
                 header.msg_iovlen = 1
                 receive.headers[slot] = header
             }
-            parts.pointee.receiveStride = stride
             parts.pointee.receiveLimit = limit
         }
         for slot in 0..<count {
