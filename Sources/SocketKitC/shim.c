@@ -2,6 +2,7 @@
 #include "socketkit_c.h"
 
 #include <sched.h>
+#include <stddef.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/syscall.h>
@@ -28,32 +29,19 @@ int skc_available_cpus(void) {
     return CPU_COUNT(&set);
 }
 
-int skc_recv_datagrams(int fd, struct msghdr *headers, unsigned int *lengths, unsigned int count) {
-    struct mmsghdr messages[SKC_MAX_DATAGRAM_BATCH];
+_Static_assert(sizeof(skc_mmsghdr) == sizeof(struct mmsghdr), "skc_mmsghdr is struct mmsghdr");
+_Static_assert(offsetof(skc_mmsghdr, msg_hdr) == offsetof(struct mmsghdr, msg_hdr), "skc_mmsghdr is struct mmsghdr");
+_Static_assert(offsetof(skc_mmsghdr, msg_len) == offsetof(struct mmsghdr, msg_len), "skc_mmsghdr is struct mmsghdr");
+
+int skc_recv_datagrams(int fd, skc_mmsghdr *messages, unsigned int count) {
     if (count > SKC_MAX_DATAGRAM_BATCH) count = SKC_MAX_DATAGRAM_BATCH;
-    for (unsigned int i = 0; i < count; i++) {
-        messages[i].msg_hdr = headers[i];
-        messages[i].msg_len = 0;
-    }
     /* syscall(2): not glibc's cancellable wrapper (see skc_read in the header). */
-    int received = (int)syscall(SYS_recvmmsg, fd, messages, count, MSG_DONTWAIT, NULL);
-    for (int i = 0; i < received; i++) {
-        headers[i] = messages[i].msg_hdr; /* msg_flags and msg_namelen come back */
-        lengths[i] = messages[i].msg_len;
-    }
-    return received;
+    return (int)syscall(SYS_recvmmsg, fd, messages, count, MSG_DONTWAIT, NULL);
 }
 
-int skc_send_datagrams(int fd, struct msghdr *headers, unsigned int *lengths, unsigned int count) {
-    struct mmsghdr messages[SKC_MAX_DATAGRAM_BATCH];
+int skc_send_datagrams(int fd, skc_mmsghdr *messages, unsigned int count) {
     if (count > SKC_MAX_DATAGRAM_BATCH) count = SKC_MAX_DATAGRAM_BATCH;
-    for (unsigned int i = 0; i < count; i++) {
-        messages[i].msg_hdr = headers[i];
-        messages[i].msg_len = 0;
-    }
-    int sent = (int)syscall(SYS_sendmmsg, fd, messages, count, MSG_NOSIGNAL | MSG_DONTWAIT);
-    for (int i = 0; i < sent; i++) lengths[i] = messages[i].msg_len;
-    return sent;
+    return (int)syscall(SYS_sendmmsg, fd, messages, count, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 __thread skc_callback_scope_t skc_callback_scope __attribute__((tls_model("initial-exec")));

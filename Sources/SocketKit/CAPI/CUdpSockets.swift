@@ -20,13 +20,13 @@ final class CUdpDelegateReceiver: UdpSocketEventReceiver, @unchecked Sendable {
         self.userdata = userdata
     }
 
-    var wantsSendCompletions: Bool { delegate.did_send != nil }
+    override var wantsSendCompletions: Bool { delegate.did_send != nil }
 
     /// The receive fast path: the kernel's address goes to did_receive as it is. No
     /// CEventSink check: this runs only for a socket whose callbacks run on its loop, and a
     /// sink belongs to a poll of a host-driven queue.
-    func receiveDatagram(_ bytes: UnsafeRawBufferPointer, from name: UnsafeRawPointer, length: socklen_t,
-                         on socket: UdpSocket) {
+    override func receiveDatagram(_ bytes: UnsafeRawBufferPointer, from name: UnsafeRawPointer, length: socklen_t,
+                                  on socket: UdpSocket) {
         guard let callback = delegate.did_receive else { return }
         let handle = OpaquePointer(bitPattern: socket.cHandle.load(ordering: .relaxed))
         CallbackScope.with(socket, handle: handle, kind: CallbackScope.udpSocketKind) {
@@ -41,7 +41,7 @@ final class CUdpDelegateReceiver: UdpSocketEventReceiver, @unchecked Sendable {
         return CUdpDelegateReceiver(delegate: delegate, size: size, userdata: userdata)
     }
 
-    func receive(_ event: UdpSocketEvent, on socket: UdpSocket) {
+    override func receive(_ event: UdpSocketEvent, on socket: UdpSocket) {
         let handle = OpaquePointer(bitPattern: socket.cHandle.load(ordering: .relaxed))
         if let sink = CEventSink.current, socket.callbackQueue === sink.queue {
             record(event, handle: handle, into: sink)

@@ -80,24 +80,26 @@ enum UdpSocketEvent {
     }
 }
 
-/// Turns events into calls of a delegate (Swift protocol or C struct).
-protocol UdpSocketEventReceiver: AnyObject {
-    func receive(_ event: UdpSocketEvent, on socket: UdpSocket)
+/// Turns events into calls of a delegate (Swift protocol or C struct); each kind of
+/// receiver overrides `receive`. A class, not a protocol: a batch of received datagrams
+/// holds its receiver as `Unmanaged` and calls it without reference counting per datagram
+/// (`DirectDelivery`), which a protocol existential does not allow.
+class UdpSocketEventReceiver {
+    init() {}
+
+    func receive(_ event: UdpSocketEvent, on socket: UdpSocket) {
+        preconditionFailure("every UdpSocketEventReceiver overrides receive(_:on:)")
+    }
+
     /// False when `didSend` would go nowhere (a C delegate without `did_send`): the engine
     /// then skips making those events at all, one per datagram.
-    var wantsSendCompletions: Bool { get }
+    var wantsSendCompletions: Bool { true }
+
     /// A datagram received and delivered at once on the loop thread (the socket's callbacks
     /// run there), with no receive filter and no context: the same as `receive` of
     /// `.didReceive(.borrowed(bytes), from: sender, context: nil)`, where the sender is the
     /// complete `sockaddr_in` / `sockaddr_in6` at `name`. Both are borrowed for the call.
     /// A receiver that can use the raw address (the C one) skips making the event.
-    func receiveDatagram(_ bytes: UnsafeRawBufferPointer, from name: UnsafeRawPointer, length: socklen_t,
-                         on socket: UdpSocket)
-}
-
-extension UdpSocketEventReceiver {
-    var wantsSendCompletions: Bool { true }
-
     func receiveDatagram(_ bytes: UnsafeRawBufferPointer, from name: UnsafeRawPointer, length: socklen_t,
                          on socket: UdpSocket) {
         guard let sender = SocketAddress(storage: name, length: length) else { return }
@@ -113,7 +115,7 @@ final class SwiftUdpDelegateReceiver: UdpSocketEventReceiver {
         self.delegate = delegate
     }
 
-    func receive(_ event: UdpSocketEvent, on socket: UdpSocket) {
+    override func receive(_ event: UdpSocketEvent, on socket: UdpSocket) {
         guard let delegate else { return }
         switch event {
         case .didConnect(let address): delegate.udpSocket(socket, didConnectToAddress: address)

@@ -135,12 +135,18 @@ static inline int skc_bytes_readable(int fd, int *count) {
     return ioctl(fd, FIONREAD, count);
 }
 
-/* recvmmsg(2) / sendmmsg(2) (GNU-only) over plain msghdr arrays: at most
- * SKC_MAX_DATAGRAM_BATCH headers; lengths[i] receives each message's byte count.
- * Return the number of messages handled, or -1 with errno. */
+/* recvmmsg(2) / sendmmsg(2), which <sys/socket.h> declares only under _GNU_SOURCE (out of
+ * Swift's sight, with struct mmsghdr): skc_mmsghdr has mmsghdr's layout (checked in shim.c),
+ * so the engine keeps its batch headers in the form the kernel reads and nothing is copied
+ * per call. At most SKC_MAX_DATAGRAM_BATCH messages; each message's msg_len receives its
+ * byte count. Return the number of messages handled, or -1 with errno. */
 #define SKC_MAX_DATAGRAM_BATCH 64
-int skc_recv_datagrams(int fd, struct msghdr *headers, unsigned int *lengths, unsigned int count);
-int skc_send_datagrams(int fd, struct msghdr *headers, unsigned int *lengths, unsigned int count);
+typedef struct skc_mmsghdr {
+    struct msghdr msg_hdr;
+    unsigned int msg_len;
+} skc_mmsghdr;
+int skc_recv_datagrams(int fd, skc_mmsghdr *messages, unsigned int count);
+int skc_send_datagrams(int fd, skc_mmsghdr *messages, unsigned int count);
 
 /* OpenSSL: the macros Swift cannot import (BUILDING.md §10), one thin wrapper each. */
 
@@ -193,5 +199,7 @@ void *swift_tryRetain(void *object);
 /* The unowned count keeps an object's memory (not the object) alive after its deinit. */
 void *swift_unownedRetain(void *object);
 void swift_unownedRelease(void *object);
+/* Whether the strong reference count of `object` is one (the caller's reference is the only one). */
+_Bool swift_isUniquelyReferenced_nonNull_native(const void *object);
 
 #endif

@@ -19,6 +19,7 @@
     X(udp_host_queue_records)                 \
     X(udp_no_callback_after_release)          \
     X(udp_release_inside_own_callback)        \
+    X(udp_release_inside_callback_mid_batch)  \
     X(udp_multicast_on_loopback)              \
     X(udp_interop_with_bsd_sockets)           \
     X(version_matches_the_header)             \

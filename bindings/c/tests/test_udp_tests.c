@@ -609,6 +609,37 @@ void test_udp_release_inside_own_callback(void) {
     udp_recorder_destroy(&client_log);
 }
 
+/* Released inside its did_receive in the middle of a receive batch (ten datagrams wait
+ * in the kernel before receiving starts, so one recvmmsg takes them all): the rest of the
+ * batch is not delivered to the released handle's callbacks. The echo staged before the
+ * release leaves when the batch ends, so once it arrives the whole batch has been handled. */
+void test_udp_release_inside_callback_mid_batch(void) {
+    udp_recorder_t server_log;
+    udp_recorder_init(&server_log);
+    server_log.release_in_receive = 1;
+    sk_udp_socket_t *server = udp_socket(&server_log, NULL); /* released by its own callback */
+    sk_error_t error;
+    CHECK_EQ(sk_udp_socket_bind_to_port(server, "127.0.0.1", 0, &error), SK_OK);
+    uint16_t port = 0;
+    CHECK_EQ(sk_udp_socket_get_local_port(server, AF_INET, &port), SK_OK);
+    int raw = socket(AF_INET, SOCK_DGRAM, 0);
+    CHECK(raw >= 0);
+    struct timeval limit = {.tv_sec = (time_t)WAIT_SECONDS};
+    setsockopt(raw, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    struct sockaddr_in target = loopback4(port);
+    for (int i = 0; i < 10; i++) {
+        unsigned char datagram = (unsigned char)i;
+        CHECK_EQ(sendto(raw, &datagram, 1, 0, (struct sockaddr *)&target, sizeof target), 1);
+    }
+    CHECK_EQ(sk_udp_socket_begin_receiving(server, &error), SK_OK);
+    unsigned char echo[8];
+    CHECK_EQ(recv(raw, echo, sizeof echo, 0), 1);
+    CHECK_EQ(echo[0], 0);
+    CHECK_EQ(udp_count(&server_log, UDP_RECEIVE), 1);
+    close(raw);
+    udp_recorder_destroy(&server_log);
+}
+
 void test_udp_multicast_on_loopback(void) {
     udp_recorder_t log, sender_log;
     udp_recorder_init(&log);

@@ -682,6 +682,29 @@ def test_release_from_callbacks_and_filters_and_by_the_collector(udp):
     raw.close()
 
 
+def test_release_in_did_receive_mid_batch_delivers_no_more_of_the_batch(udp):
+    # Ten datagrams wait in the kernel before receiving starts, so one receive batch takes
+    # them all; the first callback answers and releases the socket. The answer leaves when
+    # the batch ends, so once it arrives the whole batch has been handled.
+    raw = raw_socket()
+    log = UdpRecorder()
+    sock = socketkit.UdpSocket(log, queue=None)
+    sock.bind_to_port(0, "127.0.0.1")
+    for index in range(10):
+        raw.sendto(bytes([index]), ("127.0.0.1", sock.local_port))
+
+    def answer_and_release(s, data, address, context):
+        s.send_to_address(data, address)
+        s.release()
+
+    log.on_receive = answer_and_release
+    sock.begin_receiving()
+    raw.settimeout(WAIT)
+    assert raw.recvfrom(16)[0] == bytes([0])
+    assert [event[1] for event in log.of("receive")] == [bytes([0])]
+    raw.close()
+
+
 def test_delegate_exceptions_go_to_unraisablehook(udp, monkeypatch):
     unraisable = []
     reported = threading.Event()
