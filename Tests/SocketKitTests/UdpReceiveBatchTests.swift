@@ -14,16 +14,19 @@ import Testing
 struct UdpReceiveBatchTests {
     private static let count = 10
 
-    /// A bound socket (not receiving yet) and `count` one-byte datagrams [0], [1], ...
-    /// sent to it and sent for good (each has its didSend).
-    private func boundWithQueuedDatagrams(_ recorder: UdpRecorder) throws -> (UdpSocket, UdpSocket) {
+    /// A bound socket (not receiving yet) and `datagrams` (default: `count` one-byte
+    /// datagrams [0], [1], ...) sent to it and sent for good (each has its didSend).
+    private func boundWithQueuedDatagrams(_ recorder: UdpRecorder, receiveLimit: Int? = nil,
+                                          datagrams: [[UInt8]] = (0..<count).map { [UInt8($0)] })
+        throws -> (UdpSocket, UdpSocket) {
         let server = UdpSocket(delegate: recorder)
+        if let receiveLimit { server.maxReceiveIPv4BufferSize = receiveLimit }
         try server.bind(toPort: 0, interface: "127.0.0.1")
         let clientLog = UdpRecorder()
         let client = UdpSocket(delegate: clientLog)
         try client.connect(toAddress: .ipv4Loopback(port: server.localPort))
-        for index in 0..<Self.count { try client.send([UInt8(index)], tag: index) }
-        #expect(clientLog.wait { $0.filter { if case .sent = $0 { return true }; return false }.count == Self.count })
+        for (index, datagram) in datagrams.enumerated() { try client.send(datagram, tag: index) }
+        #expect(clientLog.wait { $0.filter { if case .sent = $0 { return true }; return false }.count == datagrams.count })
         return (server, client)
     }
 
@@ -43,7 +46,8 @@ struct UdpReceiveBatchTests {
         second.checkContract()
     }
 
-    @Test func aSocketReleasedInAReceiveCallbackGetsNoMoreOfTheBatch() throws {
+    @Test(arguments: [false, true])
+    func aSocketReleasedInAReceiveCallbackGetsNoMoreOfTheBatch(oversizedNext: Bool) throws {
         final class Holder: @unchecked Sendable {
             var socket: UdpSocket?
             var testLetGo = false
@@ -58,7 +62,13 @@ struct UdpReceiveBatchTests {
         }
         let client: UdpSocket
         do {
-            let (server, made) = try boundWithQueuedDatagrams(recorder)
+            // With oversizedNext, the datagram after the release is over the receive limit:
+            // it takes the general path (a truncation report), which must not reach the
+            // dropped socket either.
+            var datagrams = (0..<Self.count).map { [UInt8($0)] }
+            if oversizedNext { datagrams[3] = [UInt8](repeating: 3, count: 200) }
+            let (server, made) = try boundWithQueuedDatagrams(recorder, receiveLimit: oversizedNext ? 100 : nil,
+                                                              datagrams: datagrams)
             client = made
             holder.socket = server
             try server.beginReceiving()

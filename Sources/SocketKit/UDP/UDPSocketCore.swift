@@ -942,6 +942,9 @@ final class UDPSocketCore {
                     guard session == generation else { return }
                     continue
                 }
+                // The general path looks the owner up itself: the batch's hold must not keep
+                // alive a socket the user dropped in a callback for this datagram's events.
+                direct.drop()
                 guard let sender = SocketAddress(storage: scratch.receive.names + slot, length: header.msg_namelen) else {
                     continue
                 }
