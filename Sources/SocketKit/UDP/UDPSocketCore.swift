@@ -1196,34 +1196,32 @@ struct DirectDelivery {
     mutating func deliver(_ bytes: UnsafeRawBufferPointer, from name: UnsafeRawPointer, length: socklen_t,
                           owner lookup: () -> UdpSocket?) -> Bool {
         if stopped { return false }
-        if let held = owner, swift_isUniquelyReferenced_nonNull_native(held.toOpaque()) {
-            drop()
-            stopped = true
-            return false
+        if let held = owner {
+            if swift_isUniquelyReferenced_nonNull_native(held.toOpaque()) { return stop() }
+            if attempt(bytes, from: name, length: length) { return true }
+            drop() // the routing changed or an event waits: look it up again, once
         }
-        var fresh = false
-        while true {
-            if owner == nil {
-                guard let socket = lookup(), let taken = socket.directReceiver() else {
-                    stopped = true
-                    return false
-                }
-                owner = Unmanaged.passRetained(socket)
-                target = Unmanaged.passRetained(taken.receiver)
-                version = taken.version
-                fresh = true
-            }
-            let version = self.version
-            let delivered = owner.unsafelyUnwrapped._withUnsafeGuaranteedRef { socket in
-                target.unsafelyUnwrapped._withUnsafeGuaranteedRef { receiver in
-                    socket.deliverReceived(bytes, from: name, length: length, to: receiver, version: version)
-                }
-            }
-            if delivered { return true }
-            drop()
-            if fresh {
-                stopped = true
-                return false
+        guard let socket = lookup(), let taken = socket.directReceiver() else { return stop() }
+        owner = Unmanaged.passRetained(socket)
+        target = Unmanaged.passRetained(taken.receiver)
+        version = taken.version
+        return attempt(bytes, from: name, length: length) || stop()
+    }
+
+    /// Nothing more of this batch is delivered directly; always false.
+    private mutating func stop() -> Bool {
+        drop()
+        stopped = true
+        return false
+    }
+
+    /// One datagram to the held owner and receiver (both present).
+    @inline(__always)
+    private func attempt(_ bytes: UnsafeRawBufferPointer, from name: UnsafeRawPointer, length: socklen_t) -> Bool {
+        let version = self.version
+        return owner.unsafelyUnwrapped._withUnsafeGuaranteedRef { socket in
+            target.unsafelyUnwrapped._withUnsafeGuaranteedRef { receiver in
+                socket.deliverReceived(bytes, from: name, length: length, to: receiver, version: version)
             }
         }
     }
