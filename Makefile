@@ -3,7 +3,8 @@
 #   make                      build the library (.so, header, pkg-config file), the Python
 #                             package (a wheel in .build/dist), and run the demos
 #   make test                 every suite: Swift, C (valgrind and sanitizers), header/ABI
-#                             checks, Python (pytest), and a clean `pip install`
+#                             checks, Python (pytest), a clean `pip install`, and the
+#                             instruction budgets of the hot paths (callgrind)
 #   make sanitize             the Swift suite under ThreadSanitizer, then AddressSanitizer
 #                             and LeakSanitizer (~15 minutes; not part of `make test`)
 #   make bench                the benchmarks (SocketKit beside C epoll, libuv, SwiftNIO,
@@ -36,7 +37,7 @@ RELEASE_FLAGS := -c release -Xswiftc -static-stdlib -Xswiftc -enforce-exclusivit
 REQUIRED_TOOLS := cc:gcc pkg-config:pkg-config valgrind:valgrind python3:python3 strip:binutils openssl:openssl curl:curl socat:socat
 
 .DEFAULT_GOAL := all
-.PHONY: all tools library c-prefix demo test swift-test c-test python python-test python-install-test \
+.PHONY: all tools library c-prefix demo test swift-test c-test python python-test python-install-test budget-test \
 	install uninstall clean bench bench-tools sanitize
 
 C_PREFIX   := $(BUILD)/c-prefix
@@ -113,7 +114,7 @@ demo: c-prefix $(VENV)/.ready $(SPEEDUPS)
 	@$(MAKE) --no-print-directory -C bindings/c demo SOCKETKIT_PREFIX=$(C_PREFIX)
 	$(VENV_PY) bindings/python/examples/echo_demo.py
 
-test: library swift-test c-test python-test python-install-test
+test: library swift-test c-test python-test python-install-test budget-test
 	@echo "make test: every suite passed"
 
 swift-test: tools
@@ -138,6 +139,13 @@ python-install-test: library
 	SOCKETKIT_REQUIRE_SPEEDUPS=1 $(BUILD)/venv-install/bin/python -m pip install -q ./bindings/python
 	cd / && env -u LD_LIBRARY_PATH -u SOCKETKIT_LIBRARY $(BUILD)/venv-install/bin/python -c \
 		'import socketkit, socketkit._ffi as f; assert "site-packages" in f.lib._name, f.lib._name; assert socketkit.SPEEDUPS, "the C hot paths did not build"; print("python-install-test: socketkit", socketkit.LIBRARY_VERSION, "loads from", f.lib._name, "with its C hot paths")'
+
+# The hot paths' instruction budgets: the C API's TCP ping-pong and UDP echo and the Python
+# binding's TCP echo, counted under callgrind (deterministic, unlike wall time on a shared
+# machine) against bench/budgets.conf. See bench/budgets.py.
+budget-test: c-prefix $(VENV)/.ready $(SPEEDUPS)
+	@$(MAKE) --no-print-directory -C bindings/c examples SOCKETKIT_PREFIX=$(C_PREFIX)
+	$(PYTHON) bench/budgets.py
 
 sanitize: tools
 	$(SWIFT) test --sanitize=thread --scratch-path $(CURDIR)/.build-tsan
