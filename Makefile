@@ -3,8 +3,9 @@
 #   make                      build the library (.so, header, pkg-config file), the Python
 #                             package (a wheel in .build/dist), and run the demos
 #   make test                 every suite: Swift, C (valgrind and sanitizers), header/ABI
-#                             checks, Python (pytest), a clean `pip install`, and the
-#                             instruction budgets of the hot paths (callgrind)
+#                             checks, Python (pytest, on every CPython 3.9-3.13 found), a
+#                             clean `pip install`, and the instruction budgets of the hot
+#                             paths (callgrind)
 #   make sanitize             the Swift suite under ThreadSanitizer, then AddressSanitizer
 #                             and LeakSanitizer (~15 minutes; not part of `make test`)
 #   make bench                the benchmarks (SocketKit beside C epoll, libuv, SwiftNIO,
@@ -37,7 +38,7 @@ RELEASE_FLAGS := -c release -Xswiftc -static-stdlib -Xswiftc -enforce-exclusivit
 REQUIRED_TOOLS := cc:gcc pkg-config:pkg-config valgrind:valgrind python3:python3 strip:binutils openssl:openssl curl:curl socat:socat
 
 .DEFAULT_GOAL := all
-.PHONY: all tools library c-prefix demo test swift-test c-test python python-test python-install-test budget-test \
+.PHONY: all tools library c-prefix demo test swift-test c-test python python-test python-versions-test python-install-test budget-test \
 	install uninstall clean bench bench-tools sanitize
 
 C_PREFIX   := $(BUILD)/c-prefix
@@ -114,7 +115,7 @@ demo: c-prefix $(VENV)/.ready $(SPEEDUPS)
 	@$(MAKE) --no-print-directory -C bindings/c demo SOCKETKIT_PREFIX=$(C_PREFIX)
 	$(VENV_PY) bindings/python/examples/echo_demo.py
 
-test: library swift-test c-test python-test python-install-test budget-test
+test: library swift-test c-test python-test python-versions-test python-install-test budget-test
 	@echo "make test: every suite passed"
 
 swift-test: tools
@@ -129,6 +130,11 @@ c-test: c-prefix
 python-test: library $(VENV)/.ready $(SPEEDUPS)
 	cd bindings/python && SOCKETKIT_EXPECT_SPEEDUPS=1 $(VENV_PY) -m pytest -q -p no:cacheprovider tests
 	cd bindings/python && SOCKETKIT_NO_SPEEDUPS=1 $(VENV_PY) -m pytest -q -p no:cacheprovider tests
+
+# The same suite on every other CPython from 3.9 to 3.13 that is installed (pyenv keeps
+# them on these machines); absent versions are skipped with a message.
+python-versions-test: library
+	bindings/python/run-versions.sh $(PYTHON) $(STAGE)/lib/$(LIBFILE)
 
 # What a user does: `pip install ./bindings/python` into a new virtualenv (the library is
 # built and bundled in the wheel), then `import socketkit` works with nothing else set.
