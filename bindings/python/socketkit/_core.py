@@ -409,13 +409,15 @@ def _address_from_sockaddr(raw: bytes) -> Optional[Address]:
 def lookup_host(host: str, port: int) -> List[Tuple[str, int]]:
     """Resolves `host` (blocking) to ("address", port) pairs in resolver order.
     "localhost" gives 127.0.0.1 and ::1 without asking the resolver."""
-    storage = (ctypes.c_byte * (128 * 32))()
+    # Unsigned bytes: a c_byte array slices into signed ints, which bytes() refuses (ports
+    # and addresses with a byte of 128 or more).
+    storage = ctypes.create_string_buffer(128 * 32)
     count = c_size_t()
     error = _ffi.CError()
     _raise_for(lib.sk_lookup_host(host.encode(), port, storage, 32, byref(count), byref(error)), error)
     found = []
     for index in range(count.value):
-        raw = bytes(storage[index * 128:(index + 1) * 128])
+        raw = storage.raw[index * 128:(index + 1) * 128]
         family = struct.unpack("=H", raw[:2])[0]
         length = 16 if family == _stdlib_socket.AF_INET else 28
         address = _address_from_sockaddr(raw[:length])

@@ -538,6 +538,33 @@ def test_addresses_convert_as_the_library_does():
             _core._ip_sockaddr(bad)
 
 
+def test_datagram_addresses_with_high_bytes_reach_every_face(udp):
+    """A peer at 127.129.250.201 (bytes of 128 and more; all of 127/8 is loopback) is seen
+    as itself by did_receive (the C extension's path and ctypes'), the filters, did_connect
+    and the address getters."""
+    seen = []
+    server, log, port = echo_server(udp, host="127.200.128.254")
+    server.set_receive_filter(lambda data, address: seen.append(("receive filter", address)) or True)
+    raw = raw_socket(host="127.129.250.201")
+    raw.sendto(b"x", ("127.200.128.254", port))
+    assert raw.recvfrom(10) == (b"x", ("127.200.128.254", port))
+    assert log.expect("receive")[0][2] == raw.getsockname()
+    assert seen == [("receive filter", raw.getsockname())]
+    assert server.local_address == ("127.200.128.254", port) == (server.local_host, server.local_port)
+    client_log = UdpRecorder()
+    client = udp(client_log)
+    client.bind_to_address(("127.129.250.201", 0))
+    client.set_send_filter(lambda data, address, tag: seen.append(("send filter", address)) or True)
+    client.connect_to_address(("127.200.128.254", port))
+    assert client_log.expect("connect")[0][1] == ("127.200.128.254", port)
+    assert client.connected_address == ("127.200.128.254", port)
+    assert (client.connected_host, client.connected_port) == ("127.200.128.254", port)
+    client.send(b"y")
+    assert log.expect("receive", 2)[1][2] == client.local_address
+    assert ("send filter", ("127.200.128.254", port)) in seen
+    raw.close()
+
+
 def test_configuration_round_trips(udp):
     sock = udp(UdpRecorder())
     assert sock.ipv4_enabled and sock.ipv6_enabled
