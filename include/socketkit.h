@@ -24,6 +24,11 @@
  *            sk_socket_write() copies; sk_socket_write_no_copy() borrows until its
  *            release function runs. Strings returned by sk_version(), sk_strerror() and
  *            sk_error_name() are static.
+ * Addresses  A struct sockaddr pointer and a length. An IPv4 or IPv6 address may come
+ *            with any length from its family's struct (sizeof(struct sockaddr_in) or
+ *            sizeof(struct sockaddr_in6)) up to sizeof(struct sockaddr_storage), as
+ *            getnameinfo(3) and the kernel accept it; the bytes beyond its struct are
+ *            ignored. A sockaddr_un has at most sizeof(struct sockaddr_un) bytes.
  * Timeouts   Seconds, as a double: negative = none; 0 = fail unless the operation can
  *            complete at once; positive = measured from when the operation reaches the
  *            front of its queue. On expiry the delegate may extend it.
@@ -562,8 +567,9 @@ int sk_socket_accept_on_unix_path(sk_socket_t *sock, const char *path, sk_error_
 int sk_socket_connect_to_host(sk_socket_t *sock, const char *host, uint16_t port, const char *interface,
                               double timeout, sk_error_t *error);
 
-/* Connects to a raw address: struct sockaddr_in, sockaddr_in6 or sockaddr_un, of exactly
- * `address_length` bytes. Errors: as above, plus SK_ERR_BAD_PARAM (unsupported address). */
+/* Connects to a raw address: struct sockaddr_in, sockaddr_in6 or sockaddr_un;
+ * `address_length` as under Addresses (CONVENTIONS). Errors: as above, plus SK_ERR_BAD_PARAM
+ * (unsupported address). */
 int sk_socket_connect_to_address(sk_socket_t *sock, const struct sockaddr *address, socklen_t address_length,
                                  const char *interface, double timeout, sk_error_t *error);
 
@@ -1030,10 +1036,27 @@ int sk_udp_socket_perform(sk_udp_socket_t *sock,
  * Utilities
  * ====================================================================================== */
 
+/* An address and its length, as getaddrinfo(3) gives them (ai_addr, ai_addrlen). */
+typedef struct sk_address {
+    struct sockaddr_storage address;   /* a struct sockaddr_in or struct sockaddr_in6 */
+    socklen_t length;                  /* sizeof(struct sockaddr_in) or sizeof(struct sockaddr_in6) */
+} sk_address_t;
+
 /* Resolves `host` synchronously (this blocks: do not call it on an event loop thread).
- * "localhost" and "loopback" give 127.0.0.1 and ::1 without asking the resolver. Writes up
- * to `capacity` addresses, in resolver order, to `addresses` and their count to
- * `*out_count`. Errors: SK_ERR_RESOLUTION, SK_ERR_BAD_PARAM. */
+ * "localhost" and "loopback" give 127.0.0.1 and ::1 without asking the resolver; an IP
+ * literal gives itself. Writes the first `capacity` addresses found, in resolver order, to
+ * `addresses` and returns how many were found (at least 1), as snprintf does: more than
+ * `capacity` means some were left out. `addresses` NULL asks for the count only.
+ * Errors: SK_ERR_RESOLUTION (os_error: the EAI_* code), SK_ERR_BAD_PARAM (host NULL or
+ * empty), SK_ERR_SYSTEM. */
+int sk_lookup_host_addresses(const char *host, uint16_t port, sk_address_t *addresses, size_t capacity,
+                             sk_error_t *error);
+
+/* The older form of sk_lookup_host_addresses, kept for the programs that use it: the
+ * addresses without their lengths (each is its family's struct; see Addresses under
+ * CONVENTIONS: passing sizeof(struct sockaddr_storage) along is fine). Writes up to
+ * `capacity` addresses and their count to `*out_count`, and returns SK_OK.
+ * Errors: SK_ERR_RESOLUTION, SK_ERR_BAD_PARAM (also `addresses` NULL with `capacity` > 0). */
 int sk_lookup_host(const char *host, uint16_t port, struct sockaddr_storage *addresses, size_t capacity,
                    size_t *out_count, sk_error_t *error);
 
@@ -1042,7 +1065,8 @@ int sk_lookup_host(const char *host, uint16_t port, struct sockaddr_storage *add
 int sk_address_get_host(const struct sockaddr *address, socklen_t address_length, char *buffer, size_t capacity);
 /* The port of an IPv4 or IPv6 address. SK_ERR_BAD_PARAM for anything else. */
 int sk_address_get_port(const struct sockaddr *address, socklen_t address_length, uint16_t *out_port);
-/* 1 if the address is a complete IPv4 (sockaddr_in) / IPv6 (sockaddr_in6) address, else 0. */
+/* 1 if the address is a complete IPv4 (sockaddr_in) / IPv6 (sockaddr_in6) address (see
+ * Addresses under CONVENTIONS), else 0. */
 int sk_address_is_ipv4(const struct sockaddr *address, socklen_t address_length);
 int sk_address_is_ipv6(const struct sockaddr *address, socklen_t address_length);
 

@@ -302,7 +302,8 @@ public func sk_socket_connect_to_unix_path(_ handle: OpaquePointer?, _ path: Uns
     }
 }
 
-/// A `SocketAddress` from C, validated (family, exact length).
+/// A `SocketAddress` from C, validated: a known family, and at least its struct's size (up
+/// to `sockaddr_storage`; see `SocketAddress.init?(bytes:)`).
 func socketAddress(_ address: UnsafePointer<sockaddr>?, _ length: socklen_t) throws(SocketError) -> SocketAddress {
     guard let address else { throw badParam("address is NULL") }
     guard length >= 2, length <= socklen_t(MemoryLayout<sockaddr_storage>.size) else {
@@ -604,6 +605,30 @@ public func sk_lookup_host(_ host: UnsafePointer<CChar>?, _ port: UInt16, _ addr
         }
         outCount.pointee = written
     }
+}
+
+@_cdecl("sk_lookup_host_addresses")
+public func sk_lookup_host_addresses(_ host: UnsafePointer<CChar>?, _ port: UInt16,
+                                     _ addresses: UnsafeMutablePointer<sk_address_t>?, _ capacity: Int,
+                                     _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    var found = 0
+    let status = reporting(error) { () throws(SocketError) in
+        let name = try string(from: host, "host")
+        let room = addresses == nil ? 0 : try checkedLength(capacity, "capacity")
+        let resolved = try AddressResolver.lookup(host: name, port: port).get()
+        for (index, address) in resolved.prefix(room).enumerated() {
+            guard let slot = addresses?.advanced(by: index) else { break }
+            slot.pointee = sk_address_t()
+            address.withSockAddr { pointer, length in
+                withUnsafeMutableBytes(of: &slot.pointee.address) {
+                    $0.copyMemory(from: UnsafeRawBufferPointer(start: pointer, count: Int(length)))
+                }
+                slot.pointee.length = length
+            }
+        }
+        found = resolved.count
+    }
+    return status == 0 ? Int32(clamping: found) : status
 }
 
 private func ipAddress(_ address: UnsafePointer<sockaddr>?, _ length: socklen_t) -> SocketAddress? {

@@ -702,3 +702,42 @@ void test_udp_interop_with_bsd_sockets(void) {
     CHECK_EQ(sk_udp_socket_release(server), SK_OK);
     udp_recorder_destroy(&log);
 }
+
+/* Bind, connect and send to addresses given with sizeof(struct sockaddr_storage), as a
+ * lookup's entries are: the length is at least the family's struct, so they are taken. */
+void test_udp_addresses_given_with_the_storage_length(void) {
+    udp_recorder_t server_log, client_log;
+    udp_recorder_init(&server_log);
+    udp_recorder_init(&client_log);
+    sk_udp_socket_t *server = udp_socket(&server_log, NULL);
+    struct sockaddr_storage any;
+    sk_error_t error;
+    size_t count = 0;
+    CHECK_EQ(sk_lookup_host("127.0.0.1", 0, &any, 1, &count, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_bind_to_address(server, (struct sockaddr *)&any, sizeof any, &error), SK_OK);
+    uint16_t port = 0;
+    CHECK_EQ(sk_udp_socket_get_local_port(server, AF_INET, &port), SK_OK);
+    CHECK_EQ(sk_udp_socket_begin_receiving(server, &error), SK_OK);
+
+    struct sockaddr_storage target;
+    CHECK_EQ(sk_lookup_host("127.0.0.1", port, &target, 1, &count, &error), SK_OK);
+    sk_udp_socket_t *client = udp_socket(&client_log, NULL);
+    CHECK_EQ(sk_udp_socket_send_to_address(client, "one", 3, (struct sockaddr *)&target, sizeof target, 5, 1, &error),
+             SK_OK);
+    udp_expect(&server_log, UDP_RECEIVE, 1);
+    CHECK(memcmp(udp_event(&server_log, UDP_RECEIVE, 0).data, "one", 3) == 0);
+    CHECK_EQ(sk_udp_socket_close(client), SK_OK);
+    CHECK_EQ(sk_udp_socket_connect_to_address(client, (struct sockaddr *)&target, sizeof target, &error), SK_OK);
+    udp_expect(&client_log, UDP_CONNECT, 1);
+    CHECK_EQ(udp_event(&client_log, UDP_CONNECT, 0).port, port);
+    CHECK_EQ(sk_udp_socket_send(client, "two", 3, 5, 2, &error), SK_OK);
+    udp_expect(&server_log, UDP_RECEIVE, 2);
+    CHECK(memcmp(udp_event(&server_log, UDP_RECEIVE, 1).data, "two", 3) == 0);
+    /* One byte more than a sockaddr_storage is not an address. */
+    CHECK_EQ(sk_udp_socket_send_to_address(client, "x", 1, (struct sockaddr *)&target, sizeof target + 1, 5, 3, &error),
+             SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_udp_socket_release(client), SK_OK);
+    CHECK_EQ(sk_udp_socket_release(server), SK_OK);
+    udp_recorder_destroy(&server_log);
+    udp_recorder_destroy(&client_log);
+}

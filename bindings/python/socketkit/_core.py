@@ -409,21 +409,21 @@ def _address_from_sockaddr(raw: bytes) -> Optional[Address]:
 def lookup_host(host: str, port: int) -> List[Tuple[str, int]]:
     """Resolves `host` (blocking) to ("address", port) pairs in resolver order.
     "localhost" gives 127.0.0.1 and ::1 without asking the resolver."""
-    # Unsigned bytes: a c_byte array slices into signed ints, which bytes() refuses (ports
-    # and addresses with a byte of 128 or more).
-    storage = ctypes.create_string_buffer(128 * 32)
-    count = c_size_t()
-    error = _ffi.CError()
-    _raise_for(lib.sk_lookup_host(host.encode(), port, storage, 32, byref(count), byref(error)), error)
-    found = []
-    for index in range(count.value):
-        raw = storage.raw[index * 128:(index + 1) * 128]
-        family = struct.unpack("=H", raw[:2])[0]
-        length = 16 if family == _stdlib_socket.AF_INET else 28
-        address = _address_from_sockaddr(raw[:length])
+    encoded = host.encode()
+    capacity = 16
+    while True:
+        entries = (_ffi.Address * capacity)()
+        error = _ffi.CError()
+        found = _raise_for(lib.sk_lookup_host_addresses(encoded, port, entries, capacity, byref(error)), error)
+        if found <= capacity:
+            break
+        capacity = found  # more than fitted: ask again with room for all of them
+    addresses = []
+    for entry in entries[:found]:
+        address = _address_from_sockaddr(ctypes.string_at(ctypes.addressof(entry), entry.length))
         if isinstance(address, tuple):
-            found.append(address)
-    return found
+            addresses.append(address)
+    return addresses
 
 
 # --------------------------------------------------------------------------------------
@@ -1524,10 +1524,12 @@ _unpack_scope = struct.Struct("=I").unpack_from
 def _ip_address_from_sockaddr(raw: bytes) -> Optional[IPAddress]:
     """("host", port) of a sockaddr_in / sockaddr_in6, as sk_address_get_host writes it (IPv6
     scope as "%name", or "%index" for an interface that no longer exists); None otherwise."""
-    if len(raw) < 4:
+    # The library's rule for address lengths: at least the family's struct, at most a
+    # sockaddr_storage (the bytes beyond the struct are ignored).
+    if not 4 <= len(raw) <= 128:
         return None
     family = _unpack_family(raw)[0]
-    if family == _AF_INET and len(raw) >= 8:
+    if family == _AF_INET and len(raw) >= 16:
         return (_stdlib_socket.inet_ntop(_AF_INET, raw[4:8]), _unpack_port(raw, 2)[0])
     if family == _AF_INET6 and len(raw) >= 28:
         host = _stdlib_socket.inet_ntop(_AF_INET6, raw[8:24])

@@ -533,6 +533,13 @@ def test_addresses_convert_as_the_library_does():
         assert _core._ip_address_from_sockaddr(raw) == _core._address_from_sockaddr(raw) == address
     assert _core._ip_address_from_sockaddr(_core._ip_sockaddr(("fe80::1", 5, 0, socket.if_nametoindex("lo")))) \
         == ("fe80::1%lo", 5)
+    # The library's length rule: from the family's struct up to a sockaddr_storage.
+    for address in [("192.0.2.1", 443), ("fd00::2", 8080)]:
+        raw = _core._ip_sockaddr(address)
+        padded = raw + bytes(128 - len(raw))
+        assert _core._ip_address_from_sockaddr(padded) == _core._address_from_sockaddr(padded) == address
+        assert _core._ip_address_from_sockaddr(padded + b"\0") is _core._address_from_sockaddr(padded + b"\0") is None
+        assert _core._ip_address_from_sockaddr(raw[:-1]) is _core._address_from_sockaddr(raw[:-1]) is None
     for bad in [("localhost", 1), ("127.0.0.1",), "127.0.0.1:9", ("127.0.0.1", -1), (b"127.0.0.1", 9)]:
         with pytest.raises(socketkit.BadParamError):
             _core._ip_sockaddr(bad)
