@@ -478,6 +478,8 @@ _DELEGATE_METHODS = {
     "socket_did_receive_trust": "did_receive_trust",
 }
 
+_DELEGATE_SIZE = ctypes.sizeof(_ffi.SocketDelegate)
+
 # Live sockets by handle, held weakly: a socket nobody references closes.
 _sockets = _WeakTable()
 _socket_refs = _sockets._refs  # read directly by the hot event path
@@ -792,18 +794,23 @@ _TRAMPOLINES = {
 }
 
 
-def _delegate_struct(delegate: Any) -> _ffi.SocketDelegate:
-    """The C delegate for a Python delegate: only the methods it has are wired, so SocketKit
-    does not call into Python for events nobody listens to. Accepting always is (a listener
-    without ``socket_did_accept`` closes its connections)."""
+def _delegate_struct(delegate: Any) -> Any:
+    """The C delegate for a Python delegate, as the C functions take it (a pointer to the
+    struct): only the methods it has are wired, so SocketKit does not call into Python for
+    events nobody listens to. Accepting always is (a listener without ``socket_did_accept``
+    closes its connections). None (NULL) for no delegate: SocketKit then has none either,
+    so connecting and accepting raise BadConfigError as in C and Swift (a struct of our own
+    would count as a delegate)."""
+    if delegate is None:
+        return None  # NULL
     struct_ = _ffi.SocketDelegate()
     for method, member in _DELEGATE_METHODS.items():
-        if delegate is not None and getattr(delegate, method, None) is not None:
+        if getattr(delegate, method, None) is not None:
             setattr(struct_, member, _TRAMPOLINES[member])
     # These keep internal state right whatever the delegate implements.
     struct_.did_read = _TRAMPOLINES["did_read"]
     struct_.did_disconnect = _TRAMPOLINES["did_disconnect"]
-    return struct_
+    return byref(struct_)
 
 
 class Socket(_SocketBase):
@@ -819,6 +826,9 @@ class Socket(_SocketBase):
     (:func:`default_queue`); a :class:`HostQueue` to run them yourself (see
     :mod:`socketkit.aio` for asyncio); ``None`` for SocketKit's loop thread.
 
+    Without a delegate (None) a socket cannot connect or accept: those raise
+    :class:`BadConfigError`, as in C and Swift; set :attr:`delegate` first.
+
     Keep a reference: a socket nobody holds is closed. Use it as a context manager, or
     call :meth:`close`; afterwards every method raises :class:`InvalidHandleError`.
     """
@@ -829,7 +839,7 @@ class Socket(_SocketBase):
         handle = c_void_p()
         error = _ffi.CError()
         struct_ = _delegate_struct(delegate)
-        _raise_for(lib.sk_socket_create(byref(struct_), ctypes.sizeof(struct_), None, self._queue_handle,
+        _raise_for(lib.sk_socket_create(struct_, _DELEGATE_SIZE, None, self._queue_handle,
                                         loop_group.handle if loop_group is not None else None,
                                         byref(handle), byref(error)), error)
         self._register(handle.value)
@@ -890,7 +900,7 @@ class Socket(_SocketBase):
         _adopting[token] = sock
         try:
             status = lib.sk_socket_create_from_fd(
-                fd, byref(struct_), ctypes.sizeof(struct_), token, sock._queue_handle,
+                fd, struct_, _DELEGATE_SIZE, token, sock._queue_handle,
                 loop_group.handle if loop_group is not None else None, byref(handle), byref(error))
         finally:
             _adopting.pop(token, None)
@@ -956,7 +966,7 @@ class Socket(_SocketBase):
     def delegate(self, delegate: Any) -> None:
         """Replaces the delegate, synchronously: once set, no method of the old one runs."""
         struct_ = _delegate_struct(delegate)
-        _raise_for(lib.sk_socket_set_delegate(self.handle, byref(struct_), ctypes.sizeof(struct_), None))
+        _raise_for(lib.sk_socket_set_delegate(self.handle, struct_, _DELEGATE_SIZE, None))
         self._delegate = delegate
 
     @property

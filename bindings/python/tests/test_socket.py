@@ -389,6 +389,43 @@ def test_adopting_a_connected_descriptor(recorder):
     right.close()
 
 
+def test_connect_and_accept_without_a_delegate_are_bad_config(raw_peer, tmp_path):
+    """As in C and Swift: no delegate, no connection (its events would go nowhere)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    sock = socketkit.Socket(None)
+    attempts = [lambda: sock.connect_to_host("127.0.0.1", port, timeout=5),
+                lambda: sock.connect_to_address(("127.0.0.1", port), timeout=5),
+                lambda: sock.connect_to_unix_path(str(tmp_path / "none.sock"), timeout=5),
+                lambda: sock.accept_on_port(0),
+                lambda: sock.accept_on_interface("127.0.0.1", 0),
+                lambda: sock.accept_on_unix_path(str(tmp_path / "listener.sock"))]
+    for attempt in attempts:
+        with pytest.raises(socketkit.BadConfigError, match="delegate"):
+            attempt()
+        assert sock.is_disconnected
+    # A delegate set later makes it usable; taking it away again makes it refuse again.
+    recorder = Recorder()
+    sock.delegate = recorder
+    sock.connect_to_host("127.0.0.1", port, timeout=5)
+    listener.settimeout(WAIT)
+    peer, _ = listener.accept()
+    assert recorder.expect("connect")[0][1:] == ("127.0.0.1", port)
+    sock.disconnect()
+    recorder.expect("disconnect")
+    sock.delegate = None
+    with pytest.raises(socketkit.BadConfigError):
+        sock.connect_to_host("127.0.0.1", port, timeout=5)
+    # Adopting a connected descriptor needs no delegate (it reports nothing but its end).
+    left, right = socket.socketpair()
+    adopted = socketkit.Socket.from_fd(left.detach(), None)
+    assert adopted.is_connected and adopted.is_unix
+    for item in (adopted, sock, peer, right, listener):
+        item.close()
+
+
 def test_lookup_host():
     assert socketkit.lookup_host("localhost", 80) == [("127.0.0.1", 80), ("::1", 80)]
     assert socketkit.lookup_host("::1", 5) == [("::1", 5)]

@@ -572,6 +572,21 @@ def test_datagram_addresses_with_high_bytes_reach_every_face(udp):
     raw.close()
 
 
+def test_a_udp_socket_needs_no_delegate(udp):
+    """Unlike a TCP socket's connect and accept, nothing a UDP socket does needs a delegate
+    (as in C and Swift): a send-only socket binds, connects and sends without one."""
+    raw = raw_socket()
+    sock = udp(None)
+    sock.bind_to_port(0, "127.0.0.1")
+    sock.send_to_address(b"one", raw.getsockname())
+    assert raw.recvfrom(10) == (b"one", ("127.0.0.1", sock.local_port))
+    sock.close()
+    sock.connect_to_address(raw.getsockname())
+    sock.send(b"two")
+    assert raw.recv(10) == b"two"
+    raw.close()
+
+
 def test_configuration_round_trips(udp):
     sock = udp(UdpRecorder())
     assert sock.ipv4_enabled and sock.ipv6_enabled
