@@ -512,8 +512,15 @@ int sk_socket_get_alternate_address_delay(sk_socket_t *sock, double *out_seconds
 int sk_socket_set_auto_disconnect_on_closed_read_stream(sk_socket_t *sock, int enabled);
 int sk_socket_get_auto_disconnect_on_closed_read_stream(sk_socket_t *sock);
 
-/* The most bytes a read to a separator without explicit maximum may gather (16 MiB by
- * default; at least 1). */
+/* The most bytes a read may gather in SocketKit's memory: 16 MiB by default; 1 or more (0
+ * is SK_ERR_BAD_PARAM). A read to a separator without an explicit maximum ends the
+ * connection with SK_ERR_READ_MAXED_OUT once it holds that many bytes without the
+ * separator, and sk_socket_read_to_length above it is refused at once (SK_ERR_BAD_PARAM).
+ * Reads into your buffer (*_into) are bounded by the buffer instead.
+ * GCDAsyncSocket has no such limit. SocketKit has one because a read's length usually
+ * comes from the peer (a length prefix, a Content-Length): without a limit, a peer that
+ * announces 4 GiB makes the process hold up to 4 GiB before the application sees any of
+ * it. Raise the limit for bigger messages, or read them into a buffer of your own. */
 int sk_socket_set_maximum_read_length(sk_socket_t *sock, size_t length);
 int sk_socket_get_maximum_read_length(sk_socket_t *sock, size_t *out_length);
 
@@ -594,7 +601,8 @@ int sk_socket_read(sk_socket_t *sock, size_t max_length, double timeout, long ta
 int sk_socket_read_into(sk_socket_t *sock, void *buffer, size_t capacity, size_t offset, size_t max_length,
                         double timeout, long tag, sk_error_t *error);
 
-/* Exactly `length` bytes (length > 0). */
+/* Exactly `length` bytes: 0 < length <= the maximum read length (see
+ * sk_socket_set_maximum_read_length), else SK_ERR_BAD_PARAM. */
 int sk_socket_read_to_length(sk_socket_t *sock, size_t length, double timeout, long tag, sk_error_t *error);
 
 /* Exactly `length` bytes into `buffer` at `offset` (capacity - offset >= length). */

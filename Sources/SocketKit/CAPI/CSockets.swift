@@ -175,7 +175,7 @@ public func sk_socket_get_auto_disconnect_on_closed_read_stream(_ handle: Opaque
 @_cdecl("sk_socket_set_maximum_read_length")
 public func sk_socket_set_maximum_read_length(_ handle: OpaquePointer?, _ length: Int) -> Int32 {
     withSocket(handle, nil) { (socket) throws(SocketError) in
-        socket.maximumReadLength = try checkedLength(length, "length")
+        try socket.setMaximumReadLength(try checkedLength(length, "length"))
     }
 }
 

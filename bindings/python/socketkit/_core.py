@@ -1028,6 +1028,15 @@ class Socket(_SocketBase):
 
     @property
     def maximum_read_length(self) -> int:
+        """The most bytes a read may gather in SocketKit's memory (default 16 MiB; at least 1,
+        BadParamError otherwise): a read to a separator without ``max_length`` ends the
+        connection with ReadMaxedOutError once it holds that many bytes without the
+        separator, and ``read_to_length`` above it raises BadParamError at once. Reads into
+        your buffer (``*_into``) are bounded by the buffer instead. GCDAsyncSocket has no
+        such limit; SocketKit has one because a read's length usually comes from the peer (a
+        length prefix): without it, a peer announcing 4 GiB makes the process hold 4 GiB
+        before the application sees any of it. Raise it for bigger messages, or read them
+        into a buffer of your own."""
         value = c_size_t()
         _raise_for(lib.sk_socket_get_maximum_read_length(self.handle, byref(value)))
         return value.value
@@ -1152,7 +1161,8 @@ class Socket(_SocketBase):
             _raise_for(status, errors.error)
 
     def read_to_length(self, length: int, timeout: float = -1, tag: int = 0) -> None:
-        """Reads exactly `length` bytes."""
+        """Reads exactly `length` bytes (1 to :attr:`maximum_read_length`; BadParamError
+        otherwise: see there why, and use :meth:`read_to_length_into` for more)."""
         error = _ffi.CError()
         _raise_for(lib.sk_socket_read_to_length(self.handle, _size(length, "length"), float(timeout), tag,
                                                 byref(error)), error)
