@@ -10,6 +10,11 @@ import Synchronization
 /// loop (inline when the caller is already on it); getters read published state and never
 /// wait for the loop. Keep a reference: a socket nobody holds closes (no callbacks follow).
 ///
+/// Timeouts are seconds: negative or `.infinity` = none, 0 = fail unless the operation can
+/// complete at once, positive = from when the operation reaches the front of its queue; NaN
+/// throws `.badParam`. On expiry the delegate may extend: a positive extension (`.infinity`:
+/// for good) re-arms the timer, anything else ends the connection.
+///
 /// Cost: a connected idle socket owns no buffer; its reads use its loop's buffer.
 public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     let core: TCPSocketCore

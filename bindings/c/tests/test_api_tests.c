@@ -240,16 +240,8 @@ void test_bad_arguments_are_errors(void) {
     CHECK_EQ(sk_socket_write(sock, "x", 1, NAN, 0, &error), bad);
     CHECK_EQ(sk_socket_perform(sock, NULL, NULL), bad);
 
-    /* Out-parameters. */
-    CHECK_EQ(sk_socket_get_userdata(sock, NULL), bad);
-    CHECK_EQ(sk_socket_get_alternate_address_delay(sock, NULL), bad);
-    CHECK_EQ(sk_socket_get_maximum_read_length(sock, NULL), bad);
-    CHECK_EQ(sk_socket_get_queued_write_bytes(sock, NULL), bad);
-    CHECK_EQ(sk_socket_get_connected_host(sock, NULL, 10), bad);
-    char text[4];
-    CHECK_EQ(sk_socket_get_connected_host(sock, text, 0), bad);
-    CHECK_EQ(sk_socket_get_connected_port(sock, NULL), bad);
-    CHECK_EQ(sk_socket_get_local_port(sock, NULL), bad);
+    /* Out-pointers may be NULL (tcp_getters_follow_the_one_rule); a capacity passed by
+     * pointer may not. */
     CHECK_EQ(sk_socket_get_connected_address(sock, NULL, NULL), bad);
 
     /* Option values. */
@@ -265,7 +257,7 @@ void test_bad_arguments_are_errors(void) {
     struct sockaddr_storage addresses[4];
     CHECK_EQ(sk_lookup_host(NULL, 80, addresses, 4, &count, &error), bad);
     CHECK_EQ(sk_lookup_host("localhost", 80, NULL, 4, &count, &error), bad);
-    CHECK_EQ(sk_lookup_host("localhost", 80, addresses, 4, NULL, &error), bad);
+    CHECK_EQ(sk_lookup_host("localhost", 0, addresses, 4, NULL, &error), SK_OK); /* out_count may be NULL */
     CHECK_EQ(sk_address_get_port(NULL, 16, NULL), bad);
     CHECK_EQ(sk_address_is_ipv4(NULL, 16), 0);
 
@@ -376,9 +368,9 @@ void test_lookup_host_and_address_helpers(void) {
     /* The wrong length for the family is refused. */
     CHECK_EQ(sk_address_is_ipv4((struct sockaddr *)&addresses[1], sizeof(struct sockaddr_in)), 0);
     CHECK_EQ(sk_address_get_host((struct sockaddr *)&addresses[0], 5, host, sizeof host), SK_ERR_BAD_PARAM);
-    /* Truncation keeps the text NUL-terminated and reports how much was copied. */
+    /* As snprintf: a cut text stays NUL-terminated, and the whole length comes back. */
     char tiny[4];
-    CHECK_EQ(sk_address_get_host((struct sockaddr *)&addresses[0], sizeof(struct sockaddr_in), tiny, sizeof tiny), 3);
+    CHECK_EQ(sk_address_get_host((struct sockaddr *)&addresses[0], sizeof(struct sockaddr_in), tiny, sizeof tiny), 9);
     CHECK_STR(tiny, "127");
     /* Capacity smaller than the result count. */
     CHECK_EQ(sk_lookup_host("localhost", 1, addresses, 1, &count, &error), SK_OK);

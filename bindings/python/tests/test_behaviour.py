@@ -76,6 +76,31 @@ def test_the_maximum_read_length_caps_reads_to_a_length_and_is_never_zero(raw_pe
     assert pair.socket.is_connected
 
 
+def test_infinite_timeouts_and_extensions_never_expire(raw_peer):
+    """math.inf is no timeout, as a negative one (sys.float_info.max, beyond the clock, the
+    same); an extension of math.inf keeps the read for good (it used to end the connection
+    with ReadTimeoutError). NaN is refused."""
+    import math
+    pair = raw_peer()
+    with pytest.raises(socketkit.BadParamError):
+        pair.socket.read_to_length(1, timeout=math.nan)
+    with pytest.raises(socketkit.BadParamError):
+        pair.socket.write(b"x", timeout=math.nan)
+    pair.socket.read_to_length(2, timeout=math.inf, tag=1)
+    pair.socket.read_to_length(2, timeout=sys.float_info.max, tag=2)
+    pair.socket.write(b"ok", timeout=math.inf, tag=3)
+    pair.peer.sendall(b"wxyz")
+    assert pair.receive_exactly(2) == b"ok"
+    pair.recorder.expect("read", 2)
+    pair.recorder.read_extensions.append(math.inf)
+    pair.socket.read_to_length(3, timeout=0.05, tag=4)
+    assert pair.recorder.expect("read_timeout")[0][1:3] == (4, 0.05)
+    assert not pair.recorder.wait_for(lambda events: any(event[0] == "disconnect" for event in events), timeout=0.2)
+    pair.peer.sendall(b"end")
+    assert pair.recorder.expect("read", 3)[2][1:] == (b"end", 4)
+    assert pair.socket.is_connected
+
+
 def test_large_bytes_are_sent_without_a_copy_and_arrive_intact(raw_peer):
     import sys
     pair = raw_peer()
