@@ -11,10 +11,28 @@
  *
  * Names      sk_<object>_<verb>, after the Objective-C selectors in snake_case:
  *            connectToHost:onPort:withTimeout:error: -> sk_socket_connect_to_host.
- * Results    Functions that can fail return an int: SK_OK (0) or a negative SK_ERR_*
- *            code. Most take a last `sk_error_t *error` that, when not NULL, receives
- *            the code, the OS errno (or resolver EAI_* value) and a readable message.
- *            sk_strerror() and sk_error_name() name every code.
+ * Results    Functions that can fail return an int: SK_OK (0), or what they are asked for
+ *            (1/0 for the is_* questions, a length or count: see Getters), or a negative
+ *            SK_ERR_* code. Most take a last `sk_error_t *error` that, when not NULL,
+ *            receives the code, the OS errno (or resolver EAI_* value) and a readable
+ *            message. sk_strerror() and sk_error_name() name every code.
+ * Getters    One rule for every function that hands values back:
+ *            - Out-pointers (out_*) may be NULL: that value is not stored. Only the
+ *              out-handle of an sk_*_create function is required (SK_ERR_BAD_PARAM: an
+ *              object no one could release).
+ *            - Text and bytes of a length you cannot know in advance (hosts, paths,
+ *              addresses, certificates, lookups) work as snprintf: the function copies
+ *              what fits and returns the whole length (text: without its NUL), or a
+ *              negative SK_ERR_* code; a buffer that is too small is never an error.
+ *              Text is NUL-terminated whenever the capacity is at least 1, so it was cut
+ *              exactly when the result is >= the capacity; bytes were cut when the result
+ *              is > the capacity. A NULL buffer asks for the length alone, whatever the
+ *              capacity. Where the capacity is passed by pointer (socklen_t
+ *              *address_length, size_t *inout_length) the pointer is required, and it is
+ *              set to the size needed, as getsockname(2) does (for text: with the NUL).
+ *            Text in the fixed arrays of a struct (sk_error_t, sk_tls_info_t,
+ *            sk_certificate_info_t) is cut to fit at a whole UTF-8 character and always
+ *            NUL-terminated; each field says when that can happen.
  * Handles    Opaque pointers created by sk_*_create and given up by sk_*_release.
  *            The library keeps a registry of live handles: a NULL, released, stale or
  *            wrong-kind handle makes a call fail with SK_ERR_INVALID_HANDLE; it never
@@ -24,9 +42,17 @@
  *            sk_socket_write() copies; sk_socket_write_no_copy() borrows until its
  *            release function runs. Strings returned by sk_version(), sk_strerror() and
  *            sk_error_name() are static.
- * Timeouts   Seconds, as a double: negative = none; 0 = fail unless the operation can
- *            complete at once; positive = measured from when the operation reaches the
- *            front of its queue. On expiry the delegate may extend it.
+ * Addresses  A struct sockaddr pointer and a length. An IPv4 or IPv6 address may come
+ *            with any length from its family's struct (sizeof(struct sockaddr_in) or
+ *            sizeof(struct sockaddr_in6)) up to sizeof(struct sockaddr_storage), as
+ *            getnameinfo(3) and the kernel accept it; the bytes beyond its struct are
+ *            ignored. A sockaddr_un has at most sizeof(struct sockaddr_un) bytes.
+ * Timeouts   Seconds, as a double: negative or +INFINITY = none; 0 = fail unless the
+ *            operation can complete at once; positive = measured from when the operation
+ *            reaches the front of its queue (one too large for the clock, decades, never
+ *            expires either). NaN is SK_ERR_BAD_PARAM. On expiry the delegate may extend
+ *            it: a positive extension (+INFINITY: for good) re-arms it; anything else (0,
+ *            negative, NaN) ends the connection with the timeout's error.
  *
  * THREADS
  *
@@ -65,8 +91,19 @@
  *
  * The library exports only sk_* symbols, versioned SOCKETKIT_0, with soname
  * libsocketkit.so.0. Compare SK_VERSION_NUMBER with sk_version_number() to detect a header
- * and library mismatch. Delegate structs are passed with their size, so members can be
- * added at the end without breaking older callers.
+ * and library mismatch.
+ *
+ * Delegate structs are passed with their size: pass sizeof(sk_socket_delegate_t) or
+ * sizeof(sk_udp_socket_delegate_t) as `delegate_size`. Members are only ever added at the
+ * end, and the size follows the rule of the kernel's extensible structs (openat2, clone3):
+ *   - smaller, from a program built with an older header: accepted down to the struct's
+ *     first published version (sk_socket_delegate_t: the members up to did_disconnect;
+ *     sk_udp_socket_delegate_t: all of them); the members it lacks are NULL;
+ *   - larger, from a newer header: accepted when every member this library does not know
+ *     is NULL; one that is set would never be called, so it is SK_ERR_BAD_PARAM, not
+ *     silence (update the library);
+ *   - always a whole number of members (a multiple of sizeof(void *)), at most 64 KiB.
+ * Anything else is SK_ERR_BAD_PARAM. A NULL delegate means none; its size is not read.
  * ---------------------------------------------------------------------------------------
  */
 #ifndef SOCKETKIT_H
@@ -334,9 +371,9 @@ typedef struct sk_socket_delegate {
     /* A read to a length or separator made progress: `length` bytes added in this pass. */
     void (*did_read_partial)(sk_socket_t *sock, size_t length, long tag, void *userdata);
 
-    /* The current read timed out. Return a positive number of seconds to extend it; 0 or
-     * less (or a NULL member) ends the connection with SK_ERR_READ_TIMEOUT. `elapsed` is
-     * the timeout plus the extensions granted so far. */
+    /* The current read timed out. Return a positive number of seconds to extend it
+     * (INFINITY: for good); 0, less or NaN (or a NULL member) ends the connection with
+     * SK_ERR_READ_TIMEOUT. `elapsed` is the timeout plus the extensions granted so far. */
     double (*should_timeout_read)(sk_socket_t *sock, long tag, double elapsed, size_t bytes_done, void *userdata);
 
     /* A write was fully accepted by the kernel. */
@@ -378,11 +415,12 @@ typedef struct sk_socket_delegate {
 
 /* ---- Lifetime ------------------------------------------------------------------------ */
 
-/* Creates a socket. `delegate` (may be NULL: no callbacks) is copied; pass
- * sizeof(sk_socket_delegate_t) as `delegate_size`. `queue` NULL runs callbacks on the
- * socket's loop; `group` NULL uses the default group.
- * Errors: SK_ERR_BAD_PARAM (out_socket NULL, bad delegate_size), SK_ERR_INVALID_HANDLE
- * (queue or group). */
+/* Creates a socket. `delegate` (may be NULL: no callbacks; such a socket cannot connect or
+ * accept) is copied; pass sizeof(sk_socket_delegate_t) as `delegate_size` (the rule for
+ * other sizes: ABI, at the top). `queue` NULL runs callbacks on the socket's loop; `group`
+ * NULL uses the default group.
+ * Errors: SK_ERR_BAD_PARAM (out_socket NULL, a delegate_size the ABI rule refuses),
+ * SK_ERR_INVALID_HANDLE (queue or group). */
 int sk_socket_create(const sk_socket_delegate_t *delegate, size_t delegate_size, void *userdata,
                      sk_callback_queue_t *queue, sk_loop_group_t *group, sk_socket_t **out_socket,
                      sk_error_t *error);
@@ -403,7 +441,8 @@ int sk_socket_create_from_fd(int fd, const sk_socket_delegate_t *delegate, size_
  * callback). Callbacks of other sockets are unaffected. Errors: SK_ERR_INVALID_HANDLE. */
 int sk_socket_release(sk_socket_t *sock);
 
-/* Replaces the delegate and its userdata, synchronously (see sk_socket_release). */
+/* Replaces the delegate and its userdata, synchronously (see sk_socket_release);
+ * `delegate_size` as for sk_socket_create. */
 int sk_socket_set_delegate(sk_socket_t *sock, const sk_socket_delegate_t *delegate, size_t delegate_size,
                            void *userdata);
 
@@ -411,7 +450,8 @@ int sk_socket_set_delegate(sk_socket_t *sock, const sk_socket_delegate_t *delega
  * run first, in order. */
 int sk_socket_set_callback_queue(sk_socket_t *sock, sk_callback_queue_t *queue);
 
-/* The delegate's userdata. Errors: SK_ERR_INVALID_HANDLE, SK_ERR_BAD_PARAM. */
+/* The delegate's userdata (NULL without a delegate; out_userdata may be NULL).
+ * Errors: SK_ERR_INVALID_HANDLE. */
 int sk_socket_get_userdata(sk_socket_t *sock, void **out_userdata);
 
 /* ---- Events as records (for hosts whose callbacks are expensive) ----------------------
@@ -478,16 +518,20 @@ typedef struct sk_event {
 int sk_callback_queue_poll_events(sk_callback_queue_t *queue, sk_event_t *events, int capacity);
 
 /* Answers a SK_EVENT_READ_TIMEOUT or SK_EVENT_WRITE_TIMEOUT record (or a copy of it), from
- * any thread, now or later: `extension` > 0 seconds extends the read or write, anything
- * else ends the connection with SK_ERR_READ_TIMEOUT / SK_ERR_WRITE_TIMEOUT. Until it is
- * answered the operation waits. Only the first answer counts. Errors: SK_ERR_BAD_PARAM
- * (NULL, not a timeout record), SK_ERR_INVALID_HANDLE (the socket was released). */
+ * any thread, now or later: `extension` > 0 seconds (INFINITY: for good) extends the read
+ * or write; anything else (0, negative, NaN) ends the connection with SK_ERR_READ_TIMEOUT /
+ * SK_ERR_WRITE_TIMEOUT. Until it is answered the operation waits. Only the first answer
+ * counts. Errors: SK_ERR_BAD_PARAM (NULL, not a timeout record), SK_ERR_INVALID_HANDLE
+ * (the socket was released). */
 int sk_socket_answer_timeout(const sk_event_t *event, double extension);
 
 /* ---- Configuration (read when a session starts; TCP options also apply at once) ----- */
 
-/* Address families used to connect and accept (both on by default). Return SK_OK,
- * or for the getters 1/0, or SK_ERR_INVALID_HANDLE. */
+/* Setters and getters of this section return SK_OK (the is_* questions 1/0), or
+ * SK_ERR_INVALID_HANDLE, or SK_ERR_BAD_PARAM for a value a setter refuses; a getter's
+ * out-pointers may each be NULL (see Getters at the top). */
+
+/* Address families used to connect and accept (both on by default). */
 int sk_socket_set_ipv4_enabled(sk_socket_t *sock, int enabled);
 int sk_socket_is_ipv4_enabled(sk_socket_t *sock);
 int sk_socket_set_ipv6_enabled(sk_socket_t *sock, int enabled);
@@ -507,8 +551,15 @@ int sk_socket_get_alternate_address_delay(sk_socket_t *sock, double *out_seconds
 int sk_socket_set_auto_disconnect_on_closed_read_stream(sk_socket_t *sock, int enabled);
 int sk_socket_get_auto_disconnect_on_closed_read_stream(sk_socket_t *sock);
 
-/* The most bytes a read to a separator without explicit maximum may gather (16 MiB by
- * default; at least 1). */
+/* The most bytes a read may gather in SocketKit's memory: 16 MiB by default; 1 or more (0
+ * is SK_ERR_BAD_PARAM). A read to a separator without an explicit maximum ends the
+ * connection with SK_ERR_READ_MAXED_OUT once it holds that many bytes without the
+ * separator, and sk_socket_read_to_length above it is refused at once (SK_ERR_BAD_PARAM).
+ * Reads into your buffer (*_into) are bounded by the buffer instead.
+ * GCDAsyncSocket has no such limit. SocketKit has one because a read's length usually
+ * comes from the peer (a length prefix, a Content-Length): without a limit, a peer that
+ * announces 4 GiB makes the process hold up to 4 GiB before the application sees any of
+ * it. Raise the limit for bigger messages, or read them into a buffer of your own. */
 int sk_socket_set_maximum_read_length(sk_socket_t *sock, size_t length);
 int sk_socket_get_maximum_read_length(sk_socket_t *sock, size_t *out_length);
 
@@ -562,8 +613,9 @@ int sk_socket_accept_on_unix_path(sk_socket_t *sock, const char *path, sk_error_
 int sk_socket_connect_to_host(sk_socket_t *sock, const char *host, uint16_t port, const char *interface,
                               double timeout, sk_error_t *error);
 
-/* Connects to a raw address: struct sockaddr_in, sockaddr_in6 or sockaddr_un, of exactly
- * `address_length` bytes. Errors: as above, plus SK_ERR_BAD_PARAM (unsupported address). */
+/* Connects to a raw address: struct sockaddr_in, sockaddr_in6 or sockaddr_un;
+ * `address_length` as under Addresses (CONVENTIONS). Errors: as above, plus SK_ERR_BAD_PARAM
+ * (unsupported address). */
 int sk_socket_connect_to_address(sk_socket_t *sock, const struct sockaddr *address, socklen_t address_length,
                                  const char *interface, double timeout, sk_error_t *error);
 
@@ -588,7 +640,8 @@ int sk_socket_read(sk_socket_t *sock, size_t max_length, double timeout, long ta
 int sk_socket_read_into(sk_socket_t *sock, void *buffer, size_t capacity, size_t offset, size_t max_length,
                         double timeout, long tag, sk_error_t *error);
 
-/* Exactly `length` bytes (length > 0). */
+/* Exactly `length` bytes: 0 < length <= the maximum read length (see
+ * sk_socket_set_maximum_read_length), else SK_ERR_BAD_PARAM. */
 int sk_socket_read_to_length(sk_socket_t *sock, size_t length, double timeout, long tag, sk_error_t *error);
 
 /* Exactly `length` bytes into `buffer` at `offset` (capacity - offset >= length). */
@@ -638,7 +691,7 @@ int sk_socket_write_no_copy(sk_socket_t *sock, const void *data, size_t length,
 /* The progress of the current write; as sk_socket_read_progress. */
 int sk_socket_write_progress(sk_socket_t *sock, long *out_tag, size_t *out_done, size_t *out_total);
 
-/* Bytes queued and not yet accepted by the kernel. */
+/* Bytes queued and not yet accepted by the kernel (out_bytes may be NULL). */
 int sk_socket_get_queued_write_bytes(sk_socket_t *sock, size_t *out_bytes);
 
 /* ---- Disconnecting -------------------------------------------------------------------- */
@@ -669,20 +722,26 @@ int sk_socket_is_ipv4(sk_socket_t *sock);
 int sk_socket_is_ipv6(sk_socket_t *sock);
 int sk_socket_is_unix(sk_socket_t *sock);
 
-/* The peer's IP address as text, copied NUL-terminated into `buffer` (INET6_ADDRSTRLEN
- * bytes are always enough). Returns the text's length (truncated if longer than
- * capacity - 1), or SK_ERR_BAD_CONFIG when not connected over IP, SK_ERR_BAD_PARAM,
+/* The getters below follow Getters at the top. Each fails with SK_ERR_BAD_CONFIG when
+ * there is no such address (not connected, or not over IP for a host), and with
  * SK_ERR_INVALID_HANDLE. */
+
+/* The peer's IP address as text, NUL-terminated, as snprintf: copies what fits into
+ * `buffer` of `capacity` bytes and returns the whole text's length (INET6_ADDRSTRLEN bytes
+ * are always enough). Cut when the result is >= capacity; NULL `buffer`: the length only. */
 int sk_socket_get_connected_host(sk_socket_t *sock, char *buffer, size_t capacity);
-/* The peer's port (0 for Unix-domain sockets). SK_ERR_BAD_CONFIG when not connected. */
+/* The peer's port (0 for Unix-domain sockets); `out_port` may be NULL. */
 int sk_socket_get_connected_port(sk_socket_t *sock, uint16_t *out_port);
-/* The peer's address (IP or Unix-domain) into `address`; `*address_length` is its capacity
- * on input and the address length on output. */
+/* The peer's address (IP or Unix-domain), as getsockname(2): `*address_length` (required)
+ * is the capacity of `address` on input; what fits is copied, and `*address_length` and
+ * the result are the address's whole length (cut when larger than the capacity given;
+ * sizeof(struct sockaddr_storage) is always enough). NULL `address`: the length only. */
 int sk_socket_get_connected_address(sk_socket_t *sock, struct sockaddr *address, socklen_t *address_length);
-/* The Unix-domain path of the other end, as for sk_socket_get_connected_host. */
+/* The Unix-domain path of the other end, as sk_socket_get_connected_host gives a host. */
 int sk_socket_get_connected_unix_path(sk_socket_t *sock, char *buffer, size_t capacity);
 
-/* The local address; for a listener, its IPv4 one if it has one. */
+/* The local address, as the three getters above; for a listener, its IPv4 one if it has
+ * one. */
 int sk_socket_get_local_host(sk_socket_t *sock, char *buffer, size_t capacity);
 int sk_socket_get_local_port(sk_socket_t *sock, uint16_t *out_port);
 int sk_socket_get_local_address(sk_socket_t *sock, struct sockaddr *address, socklen_t *address_length);
@@ -780,7 +839,8 @@ int sk_tls_settings_set_cipher_suites(sk_tls_settings_t *settings, const char *s
 int sk_tls_settings_set_alpn_protocols(sk_tls_settings_t *settings, const char *const *protocols, size_t count);
 /* Clients: resume earlier sessions with the same peer name and port (default 1). */
 int sk_tls_settings_set_session_resumption(sk_tls_settings_t *settings, int enabled);
-/* Seconds the handshake may take (default 30; negative: no limit). */
+/* Seconds the handshake may take (default 30; negative or INFINITY: no limit; NaN:
+ * SK_ERR_BAD_PARAM). */
 int sk_tls_settings_set_handshake_timeout(sk_tls_settings_t *settings, double seconds);
 /* Appends the session keys to `path` in NSS key-log format (SSLKEYLOGFILE), for
  * debugging only: anyone with the file can decrypt the traffic. NULL: off. */
@@ -806,27 +866,31 @@ int sk_socket_answer_trust(sk_socket_t *sock, uint64_t token, int accept);
 /* 1 once the connection is secure, 0 before, or SK_ERR_INVALID_HANDLE. */
 int sk_socket_is_secure(sk_socket_t *sock);
 
-/* What the handshake settled. */
+/* What the handshake settled. Every name fits its array, except a server name longer than
+ * a DNS name (255 bytes), which is cut. */
 typedef struct sk_tls_info {
     char protocol_version[16];    /* "TLSv1.2", "TLSv1.3" */
     char cipher[64];              /* OpenSSL's name, e.g. "TLS_AES_256_GCM_SHA384" */
-    char alpn_protocol[256];      /* "" when ALPN chose nothing */
+    char alpn_protocol[256];      /* "" when ALPN chose nothing (names have 1 to 255 bytes) */
     char server_name[256];        /* SNI sent (client) or received (server); "" if none */
     int session_reused;           /* 1 when an earlier session was resumed */
     int peer_certificate_count;   /* see sk_socket_copy_peer_certificate */
 } sk_tls_info_t;
 
-/* Errors: SK_ERR_BAD_CONFIG (not secure), SK_ERR_BAD_PARAM, SK_ERR_INVALID_HANDLE. */
+/* SK_OK and the info in `*out_info` (may be NULL: only whether the connection is secure).
+ * Errors: SK_ERR_BAD_CONFIG (not secure), SK_ERR_INVALID_HANDLE. */
 int sk_socket_get_tls_info(sk_socket_t *sock, sk_tls_info_t *out_info);
 
-/* Copies the DER of the peer's certificate `index` (0: the leaf) into `buffer` of
- * `*inout_length` bytes and sets `*inout_length` to its size. With `buffer` NULL only the
- * size is set. Errors: SK_ERR_BAD_PARAM (index out of range, inout_length NULL, buffer too
- * small: the size is set), SK_ERR_BAD_CONFIG (not secure), SK_ERR_INVALID_HANDLE. */
+/* The DER of the peer's certificate `index` (0: the leaf), as getsockname(2) and Getters at
+ * the top: `*inout_length` (required) is the capacity of `buffer` on input; what fits is
+ * copied, and `*inout_length` and the result are the certificate's whole size (cut when
+ * larger than the capacity given). NULL `buffer`: the size only, whatever *inout_length
+ * held. Errors: SK_ERR_BAD_PARAM (index out of range, inout_length NULL),
+ * SK_ERR_BAD_CONFIG (not secure), SK_ERR_INVALID_HANDLE. */
 int sk_socket_copy_peer_certificate(sk_socket_t *sock, int index, void *buffer, size_t *inout_length);
 
-/* A certificate's subject, issuer (RFC 2253 text, cut to fit) and validity (seconds since
- * 1970, UTC). */
+/* A certificate's subject, issuer (RFC 2253 text, cut to fit: a field of 511 bytes may
+ * have been cut) and validity (seconds since 1970, UTC). */
 typedef struct sk_certificate_info {
     char subject[512];
     char issuer[512];
@@ -834,13 +898,16 @@ typedef struct sk_certificate_info {
     int64_t not_after;
 } sk_certificate_info_t;
 
-/* Errors: SK_ERR_BAD_PARAM (NULL, or not a DER certificate). */
+/* SK_OK and the info in `*out_info` (may be NULL: only whether `der` is a certificate).
+ * Errors: SK_ERR_BAD_PARAM (der NULL, or not a DER certificate). */
 int sk_certificate_get_info(const void *der, size_t length, sk_certificate_info_t *out_info, sk_error_t *error);
 
-/* The certificate as PEM text, NUL-terminated, into `buffer` of `*inout_length` bytes;
- * `*inout_length` is set to the size needed (with the NUL). With `buffer` NULL only the
- * size is set. Errors: SK_ERR_BAD_PARAM (not a certificate, inout_length NULL, buffer too
- * small: the size is set). */
+/* The certificate as PEM text, as Getters at the top: `*inout_length` (required) is the
+ * capacity of `buffer` on input; what fits is copied, NUL-terminated, the result is the
+ * text's whole length (without the NUL: cut when >= the capacity given), and
+ * `*inout_length` the size needed (result + 1, with the NUL). NULL `buffer`: the length
+ * only, whatever *inout_length held. Errors: SK_ERR_BAD_PARAM (not a certificate,
+ * inout_length NULL). */
 int sk_certificate_to_pem(const void *der, size_t length, char *buffer, size_t *inout_length);
 
 /* ======================================================================================
@@ -902,9 +969,11 @@ typedef int (*sk_udp_send_filter_fn)(sk_udp_socket_t *sock, const void *data, si
                                      const struct sockaddr *address, socklen_t address_length, long tag,
                                      void *filter_userdata);
 
-/* Creates a UDP socket (no descriptors yet). `delegate` is copied (NULL: none); pass
- * sizeof(sk_udp_socket_delegate_t). `queue` NULL runs callbacks on the event loop thread;
- * `group` NULL uses the default loop group. Errors: SK_ERR_BAD_PARAM, SK_ERR_INVALID_HANDLE. */
+/* Creates a UDP socket (no descriptors yet). `delegate` is copied (NULL: none; nothing a
+ * UDP socket does needs one); pass sizeof(sk_udp_socket_delegate_t) as `delegate_size`
+ * (the rule for other sizes: ABI, at the top). `queue` NULL runs callbacks on the event
+ * loop thread; `group` NULL uses the default loop group. Errors: SK_ERR_BAD_PARAM
+ * (out_socket NULL, a delegate_size the ABI rule refuses), SK_ERR_INVALID_HANDLE. */
 int sk_udp_socket_create(const sk_udp_socket_delegate_t *delegate, size_t delegate_size, void *userdata,
                          sk_callback_queue_t *queue, sk_loop_group_t *group, sk_udp_socket_t **out_socket,
                          sk_error_t *error);
@@ -916,12 +985,15 @@ int sk_udp_socket_release(sk_udp_socket_t *sock);
 int sk_udp_socket_set_delegate(sk_udp_socket_t *sock, const sk_udp_socket_delegate_t *delegate,
                                size_t delegate_size, void *userdata);
 int sk_udp_socket_set_callback_queue(sk_udp_socket_t *sock, sk_callback_queue_t *queue);
+/* The delegate's userdata (NULL without a delegate; out_userdata may be NULL). */
 int sk_udp_socket_get_userdata(sk_udp_socket_t *sock, void **out_userdata);
 
 /* Configuration: families (both on by default; set before the first bind, connect or
  * send), address preference, the largest datagram delivered per family (1...65535, 65535
  * by default; larger ones give SK_ERR_TRUNCATED), SO_SNDBUF/SO_RCVBUF requested when
- * descriptors are made (0: the kernel's default). Getters return 1/0 or the value. */
+ * descriptors are made (0: the kernel's default). Setters return SK_OK or
+ * SK_ERR_BAD_PARAM for a value out of range; getters return 1/0 (is_*) or SK_OK with the
+ * values in their out-pointers, each of which may be NULL (see Getters at the top). */
 int sk_udp_socket_set_ipv4_enabled(sk_udp_socket_t *sock, int enabled);
 int sk_udp_socket_is_ipv4_enabled(sk_udp_socket_t *sock);
 int sk_udp_socket_set_ipv6_enabled(sk_udp_socket_t *sock, int enabled);
@@ -1006,8 +1078,9 @@ int sk_udp_socket_close(sk_udp_socket_t *sock);
 int sk_udp_socket_close_after_sending(sk_udp_socket_t *sock);
 
 /* Diagnostics. `family` is AF_UNSPEC (IPv4 if the socket has it, else IPv6), AF_INET or
- * AF_INET6. Host getters return the length written (SK_ERR_BAD_CONFIG when there is no
- * such address); address getters as sk_socket_get_local_address. */
+ * AF_INET6 (anything else: SK_ERR_BAD_PARAM). Host, port and address getters work as
+ * sk_socket_get_connected_host, _port and _address (snprintf and getsockname, see Getters
+ * at the top), and fail with SK_ERR_BAD_CONFIG when there is no such address. */
 int sk_udp_socket_get_local_host(sk_udp_socket_t *sock, int family, char *buffer, size_t capacity);
 int sk_udp_socket_get_local_port(sk_udp_socket_t *sock, int family, uint16_t *out_port);
 int sk_udp_socket_get_local_address(sk_udp_socket_t *sock, int family, struct sockaddr *address,
@@ -1030,19 +1103,38 @@ int sk_udp_socket_perform(sk_udp_socket_t *sock,
  * Utilities
  * ====================================================================================== */
 
+/* An address and its length, as getaddrinfo(3) gives them (ai_addr, ai_addrlen). */
+typedef struct sk_address {
+    struct sockaddr_storage address;   /* a struct sockaddr_in or struct sockaddr_in6 */
+    socklen_t length;                  /* sizeof(struct sockaddr_in) or sizeof(struct sockaddr_in6) */
+} sk_address_t;
+
 /* Resolves `host` synchronously (this blocks: do not call it on an event loop thread).
- * "localhost" and "loopback" give 127.0.0.1 and ::1 without asking the resolver. Writes up
- * to `capacity` addresses, in resolver order, to `addresses` and their count to
- * `*out_count`. Errors: SK_ERR_RESOLUTION, SK_ERR_BAD_PARAM. */
+ * "localhost" and "loopback" give 127.0.0.1 and ::1 without asking the resolver; an IP
+ * literal gives itself. Writes the first `capacity` addresses found, in resolver order, to
+ * `addresses` and returns how many were found (at least 1), as snprintf does: more than
+ * `capacity` means some were left out. `addresses` NULL asks for the count only.
+ * Errors: SK_ERR_RESOLUTION (os_error: the EAI_* code), SK_ERR_BAD_PARAM (host NULL or
+ * empty), SK_ERR_SYSTEM. */
+int sk_lookup_host_addresses(const char *host, uint16_t port, sk_address_t *addresses, size_t capacity,
+                             sk_error_t *error);
+
+/* The older form of sk_lookup_host_addresses, kept for the programs that use it: the
+ * addresses without their lengths (each is its family's struct; see Addresses under
+ * CONVENTIONS: passing sizeof(struct sockaddr_storage) along is fine). Writes up to
+ * `capacity` addresses and their count to `*out_count` (may be NULL), and returns SK_OK.
+ * Errors: SK_ERR_RESOLUTION, SK_ERR_BAD_PARAM (also `addresses` NULL with `capacity` > 0). */
 int sk_lookup_host(const char *host, uint16_t port, struct sockaddr_storage *addresses, size_t capacity,
                    size_t *out_count, sk_error_t *error);
 
-/* The numeric host of an IPv4 or IPv6 address, as for sk_socket_get_connected_host.
- * SK_ERR_BAD_PARAM for anything else. */
+/* The numeric host of an IPv4 or IPv6 address, as sk_socket_get_connected_host gives it
+ * (snprintf: the whole length, what fits copied). SK_ERR_BAD_PARAM for anything else. */
 int sk_address_get_host(const struct sockaddr *address, socklen_t address_length, char *buffer, size_t capacity);
-/* The port of an IPv4 or IPv6 address. SK_ERR_BAD_PARAM for anything else. */
+/* The port of an IPv4 or IPv6 address into `*out_port` (may be NULL). SK_ERR_BAD_PARAM
+ * for anything else. */
 int sk_address_get_port(const struct sockaddr *address, socklen_t address_length, uint16_t *out_port);
-/* 1 if the address is a complete IPv4 (sockaddr_in) / IPv6 (sockaddr_in6) address, else 0. */
+/* 1 if the address is a complete IPv4 (sockaddr_in) / IPv6 (sockaddr_in6) address (see
+ * Addresses under CONVENTIONS), else 0. */
 int sk_address_is_ipv4(const struct sockaddr *address, socklen_t address_length);
 int sk_address_is_ipv6(const struct sockaddr *address, socklen_t address_length);
 

@@ -102,7 +102,13 @@ struct OptionsTests {
         #expect(throws: SocketError.self) { try socket.setWriteWatermarks(low: -1, high: 10) }
         socket.alternateAddressDelay = -3
         #expect(socket.alternateAddressDelay == 0)
-        socket.maximumReadLength = 0
+        // A maximum read length of 0 (it was silently made 1) or less is refused.
+        for length in [0, -1, Int.min] {
+            let refused = #expect(throws: SocketError.self) { try socket.setMaximumReadLength(length) }
+            #expect(refused?.code == .badParam)
+        }
+        #expect(socket.maximumReadLength == 16 * 1024 * 1024)
+        try socket.setMaximumReadLength(1)
         #expect(socket.maximumReadLength == 1)
     }
 

@@ -131,11 +131,30 @@ struct ReadTests {
     }
 
     @Test func separatorReadsWithoutMaximumAreBoundedByTheSocketLimit() throws {
-        let pair = try RawPair { $0.maximumReadLength = 1000 }
+        let pair = try RawPair { try $0.setMaximumReadLength(1000) }
         try pair.socket.read(toData: Socket.lf)
         try pair.peer.send(pattern(1500).map { $0 == 0x0A ? 0x0B : $0 })
         let error = try #require(pair.recorder.waitForDisconnect())
         #expect(error?.code == .readMaxedOut)
+    }
+
+    /// The maximum read length caps reads to a length into SocketKit's memory (a length from
+    /// the peer is an allocation the peer controls), at the limit exactly; a read into the
+    /// caller's buffer is bounded by the buffer, not by it.
+    @Test func readToLengthIsCappedByTheMaximumReadLengthButNotIntoACallerBuffer() throws {
+        let pair = try RawPair { try $0.setMaximumReadLength(8) }
+        let refused = #expect(throws: SocketError.self) { try pair.socket.read(toLength: 9, tag: 1) }
+        #expect(refused?.code == .badParam)
+        #expect(refused?.message.contains("maximumReadLength") == true)
+        try pair.socket.read(toLength: 8, tag: 2)
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64, alignment: 1)
+        defer { buffer.deallocate() }
+        try pair.socket.read(toLength: 64, into: buffer, offset: 0, tag: 3)
+        try pair.peer.send(pattern(72))
+        #expect(pair.recorder.wait { $0.filter { if case .readInto = $0 { return true }; return false }.count == 1 })
+        #expect(pair.recorder.reads().first?.bytes == Array(pattern(72).prefix(8)))
+        #expect(Array(buffer) == Array(pattern(72).dropFirst(8)))
+        #expect(pair.socket.isConnected)
     }
 
     @Test func readsIntoACallerBufferLandAtTheOffset() throws {

@@ -11,7 +11,7 @@ struct RegressionTests {
         let refused = #expect(throws: SocketError.self) { try pair.socket.read(toLength: 1 << 44) }
         #expect(refused?.code == .badParam)
         // Even when allowed, nothing is reserved before it arrives (this used to abort).
-        pair.socket.maximumReadLength = Int.max / 4
+        try pair.socket.setMaximumReadLength(Int.max / 4)
         try pair.socket.read(toLength: 1 << 44, tag: 1)
         try pair.peer.send("x")
         #expect(pair.recorder.wait { $0.contains(.readPartial(length: 1, tag: 1)) })

@@ -33,6 +33,28 @@ struct TimeoutTests {
         #expect(pair.socket.isConnected)
     }
 
+    /// +INFINITY is no timeout, as a negative one: a timeout of INFINITY (or one beyond the
+    /// clock, Double.greatestFiniteMagnitude) is taken, and an extension of INFINITY keeps the
+    /// read for good (it used to end the connection with `.readTimeout`). NaN is refused.
+    @Test func infiniteTimeoutsAndExtensionsNeverExpire() throws {
+        let pair = try ReadTests.RawPair()
+        let refused = #expect(throws: SocketError.self) { try pair.socket.read(toLength: 1, timeout: .nan, tag: 0) }
+        #expect(refused?.code == .badParam)
+        #expect(throws: SocketError.self) { try pair.socket.write(bytes("x"), timeout: .nan) }
+        try pair.socket.read(toLength: 2, timeout: .infinity, tag: 1)
+        try pair.socket.read(toLength: 2, timeout: .greatestFiniteMagnitude, tag: 2)
+        try pair.socket.write(bytes("ok"), timeout: .infinity, tag: 3)
+        try pair.peer.send("wxyz")
+        #expect(pair.recorder.waitForBytes(4) == bytes("wxyz"))
+        pair.recorder.readTimeoutExtensions = [.infinity]
+        try pair.socket.read(toLength: 3, timeout: 0.05, tag: 4)
+        #expect(pair.recorder.wait { $0.contains(.readTimeout(tag: 4, elapsed: 0.05, bytesDone: 0)) })
+        #expect(pair.recorder.waitForDisconnect(timeout: 0.2) == nil)
+        try pair.peer.send("end")
+        #expect(pair.recorder.waitForBytes(7) == bytes("wxyzend"))
+        #expect(pair.socket.isConnected)
+    }
+
     @Test func extensionsAccumulateInElapsed() throws {
         let pair = try ReadTests.RawPair()
         pair.recorder.readTimeoutExtensions = [0.1, 0.15]

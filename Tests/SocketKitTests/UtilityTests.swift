@@ -33,6 +33,33 @@ struct UtilityTests {
         }
     }
 
+    /// As getnameinfo and the kernel: an IP address may come with any length from its
+    /// family's struct up to a sockaddr_storage (128 bytes); the bytes beyond are ignored.
+    @Test func ipAddressesMayComeWithTheLengthOfASockaddrStorage() throws {
+        let storage = MemoryLayout<sockaddr_storage>.size
+        for address in [try SocketAddress(ipAddress: "192.0.2.1", port: 443),
+                        try SocketAddress(ipAddress: "fd00::2", port: 8080)] {
+            for extra in [1, 7, storage - address.bytes.count] {
+                let padded = address.bytes + Array(repeating: 0xEE, count: extra)
+                #expect(SocketAddress(bytes: padded) == address)
+                #expect(SocketAddress(bytes: padded)?.bytes == address.bytes)
+                #expect(Socket.host(fromAddress: padded) == address.host)
+                #expect(Socket.port(fromAddress: padded) == address.port)
+                #expect(UdpSocket.host(fromAddress: padded) == address.host)
+                #expect(Socket.isIPv4Address(padded) == (address.family == .ipv4))
+                #expect(Socket.isIPv6Address(padded) == (address.family == .ipv6))
+            }
+            let tooLong = address.bytes + Array(repeating: 0, count: storage - address.bytes.count + 1)
+            #expect(SocketAddress(bytes: tooLong) == nil)
+            #expect(Socket.host(fromAddress: tooLong) == nil)
+        }
+        // A Unix-domain address keeps the kernel's limit (sizeof(sockaddr_un)).
+        var unix = try SocketAddress(unixPath: "/tmp/x").bytes
+        unix += Array(repeating: 0, count: MemoryLayout<sockaddr_un>.size - unix.count)
+        #expect(SocketAddress(bytes: unix)?.unixPath == "/tmp/x")
+        #expect(SocketAddress(bytes: unix + [0]) == nil)
+    }
+
     @Test func unixAddresses() throws {
         let address = try SocketAddress(unixPath: "/tmp/x.sock")
         #expect(address.family == .unix && address.unixPath == "/tmp/x.sock")

@@ -8,8 +8,8 @@ final class CDelegateReceiver: SocketEventReceiver, @unchecked Sendable {
     let delegate: sk_socket_delegate_t
     let userdata: UnsafeMutableRawPointer?
 
-    /// Copies the caller's struct; members beyond `size` (an older header) stay NULL and
-    /// members beyond ours (a newer header) are ignored.
+    /// Copies the caller's struct (its size checked by `checkDelegateSize`): members beyond
+    /// `size` (an older header) stay NULL.
     init(delegate source: UnsafePointer<sk_socket_delegate_t>, size: Int, userdata: UnsafeMutableRawPointer?) {
         let copy = copyDelegateStruct(source, size: size, into: sk_socket_delegate_t())
         delegate = copy
@@ -25,18 +25,13 @@ final class CDelegateReceiver: SocketEventReceiver, @unchecked Sendable {
 
     let interests: SocketEventInterests
 
-    /// Validates the size a caller passed with its delegate struct.
-    static func checkSize(_ size: Int) throws(SocketError) {
-        let pointer = MemoryLayout<UnsafeRawPointer>.size
-        guard size >= pointer, size % pointer == 0, size <= 64 * 1024 else {
-            throw badParam("delegate_size must be sizeof(sk_socket_delegate_t)")
-        }
-    }
-
     static func make(_ delegate: UnsafePointer<sk_socket_delegate_t>?, size: Int,
                      userdata: UnsafeMutableRawPointer?) throws(SocketError) -> CDelegateReceiver? {
         guard let delegate else { return nil }
-        try checkSize(size)
+        // The first published struct ended with did_disconnect (TLS came later).
+        try checkDelegateSize(delegate, size: size,
+                              firstPublished: MemoryLayout<sk_socket_delegate_t>.offset(of: \.did_secure)!,
+                              name: "sk_socket_delegate_t")
         return CDelegateReceiver(delegate: delegate, size: size, userdata: userdata)
     }
 
@@ -127,8 +122,30 @@ final class CDelegateReceiver: SocketEventReceiver, @unchecked Sendable {
     }
 }
 
-/// The caller's delegate struct copied over `empty`: members beyond `size` (an older
-/// header) stay NULL and members beyond ours (a newer header) are ignored.
+/// The delegate_size rule (socketkit.h, ABI), as the kernel checks its extensible structs
+/// (openat2, clone3): a whole number of members, at least the struct's first published
+/// version (an older header: the members it lacks read as NULL), and beyond the members
+/// this library knows (a newer header) only NULL ones, since a set member we do not know
+/// would never be called. At most 64 KiB is read.
+func checkDelegateSize<Delegate>(_ delegate: UnsafePointer<Delegate>, size: Int, firstPublished: Int,
+                                 name: String) throws(SocketError) {
+    let member = MemoryLayout<UnsafeRawPointer>.size
+    let known = MemoryLayout<Delegate>.size
+    guard size >= firstPublished, size % member == 0, size <= 64 * 1024 else {
+        throw badParam("delegate_size \(size) is not the size of a \(name) (pass sizeof(\(name)); "
+                       + "\(firstPublished)...\(known) bytes are known to this library)")
+    }
+    guard size > known else { return }
+    let unknown = UnsafeRawBufferPointer(start: UnsafeRawPointer(delegate) + known, count: size - known)
+    if let set = unknown.firstIndex(where: { $0 != 0 }) {
+        throw badParam("member \((known + set) / member) of \(name) is set, and this library is older than the header "
+                       + "that has it: it would never be called (update the library, or leave the member NULL)")
+    }
+}
+
+/// The caller's delegate struct copied over `empty` (its size checked by
+/// `checkDelegateSize`): members beyond `size` (an older header) stay NULL, and the NULL
+/// members beyond ours (a newer header) are not read.
 func copyDelegateStruct<Delegate>(_ source: UnsafePointer<Delegate>, size: Int, into empty: Delegate) -> Delegate {
     var copy = empty
     withUnsafeMutableBytes(of: &copy) { destination in

@@ -116,8 +116,7 @@ public func sk_socket_set_callback_queue(_ handle: OpaquePointer?, _ queue: Opaq
 @_cdecl("sk_socket_get_userdata")
 public func sk_socket_get_userdata(_ handle: OpaquePointer?, _ outUserdata: UnsafeMutablePointer<UnsafeMutableRawPointer?>?) -> Int32 {
     withSocket(handle, nil) { (socket) throws(SocketError) in
-        guard let outUserdata else { throw badParam("out_userdata is NULL") }
-        outUserdata.pointee = (socket.receiver as? CDelegateReceiver)?.userdata
+        outUserdata?.pointee = (socket.receiver as? CDelegateReceiver)?.userdata
     }
 }
 
@@ -157,8 +156,7 @@ public func sk_socket_set_alternate_address_delay(_ handle: OpaquePointer?, _ se
 @_cdecl("sk_socket_get_alternate_address_delay")
 public func sk_socket_get_alternate_address_delay(_ handle: OpaquePointer?, _ outSeconds: UnsafeMutablePointer<Double>?) -> Int32 {
     withSocket(handle, nil) { (socket) throws(SocketError) in
-        guard let outSeconds else { throw badParam("out_seconds is NULL") }
-        outSeconds.pointee = socket.alternateAddressDelay
+        outSeconds?.pointee = socket.alternateAddressDelay
     }
 }
 
@@ -175,15 +173,14 @@ public func sk_socket_get_auto_disconnect_on_closed_read_stream(_ handle: Opaque
 @_cdecl("sk_socket_set_maximum_read_length")
 public func sk_socket_set_maximum_read_length(_ handle: OpaquePointer?, _ length: Int) -> Int32 {
     withSocket(handle, nil) { (socket) throws(SocketError) in
-        socket.maximumReadLength = try checkedLength(length, "length")
+        try socket.setMaximumReadLength(try checkedLength(length, "length"))
     }
 }
 
 @_cdecl("sk_socket_get_maximum_read_length")
 public func sk_socket_get_maximum_read_length(_ handle: OpaquePointer?, _ outLength: UnsafeMutablePointer<Int>?) -> Int32 {
     withSocket(handle, nil) { (socket) throws(SocketError) in
-        guard let outLength else { throw badParam("out_length is NULL") }
-        outLength.pointee = socket.maximumReadLength
+        outLength?.pointee = socket.maximumReadLength
     }
 }
 
@@ -302,7 +299,8 @@ public func sk_socket_connect_to_unix_path(_ handle: OpaquePointer?, _ path: Uns
     }
 }
 
-/// A `SocketAddress` from C, validated (family, exact length).
+/// A `SocketAddress` from C, validated: a known family, and at least its struct's size (up
+/// to `sockaddr_storage`; see `SocketAddress.init?(bytes:)`).
 func socketAddress(_ address: UnsafePointer<sockaddr>?, _ length: socklen_t) throws(SocketError) -> SocketAddress {
     guard let address else { throw badParam("address is NULL") }
     guard length >= 2, length <= socklen_t(MemoryLayout<sockaddr_storage>.size) else {
@@ -449,8 +447,7 @@ public func sk_socket_write_progress(_ handle: OpaquePointer?, _ outTag: UnsafeM
 @_cdecl("sk_socket_get_queued_write_bytes")
 public func sk_socket_get_queued_write_bytes(_ handle: OpaquePointer?, _ outBytes: UnsafeMutablePointer<Int>?) -> Int32 {
     withSocket(handle, nil) { (socket) throws(SocketError) in
-        guard let outBytes else { throw badParam("out_bytes is NULL") }
-        outBytes.pointee = socket.queuedWriteBytes
+        outBytes?.pointee = socket.queuedWriteBytes
     }
 }
 
@@ -494,25 +491,25 @@ public func sk_socket_is_ipv6(_ handle: OpaquePointer?) -> Int32 { socketFlag(ha
 @_cdecl("sk_socket_is_unix")
 public func sk_socket_is_unix(_ handle: OpaquePointer?) -> Int32 { socketFlag(handle) { $0.isUnixDomain } }
 
-/// Copies `text` NUL-terminated into a caller buffer; returns the text's length.
+/// A host or path getter's answer (see `CBuffer`): SK_ERR_BAD_CONFIG when there is no
+/// such text.
 func copyText(_ text: String?, into buffer: UnsafeMutablePointer<CChar>?, capacity: Int) -> Int32 {
-    guard let buffer, capacity > 0 else { return SocketError.Code.badParam.rawValue }
     guard let text else { return SocketError.Code.badConfig.rawValue }
-    let utf8 = Array(text.utf8)
-    let copied = min(utf8.count, capacity - 1)
-    UnsafeMutableRawPointer(buffer).copyMemory(from: utf8, byteCount: copied)
-    buffer[copied] = 0
-    return Int32(clamping: copied)
+    return CBuffer.copy(text: text, into: buffer, capacity: capacity)
 }
 
+/// An address getter's answer, as getsockname(2) gives it: what fits of `*length` bytes,
+/// with `*length` and the result set to the address's whole length (see `CBuffer`).
+/// SK_ERR_BAD_CONFIG when there is no such address.
 func copyAddress(_ address: SocketAddress?, into destination: UnsafeMutablePointer<sockaddr>?,
                  length: UnsafeMutablePointer<socklen_t>?) -> Int32 {
-    guard let destination, let length else { return SocketError.Code.badParam.rawValue }
+    guard let length else { return SocketError.Code.badParam.rawValue }
     guard let address else { return SocketError.Code.badConfig.rawValue }
-    let copied = min(Int(length.pointee), address.bytes.count)
-    UnsafeMutableRawPointer(destination).copyMemory(from: address.bytes, byteCount: copied)
-    length.pointee = socklen_t(address.bytes.count)
-    return 0
+    return address.withRawBytes { raw in
+        let result = CBuffer.copy(raw, into: destination.map { UnsafeMutableRawPointer($0) }, capacity: Int(length.pointee))
+        length.pointee = socklen_t(raw.count)
+        return result
+    }
 }
 
 @_cdecl("sk_socket_get_connected_host")
@@ -524,9 +521,8 @@ public func sk_socket_get_connected_host(_ handle: OpaquePointer?, _ buffer: Uns
 @_cdecl("sk_socket_get_connected_port")
 public func sk_socket_get_connected_port(_ handle: OpaquePointer?, _ outPort: UnsafeMutablePointer<UInt16>?) -> Int32 {
     withSocket(handle, nil) { (socket) throws(SocketError) in
-        guard let outPort else { throw badParam("out_port is NULL") }
         guard let address = socket.connectedAddress else { throw SocketError(.badConfig, "not connected") }
-        outPort.pointee = address.port
+        outPort?.pointee = address.port
     }
 }
 
@@ -552,9 +548,8 @@ public func sk_socket_get_local_host(_ handle: OpaquePointer?, _ buffer: UnsafeM
 @_cdecl("sk_socket_get_local_port")
 public func sk_socket_get_local_port(_ handle: OpaquePointer?, _ outPort: UnsafeMutablePointer<UInt16>?) -> Int32 {
     withSocket(handle, nil) { (socket) throws(SocketError) in
-        guard let outPort else { throw badParam("out_port is NULL") }
         guard let address = socket.localAddress else { throw SocketError(.badConfig, "not connected or accepting") }
-        outPort.pointee = address.port
+        outPort?.pointee = address.port
     }
 }
 
@@ -591,7 +586,6 @@ public func sk_lookup_host(_ host: UnsafePointer<CChar>?, _ port: UInt16, _ addr
                            _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
     reporting(error) { () throws(SocketError) in
         let name = try string(from: host, "host")
-        guard let outCount else { throw badParam("out_count is NULL") }
         let room = try checkedLength(capacity, "capacity")
         guard room == 0 || addresses != nil else { throw badParam("addresses is NULL") }
         let found = try AddressResolver.lookup(host: name, port: port).get()
@@ -602,8 +596,32 @@ public func sk_lookup_host(_ host: UnsafePointer<CChar>?, _ port: UInt16, _ addr
                 UnsafeMutableRawPointer(slot).copyMemory(from: found[index].bytes, byteCount: found[index].bytes.count)
             }
         }
-        outCount.pointee = written
+        outCount?.pointee = written
     }
+}
+
+@_cdecl("sk_lookup_host_addresses")
+public func sk_lookup_host_addresses(_ host: UnsafePointer<CChar>?, _ port: UInt16,
+                                     _ addresses: UnsafeMutablePointer<sk_address_t>?, _ capacity: Int,
+                                     _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    var found = 0
+    let status = reporting(error) { () throws(SocketError) in
+        let name = try string(from: host, "host")
+        let room = addresses == nil ? 0 : try checkedLength(capacity, "capacity")
+        let resolved = try AddressResolver.lookup(host: name, port: port).get()
+        for (index, address) in resolved.prefix(room).enumerated() {
+            guard let slot = addresses?.advanced(by: index) else { break }
+            slot.pointee = sk_address_t()
+            address.withSockAddr { pointer, length in
+                withUnsafeMutableBytes(of: &slot.pointee.address) {
+                    $0.copyMemory(from: UnsafeRawBufferPointer(start: pointer, count: Int(length)))
+                }
+                slot.pointee.length = length
+            }
+        }
+        found = resolved.count
+    }
+    return status == 0 ? Int32(clamping: found) : status
 }
 
 private func ipAddress(_ address: UnsafePointer<sockaddr>?, _ length: socklen_t) -> SocketAddress? {
@@ -621,8 +639,8 @@ public func sk_address_get_host(_ address: UnsafePointer<sockaddr>?, _ length: s
 @_cdecl("sk_address_get_port")
 public func sk_address_get_port(_ address: UnsafePointer<sockaddr>?, _ length: socklen_t,
                                 _ outPort: UnsafeMutablePointer<UInt16>?) -> Int32 {
-    guard let parsed = ipAddress(address, length), let outPort else { return SocketError.Code.badParam.rawValue }
-    outPort.pointee = parsed.port
+    guard let parsed = ipAddress(address, length) else { return SocketError.Code.badParam.rawValue }
+    outPort?.pointee = parsed.port
     return 0
 }
 

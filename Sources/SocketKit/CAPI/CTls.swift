@@ -273,7 +273,6 @@ private func copy<Field>(_ text: String, into field: inout Field) {
 public func sk_socket_get_tls_info(_ sock: OpaquePointer?, _ outInfo: UnsafeMutablePointer<sk_tls_info_t>?) -> Int32 {
     do throws(SocketError) {
         let socket = try lookupSocket(sock)
-        guard let outInfo else { throw badParam("out_info is NULL") }
         guard let info = socket.tlsInfo else { throw SocketError(.badConfig, "the connection is not secure") }
         var result = sk_tls_info_t()
         copy(info.protocolVersion, into: &result.protocol_version)
@@ -282,25 +281,11 @@ public func sk_socket_get_tls_info(_ sock: OpaquePointer?, _ outInfo: UnsafeMuta
         copy(info.serverName ?? "", into: &result.server_name)
         result.session_reused = info.sessionReused ? 1 : 0
         result.peer_certificate_count = Int32(info.peerCertificates.count)
-        outInfo.pointee = result
+        outInfo?.pointee = result
         return 0
     } catch {
         return error.code.rawValue
     }
-}
-
-/// Copies `bytes` into a caller buffer sized by `*inoutLength` (which is set to the size).
-/// A NULL buffer asks for the size only, whatever `*inoutLength` held.
-private func copyOut(_ bytes: [UInt8], _ buffer: UnsafeMutableRawPointer?,
-                     _ inoutLength: UnsafeMutablePointer<Int>) throws(SocketError) {
-    let room = inoutLength.pointee
-    inoutLength.pointee = bytes.count
-    guard let buffer else { return }
-    // (A size_t above Int.max reads as negative here, and is refused too.)
-    guard room >= bytes.count else {
-        throw badParam("the buffer is too small (\(bytes.count) bytes needed)")
-    }
-    bytes.withUnsafeBytes { buffer.copyMemory(from: $0.baseAddress!, byteCount: bytes.count) }
 }
 
 @_cdecl("sk_socket_copy_peer_certificate")
@@ -311,8 +296,10 @@ public func sk_socket_copy_peer_certificate(_ sock: OpaquePointer?, _ index: Int
         guard let inoutLength else { throw badParam("inout_length is NULL") }
         guard let info = socket.tlsInfo else { throw SocketError(.badConfig, "the connection is not secure") }
         guard index >= 0, Int(index) < info.peerCertificates.count else { throw badParam("no certificate \(index)") }
-        try copyOut(info.peerCertificates[Int(index)].der, buffer, inoutLength)
-        return 0
+        let der = info.peerCertificates[Int(index)].der
+        let result = der.withUnsafeBytes { CBuffer.copy($0, into: buffer, capacity: inoutLength.pointee) }
+        if result >= 0 { inoutLength.pointee = der.count }
+        return result
     } catch {
         return error.code.rawValue
     }
@@ -330,14 +317,13 @@ public func sk_certificate_get_info(_ der: UnsafeRawPointer?, _ length: Int,
                                     _ outInfo: UnsafeMutablePointer<sk_certificate_info_t>?,
                                     _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
     reporting(error) { () throws(SocketError) in
-        guard let outInfo else { throw badParam("out_info is NULL") }
         let parsed = try certificate(der, length)
         var info = sk_certificate_info_t()
         copy(parsed.subject, into: &info.subject)
         copy(parsed.issuer, into: &info.issuer)
         info.not_before = parsed.notBefore
         info.not_after = parsed.notAfter
-        outInfo.pointee = info
+        outInfo?.pointee = info
     }
 }
 
@@ -346,9 +332,10 @@ public func sk_certificate_to_pem(_ der: UnsafeRawPointer?, _ length: Int, _ buf
                                   _ inoutLength: UnsafeMutablePointer<Int>?) -> Int32 {
     do throws(SocketError) {
         guard let inoutLength else { throw badParam("inout_length is NULL") }
-        let pem = Array(try certificate(der, length).pem.utf8) + [0]
-        try copyOut(pem, buffer.map { UnsafeMutableRawPointer($0) }, inoutLength)
-        return 0
+        let pem = try certificate(der, length).pem
+        let result = CBuffer.copy(text: pem, into: buffer, capacity: inoutLength.pointee)
+        if result >= 0 { inoutLength.pointee = Int(result) + 1 }
+        return result
     } catch {
         return error.code.rawValue
     }

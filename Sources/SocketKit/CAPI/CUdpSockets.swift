@@ -37,7 +37,9 @@ final class CUdpDelegateReceiver: UdpSocketEventReceiver, @unchecked Sendable {
     static func make(_ delegate: UnsafePointer<sk_udp_socket_delegate_t>?, size: Int,
                      userdata: UnsafeMutableRawPointer?) throws(SocketError) -> CUdpDelegateReceiver? {
         guard let delegate else { return nil }
-        try CDelegateReceiver.checkSize(size)
+        // Published whole: every member was there from the first version.
+        try checkDelegateSize(delegate, size: size, firstPublished: MemoryLayout<sk_udp_socket_delegate_t>.size,
+                              name: "sk_udp_socket_delegate_t")
         return CUdpDelegateReceiver(delegate: delegate, size: size, userdata: userdata)
     }
 
@@ -236,8 +238,7 @@ public func sk_udp_socket_set_callback_queue(_ handle: OpaquePointer?, _ queue: 
 public func sk_udp_socket_get_userdata(_ handle: OpaquePointer?,
                                        _ outUserdata: UnsafeMutablePointer<UnsafeMutableRawPointer?>?) -> Int32 {
     withUdp(handle, nil) { (socket) throws(SocketError) in
-        guard let outUserdata else { throw badParam("out_userdata is NULL") }
-        outUserdata.pointee = (socket.receiver as? CUdpDelegateReceiver)?.userdata
+        outUserdata?.pointee = (socket.receiver as? CUdpDelegateReceiver)?.userdata
     }
 }
 
@@ -291,9 +292,8 @@ public func sk_udp_socket_set_max_receive_sizes(_ handle: OpaquePointer?, _ ipv4
 public func sk_udp_socket_get_max_receive_sizes(_ handle: OpaquePointer?, _ outIPv4: UnsafeMutablePointer<Int>?,
                                                 _ outIPv6: UnsafeMutablePointer<Int>?) -> Int32 {
     withUdp(handle, nil) { (socket) throws(SocketError) in
-        guard let outIPv4, let outIPv6 else { throw badParam("an out pointer is NULL") }
-        outIPv4.pointee = socket.maxReceiveIPv4BufferSize
-        outIPv6.pointee = socket.maxReceiveIPv6BufferSize
+        outIPv4?.pointee = socket.maxReceiveIPv4BufferSize
+        outIPv6?.pointee = socket.maxReceiveIPv6BufferSize
     }
 }
 
@@ -311,9 +311,8 @@ public func sk_udp_socket_set_buffer_sizes(_ handle: OpaquePointer?, _ sendSize:
 public func sk_udp_socket_get_buffer_sizes(_ handle: OpaquePointer?, _ outSend: UnsafeMutablePointer<Int32>?,
                                            _ outReceive: UnsafeMutablePointer<Int32>?) -> Int32 {
     withUdp(handle, nil) { (socket) throws(SocketError) in
-        guard let outSend, let outReceive else { throw badParam("an out pointer is NULL") }
-        outSend.pointee = Int32(clamping: socket.maxSendBufferSize)
-        outReceive.pointee = Int32(clamping: socket.receiveBufferSize)
+        outSend?.pointee = Int32(clamping: socket.maxSendBufferSize)
+        outReceive?.pointee = Int32(clamping: socket.receiveBufferSize)
     }
 }
 
@@ -576,11 +575,10 @@ public func sk_udp_socket_get_local_host(_ handle: OpaquePointer?, _ family: Int
 public func sk_udp_socket_get_local_port(_ handle: OpaquePointer?, _ family: Int32,
                                          _ outPort: UnsafeMutablePointer<UInt16>?) -> Int32 {
     withUdp(handle, nil) { (socket) throws(SocketError) in
-        guard let outPort else { throw badParam("out_port is NULL") }
         guard let address = localAddress(socket, try udpFamily(family)) else {
             throw SocketError(.badConfig, "no local address (not bound, connected or used yet)")
         }
-        outPort.pointee = address.port
+        outPort?.pointee = address.port
     }
 }
 
@@ -604,9 +602,8 @@ public func sk_udp_socket_get_connected_host(_ handle: OpaquePointer?, _ buffer:
 @_cdecl("sk_udp_socket_get_connected_port")
 public func sk_udp_socket_get_connected_port(_ handle: OpaquePointer?, _ outPort: UnsafeMutablePointer<UInt16>?) -> Int32 {
     withUdp(handle, nil) { (socket) throws(SocketError) in
-        guard let outPort else { throw badParam("out_port is NULL") }
         guard let address = socket.connectedAddress else { throw SocketError(.badConfig, "not connected") }
-        outPort.pointee = address.port
+        outPort?.pointee = address.port
     }
 }
 

@@ -36,7 +36,10 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Wraps raw `sockaddr` bytes; nil unless they hold a complete IPv4 (`sockaddr_in`),
-    /// IPv6 (`sockaddr_in6`) or Unix-domain address.
+    /// IPv6 (`sockaddr_in6`) or Unix-domain address. An IP address may come with more bytes
+    /// than its family's struct, up to `sockaddr_storage` (128 bytes), as `getnameinfo` and
+    /// the kernel accept it: the address is its family's struct, the rest is ignored. A
+    /// Unix-domain address has at most `sockaddr_un`'s 110 bytes, the kernel's own limit.
     public init?(bytes: [UInt8]) {
         guard let parsed = bytes.withUnsafeBytes({ SocketAddress(raw: $0) }) else { return nil }
         self = parsed
@@ -44,13 +47,17 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
 
     /// Parses raw `sockaddr` bytes without an intermediate array (see `init?(bytes:)`).
     init?(raw: UnsafeRawBufferPointer) {
-        guard raw.count >= MemoryLayout<sa_family_t>.size else { return nil }
+        guard raw.count >= MemoryLayout<sa_family_t>.size,
+              raw.count <= MemoryLayout<sockaddr_storage>.size else { return nil }
         let rawFamily = Int32(raw.loadUnaligned(as: sa_family_t.self))
+        let length: Int
         switch rawFamily {
-        case AF_INET where raw.count == MemoryLayout<sockaddr_in>.size:
+        case AF_INET where raw.count >= MemoryLayout<sockaddr_in>.size:
             family = .ipv4
-        case AF_INET6 where raw.count == MemoryLayout<sockaddr_in6>.size:
+            length = MemoryLayout<sockaddr_in>.size
+        case AF_INET6 where raw.count >= MemoryLayout<sockaddr_in6>.size:
             family = .ipv6
+            length = MemoryLayout<sockaddr_in6>.size
         case AF_UNIX where raw.count <= MemoryLayout<sockaddr_un>.size:
             family = .unix
             inline = InlineStorage()
@@ -61,9 +68,9 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
             return nil
         }
         var storage = InlineStorage()
-        withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: raw) }
+        withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: UnsafeRawBufferPointer(start: raw.baseAddress, count: length)) }
         inline = storage
-        inlineLength = UInt8(raw.count)
+        inlineLength = UInt8(length)
         unixBytes = nil
     }
 

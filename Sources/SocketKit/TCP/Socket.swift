@@ -10,6 +10,11 @@ import Synchronization
 /// loop (inline when the caller is already on it); getters read published state and never
 /// wait for the loop. Keep a reference: a socket nobody holds closes (no callbacks follow).
 ///
+/// Timeouts are seconds: negative or `.infinity` = none, 0 = fail unless the operation can
+/// complete at once, positive = from when the operation reaches the front of its queue; NaN
+/// throws `.badParam`. On expiry the delegate may extend: a positive extension (`.infinity`:
+/// for good) re-arms the timer, anything else ends the connection.
+///
 /// Cost: a connected idle socket owns no buffer; its reads use its loop's buffer.
 public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     let core: TCPSocketCore
@@ -163,13 +168,22 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
         set { configure { $0.autoDisconnectOnClosedReadStream = newValue } }
     }
 
-    /// The most bytes a read may hold before completing: the limit of reads to a separator
-    /// without an explicit maximum (they fail with `.readMaxedOut`) and of reads to a length
-    /// into SocketKit's memory (larger ones are refused). Default 16 MiB; values below 1
-    /// become 1.
-    public var maximumReadLength: Int {
-        get { configuration.maximumReadLength }
-        set { configure { $0.maximumReadLength = max(1, newValue) } }
+    /// The most bytes a read may gather in SocketKit's memory (default 16 MiB): a read to a
+    /// separator without an explicit maximum ends the connection with `.readMaxedOut` once
+    /// it holds that many without the separator, and a read to a length above it is refused
+    /// (`.badParam`). Reads into a caller's buffer are bounded by the buffer instead.
+    ///
+    /// GCDAsyncSocket has no such limit. SocketKit has one because a read's length usually
+    /// comes from the peer (a length prefix, a Content-Length): without a limit, a peer that
+    /// announces 4 GiB makes the process hold up to 4 GiB before the application sees any
+    /// of it. Raise it for bigger messages, or read them into a buffer of your own.
+    public var maximumReadLength: Int { configuration.maximumReadLength }
+
+    /// Sets `maximumReadLength`. Throws `.badParam` below 1: a limit of 0 bytes would make
+    /// every read to a separator fail.
+    public func setMaximumReadLength(_ length: Int) throws(SocketError) {
+        guard length >= 1 else { throw SocketError(.badParam, "the maximum read length must be at least 1 byte") }
+        configure { $0.maximumReadLength = length }
     }
 
     /// The write watermarks (defaults 32 KiB low, 64 KiB high).
@@ -404,7 +418,8 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
 
     /// Reads exactly `length` bytes. Lengths above `maximumReadLength` are refused
     /// (`.badParam`): a length usually comes from the peer, and SocketKit holds the bytes
-    /// until the read completes. Raise the limit for bigger reads.
+    /// until the read completes (see `maximumReadLength`). Raise the limit for bigger reads,
+    /// or read into a buffer of your own (`read(toLength:into:offset:timeout:tag:)`).
     public func read(toLength length: Int, timeout: Double = -1, tag: Int = 0) throws(SocketError) {
         guard length > 0 else { throw SocketError(.badParam, "length must be positive") }
         try checkTimeout(timeout)

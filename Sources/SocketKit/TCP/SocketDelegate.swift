@@ -33,8 +33,9 @@ public protocol SocketDelegate: AnyObject {
     /// A read to a length or separator made progress; `length` is what this pass added.
     func socket(_ sock: Socket, didReadPartialDataOfLength length: Int, tag: Int)
 
-    /// The current read timed out. Return a positive number of seconds to extend it;
-    /// zero or less (the default) ends the connection with `.readTimeout`.
+    /// The current read timed out. Return a positive number of seconds to extend it
+    /// (`.infinity`: for good); zero or less, or NaN (the default: 0) ends the connection
+    /// with `.readTimeout`.
     func socket(_ sock: Socket, shouldTimeoutReadWithTag tag: Int, elapsed: Double, bytesDone: Int) -> Double
 
     /// A write was fully accepted by the kernel.

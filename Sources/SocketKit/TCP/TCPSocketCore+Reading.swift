@@ -177,7 +177,7 @@ extension TCPSocketCore {
     func resolveReadTimeout(extension seconds: Double, question: UInt64) {
         guard question == readTimeoutQuestion, phase == .connected, readTimeoutPending, currentRead != nil else { return }
         readTimeoutPending = false
-        if seconds > 0 && seconds.isFinite {
+        if seconds > 0 {  // +INFINITY included: extended for good, as an infinite timeout never expires
             currentRead?.timeout += seconds
             arm(&readTimer, deadline: deadline(afterSeconds: seconds)) { $0.readTimerFired() }
             scheduleReadPump()

@@ -190,7 +190,7 @@ extension TCPSocketCore {
     func resolveWriteTimeout(extension seconds: Double, question: UInt64) {
         guard question == writeTimeoutQuestion, phase == .connected, writeTimeoutPending, hasQueuedWrites else { return }
         writeTimeoutPending = false
-        if seconds > 0 && seconds.isFinite {
+        if seconds > 0 {  // +INFINITY included: extended for good, as an infinite timeout never expires
             writeQueue[0].timeout += seconds
             arm(&writeTimer, deadline: deadline(afterSeconds: seconds)) { $0.writeTimerFired() }
             scheduleWriteFlush()

@@ -153,15 +153,35 @@ void test_read_limits(void) {
     raw_send(pair.peer, "1234567\r\n", 9);
     recorder_expect(&pair.recorder, EVENT_DISCONNECT, 1);
     CHECK_EQ(recorder_event(&pair.recorder, EVENT_DISCONNECT, 0).error_code, SK_ERR_READ_MAXED_OUT);
-    /* A length above the socket's maximum read length is refused at once. */
+    /* A length above the socket's maximum read length is refused at once; at the limit it
+     * is taken, and a read into the caller's buffer is bounded by the buffer alone. */
     raw_pair_t limited;
     raw_pair_open(&limited, NULL);
     CHECK_EQ(sk_socket_set_maximum_read_length(limited.sock, 100), SK_OK);
     sk_error_t error;
     CHECK_EQ(sk_socket_read_to_length(limited.sock, 101, -1, 1, &error), SK_ERR_BAD_PARAM);
     CHECK(strstr(error.message, "maximumReadLength") != NULL);
+    CHECK_EQ(sk_socket_read_to_length(limited.sock, 100, -1, 2, &error), SK_OK);
     unsigned char room[200];
-    CHECK_EQ(sk_socket_read_to_length_into(limited.sock, 150, room, sizeof room, 0, -1, 2, NULL), SK_OK);
+    CHECK_EQ(sk_socket_read_to_length_into(limited.sock, 150, room, sizeof room, 0, -1, 3, NULL), SK_OK);
+    /* A maximum of 0 is refused (it used to become 1 and fail every separator read after
+     * one byte); the limit stays as it was. */
+    CHECK_EQ(sk_socket_set_maximum_read_length(limited.sock, 0), SK_ERR_BAD_PARAM);
+    size_t limit = 0;
+    CHECK_EQ(sk_socket_get_maximum_read_length(limited.sock, &limit), SK_OK);
+    CHECK_EQ(limit, 100);
+    CHECK_EQ(sk_socket_read_to_data(limited.sock, SK_LF, 1, 0, -1, 4, NULL), SK_OK);
+    unsigned char payload[260];
+    fill_pattern(payload, 250, 5);
+    memcpy(payload + 250, "123456789\n", 10);
+    for (size_t i = 0; i < 250; i++) if (payload[i] == '\n') payload[i] = 'n';
+    raw_send(limited.peer, payload, sizeof payload);
+    recorder_expect(&limited.recorder, EVENT_READ, 3);
+    CHECK_EQ(recorder_event(&limited.recorder, EVENT_READ, 0).length, 100);
+    CHECK_EQ(recorder_event(&limited.recorder, EVENT_READ, 1).length, 150);
+    CHECK_EQ(memcmp(room, payload + 100, 150), 0);
+    CHECK_EQ(recorder_event(&limited.recorder, EVENT_READ, 2).length, 10);
+    CHECK_EQ(sk_socket_is_connected(limited.sock), 1);
     raw_pair_close(&limited);
     raw_pair_close(&pair);
 }

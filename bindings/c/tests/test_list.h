@@ -22,12 +22,21 @@
     X(udp_release_inside_callback_mid_batch)  \
     X(udp_multicast_on_loopback)              \
     X(udp_interop_with_bsd_sockets)           \
+    X(udp_addresses_given_with_the_storage_length) \
+    X(udp_getters_follow_the_one_rule)        \
     X(version_matches_the_header)             \
     X(every_error_code_has_a_name)            \
     X(invalid_handles_are_errors)             \
     X(bad_arguments_are_errors)               \
     X(configuration_round_trips)              \
     X(lookup_host_and_address_helpers)        \
+    X(lookup_results_carry_their_lengths)     \
+    X(tcp_getters_follow_the_one_rule)        \
+    X(unix_path_getters_follow_the_one_rule)  \
+    X(lookup_and_address_helpers_follow_the_one_rule) \
+    X(delegate_sizes_follow_the_extensible_struct_rule) \
+    X(infinite_timeouts_and_extensions_never_expire) \
+    X(connect_to_an_address_given_with_the_storage_length) \
     X(echo_with_every_read_variant)           \
     X(callbacks_arrive_in_order_and_end_with_one_disconnect) \
     X(reads_and_writes_queued_before_connect) \

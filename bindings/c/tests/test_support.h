@@ -47,6 +47,79 @@
         }                                                                                    \
     } while (0)
 
+/* Checks a text getter (the header's Getters rule: snprintf) against `expected`, whole and
+ * cut: CALL is an expression using
+ * `target` (the buffer, or NULL) and `capacity`. */
+#define CHECK_SNPRINTF(expected, CALL)                                                         \
+    do {                                                                                       \
+        const char *want_ = (expected);                                                        \
+        const int length_ = (int)strlen(want_);                                                \
+        char space_[256];                                                                      \
+        char *target = space_;                                                                 \
+        size_t capacity = sizeof space_;                                                       \
+        CHECK(length_ >= 2);                                                                   \
+        memset(space_, 'X', sizeof space_);                                                    \
+        CHECK_EQ((CALL), length_);                                                             \
+        CHECK_STR(space_, want_);                                                              \
+        /* Room for all but the NUL: cut by one, NUL-terminated, the whole length back. */    \
+        memset(space_, 'X', sizeof space_);                                                    \
+        capacity = (size_t)length_;                                                            \
+        CHECK_EQ((CALL), length_);                                                             \
+        CHECK_EQ(strlen(space_), (size_t)length_ - 1);                                         \
+        CHECK_EQ(strncmp(space_, want_, (size_t)length_ - 1), 0);                              \
+        CHECK_EQ(space_[length_], 'X');                                                        \
+        /* Room for the NUL alone. */                                                         \
+        memset(space_, 'X', sizeof space_);                                                    \
+        capacity = 1;                                                                          \
+        CHECK_EQ((CALL), length_);                                                             \
+        CHECK(space_[0] == 0 && space_[1] == 'X');                                             \
+        /* No room: nothing written. */                                                       \
+        memset(space_, 'X', sizeof space_);                                                    \
+        capacity = 0;                                                                          \
+        CHECK_EQ((CALL), length_);                                                             \
+        CHECK_EQ(space_[0], 'X');                                                              \
+        /* NULL: the length alone, whatever the capacity. */                                  \
+        target = NULL;                                                                         \
+        capacity = 0;                                                                          \
+        CHECK_EQ((CALL), length_);                                                             \
+        capacity = 64;                                                                         \
+        CHECK_EQ((CALL), length_);                                                             \
+    } while (0)
+
+/* Checks an address getter (the Getters rule: getsockname) against `expected` of `expected_length` bytes: CALL uses
+ * `target` (a struct sockaddr *, or NULL) and `length` (a socklen_t *). */
+#define CHECK_GETSOCKNAME(expected, expected_length, CALL)                                     \
+    do {                                                                                       \
+        const void *want_ = (expected);                                                        \
+        const socklen_t want_length_ = (expected_length);                                      \
+        struct sockaddr_storage space_;                                                        \
+        struct sockaddr *target = (struct sockaddr *)&space_;                                  \
+        socklen_t length_value_ = sizeof space_;                                               \
+        socklen_t *length = &length_value_;                                                    \
+        memset(&space_, 0xEE, sizeof space_);                                                  \
+        CHECK_EQ((CALL), (int)want_length_);                                                   \
+        CHECK_EQ(length_value_, want_length_);                                                 \
+        CHECK_EQ(memcmp(&space_, want_, want_length_), 0);                                     \
+        /* Too small: what fits, and the whole length in both answers. */                     \
+        memset(&space_, 0xEE, sizeof space_);                                                  \
+        length_value_ = 6;                                                                     \
+        CHECK_EQ((CALL), (int)want_length_);                                                   \
+        CHECK_EQ(length_value_, want_length_);                                                 \
+        CHECK_EQ(memcmp(&space_, want_, 6), 0);                                                \
+        CHECK_EQ(((unsigned char *)&space_)[6], 0xEE);                                         \
+        memset(&space_, 0xEE, sizeof space_);                                                  \
+        length_value_ = 0;                                                                     \
+        CHECK_EQ((CALL), (int)want_length_);                                                   \
+        CHECK_EQ(((unsigned char *)&space_)[0], 0xEE);                                         \
+        /* NULL address: the length alone. NULL length: the capacity is missing. */           \
+        target = NULL;                                                                         \
+        length_value_ = 99;                                                                    \
+        CHECK_EQ((CALL), (int)want_length_);                                                   \
+        CHECK_EQ(length_value_, want_length_);                                                 \
+        length = NULL;                                                                         \
+        CHECK_EQ((CALL), SK_ERR_BAD_PARAM);                                                    \
+    } while (0)
+
 /* Seconds every wait allows before the test fails. */
 #define WAIT_SECONDS 20.0
 

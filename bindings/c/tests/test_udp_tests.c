@@ -256,7 +256,8 @@ void test_udp_round_trip_with_tags_and_empty_datagrams(void) {
     CHECK_STR(host, "127.0.0.1");
     struct sockaddr_storage local;
     socklen_t local_length = sizeof local;
-    CHECK_EQ(sk_udp_socket_get_local_address(server, AF_UNSPEC, (struct sockaddr *)&local, &local_length), SK_OK);
+    CHECK_EQ(sk_udp_socket_get_local_address(server, AF_UNSPEC, (struct sockaddr *)&local, &local_length),
+             sizeof(struct sockaddr_in));
     CHECK_EQ(port_of((struct sockaddr *)&local), port);
     CHECK_EQ(sk_udp_socket_get_local_host(server, AF_INET6, host, sizeof host), SK_ERR_BAD_CONFIG);
     CHECK_EQ(sk_udp_socket_close(client), SK_OK);
@@ -700,5 +701,100 @@ void test_udp_interop_with_bsd_sockets(void) {
     CHECK_EQ(ntohs(from.sin_port), port);
     close(raw);
     CHECK_EQ(sk_udp_socket_release(server), SK_OK);
+    udp_recorder_destroy(&log);
+}
+
+/* Bind, connect and send to addresses given with sizeof(struct sockaddr_storage), as a
+ * lookup's entries are: the length is at least the family's struct, so they are taken. */
+void test_udp_addresses_given_with_the_storage_length(void) {
+    udp_recorder_t server_log, client_log;
+    udp_recorder_init(&server_log);
+    udp_recorder_init(&client_log);
+    sk_udp_socket_t *server = udp_socket(&server_log, NULL);
+    struct sockaddr_storage any;
+    sk_error_t error;
+    size_t count = 0;
+    CHECK_EQ(sk_lookup_host("127.0.0.1", 0, &any, 1, &count, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_bind_to_address(server, (struct sockaddr *)&any, sizeof any, &error), SK_OK);
+    uint16_t port = 0;
+    CHECK_EQ(sk_udp_socket_get_local_port(server, AF_INET, &port), SK_OK);
+    CHECK_EQ(sk_udp_socket_begin_receiving(server, &error), SK_OK);
+
+    struct sockaddr_storage target;
+    CHECK_EQ(sk_lookup_host("127.0.0.1", port, &target, 1, &count, &error), SK_OK);
+    sk_udp_socket_t *client = udp_socket(&client_log, NULL);
+    CHECK_EQ(sk_udp_socket_send_to_address(client, "one", 3, (struct sockaddr *)&target, sizeof target, 5, 1, &error),
+             SK_OK);
+    udp_expect(&server_log, UDP_RECEIVE, 1);
+    CHECK(memcmp(udp_event(&server_log, UDP_RECEIVE, 0).data, "one", 3) == 0);
+    CHECK_EQ(sk_udp_socket_close(client), SK_OK);
+    CHECK_EQ(sk_udp_socket_connect_to_address(client, (struct sockaddr *)&target, sizeof target, &error), SK_OK);
+    udp_expect(&client_log, UDP_CONNECT, 1);
+    CHECK_EQ(udp_event(&client_log, UDP_CONNECT, 0).port, port);
+    CHECK_EQ(sk_udp_socket_send(client, "two", 3, 5, 2, &error), SK_OK);
+    udp_expect(&server_log, UDP_RECEIVE, 2);
+    CHECK(memcmp(udp_event(&server_log, UDP_RECEIVE, 1).data, "two", 3) == 0);
+    /* One byte more than a sockaddr_storage is not an address. */
+    CHECK_EQ(sk_udp_socket_send_to_address(client, "x", 1, (struct sockaddr *)&target, sizeof target + 1, 5, 3, &error),
+             SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_udp_socket_release(client), SK_OK);
+    CHECK_EQ(sk_udp_socket_release(server), SK_OK);
+    udp_recorder_destroy(&server_log);
+    udp_recorder_destroy(&client_log);
+}
+
+/* Getters, as the header states them once for all (CONVENTIONS, Getters): NULL
+ * out-pointers, hosts as snprintf, addresses as getsockname. */
+void test_udp_getters_follow_the_one_rule(void) {
+    udp_recorder_t log;
+    udp_recorder_init(&log);
+    sk_udp_socket_t *sock = udp_socket(&log, NULL);
+
+    /* Every out-pointer may be NULL, also where one of two used to be refused. */
+    CHECK_EQ(sk_udp_socket_get_userdata(sock, NULL), SK_OK);
+    CHECK_EQ(sk_udp_socket_get_max_receive_sizes(sock, NULL, NULL), SK_OK);
+    CHECK_EQ(sk_udp_socket_get_buffer_sizes(sock, NULL, NULL), SK_OK);
+    size_t ipv4 = 0, ipv6 = 0;
+    CHECK_EQ(sk_udp_socket_get_max_receive_sizes(sock, &ipv4, NULL), SK_OK);
+    CHECK_EQ(sk_udp_socket_get_max_receive_sizes(sock, NULL, &ipv6), SK_OK);
+    CHECK(ipv4 == 65535 && ipv6 == 65535);
+    int send_size = -1;
+    CHECK_EQ(sk_udp_socket_get_buffer_sizes(sock, &send_size, NULL), SK_OK);
+    CHECK_EQ(send_size, 0);
+    void *userdata = NULL;
+    CHECK_EQ(sk_udp_socket_get_userdata(sock, &userdata), SK_OK);
+    CHECK(userdata == &log);
+    /* No address yet. */
+    CHECK_EQ(sk_udp_socket_get_local_port(sock, AF_UNSPEC, NULL), SK_ERR_BAD_CONFIG);
+    CHECK_EQ(sk_udp_socket_get_local_host(sock, AF_INET, NULL, 0), SK_ERR_BAD_CONFIG);
+
+    int raw = socket(AF_INET, SOCK_DGRAM, 0);
+    struct sockaddr_in peer;
+    memset(&peer, 0, sizeof peer);
+    peer.sin_family = AF_INET;
+    peer.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK_EQ(bind(raw, (struct sockaddr *)&peer, sizeof peer), 0);
+    socklen_t peer_length = sizeof peer;
+    CHECK_EQ(getsockname(raw, (struct sockaddr *)&peer, &peer_length), 0);
+    CHECK_EQ(sk_udp_socket_bind_to_port(sock, "127.0.0.1", 0, NULL), SK_OK);
+    CHECK_EQ(sk_udp_socket_connect_to_address(sock, (struct sockaddr *)&peer, sizeof peer, NULL), SK_OK);
+    udp_expect(&log, UDP_CONNECT, 1);
+    uint16_t port = 0;
+    CHECK_EQ(sk_udp_socket_get_local_port(sock, AF_INET, &port), SK_OK);
+    struct sockaddr_in local;
+    memset(&local, 0, sizeof local);
+    local.sin_family = AF_INET;
+    local.sin_port = htons(port);
+    local.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK_EQ(sk_udp_socket_get_local_port(sock, AF_INET, NULL), SK_OK);
+    CHECK_EQ(sk_udp_socket_get_connected_port(sock, NULL), SK_OK);
+    CHECK_SNPRINTF("127.0.0.1", sk_udp_socket_get_local_host(sock, AF_UNSPEC, target, capacity));
+    CHECK_SNPRINTF("127.0.0.1", sk_udp_socket_get_local_host(sock, AF_INET, target, capacity));
+    CHECK_SNPRINTF("127.0.0.1", sk_udp_socket_get_connected_host(sock, target, capacity));
+    CHECK_GETSOCKNAME(&local, sizeof local, sk_udp_socket_get_local_address(sock, AF_INET, target, length));
+    CHECK_GETSOCKNAME(&peer, sizeof peer, sk_udp_socket_get_connected_address(sock, target, length));
+    CHECK_EQ(sk_udp_socket_get_local_host(sock, 12345, NULL, 0), SK_ERR_BAD_PARAM);
+    close(raw);
+    CHECK_EQ(sk_udp_socket_release(sock), SK_OK);
     udp_recorder_destroy(&log);
 }

@@ -49,6 +49,12 @@ Handshake failures end the connection with a :class:`TLSError` subclass
 
 With asyncio, :mod:`socketkit.aio` runs delegates on the event loop and offers awaitable
 helpers (``await sock.read_to_data(b"\\r\\n")``).
+
+Timeouts are seconds: negative or ``math.inf`` = none, 0 = fail unless the operation can
+complete at once, positive = from when the operation reaches the front of its queue; NaN
+raises BadParamError. On expiry ``socket_should_timeout_read`` / ``_write`` may return an
+extension: positive (``math.inf``: for good) re-arms the timer, anything else ends the
+connection with ReadTimeoutError / WriteTimeoutError.
 """
 from ._core import (
     CR,

@@ -409,19 +409,21 @@ def _address_from_sockaddr(raw: bytes) -> Optional[Address]:
 def lookup_host(host: str, port: int) -> List[Tuple[str, int]]:
     """Resolves `host` (blocking) to ("address", port) pairs in resolver order.
     "localhost" gives 127.0.0.1 and ::1 without asking the resolver."""
-    storage = (ctypes.c_byte * (128 * 32))()
-    count = c_size_t()
-    error = _ffi.CError()
-    _raise_for(lib.sk_lookup_host(host.encode(), port, storage, 32, byref(count), byref(error)), error)
-    found = []
-    for index in range(count.value):
-        raw = bytes(storage[index * 128:(index + 1) * 128])
-        family = struct.unpack("=H", raw[:2])[0]
-        length = 16 if family == _stdlib_socket.AF_INET else 28
-        address = _address_from_sockaddr(raw[:length])
+    encoded = host.encode()
+    capacity = 16
+    while True:
+        entries = (_ffi.Address * capacity)()
+        error = _ffi.CError()
+        found = _raise_for(lib.sk_lookup_host_addresses(encoded, port, entries, capacity, byref(error)), error)
+        if found <= capacity:
+            break
+        capacity = found  # more than fitted: ask again with room for all of them
+    addresses = []
+    for entry in entries[:found]:
+        address = _address_from_sockaddr(ctypes.string_at(ctypes.addressof(entry), entry.length))
         if isinstance(address, tuple):
-            found.append(address)
-    return found
+            addresses.append(address)
+    return addresses
 
 
 # --------------------------------------------------------------------------------------
@@ -475,6 +477,8 @@ _DELEGATE_METHODS = {
     "socket_did_secure": "did_secure",
     "socket_did_receive_trust": "did_receive_trust",
 }
+
+_DELEGATE_SIZE = ctypes.sizeof(_ffi.SocketDelegate)
 
 # Live sockets by handle, held weakly: a socket nobody references closes.
 _sockets = _WeakTable()
@@ -790,18 +794,23 @@ _TRAMPOLINES = {
 }
 
 
-def _delegate_struct(delegate: Any) -> _ffi.SocketDelegate:
-    """The C delegate for a Python delegate: only the methods it has are wired, so SocketKit
-    does not call into Python for events nobody listens to. Accepting always is (a listener
-    without ``socket_did_accept`` closes its connections)."""
+def _delegate_struct(delegate: Any) -> Any:
+    """The C delegate for a Python delegate, as the C functions take it (a pointer to the
+    struct): only the methods it has are wired, so SocketKit does not call into Python for
+    events nobody listens to. Accepting always is (a listener without ``socket_did_accept``
+    closes its connections). None (NULL) for no delegate: SocketKit then has none either,
+    so connecting and accepting raise BadConfigError as in C and Swift (a struct of our own
+    would count as a delegate)."""
+    if delegate is None:
+        return None  # NULL
     struct_ = _ffi.SocketDelegate()
     for method, member in _DELEGATE_METHODS.items():
-        if delegate is not None and getattr(delegate, method, None) is not None:
+        if getattr(delegate, method, None) is not None:
             setattr(struct_, member, _TRAMPOLINES[member])
     # These keep internal state right whatever the delegate implements.
     struct_.did_read = _TRAMPOLINES["did_read"]
     struct_.did_disconnect = _TRAMPOLINES["did_disconnect"]
-    return struct_
+    return byref(struct_)
 
 
 class Socket(_SocketBase):
@@ -817,6 +826,9 @@ class Socket(_SocketBase):
     (:func:`default_queue`); a :class:`HostQueue` to run them yourself (see
     :mod:`socketkit.aio` for asyncio); ``None`` for SocketKit's loop thread.
 
+    Without a delegate (None) a socket cannot connect or accept: those raise
+    :class:`BadConfigError`, as in C and Swift; set :attr:`delegate` first.
+
     Keep a reference: a socket nobody holds is closed. Use it as a context manager, or
     call :meth:`close`; afterwards every method raises :class:`InvalidHandleError`.
     """
@@ -827,7 +839,7 @@ class Socket(_SocketBase):
         handle = c_void_p()
         error = _ffi.CError()
         struct_ = _delegate_struct(delegate)
-        _raise_for(lib.sk_socket_create(byref(struct_), ctypes.sizeof(struct_), None, self._queue_handle,
+        _raise_for(lib.sk_socket_create(struct_, _DELEGATE_SIZE, None, self._queue_handle,
                                         loop_group.handle if loop_group is not None else None,
                                         byref(handle), byref(error)), error)
         self._register(handle.value)
@@ -888,7 +900,7 @@ class Socket(_SocketBase):
         _adopting[token] = sock
         try:
             status = lib.sk_socket_create_from_fd(
-                fd, byref(struct_), ctypes.sizeof(struct_), token, sock._queue_handle,
+                fd, struct_, _DELEGATE_SIZE, token, sock._queue_handle,
                 loop_group.handle if loop_group is not None else None, byref(handle), byref(error))
         finally:
             _adopting.pop(token, None)
@@ -954,7 +966,7 @@ class Socket(_SocketBase):
     def delegate(self, delegate: Any) -> None:
         """Replaces the delegate, synchronously: once set, no method of the old one runs."""
         struct_ = _delegate_struct(delegate)
-        _raise_for(lib.sk_socket_set_delegate(self.handle, byref(struct_), ctypes.sizeof(struct_), None))
+        _raise_for(lib.sk_socket_set_delegate(self.handle, struct_, _DELEGATE_SIZE, None))
         self._delegate = delegate
 
     @property
@@ -1016,6 +1028,15 @@ class Socket(_SocketBase):
 
     @property
     def maximum_read_length(self) -> int:
+        """The most bytes a read may gather in SocketKit's memory (default 16 MiB; at least 1,
+        BadParamError otherwise): a read to a separator without ``max_length`` ends the
+        connection with ReadMaxedOutError once it holds that many bytes without the
+        separator, and ``read_to_length`` above it raises BadParamError at once. Reads into
+        your buffer (``*_into``) are bounded by the buffer instead. GCDAsyncSocket has no
+        such limit; SocketKit has one because a read's length usually comes from the peer (a
+        length prefix): without it, a peer announcing 4 GiB makes the process hold 4 GiB
+        before the application sees any of it. Raise it for bigger messages, or read them
+        into a buffer of your own."""
         value = c_size_t()
         _raise_for(lib.sk_socket_get_maximum_read_length(self.handle, byref(value)))
         return value.value
@@ -1140,7 +1161,8 @@ class Socket(_SocketBase):
             _raise_for(status, errors.error)
 
     def read_to_length(self, length: int, timeout: float = -1, tag: int = 0) -> None:
-        """Reads exactly `length` bytes."""
+        """Reads exactly `length` bytes (1 to :attr:`maximum_read_length`; BadParamError
+        otherwise: see there why, and use :meth:`read_to_length_into` for more)."""
         error = _ffi.CError()
         _raise_for(lib.sk_socket_read_to_length(self.handle, _size(length, "length"), float(timeout), tag,
                                                 byref(error)), error)
@@ -1522,10 +1544,12 @@ _unpack_scope = struct.Struct("=I").unpack_from
 def _ip_address_from_sockaddr(raw: bytes) -> Optional[IPAddress]:
     """("host", port) of a sockaddr_in / sockaddr_in6, as sk_address_get_host writes it (IPv6
     scope as "%name", or "%index" for an interface that no longer exists); None otherwise."""
-    if len(raw) < 4:
+    # The library's rule for address lengths: at least the family's struct, at most a
+    # sockaddr_storage (the bytes beyond the struct are ignored).
+    if not 4 <= len(raw) <= 128:
         return None
     family = _unpack_family(raw)[0]
-    if family == _AF_INET and len(raw) >= 8:
+    if family == _AF_INET and len(raw) >= 16:
         return (_stdlib_socket.inet_ntop(_AF_INET, raw[4:8]), _unpack_port(raw, 2)[0])
     if family == _AF_INET6 and len(raw) >= 28:
         host = _stdlib_socket.inet_ntop(_AF_INET6, raw[8:24])

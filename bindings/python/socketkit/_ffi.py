@@ -70,6 +70,15 @@ DID_WATERMARK = CFUNCTYPE(None, c_void_p, c_size_t, c_void_p)
 DID_DISCONNECT = CFUNCTYPE(None, c_void_p, POINTER(CError), c_void_p)
 
 
+class Address(Structure):
+    """sk_address_t: a sockaddr_storage (8-byte aligned, as in C) and its length."""
+
+    _fields_ = [
+        ("address", c_uint64 * 16),
+        ("length", c_uint32),  # socklen_t
+    ]
+
+
 class Certificate(Structure):
     """sk_certificate_t: one certificate in DER (borrowed)."""
 
@@ -436,6 +445,7 @@ PROTOTYPES = {
     "sk_certificate_get_info": (c_int, [c_void_p, c_size_t, POINTER(CertificateInfo), _error]),
     "sk_certificate_to_pem": (c_int, [c_void_p, c_size_t, c_char_p, POINTER(c_size_t)]),
     # Utilities
+    "sk_lookup_host_addresses": (c_int, [c_char_p, c_uint16, POINTER(Address), c_size_t, _error]),
     "sk_lookup_host": (c_int, [c_char_p, c_uint16, c_void_p, c_size_t, POINTER(c_size_t), _error]),
     "sk_address_get_host": (c_int, [c_void_p, c_uint32, c_char_p, c_size_t]),
     "sk_address_get_port": (c_int, [c_void_p, c_uint32, POINTER(c_uint16)]),

@@ -51,6 +51,56 @@ def test_a_separator_past_the_maximum_is_read_maxed_out(raw_peer):
     assert isinstance(pair.recorder.disconnect_error(), socketkit.ReadMaxedOutError)
 
 
+def test_the_maximum_read_length_caps_reads_to_a_length_and_is_never_zero(raw_peer):
+    """read_to_length above maximum_read_length is refused (a length from the peer is an
+    allocation the peer controls); at the limit it is taken, and a read into the caller's
+    buffer is bounded by the buffer alone. A maximum of 0 is refused: it used to become 1,
+    and every separator read then failed after one byte."""
+    pair = raw_peer()
+    pair.socket.maximum_read_length = 100
+    with pytest.raises(socketkit.BadParamError, match="maximumReadLength"):
+        pair.socket.read_to_length(101)
+    for bad in (0, -1):
+        with pytest.raises(socketkit.BadParamError):
+            pair.socket.maximum_read_length = bad
+    assert pair.socket.maximum_read_length == 100
+    pair.socket.read_to_length(100, tag=1)
+    room = bytearray(150)
+    pair.socket.read_to_length_into(150, room, tag=2)
+    pair.socket.read_to_data(socketkit.LF, tag=3)
+    payload = pattern(250, seed=3).replace(b"\n", b"n") + b"123456789\n"
+    pair.peer.sendall(payload)
+    reads = pair.recorder.expect("read", 3)
+    assert [(len(event[1]), event[2]) for event in reads] == [(100, 1), (150, 2), (10, 3)]
+    assert bytes(room) == payload[100:250] and reads[2][1] == b"123456789\n"
+    assert pair.socket.is_connected
+
+
+def test_infinite_timeouts_and_extensions_never_expire(raw_peer):
+    """math.inf is no timeout, as a negative one (sys.float_info.max, beyond the clock, the
+    same); an extension of math.inf keeps the read for good (it used to end the connection
+    with ReadTimeoutError). NaN is refused."""
+    import math
+    pair = raw_peer()
+    with pytest.raises(socketkit.BadParamError):
+        pair.socket.read_to_length(1, timeout=math.nan)
+    with pytest.raises(socketkit.BadParamError):
+        pair.socket.write(b"x", timeout=math.nan)
+    pair.socket.read_to_length(2, timeout=math.inf, tag=1)
+    pair.socket.read_to_length(2, timeout=sys.float_info.max, tag=2)
+    pair.socket.write(b"ok", timeout=math.inf, tag=3)
+    pair.peer.sendall(b"wxyz")
+    assert pair.receive_exactly(2) == b"ok"
+    pair.recorder.expect("read", 2)
+    pair.recorder.read_extensions.append(math.inf)
+    pair.socket.read_to_length(3, timeout=0.05, tag=4)
+    assert pair.recorder.expect("read_timeout")[0][1:3] == (4, 0.05)
+    assert not pair.recorder.wait_for(lambda events: any(event[0] == "disconnect" for event in events), timeout=0.2)
+    pair.peer.sendall(b"end")
+    assert pair.recorder.expect("read", 3)[2][1:] == (b"end", 4)
+    assert pair.socket.is_connected
+
+
 def test_large_bytes_are_sent_without_a_copy_and_arrive_intact(raw_peer):
     import sys
     pair = raw_peer()

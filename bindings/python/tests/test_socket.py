@@ -389,9 +389,86 @@ def test_adopting_a_connected_descriptor(recorder):
     right.close()
 
 
+def test_connect_and_accept_without_a_delegate_are_bad_config(raw_peer, tmp_path):
+    """As in C and Swift: no delegate, no connection (its events would go nowhere)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    sock = socketkit.Socket(None)
+    attempts = [lambda: sock.connect_to_host("127.0.0.1", port, timeout=5),
+                lambda: sock.connect_to_address(("127.0.0.1", port), timeout=5),
+                lambda: sock.connect_to_unix_path(str(tmp_path / "none.sock"), timeout=5),
+                lambda: sock.accept_on_port(0),
+                lambda: sock.accept_on_interface("127.0.0.1", 0),
+                lambda: sock.accept_on_unix_path(str(tmp_path / "listener.sock"))]
+    for attempt in attempts:
+        with pytest.raises(socketkit.BadConfigError, match="delegate"):
+            attempt()
+        assert sock.is_disconnected
+    # A delegate set later makes it usable; taking it away again makes it refuse again.
+    recorder = Recorder()
+    sock.delegate = recorder
+    sock.connect_to_host("127.0.0.1", port, timeout=5)
+    listener.settimeout(WAIT)
+    peer, _ = listener.accept()
+    assert recorder.expect("connect")[0][1:] == ("127.0.0.1", port)
+    sock.disconnect()
+    recorder.expect("disconnect")
+    sock.delegate = None
+    with pytest.raises(socketkit.BadConfigError):
+        sock.connect_to_host("127.0.0.1", port, timeout=5)
+    # Adopting a connected descriptor needs no delegate (it reports nothing but its end).
+    left, right = socket.socketpair()
+    adopted = socketkit.Socket.from_fd(left.detach(), None)
+    assert adopted.is_connected and adopted.is_unix
+    for item in (adopted, sock, peer, right, listener):
+        item.close()
+
+
 def test_lookup_host():
     assert socketkit.lookup_host("localhost", 80) == [("127.0.0.1", 80), ("::1", 80)]
     assert socketkit.lookup_host("::1", 5) == [("::1", 5)]
+
+
+@pytest.mark.parametrize("port", [0, 127, 128, 443, 8080, 32768, 65535])
+@pytest.mark.parametrize("host", ["127.0.0.1", "192.0.2.1", "255.255.255.255", "fd00::2", "ff02::fb", "::1"])
+def test_lookup_host_gives_every_port_and_address_back(host, port):
+    """Bytes of 128 and more (443 is 0x01BB, 192.0.2.1 starts with 0xC0) come back as
+    they went in, not as a ValueError about signed bytes."""
+    assert socketkit.lookup_host(host, port) == [(host, port)]
+    assert socketkit.lookup_host("localhost", port) == [("127.0.0.1", port), ("::1", port)]
+
+
+# Loopback addresses with bytes of 128 and more: all of 127/8 is loopback on Linux.
+HIGH_SERVER, HIGH_CLIENT = "127.200.128.254", "127.129.250.201"
+
+
+def test_addresses_with_high_bytes_survive_every_conversion(recorder):
+    """Connected, local and listener addresses whose bytes are 128 or more read back as
+    the kernel has them, through the C getters and the sockaddr decoding."""
+    listener = socketkit.Socket(recorder)
+    listener.accept_on_interface(HIGH_SERVER, 0)
+    port = listener.local_port
+    assert listener.local_address == (HIGH_SERVER, port)
+    client = socket.socket()
+    client.settimeout(WAIT)
+    client.bind((HIGH_CLIENT, 0))
+    client.connect((HIGH_SERVER, port))
+    recorder.expect("accept")
+    accepted = recorder.accepted[0]
+    assert accepted.connected_address == client.getsockname()
+    assert (accepted.connected_host, accepted.connected_port) == client.getsockname()
+    assert accepted.local_address == (HIGH_SERVER, port) == (accepted.local_host, accepted.local_port)
+    peer = Recorder()
+    outgoing = socketkit.Socket(peer)
+    outgoing.connect_to_address((HIGH_SERVER, port), interface=HIGH_CLIENT, timeout=WAIT)
+    assert peer.expect("connect")[0][1:] == (HIGH_SERVER, port)
+    assert outgoing.connected_address == (HIGH_SERVER, port)
+    assert outgoing.local_host == HIGH_CLIENT
+    for sock in [outgoing, listener, *recorder.accepted]:
+        sock.close()
+    client.close()
 
 
 def test_exceptions_in_delegate_methods_go_to_the_unraisable_hook(raw_peer, monkeypatch):

@@ -619,7 +619,7 @@ listener.bind(("127.0.0.1", 0))
 listener.listen(1)
 sockets = []
 for index in range(4):
-    sock = socketkit.Socket(None)
+    sock = socketkit.Socket(object())  # a delegate with no methods: connecting needs one
     sock.connect_to_host("127.0.0.1", listener.getsockname()[1], timeout=5)
     peer, _ = listener.accept()  # never reads: the lent bytes stay queued
     sock.write(bytes(8 << 20))  # lent to SocketKit (no copy) until written or dropped

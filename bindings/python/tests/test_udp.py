@@ -533,9 +533,58 @@ def test_addresses_convert_as_the_library_does():
         assert _core._ip_address_from_sockaddr(raw) == _core._address_from_sockaddr(raw) == address
     assert _core._ip_address_from_sockaddr(_core._ip_sockaddr(("fe80::1", 5, 0, socket.if_nametoindex("lo")))) \
         == ("fe80::1%lo", 5)
+    # The library's length rule: from the family's struct up to a sockaddr_storage.
+    for address in [("192.0.2.1", 443), ("fd00::2", 8080)]:
+        raw = _core._ip_sockaddr(address)
+        padded = raw + bytes(128 - len(raw))
+        assert _core._ip_address_from_sockaddr(padded) == _core._address_from_sockaddr(padded) == address
+        assert _core._ip_address_from_sockaddr(padded + b"\0") is _core._address_from_sockaddr(padded + b"\0") is None
+        assert _core._ip_address_from_sockaddr(raw[:-1]) is _core._address_from_sockaddr(raw[:-1]) is None
     for bad in [("localhost", 1), ("127.0.0.1",), "127.0.0.1:9", ("127.0.0.1", -1), (b"127.0.0.1", 9)]:
         with pytest.raises(socketkit.BadParamError):
             _core._ip_sockaddr(bad)
+
+
+def test_datagram_addresses_with_high_bytes_reach_every_face(udp):
+    """A peer at 127.129.250.201 (bytes of 128 and more; all of 127/8 is loopback) is seen
+    as itself by did_receive (the C extension's path and ctypes'), the filters, did_connect
+    and the address getters."""
+    seen = []
+    server, log, port = echo_server(udp, host="127.200.128.254")
+    server.set_receive_filter(lambda data, address: seen.append(("receive filter", address)) or True)
+    raw = raw_socket(host="127.129.250.201")
+    raw.sendto(b"x", ("127.200.128.254", port))
+    assert raw.recvfrom(10) == (b"x", ("127.200.128.254", port))
+    assert log.expect("receive")[0][2] == raw.getsockname()
+    assert seen == [("receive filter", raw.getsockname())]
+    assert server.local_address == ("127.200.128.254", port) == (server.local_host, server.local_port)
+    client_log = UdpRecorder()
+    client = udp(client_log)
+    client.bind_to_address(("127.129.250.201", 0))
+    client.set_send_filter(lambda data, address, tag: seen.append(("send filter", address)) or True)
+    client.connect_to_address(("127.200.128.254", port))
+    assert client_log.expect("connect")[0][1] == ("127.200.128.254", port)
+    assert client.connected_address == ("127.200.128.254", port)
+    assert (client.connected_host, client.connected_port) == ("127.200.128.254", port)
+    client.send(b"y")
+    assert log.expect("receive", 2)[1][2] == client.local_address
+    assert ("send filter", ("127.200.128.254", port)) in seen
+    raw.close()
+
+
+def test_a_udp_socket_needs_no_delegate(udp):
+    """Unlike a TCP socket's connect and accept, nothing a UDP socket does needs a delegate
+    (as in C and Swift): a send-only socket binds, connects and sends without one."""
+    raw = raw_socket()
+    sock = udp(None)
+    sock.bind_to_port(0, "127.0.0.1")
+    sock.send_to_address(b"one", raw.getsockname())
+    assert raw.recvfrom(10) == (b"one", ("127.0.0.1", sock.local_port))
+    sock.close()
+    sock.connect_to_address(raw.getsockname())
+    sock.send(b"two")
+    assert raw.recv(10) == b"two"
+    raw.close()
 
 
 def test_configuration_round_trips(udp):
