@@ -61,6 +61,7 @@
     X(connection_refused)                     \
     X(unresolvable_name)                      \
     X(connect_timeout)                        \
+    X(zero_connect_timeout)                   \
     X(port_in_use)                            \
     X(ipv6_loopback)                          \
     X(unix_domain_sockets)                    \

@@ -68,6 +68,78 @@ void test_connect_timeout(void) {
     recorder_destroy(&recorder);
 }
 
+/* A zero timeout: connected by the time the loop next polls, or SK_ERR_CONNECT_TIMEOUT. A
+ * name is resolved off the loop, so it never makes it; a Unix-domain connect completes in
+ * connect(2) itself, also when started from a callback on the socket's own loop thread. */
+typedef struct zero_timeout_connect {
+    sk_socket_t *sock;
+    const char *path;
+} zero_timeout_connect_t;
+
+static void connect_at_once(recorder_t *recorder, sk_socket_t *trigger) {
+    (void)trigger;
+    zero_timeout_connect_t *request = recorder->context;
+    CHECK_EQ(sk_socket_connect_to_unix_path(request->sock, request->path, 0, NULL), SK_OK);
+}
+
+static sk_socket_t *socket_in_group(recorder_t *recorder, sk_loop_group_t *group) {
+    sk_socket_delegate_t delegate = recorder_delegate();
+    sk_socket_t *sock = NULL;
+    CHECK_EQ(sk_socket_create(&delegate, sizeof delegate, recorder, NULL, group, &sock, NULL), SK_OK);
+    return sock;
+}
+
+void test_zero_connect_timeout(void) {
+    recorder_t resolving;
+    recorder_init(&resolving);
+    sk_socket_t *unresolved = recorded_socket(&resolving, NULL);
+    CHECK_EQ(sk_socket_connect_to_host(unresolved, "no-such-host.invalid", 80, NULL, 0, NULL), SK_OK);
+    expect_only_disconnect(&resolving, SK_ERR_CONNECT_TIMEOUT, 0);
+    CHECK_EQ(sk_socket_release(unresolved), SK_OK);
+    recorder_destroy(&resolving);
+
+    char path[108];
+    snprintf(path, sizeof path, "/tmp/sk-c-zero-%d.sock", (int)getpid());
+    recorder_t server;
+    recorder_init(&server);
+    sk_socket_t *listener = recorded_socket(&server, NULL);
+    CHECK_EQ(sk_socket_accept_on_unix_path(listener, path, NULL), SK_OK);
+    recorder_t client;
+    recorder_init(&client);
+    sk_socket_t *sock = recorded_socket(&client, NULL);
+    CHECK_EQ(sk_socket_connect_to_unix_path(sock, path, 0, NULL), SK_OK);
+    recorder_expect(&client, EVENT_CONNECT, 1);
+    CHECK_STR(recorder_event(&client, EVENT_CONNECT, 0).text, path);
+    CHECK_EQ(recorder_count(&client, EVENT_DISCONNECT), 0);
+    CHECK_EQ(sk_socket_release(sock), SK_OK);
+
+    /* From a callback on the loop thread, whose iteration has already polled. */
+    sk_loop_group_t *group = NULL;
+    CHECK_EQ(sk_loop_group_create(1, &group, NULL), SK_OK);
+    recorder_t inner, trigger_log;
+    recorder_init(&inner);
+    recorder_init(&trigger_log);
+    zero_timeout_connect_t request = {.sock = socket_in_group(&inner, group), .path = path};
+    trigger_log.context = &request;
+    trigger_log.on_connect = connect_at_once;
+    sk_socket_t *trigger = socket_in_group(&trigger_log, group);
+    uint16_t port = 0;
+    int raw = raw_listen("127.0.0.1", &port, 4);
+    CHECK_EQ(sk_socket_connect_to_host(trigger, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
+    recorder_expect(&inner, EVENT_CONNECT, 1);
+    CHECK_STR(recorder_event(&inner, EVENT_CONNECT, 0).text, path);
+    CHECK_EQ(recorder_count(&inner, EVENT_DISCONNECT), 0);
+    CHECK_EQ(sk_socket_release(request.sock), SK_OK);
+    CHECK_EQ(sk_socket_release(trigger), SK_OK);
+    CHECK_EQ(sk_loop_group_release(group), SK_OK);
+    close(raw);
+    CHECK_EQ(sk_socket_release(listener), SK_OK);
+    recorder_destroy(&inner);
+    recorder_destroy(&trigger_log);
+    recorder_destroy(&client);
+    recorder_destroy(&server);
+}
+
 void test_port_in_use(void) {
     recorder_t recorder;
     recorder_init(&recorder);
