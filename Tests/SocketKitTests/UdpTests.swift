@@ -495,6 +495,44 @@ struct UdpTests {
         #expect(throws: SocketError.self) { try sender.setMulticastTTL(256) }
     }
 
+    /// The kernel's defaults are TTL/hop limit 1 and loopback on: the values below differ,
+    /// and are read back from the descriptors (IPv4 TTL, IPv4 loop, IPv6 hops, IPv6 loop).
+    @Test func multicastTTLAndLoopbackReachBothDescriptorsNowAndWhenTheyAreMade() throws {
+        func options(_ socket: UdpSocket) -> [Int32?] {
+            let descriptors = socket.descriptors
+            return [SystemCalls.getOption(descriptors.ipv4, Int32(IPPROTO_IP), IP_MULTICAST_TTL),
+                    SystemCalls.getOption(descriptors.ipv4, Int32(IPPROTO_IP), IP_MULTICAST_LOOP),
+                    SystemCalls.getOption(descriptors.ipv6, Int32(IPPROTO_IPV6), IPV6_MULTICAST_HOPS),
+                    SystemCalls.getOption(descriptors.ipv6, Int32(IPPROTO_IPV6), IPV6_MULTICAST_LOOP)]
+        }
+        // Set before the descriptors exist: applied to each as it is made.
+        let early = UdpSocket(delegate: UdpRecorder())
+        defer { early.close() }
+        try early.setMulticastTTL(7)
+        try early.setMulticastLoopback(false)
+        try early.bind(toPort: 0)
+        #expect(options(early) == [7, 0, 7, 0])
+        // Set on open descriptors: changed on both at once, either way.
+        let late = UdpSocket(delegate: UdpRecorder())
+        defer { late.close() }
+        try late.bind(toPort: 0)
+        #expect(options(late) == [1, 1, 1, 1], "the kernel's defaults")
+        try late.setMulticastTTL(200)
+        try late.setMulticastLoopback(false)
+        #expect(options(late) == [200, 0, 200, 0])
+        try late.setMulticastTTL(0)
+        try late.setMulticastLoopback(true)
+        #expect(options(late) == [0, 1, 0, 1])
+        // A refused value changes nothing.
+        #expect(throws: SocketError.self) { try late.setMulticastTTL(256) }
+        #expect(throws: SocketError.self) { try late.setMulticastTTL(-1) }
+        #expect(options(late) == [0, 1, 0, 1])
+        // Kept across a close: the socket's next descriptors get them too.
+        late.close()
+        try late.bind(toPort: 0)
+        #expect(options(late) == [0, 1, 0, 1])
+    }
+
     @Test func broadcastNeedsToBeEnabled() throws {
         let log = UdpRecorder()
         let sender = UdpSocket(delegate: log)

@@ -669,6 +669,79 @@ void test_udp_multicast_on_loopback(void) {
     udp_recorder_destroy(&sender_log);
 }
 
+/* The multicast options of a socket's descriptors, read on its loop (sk_udp_socket_perform):
+ * IPv4 TTL, IPv4 loop, IPv6 hops, IPv6 loop (-1 where a descriptor or option is missing). */
+typedef struct multicast_probe {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int done;
+    int values[4];
+} multicast_probe_t;
+
+static int option_of(int fd, int level, int name) {
+    int value = -1;
+    socklen_t length = sizeof value;
+    if (fd < 0 || getsockopt(fd, level, name, &value, &length) != 0) return -1;
+    return value;
+}
+
+static void read_multicast_options(const sk_socket_descriptors_t *descriptors, void *context) {
+    multicast_probe_t *probe = context;
+    pthread_mutex_lock(&probe->lock);
+    probe->values[0] = option_of(descriptors->ipv4, IPPROTO_IP, IP_MULTICAST_TTL);
+    probe->values[1] = option_of(descriptors->ipv4, IPPROTO_IP, IP_MULTICAST_LOOP);
+    probe->values[2] = option_of(descriptors->ipv6, IPPROTO_IPV6, IPV6_MULTICAST_HOPS);
+    probe->values[3] = option_of(descriptors->ipv6, IPPROTO_IPV6, IPV6_MULTICAST_LOOP);
+    probe->done = 1;
+    pthread_cond_broadcast(&probe->changed);
+    pthread_mutex_unlock(&probe->lock);
+}
+
+static void check_multicast_options(sk_udp_socket_t *sock, int ttl, int loop) {
+    multicast_probe_t probe = {.done = 0};
+    pthread_mutex_init(&probe.lock, NULL);
+    pthread_cond_init(&probe.changed, NULL);
+    CHECK_EQ(sk_udp_socket_perform(sock, read_multicast_options, &probe), SK_OK);
+    pthread_mutex_lock(&probe.lock);
+    while (!probe.done) pthread_cond_wait(&probe.changed, &probe.lock);
+    pthread_mutex_unlock(&probe.lock);
+    CHECK_EQ(probe.values[0], ttl);
+    CHECK_EQ(probe.values[1], loop);
+    CHECK_EQ(probe.values[2], ttl);
+    CHECK_EQ(probe.values[3], loop);
+    pthread_mutex_destroy(&probe.lock);
+    pthread_cond_destroy(&probe.changed);
+}
+
+/* The kernel's defaults are TTL/hop limit 1 and loopback on: the values set here differ,
+ * and are read back from both descriptors, set before they exist and after. */
+void test_udp_multicast_ttl_and_loopback_reach_the_descriptors(void) {
+    udp_recorder_t log;
+    udp_recorder_init(&log);
+    sk_error_t error;
+    sk_udp_socket_t *early = udp_socket(&log, NULL);
+    CHECK_EQ(sk_udp_socket_set_multicast_ttl(early, 7, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_set_multicast_loopback(early, 0, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_bind_to_port(early, NULL, 0, &error), SK_OK);
+    check_multicast_options(early, 7, 0);
+
+    sk_udp_socket_t *late = udp_socket(&log, NULL);
+    CHECK_EQ(sk_udp_socket_bind_to_port(late, NULL, 0, &error), SK_OK);
+    check_multicast_options(late, 1, 1);
+    CHECK_EQ(sk_udp_socket_set_multicast_ttl(late, 200, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_set_multicast_loopback(late, 0, &error), SK_OK);
+    check_multicast_options(late, 200, 0);
+    CHECK_EQ(sk_udp_socket_set_multicast_ttl(late, 0, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_set_multicast_loopback(late, 1, &error), SK_OK);
+    check_multicast_options(late, 0, 1);
+    CHECK_EQ(sk_udp_socket_set_multicast_ttl(late, 256, &error), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_udp_socket_set_multicast_ttl(late, -1, &error), SK_ERR_BAD_PARAM);
+    check_multicast_options(late, 0, 1);
+    CHECK_EQ(sk_udp_socket_release(early), SK_OK);
+    CHECK_EQ(sk_udp_socket_release(late), SK_OK);
+    udp_recorder_destroy(&log);
+}
+
 void test_udp_interop_with_bsd_sockets(void) {
     udp_recorder_t log;
     udp_recorder_init(&log);

@@ -509,6 +509,54 @@ def test_ipv4_multicast_on_loopback(udp):
         sender.set_multicast_ttl(256)
 
 
+def multicast_options(sock: socketkit.UdpSocket) -> List[int]:
+    """IPv4 TTL, IPv4 loop, IPv6 hops, IPv6 loop, read from the descriptors on the loop."""
+    done = threading.Event()
+    found: List[int] = []
+
+    def read(descriptors: socketkit.Descriptors) -> None:
+        try:
+            for fd, family, level, name in [
+                    (descriptors.ipv4, socket.AF_INET, socket.IPPROTO_IP, socket.IP_MULTICAST_TTL),
+                    (descriptors.ipv4, socket.AF_INET, socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP),
+                    (descriptors.ipv6, socket.AF_INET6, socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS),
+                    (descriptors.ipv6, socket.AF_INET6, socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_LOOP)]:
+                copy = socket.socket(family, socket.SOCK_DGRAM, fileno=os.dup(fd))
+                try:
+                    found.append(copy.getsockopt(level, name))
+                finally:
+                    copy.close()
+        finally:
+            done.set()
+
+    sock.perform(read)
+    assert done.wait(WAIT)
+    return found
+
+
+def test_multicast_ttl_and_loopback_reach_both_descriptors(udp):
+    """The kernel's defaults are TTL / hop limit 1 and loopback on: the values set here
+    differ, and are read back from the descriptors, set before they exist and after."""
+    early = udp(UdpRecorder())
+    early.set_multicast_ttl(7)
+    early.set_multicast_loopback(False)
+    early.bind_to_port(0)
+    assert multicast_options(early) == [7, 0, 7, 0]
+    late = udp(UdpRecorder())
+    late.bind_to_port(0)
+    assert multicast_options(late) == [1, 1, 1, 1]
+    late.set_multicast_ttl(200)
+    late.set_multicast_loopback(False)
+    assert multicast_options(late) == [200, 0, 200, 0]
+    late.set_multicast_ttl(0)
+    late.set_multicast_loopback(True)
+    assert multicast_options(late) == [0, 1, 0, 1]
+    for bad in (256, -1):
+        with pytest.raises(socketkit.BadParamError):
+            late.set_multicast_ttl(bad)
+    assert multicast_options(late) == [0, 1, 0, 1]
+
+
 def test_broadcast_needs_enable_broadcast(udp):
     log = UdpRecorder()
     sock = udp(log)
