@@ -548,7 +548,68 @@ struct UdpTests {
         #expect(log.events[1] != .notSent(tag: 2, .system, errno: EACCES))
     }
 
-    @Test func closeDropsQueuedDatagramsAndComesLastAndTheSocketCanBeReused() throws {
+    /// A client whose send filter runs on a host queue: each datagram waits at the head of
+    /// the send queue until the test drains the filter's verdict, so the queue holds what
+    /// was sent behind it for as long as the test wants.
+    private func clientWithAHeldSendQueue() throws -> (UdpSocket, UdpRecorder, HostCallbackQueue) {
+        let log = UdpRecorder()
+        let client = UdpSocket(delegate: log)
+        let filterQueue = try HostCallbackQueue()
+        try client.setSendFilter({ _, _, _ in true }, queue: filterQueue, isAsynchronous: true)
+        return (client, log, filterQueue)
+    }
+
+    private func waitForFilterCall(_ queue: HostCallbackQueue) -> Bool {
+        var descriptor = pollfd(fd: queue.fileDescriptor, events: Int16(POLLIN), revents: 0)
+        return poll(&descriptor, 1, 10_000) == 1
+    }
+
+    @Test func closeDropsQueuedDatagramsWithoutCallbacks() throws {
+        let (server, serverLog) = try makeReceiver(interface: "127.0.0.1")
+        defer { server.close() }
+        let (client, log, filterQueue) = try clientWithAHeldSendQueue()
+        defer { client.close() }
+        for tag in 0..<5 { try client.send([UInt8(tag)], toAddress: loopback(server.localPort), tag: tag) }
+        #expect(waitForFilterCall(filterQueue), "datagram 0 waits for its filter, 1...4 behind it")
+        client.close()
+        #expect(client.isClosed)
+        #expect(log.events == [.closed(nil)], "dropped without didSend or didNotSend")
+        // The filter now says "send" for a datagram of the closed session: nothing goes out.
+        #expect(filterQueue.drain() == 1)
+        try client.setSendFilter(nil) // runs on the loop after that verdict
+        // Used again: the marker is the first datagram the peer ever sees.
+        let again = UdpRecorder()
+        client.delegate = again
+        try client.send([99], toAddress: loopback(server.localPort), tag: 99)
+        #expect(serverLog.waitForReceived(1) == [[99]])
+        #expect(again.waitFor(.sent(tag: 99)))
+        #expect(again.events == [.sent(tag: 99)])
+        #expect(log.events == [.closed(nil)])
+        log.checkContract()
+    }
+
+    @Test func closeAfterSendingSendsEveryQueuedDatagramFirstAndThoseQueuedAfterIt() throws {
+        let (server, serverLog) = try makeReceiver(interface: "127.0.0.1")
+        defer { server.close() }
+        let (client, log, filterQueue) = try clientWithAHeldSendQueue()
+        defer { client.close() }
+        for tag in 0..<5 { try client.send([UInt8(tag)], toAddress: loopback(server.localPort), tag: tag) }
+        #expect(waitForFilterCall(filterQueue))
+        client.closeAfterSending()
+        try client.send([5], toAddress: loopback(server.localPort), tag: 5) // still accepted
+        #expect(!client.isClosed && log.events.isEmpty, "nothing is sent or closed while the queue waits")
+        // One verdict at a time: each datagram's filter is called once the previous one left.
+        var verdicts = 0
+        while verdicts < 6 && waitForFilterCall(filterQueue) { verdicts += filterQueue.drain() }
+        #expect(verdicts == 6)
+        #expect(log.wait { $0.last == .closed(nil) })
+        #expect(log.events == (0...5).map { .sent(tag: $0) } + [.closed(nil)])
+        #expect(serverLog.waitForReceived(6) == (0...5).map { [UInt8($0)] })
+        #expect(client.isClosed)
+        log.checkContract()
+    }
+
+    @Test func closeAfterSendingComesLastAndTheSocketCanBeReused() throws {
         let (server, serverLog) = try makeReceiver(interface: "127.0.0.1")
         defer { server.close() }
         let log = UdpRecorder()

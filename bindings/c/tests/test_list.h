@@ -20,6 +20,7 @@
     X(udp_no_callback_after_release)          \
     X(udp_release_inside_own_callback)        \
     X(udp_release_inside_callback_mid_batch)  \
+    X(udp_close_with_datagrams_still_queued)  \
     X(udp_multicast_on_loopback)              \
     X(udp_multicast_ttl_and_loopback_reach_the_descriptors) \
     X(udp_interop_with_bsd_sockets)           \

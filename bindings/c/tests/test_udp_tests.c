@@ -669,6 +669,115 @@ void test_udp_multicast_on_loopback(void) {
     udp_recorder_destroy(&sender_log);
 }
 
+static int send_everything(sk_udp_socket_t *sock, const void *data, size_t length, const struct sockaddr *address,
+                           socklen_t address_length, long tag, void *filter_userdata) {
+    (void)sock;
+    (void)data;
+    (void)length;
+    (void)address;
+    (void)address_length;
+    (void)tag;
+    (void)filter_userdata;
+    return 1;
+}
+
+/* A client whose send filter runs on a host queue: each datagram waits at the head of the
+ * send queue until the test drains its verdict, and what was sent behind it stays queued. */
+static sk_udp_socket_t *client_with_a_held_send_queue(udp_recorder_t *log, sk_callback_queue_t **filter_queue) {
+    sk_udp_socket_t *client = udp_socket(log, NULL);
+    CHECK_EQ(sk_callback_queue_create_host(filter_queue, NULL), SK_OK);
+    CHECK_EQ(sk_udp_socket_set_send_filter(client, send_everything, NULL, *filter_queue, 1, NULL), SK_OK);
+    return client;
+}
+
+static int wait_for_filter_call(sk_callback_queue_t *filter_queue) {
+    struct pollfd descriptor = {.fd = sk_callback_queue_fd(filter_queue), .events = POLLIN};
+    return poll(&descriptor, 1, (int)(WAIT_SECONDS * 1000)) == 1;
+}
+
+static size_t udp_event_count(udp_recorder_t *recorder) {
+    pthread_mutex_lock(&recorder->lock);
+    size_t count = recorder->count;
+    pthread_mutex_unlock(&recorder->lock);
+    return count;
+}
+
+/* close drops the queued datagrams without did_send or did_not_send; close_after_sending
+ * sends every one first, and those queued after it too, then closes. */
+void test_udp_close_with_datagrams_still_queued(void) {
+    udp_recorder_t server_log, log, again;
+    udp_recorder_init(&server_log);
+    udp_recorder_init(&log);
+    udp_recorder_init(&again);
+    uint16_t port = 0;
+    sk_udp_socket_t *server = udp_server(&server_log, &port);
+    struct sockaddr_in target = loopback4(port);
+    sk_callback_queue_t *filter_queue = NULL;
+    sk_udp_socket_t *client = client_with_a_held_send_queue(&log, &filter_queue);
+    for (long tag = 0; tag < 5; tag++) {
+        unsigned char byte = (unsigned char)tag;
+        CHECK_EQ(sk_udp_socket_send_to_address(client, &byte, 1, (struct sockaddr *)&target, sizeof target, -1, tag,
+                                               NULL), SK_OK);
+    }
+    CHECK(wait_for_filter_call(filter_queue)); /* datagram 0 waits for its verdict, 1...4 behind it */
+    CHECK_EQ(sk_udp_socket_close(client), SK_OK);
+    CHECK_EQ(sk_udp_socket_is_closed(client), 1);
+    udp_expect(&log, UDP_CLOSE, 1);
+    CHECK_EQ(udp_event_count(&log), 1);
+    CHECK_EQ(udp_event(&log, UDP_CLOSE, 0).code, 0);
+    /* The filter now says "send" for a datagram of the closed session: nothing goes out. */
+    CHECK_EQ(sk_callback_queue_drain(filter_queue, 0), 1);
+    CHECK_EQ(sk_udp_socket_set_send_filter(client, NULL, NULL, NULL, 0, NULL), SK_OK); /* after that verdict */
+    sk_udp_socket_delegate_t delegate = udp_delegate();
+    CHECK_EQ(sk_udp_socket_set_delegate(client, &delegate, sizeof delegate, &again), SK_OK);
+    CHECK_EQ(sk_udp_socket_send_to_address(client, "M", 1, (struct sockaddr *)&target, sizeof target, -1, 99, NULL),
+             SK_OK);
+    udp_expect(&server_log, UDP_RECEIVE, 1);
+    CHECK_EQ(udp_event(&server_log, UDP_RECEIVE, 0).data[0], 'M'); /* the first the peer ever saw */
+    udp_expect(&again, UDP_SEND, 1);
+    CHECK_EQ(udp_event(&again, UDP_SEND, 0).tag, 99);
+    CHECK_EQ(udp_event_count(&again), 1);
+    CHECK_EQ(udp_event_count(&log), 1);
+    CHECK_EQ(sk_udp_socket_release(client), SK_OK);
+    CHECK_EQ(sk_callback_queue_release(filter_queue), SK_OK);
+
+    udp_recorder_t later;
+    udp_recorder_init(&later);
+    client = client_with_a_held_send_queue(&later, &filter_queue);
+    for (long tag = 0; tag < 5; tag++) {
+        unsigned char byte = (unsigned char)(10 + tag);
+        CHECK_EQ(sk_udp_socket_send_to_address(client, &byte, 1, (struct sockaddr *)&target, sizeof target, -1, tag,
+                                               NULL), SK_OK);
+    }
+    CHECK(wait_for_filter_call(filter_queue));
+    CHECK_EQ(sk_udp_socket_close_after_sending(client), SK_OK);
+    unsigned char last = 15;
+    CHECK_EQ(sk_udp_socket_send_to_address(client, &last, 1, (struct sockaddr *)&target, sizeof target, -1, 5, NULL),
+             SK_OK); /* still accepted, and sent before the close */
+    CHECK_EQ(sk_udp_socket_is_closed(client), 0);
+    CHECK_EQ(udp_event_count(&later), 0);
+    int verdicts = 0;
+    while (verdicts < 6 && wait_for_filter_call(filter_queue)) verdicts += sk_callback_queue_drain(filter_queue, 0);
+    CHECK_EQ(verdicts, 6);
+    udp_expect(&later, UDP_CLOSE, 1);
+    CHECK_EQ(udp_event_count(&later), 7);
+    for (long tag = 0; tag < 6; tag++) CHECK_EQ(udp_event(&later, UDP_SEND, (size_t)tag).tag, tag);
+    CHECK_EQ(udp_event(&later, UDP_CLOSE, 0).code, 0); /* last: after_close is checked below */
+    udp_expect(&server_log, UDP_RECEIVE, 7);
+    for (size_t index = 1; index < 7; index++) {
+        CHECK_EQ(udp_event(&server_log, UDP_RECEIVE, index).data[0], 10 + index - 1);
+    }
+    CHECK_EQ(sk_udp_socket_is_closed(client), 1);
+    CHECK_EQ(log.overlaps + log.after_close + later.overlaps + later.after_close, 0);
+    CHECK_EQ(sk_udp_socket_release(client), SK_OK);
+    CHECK_EQ(sk_callback_queue_release(filter_queue), SK_OK);
+    CHECK_EQ(sk_udp_socket_release(server), SK_OK);
+    udp_recorder_destroy(&server_log);
+    udp_recorder_destroy(&log);
+    udp_recorder_destroy(&again);
+    udp_recorder_destroy(&later);
+}
+
 /* The multicast options of a socket's descriptors, read on its loop (sk_udp_socket_perform):
  * IPv4 TTL, IPv4 loop, IPv6 hops, IPv6 loop (-1 where a descriptor or option is missing). */
 typedef struct multicast_probe {

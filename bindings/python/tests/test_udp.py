@@ -7,6 +7,7 @@ import asyncio
 import errno
 import gc
 import os
+import select
 import socket
 import sys
 import threading
@@ -645,6 +646,67 @@ def test_close_reports_did_close_last_and_the_socket_is_reusable(udp):
     assert [event[1] for event in log.of("send")][-5:] == list(range(10, 15))
     assert log.events[-1] == ("close", None)
     assert log.overlaps == 0 and log.after_close == 0
+    raw.close()
+
+
+def held_send_queue_client(udp, log: UdpRecorder) -> Tuple[socketkit.UdpSocket, socketkit.HostQueue, List[int]]:
+    """A client whose send filter runs on a host queue: each datagram waits at the head of
+    the send queue until the test drains its verdict, and what was sent behind it stays
+    queued meanwhile. The list gets the tag of each filter call (drain counts events, and
+    a filter call is not one)."""
+    client = udp(log)
+    filter_queue = socketkit.HostQueue()
+    calls: List[int] = []
+    client.set_send_filter(lambda data, address, tag: calls.append(tag) is None, queue=filter_queue)
+    return client, filter_queue, calls
+
+
+def wait_for_filter_call(filter_queue: socketkit.HostQueue) -> bool:
+    return bool(select.select([filter_queue.fileno()], [], [], WAIT)[0])
+
+
+def test_close_drops_queued_datagrams_without_callbacks(udp):
+    raw = raw_socket()
+    log = UdpRecorder()
+    client, filter_queue, calls = held_send_queue_client(udp, log)
+    for tag in range(5):
+        client.send_to_address(bytes([tag]), raw.getsockname(), tag=tag)
+    assert wait_for_filter_call(filter_queue), "datagram 0 waits for its verdict, 1...4 behind it"
+    client.close()
+    assert client.is_closed
+    assert log.events == [("close", None)], "dropped without did_send or did_not_send"
+    # The filter now says "send" for a datagram of the closed session: nothing goes out.
+    filter_queue.drain()
+    assert calls == [0]
+    client.set_send_filter(None)  # runs on the loop after that verdict
+    again = UdpRecorder()
+    client.delegate = again
+    client.send_to_address(b"marker", raw.getsockname(), tag=99)
+    assert raw.recv(100) == b"marker", "the first datagram the peer ever saw"
+    assert again.expect("send") == [("send", 99)]
+    assert log.events == [("close", None)] and again.events == [("send", 99)]
+    filter_queue.close()
+    raw.close()
+
+
+def test_close_after_sending_sends_every_queued_datagram_and_those_queued_after_it(udp):
+    raw = raw_socket()
+    log = UdpRecorder()
+    client, filter_queue, calls = held_send_queue_client(udp, log)
+    for tag in range(5):
+        client.send_to_address(bytes([tag]), raw.getsockname(), tag=tag)
+    assert wait_for_filter_call(filter_queue)
+    client.close_after_sending()
+    client.send_to_address(bytes([5]), raw.getsockname(), tag=5)  # still accepted
+    assert not client.is_closed and log.events == []
+    while len(calls) < 6 and wait_for_filter_call(filter_queue):
+        filter_queue.drain()
+    assert calls == list(range(6)), "one verdict at a time, each once the previous datagram left"
+    log.expect("close")
+    assert log.events == [("send", tag) for tag in range(6)] + [("close", None)]
+    assert [raw.recv(100) for _ in range(6)] == [bytes([tag]) for tag in range(6)]
+    assert client.is_closed and log.overlaps == 0 and log.after_close == 0
+    filter_queue.close()
     raw.close()
 
 
