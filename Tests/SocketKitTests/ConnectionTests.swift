@@ -316,6 +316,54 @@ struct ConnectionTests {
         #expect(both?.code == .badConfig)
     }
 
+    @Test func aHostWithNoAddressOfAnEnabledFamilyIsOtherError() throws {
+        // As upstream ("IPv4 has been disabled and DNS lookup found no IPv6 address"):
+        // reported through didDisconnect, after the connect call returned.
+        let (listener, _) = recordedSocket()
+        try listener.accept(onInterface: "127.0.0.1", port: 0)
+        defer { listener.disconnect() }
+        let (client, recorder) = recordedSocket()
+        client.isIPv4Enabled = false
+        try client.connect(toHost: "127.0.0.1", port: listener.localPort, timeout: 5)
+        let error = try #require(recorder.waitForDisconnect())
+        #expect(error?.code == .other)
+        #expect(error?.osError == 0)
+        #expect(recorder.events.count == 1, "\(recorder.events)")
+        #expect(client.isDisconnected)
+        // The same socket, with IPv4 back on, connects.
+        client.isIPv4Enabled = true
+        try client.connect(toHost: "127.0.0.1", port: listener.localPort, timeout: 5)
+        #expect(recorder.waitForConnect())
+        client.disconnect()
+    }
+
+    @Test func connectToAnAddressViaAnInterfaceBindsTheLocalEnd() throws {
+        // 127.0.0.2 is on lo but is not the address the kernel would pick for 127.0.0.1.
+        let listener = try RawSocket.listen()
+        defer { listener.close() }
+        let (client, recorder) = recordedSocket()
+        try client.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: listener.localPort),
+                           viaInterface: "127.0.0.2", timeout: 5)
+        let server = try listener.accept(timeout: 10)
+        defer { server.close() }
+        #expect(recorder.waitForConnect())
+        #expect(client.localHost == "127.0.0.2")
+        #expect(SystemCalls.peerAddress(server.fd)?.host == "127.0.0.2")
+        #expect(SystemCalls.peerAddress(server.fd)?.port == client.localPort)
+        client.disconnect()
+
+        // An interface without an address of the target's family: didDisconnect says so.
+        let (mismatched, mismatchedRecorder) = recordedSocket()
+        try mismatched.connect(to: SocketAddress(ipAddress: "::1", port: listener.localPort), viaInterface: "127.0.0.2",
+                               timeout: 5)
+        let error = try #require(mismatchedRecorder.waitForDisconnect())
+        #expect(error?.code == .badParam)
+        #expect(mismatchedRecorder.events.count == 1)
+        #expect(throws: SocketError.self) {
+            try mismatched.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1), viaInterface: "no-such-if0")
+        }
+    }
+
     @Test func connectViaInterfaceAndLocalPortBindsTheLocalEnd() throws {
         let pair = try Pair(configureClient: { _ in })
         pair.close()

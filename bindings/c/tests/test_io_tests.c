@@ -166,6 +166,28 @@ void test_read_limits(void) {
     raw_pair_close(&pair);
 }
 
+/* A separator read into a caller's buffer with a maximum below the room left: within it,
+ * delivered as usual; past it, SK_ERR_READ_MAXED_OUT with nothing written beyond it. */
+void test_read_to_data_into_honours_an_explicit_maximum(void) {
+    raw_pair_t pair;
+    raw_pair_open(&pair, NULL);
+    unsigned char buffer[32];
+    memset(buffer, 0xEE, sizeof buffer);
+    CHECK_EQ(sk_socket_read_to_data_into(pair.sock, SK_LF, 1, buffer, sizeof buffer, 2, 5, -1, 1, NULL), SK_OK);
+    raw_send(pair.peer, "abc\n", 4);
+    recorder_expect(&pair.recorder, EVENT_READ, 1);
+    CHECK_EQ(recorder_event(&pair.recorder, EVENT_READ, 0).length, 4);
+    CHECK(memcmp(buffer + 2, "abc\n", 4) == 0);
+    CHECK_EQ(sk_socket_read_to_data_into(pair.sock, SK_LF, 1, buffer, sizeof buffer, 10, 5, -1, 2, NULL), SK_OK);
+    raw_send(pair.peer, "0123456789\n", 11);
+    recorder_expect(&pair.recorder, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&pair.recorder, EVENT_DISCONNECT, 0).error_code, SK_ERR_READ_MAXED_OUT);
+    CHECK_EQ(recorder_count(&pair.recorder, EVENT_READ), 1);
+    CHECK(memcmp(buffer + 10, "01234", 5) == 0);
+    CHECK_EQ(buffer[15], 0xEE);
+    raw_pair_close(&pair);
+}
+
 void test_reads_and_writes_queued_before_connect(void) {
     recorder_t recorder;
     recorder_init(&recorder);

@@ -15,6 +15,7 @@
     X(udp_echo_from_the_receive_callback)     \
     X(udp_invalid_handles_and_bad_arguments)  \
     X(udp_a_failed_datagram_fails_alone)      \
+    X(udp_no_usable_family_is_other_error)    \
     X(udp_filters_drop_and_attach_context)    \
     X(udp_host_queue_records)                 \
     X(udp_no_callback_after_release)          \
@@ -34,6 +35,7 @@
     X(callbacks_arrive_in_order_and_end_with_one_disconnect) \
     X(reads_and_writes_queued_before_connect) \
     X(read_limits)                            \
+    X(read_to_data_into_honours_an_explicit_maximum) \
     X(write_no_copy_releases_exactly_once)    \
     X(progress_and_queued_bytes)              \
     X(write_from_a_callback_copies_what_the_kernel_did_not_take) \
@@ -64,6 +66,8 @@
     X(unresolvable_name)                      \
     X(connect_timeout)                        \
     X(zero_connect_timeout)                   \
+    X(host_without_an_address_of_an_enabled_family) \
+    X(connect_to_address_via_an_interface)    \
     X(port_in_use)                            \
     X(ipv6_loopback)                          \
     X(unix_domain_sockets)                    \

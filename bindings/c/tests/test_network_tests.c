@@ -140,6 +140,67 @@ void test_zero_connect_timeout(void) {
     recorder_destroy(&server);
 }
 
+/* As upstream ("IPv4 has been disabled and DNS lookup found no IPv6 address"): reported
+ * through did_disconnect as SK_ERR_OTHER. */
+void test_host_without_an_address_of_an_enabled_family(void) {
+    uint16_t port = 0;
+    int listener = raw_listen("127.0.0.1", &port, 4);
+    recorder_t recorder;
+    recorder_init(&recorder);
+    sk_socket_t *sock = recorded_socket(&recorder, NULL);
+    CHECK_EQ(sk_socket_set_ipv4_enabled(sock, 0), SK_OK);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
+    expect_only_disconnect(&recorder, SK_ERR_OTHER, 0);
+    CHECK_EQ(recorder_event(&recorder, EVENT_DISCONNECT, 0).os_error, 0);
+    CHECK(strlen(recorder_event(&recorder, EVENT_DISCONNECT, 0).text) > 0);
+    CHECK_EQ(sk_socket_release(sock), SK_OK);
+    close(listener);
+    recorder_destroy(&recorder);
+}
+
+/* The local end bound to the interface given: 127.0.0.2 is on lo, but is not the address
+ * the kernel picks on its own for 127.0.0.1. An interface without an address of the
+ * target's family ends the attempt with SK_ERR_BAD_PARAM. */
+void test_connect_to_address_via_an_interface(void) {
+    uint16_t port = 0;
+    int listener = raw_listen("127.0.0.1", &port, 4);
+    recorder_t recorder;
+    recorder_init(&recorder);
+    sk_socket_t *sock = recorded_socket(&recorder, NULL);
+    struct sockaddr_in target = {.sin_family = AF_INET, .sin_port = htons(port)};
+    inet_pton(AF_INET, "127.0.0.1", &target.sin_addr);
+    CHECK_EQ(sk_socket_connect_to_address(sock, (struct sockaddr *)&target, sizeof target, "127.0.0.2", 5, NULL), SK_OK);
+    int server = raw_accept(listener);
+    recorder_expect(&recorder, EVENT_CONNECT, 1);
+    struct sockaddr_in peer;
+    socklen_t peer_length = sizeof peer;
+    CHECK_EQ(getpeername(server, (struct sockaddr *)&peer, &peer_length), 0);
+    CHECK_EQ(ntohl(peer.sin_addr.s_addr), 0x7f000002);
+    uint16_t local_port = 0;
+    CHECK_EQ(sk_socket_get_local_port(sock, &local_port), SK_OK);
+    CHECK_EQ(ntohs(peer.sin_port), local_port);
+    char host[64];
+    CHECK(sk_socket_get_local_host(sock, host, sizeof host) > 0);
+    CHECK_STR(host, "127.0.0.2");
+    CHECK_EQ(sk_socket_release(sock), SK_OK);
+    close(server);
+
+    recorder_t mismatched;
+    recorder_init(&mismatched);
+    sk_socket_t *other = recorded_socket(&mismatched, NULL);
+    struct sockaddr_in6 target6 = {.sin6_family = AF_INET6, .sin6_port = htons(port)};
+    inet_pton(AF_INET6, "::1", &target6.sin6_addr);
+    CHECK_EQ(sk_socket_connect_to_address(other, (struct sockaddr *)&target6, sizeof target6, "127.0.0.2", 5, NULL),
+             SK_OK);
+    expect_only_disconnect(&mismatched, SK_ERR_BAD_PARAM, 0);
+    CHECK_EQ(sk_socket_connect_to_address(other, (struct sockaddr *)&target, sizeof target, "no-such-if0", 5, NULL),
+             SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_socket_release(other), SK_OK);
+    close(listener);
+    recorder_destroy(&mismatched);
+    recorder_destroy(&recorder);
+}
+
 void test_port_in_use(void) {
     recorder_t recorder;
     recorder_init(&recorder);

@@ -432,6 +432,29 @@ void test_udp_a_failed_datagram_fails_alone(void) {
     udp_recorder_destroy(&log);
 }
 
+/* A destination of a family the socket cannot use: SK_ERR_OTHER for that datagram or
+ * connect alone. */
+void test_udp_no_usable_family_is_other_error(void) {
+    udp_recorder_t log;
+    udp_recorder_init(&log);
+    sk_udp_socket_t *sock = udp_socket(&log, NULL);
+    CHECK_EQ(sk_udp_socket_set_ipv6_enabled(sock, 0), SK_OK);
+    struct sockaddr_in6 target = {.sin6_family = AF_INET6, .sin6_port = htons(9)};
+    inet_pton(AF_INET6, "::1", &target.sin6_addr);
+    CHECK_EQ(sk_udp_socket_send_to_address(sock, "x", 1, (struct sockaddr *)&target, sizeof target, -1, 7, NULL), SK_OK);
+    udp_expect(&log, UDP_NOT_SEND, 1);
+    CHECK_EQ(udp_event(&log, UDP_NOT_SEND, 0).tag, 7);
+    CHECK_EQ(udp_event(&log, UDP_NOT_SEND, 0).code, SK_ERR_OTHER);
+    CHECK_EQ(udp_event(&log, UDP_NOT_SEND, 0).os_error, 0);
+    CHECK_EQ(sk_udp_socket_connect_to_address(sock, (struct sockaddr *)&target, sizeof target, NULL), SK_OK);
+    udp_expect(&log, UDP_NOT_CONNECT, 1);
+    CHECK_EQ(udp_event(&log, UDP_NOT_CONNECT, 0).code, SK_ERR_OTHER);
+    CHECK_EQ(sk_udp_socket_is_connected(sock), 0);
+    CHECK_EQ(udp_count(&log, UDP_SEND) + udp_count(&log, UDP_CLOSE), 0);
+    CHECK_EQ(sk_udp_socket_release(sock), SK_OK);
+    udp_recorder_destroy(&log);
+}
+
 static int keep_even(sk_udp_socket_t *sock, const void *data, size_t length, const struct sockaddr *address,
                      socklen_t address_length, void **out_context, void *filter_userdata) {
     (void)sock;

@@ -54,6 +54,21 @@ def test_every_read_variant_and_caller_buffers(raw_peer):
     assert buffer[:2] == b"\xee\xee" and buffer[6:10] == b"\xee" * 4 and buffer[23] == 0xEE
 
 
+def test_read_to_data_into_honours_an_explicit_maximum_below_the_room(raw_peer):
+    pair = raw_peer()
+    buffer = bytearray(b"\xee" * 32)
+    pair.socket.read_to_data_into(socketkit.LF, buffer, offset=2, max_length=5, tag=1)
+    pair.peer.sendall(b"abc\n")
+    assert [read[1:] for read in pair.recorder.expect("read")] == [(b"abc\n", 1)]
+    assert buffer[2:6] == b"abc\n"
+    # Five bytes without the separator end the read there, although 22 more would fit.
+    pair.socket.read_to_data_into(socketkit.LF, buffer, offset=10, max_length=5, tag=2)
+    pair.peer.sendall(b"0123456789\n")
+    assert type(pair.recorder.disconnect_error()) is socketkit.ReadMaxedOutError
+    assert pair.recorder.count("read") == 1
+    assert buffer[10:15] == b"01234" and buffer[15] == 0xEE, "nothing is written past the maximum"
+
+
 def test_reads_into_a_buffer_deliver_a_view_of_it(raw_peer):
     views = []
     pair = raw_peer()
@@ -347,6 +362,47 @@ def test_ipv6_and_raw_addresses(recorder):
     assert recorder.expect("connect")[0] == ("connect", "::1", listener.local_port)
     assert sock.is_ipv6
     sock.close()
+    listener.close()
+
+
+def test_a_host_with_no_address_of_an_enabled_family_is_other_error(recorder):
+    """As upstream ("IPv4 has been disabled and DNS lookup found no IPv6 address")."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    sock = socketkit.Socket(recorder)
+    sock.ipv4_enabled = False
+    sock.connect_to_host("127.0.0.1", listener.getsockname()[1], timeout=5)
+    error = recorder.disconnect_error()
+    assert type(error) is socketkit.OtherError and error.code == socketkit.errors.OTHER
+    assert error.errno == 0 and error.message
+    assert recorder.events == [("disconnect", error)] and sock.is_disconnected
+    sock.close()
+    listener.close()
+
+
+def test_connect_to_an_address_via_an_interface(recorder):
+    """127.0.0.2 is on lo, but is not the address the kernel picks on its own."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(WAIT)
+    sock = socketkit.Socket(recorder)
+    sock.connect_to_address(listener.getsockname(), interface="127.0.0.2", timeout=5)
+    server, peer_address = listener.accept()
+    recorder.expect("connect")
+    assert peer_address == ("127.0.0.2", sock.local_port)
+    assert sock.local_host == "127.0.0.2"
+    sock.close()
+    server.close()
+    # An interface without an address of the target's family ends the attempt.
+    mismatched_log = Recorder()
+    mismatched = socketkit.Socket(mismatched_log)
+    mismatched.connect_to_address(("::1", listener.getsockname()[1]), interface="127.0.0.2", timeout=5)
+    assert type(mismatched_log.disconnect_error()) is socketkit.BadParamError
+    with pytest.raises(socketkit.BadParamError):
+        mismatched.connect_to_address(listener.getsockname(), interface="no-such-if0")
+    mismatched.close()
     listener.close()
 
 

@@ -265,6 +265,20 @@ def test_unresolvable_host_and_missing_destination_fail_the_datagram(udp):
         sock.send_to_host(b"x", "127.0.0.1", 70000)
 
 
+def test_a_destination_of_an_unusable_family_is_other_error(udp):
+    log = UdpRecorder()
+    sock = udp(log)
+    sock.ipv6_enabled = False
+    sock.send_to_address(b"x", ("::1", 9), tag=7)
+    failed = log.expect("not_send")[0]
+    assert failed[1] == 7 and type(failed[2]) is socketkit.OtherError
+    assert failed[2].code == socketkit.errors.OTHER and failed[2].errno == 0 and failed[2].message
+    sock.connect_to_address(("::1", 9))
+    refused = log.expect("not_connect")[0][1]
+    assert type(refused) is socketkit.OtherError and refused.code == socketkit.errors.OTHER
+    assert not sock.is_connected and not log.of("send") and not log.of("close")
+
+
 def test_connect_failure_and_send_timeout_errors_are_typed(udp):
     log = UdpRecorder()
     sock = udp(log)
