@@ -117,20 +117,28 @@ struct ConnectionTests {
     }
 
     @Test func adoptingAnUnconnectedOrBogusDescriptorThrows() throws {
-        #expect(throws: SocketError.self) { try Socket(connectedSocketDescriptor: -1) }
+        let negative = #expect(throws: SocketError.self) { try Socket(connectedSocketDescriptor: -1) }
+        #expect(negative?.code == .badParam)
         let unconnected = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(unconnected) }
         let error = #expect(throws: SocketError.self) { try Socket(connectedSocketDescriptor: unconnected) }
         #expect(error?.code == .system)
         #expect(error?.osError == ENOTCONN)
+        // Each failure leaves the descriptor open and with the caller (checked before
+        // another descriptor could take its number).
+        #expect(fcntl(unconnected, F_GETFD) >= 0)
         let datagram = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
         defer { close(datagram) }
-        #expect(throws: SocketError.self) { try Socket(connectedSocketDescriptor: datagram) }
+        let notStream = #expect(throws: SocketError.self) { try Socket(connectedSocketDescriptor: datagram) }
+        #expect(notStream?.code == .badParam)
+        #expect(fcntl(datagram, F_GETFD) >= 0)
         let pipeEnds = UnsafeMutablePointer<Int32>.allocate(capacity: 2)
         defer { pipeEnds.deallocate() }
         #expect(pipe(pipeEnds) == 0)
         defer { close(pipeEnds[0]); close(pipeEnds[1]) }
-        #expect(throws: SocketError.self) { try Socket(connectedSocketDescriptor: pipeEnds[0]) }
+        let notSocket = #expect(throws: SocketError.self) { try Socket(connectedSocketDescriptor: pipeEnds[0]) }
+        #expect(notSocket?.code == .system && notSocket?.osError == ENOTSOCK)
+        #expect(fcntl(pipeEnds[0], F_GETFD) >= 0)
     }
 
     /// Upstream §4.6 (GCDAsyncSocketUNTests), with the two disabled transfer tests revived.

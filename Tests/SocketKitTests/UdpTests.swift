@@ -534,18 +534,26 @@ struct UdpTests {
     }
 
     @Test func broadcastNeedsToBeEnabled() throws {
+        // lo's own broadcast address: the datagram never leaves this machine, and a socket
+        // bound to the any address receives it.
+        let (receiver, receiverLog) = try makeReceiver(interface: nil)
+        defer { receiver.close() }
+        let everyone = try SocketAddress(ipAddress: "127.255.255.255", port: receiver.localPort)
         let log = UdpRecorder()
         let sender = UdpSocket(delegate: log)
         defer { sender.close() }
         sender.isIPv6Enabled = false
-        try sender.send([1], toHost: "255.255.255.255", port: 9, tag: 1)
+        try sender.send([1], toAddress: everyone, tag: 1)
         #expect(log.waitFor(.notSent(tag: 1, .system, errno: EACCES)))
         try sender.enableBroadcast(true)
-        try sender.send([2], toHost: "255.255.255.255", port: 9, tag: 2)
-        // With no route for broadcast (a container), ENETUNREACH is the kernel's answer;
-        // either way it is no longer the permission error.
-        #expect(log.wait { $0.count == 2 })
-        #expect(log.events[1] != .notSent(tag: 2, .system, errno: EACCES))
+        try sender.send([2], toAddress: everyone, tag: 2)
+        #expect(receiverLog.waitForReceived(1) == [[2]])
+        try sender.enableBroadcast(false)
+        try sender.send([3], toAddress: everyone, tag: 3)
+        #expect(log.wait { $0.count == 3 })
+        #expect(log.events == [.notSent(tag: 1, .system, errno: EACCES), .sent(tag: 2),
+                               .notSent(tag: 3, .system, errno: EACCES)])
+        #expect(receiverLog.received == [[2]])
     }
 
     /// A client whose send filter runs on a host queue: each datagram waits at the head of

@@ -22,8 +22,10 @@
     X(udp_release_inside_own_callback)        \
     X(udp_release_inside_callback_mid_batch)  \
     X(udp_close_with_datagrams_still_queued)  \
+    X(udp_send_timeout_while_the_filter_decides) \
     X(udp_multicast_on_loopback)              \
     X(udp_multicast_ttl_and_loopback_reach_the_descriptors) \
+    X(udp_broadcast_needs_enable_broadcast)   \
     X(udp_interop_with_bsd_sockets)           \
     X(version_matches_the_header)             \
     X(every_error_code_has_a_name)            \

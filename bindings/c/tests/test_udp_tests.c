@@ -801,6 +801,41 @@ void test_udp_close_with_datagrams_still_queued(void) {
     udp_recorder_destroy(&later);
 }
 
+/* The timeout counts from the head of the queue: a datagram whose filter verdict does not
+ * come in time fails alone with SK_ERR_SEND_TIMEOUT, and the next one is sent. */
+void test_udp_send_timeout_while_the_filter_decides(void) {
+    udp_recorder_t server_log, log;
+    udp_recorder_init(&server_log);
+    udp_recorder_init(&log);
+    uint16_t port = 0;
+    sk_udp_socket_t *server = udp_server(&server_log, &port);
+    struct sockaddr_in target = loopback4(port);
+    sk_callback_queue_t *filter_queue = NULL;
+    sk_udp_socket_t *client = client_with_a_held_send_queue(&log, &filter_queue);
+    CHECK_EQ(sk_udp_socket_send_to_address(client, "L", 1, (struct sockaddr *)&target, sizeof target, 0.05, 1, NULL),
+             SK_OK);
+    CHECK_EQ(sk_udp_socket_send_to_address(client, "N", 1, (struct sockaddr *)&target, sizeof target, WAIT_SECONDS,
+                                           2, NULL), SK_OK);
+    udp_expect(&log, UDP_NOT_SEND, 1);
+    CHECK_EQ(udp_event(&log, UDP_NOT_SEND, 0).tag, 1);
+    CHECK_EQ(udp_event(&log, UDP_NOT_SEND, 0).code, SK_ERR_SEND_TIMEOUT);
+    CHECK_EQ(udp_event(&log, UDP_NOT_SEND, 0).os_error, 0);
+    /* The late verdict for 1 (ignored), then the one for 2. */
+    int verdicts = 0;
+    while (verdicts < 2 && wait_for_filter_call(filter_queue)) verdicts += sk_callback_queue_drain(filter_queue, 0);
+    CHECK_EQ(verdicts, 2);
+    udp_expect(&log, UDP_SEND, 1);
+    CHECK_EQ(udp_event(&log, UDP_SEND, 0).tag, 2);
+    udp_expect(&server_log, UDP_RECEIVE, 1);
+    CHECK_EQ(udp_event(&server_log, UDP_RECEIVE, 0).data[0], 'N');
+    CHECK_EQ(udp_event_count(&log), 2);
+    CHECK_EQ(sk_udp_socket_release(client), SK_OK);
+    CHECK_EQ(sk_callback_queue_release(filter_queue), SK_OK);
+    CHECK_EQ(sk_udp_socket_release(server), SK_OK);
+    udp_recorder_destroy(&server_log);
+    udp_recorder_destroy(&log);
+}
+
 /* The multicast options of a socket's descriptors, read on its loop (sk_udp_socket_perform):
  * IPv4 TTL, IPv4 loop, IPv6 hops, IPv6 loop (-1 where a descriptor or option is missing). */
 typedef struct multicast_probe {
@@ -871,6 +906,47 @@ void test_udp_multicast_ttl_and_loopback_reach_the_descriptors(void) {
     check_multicast_options(late, 0, 1);
     CHECK_EQ(sk_udp_socket_release(early), SK_OK);
     CHECK_EQ(sk_udp_socket_release(late), SK_OK);
+    udp_recorder_destroy(&log);
+}
+
+/* SO_BROADCAST, on lo's own broadcast address (nothing leaves the machine): refused with
+ * EACCES without it, delivered to a socket bound to the any address with it. */
+void test_udp_broadcast_needs_enable_broadcast(void) {
+    udp_recorder_t log;
+    udp_recorder_init(&log);
+    int receiver = socket(AF_INET, SOCK_DGRAM, 0);
+    struct sockaddr_in any = {.sin_family = AF_INET};
+    CHECK_EQ(bind(receiver, (struct sockaddr *)&any, sizeof any), 0);
+    socklen_t any_length = sizeof any;
+    CHECK_EQ(getsockname(receiver, (struct sockaddr *)&any, &any_length), 0);
+    struct timeval limit = {.tv_sec = 10};
+    setsockopt(receiver, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    struct sockaddr_in everyone = {.sin_family = AF_INET, .sin_port = any.sin_port};
+    inet_pton(AF_INET, "127.255.255.255", &everyone.sin_addr);
+    sk_udp_socket_t *sock = udp_socket(&log, NULL);
+    CHECK_EQ(sk_udp_socket_set_ipv6_enabled(sock, 0), SK_OK);
+    sk_error_t error;
+    CHECK_EQ(sk_udp_socket_send_to_address(sock, "a", 1, (struct sockaddr *)&everyone, sizeof everyone, -1, 1, &error),
+             SK_OK);
+    udp_expect(&log, UDP_NOT_SEND, 1);
+    CHECK_EQ(udp_event(&log, UDP_NOT_SEND, 0).code, SK_ERR_SYSTEM);
+    CHECK_EQ(udp_event(&log, UDP_NOT_SEND, 0).os_error, EACCES);
+    CHECK_EQ(sk_udp_socket_enable_broadcast(sock, 1, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_send_to_address(sock, "b", 1, (struct sockaddr *)&everyone, sizeof everyone, -1, 2, &error),
+             SK_OK);
+    char got[4];
+    CHECK_EQ(recv(receiver, got, sizeof got, 0), 1);
+    CHECK_EQ(got[0], 'b');
+    udp_expect(&log, UDP_SEND, 1);
+    CHECK_EQ(udp_event(&log, UDP_SEND, 0).tag, 2);
+    CHECK_EQ(sk_udp_socket_enable_broadcast(sock, 0, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_send_to_address(sock, "c", 1, (struct sockaddr *)&everyone, sizeof everyone, -1, 3, &error),
+             SK_OK);
+    udp_expect(&log, UDP_NOT_SEND, 2);
+    CHECK_EQ(udp_event(&log, UDP_NOT_SEND, 1).os_error, EACCES);
+    CHECK_EQ(sk_udp_socket_is_closed(sock), 0);
+    CHECK_EQ(sk_udp_socket_release(sock), SK_OK);
+    close(receiver);
     udp_recorder_destroy(&log);
 }
 

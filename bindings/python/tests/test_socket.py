@@ -438,9 +438,15 @@ def test_adopting_a_connected_descriptor(recorder):
     sock.write(b"abc")
     right.settimeout(WAIT)
     assert right.recv(3) == b"abc"
+    unconnected = socket.socket()
     with pytest.raises(socketkit.SystemCallError) as raised:
-        socketkit.Socket.from_fd(socket.socket().fileno(), Recorder())
-    assert raised.value.errno in (errno.ENOTCONN, errno.EBADF)
+        socketkit.Socket.from_fd(unconnected.fileno(), Recorder())
+    assert raised.value.errno == errno.ENOTCONN
+    assert unconnected.getsockopt(socket.SOL_SOCKET, socket.SO_TYPE) == socket.SOCK_STREAM, "the caller keeps it"
+    unconnected.close()
+    with pytest.raises(socketkit.SystemCallError) as raised:
+        socketkit.Socket.from_fd(1000000, Recorder())  # no such descriptor
+    assert raised.value.errno == errno.EBADF
     sock.close()
     right.close()
 

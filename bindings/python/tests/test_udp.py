@@ -289,6 +289,26 @@ def test_connect_failure_and_send_timeout_errors_are_typed(udp):
     assert isinstance(socketkit.errors.error_from_code(-13), socketkit.TruncatedError)
 
 
+def test_a_send_waiting_for_its_filter_times_out_and_the_queue_goes_on(udp):
+    """The timeout counts from the head of the queue: a datagram whose filter verdict does
+    not come in time fails alone with SendTimeoutError, and the next one is sent."""
+    raw = raw_socket()
+    log = UdpRecorder()
+    client, filter_queue, calls = held_send_queue_client(udp, log)
+    client.send_to_address(b"late", raw.getsockname(), timeout=0.05, tag=1)
+    client.send_to_address(b"next", raw.getsockname(), timeout=WAIT, tag=2)
+    failed = log.expect("not_send")[0]
+    assert failed[1] == 1 and type(failed[2]) is socketkit.SendTimeoutError
+    assert failed[2].code == socketkit.errors.SEND_TIMEOUT and failed[2].errno == 0
+    while 2 not in calls and wait_for_filter_call(filter_queue):
+        filter_queue.drain()  # the late verdict for 1 (ignored), then the one for 2
+    assert log.expect("send") == [("send", 2)]
+    assert raw.recv(100) == b"next"
+    assert [event[:2] for event in log.events] == [("not_send", 1), ("send", 2)]
+    filter_queue.close()
+    raw.close()
+
+
 # --------------------------------------------------------------------------------------
 # Receiving
 # --------------------------------------------------------------------------------------
@@ -573,19 +593,29 @@ def test_multicast_ttl_and_loopback_reach_both_descriptors(udp):
 
 
 def test_broadcast_needs_enable_broadcast(udp):
+    # lo's own broadcast address: the datagram never leaves this machine, and a socket bound
+    # to the any address receives it.
+    receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    receiver.bind(("0.0.0.0", 0))
+    receiver.settimeout(WAIT)
+    everyone = ("127.255.255.255", receiver.getsockname()[1])
     log = UdpRecorder()
     sock = udp(log)
     sock.ipv6_enabled = False
     sock.bind_to_port(0)
-    sock.send_to_address(b"everyone", ("255.255.255.255", 9), tag=3)
+    sock.send_to_address(b"refused", everyone, tag=3)
     failed = log.expect("not_send")[0]
-    assert failed[1] == 3 and isinstance(failed[2], socketkit.SystemCallError)
+    assert failed[1] == 3 and type(failed[2]) is socketkit.SystemCallError
     assert failed[2].errno == errno.EACCES
     assert not sock.is_closed
     sock.enable_broadcast(True)
+    sock.send_to_address(b"everyone", everyone, tag=4)
+    assert receiver.recv(100) == b"everyone"
     sock.enable_broadcast(False)
-    sock.send_to_address(b"fine", ("127.0.0.1", 9), tag=4)
-    assert log.expect("send")[0][1] == 4
+    sock.send_to_address(b"refused again", everyone, tag=5)
+    assert log.expect("not_send", 2)[1][2].errno == errno.EACCES
+    assert [event[:2] for event in log.events] == [("not_send", 3), ("send", 4), ("not_send", 5)]
+    receiver.close()
 
 
 def test_addresses_convert_as_the_library_does():
