@@ -319,6 +319,20 @@ void test_unix_domain_sockets(void) {
     CHECK_EQ(sk_socket_read_to_length(sock, 16, 5, 2, NULL), SK_OK);
     recorder_expect(&client, EVENT_READ, 1);
     CHECK_STR(recorder_event(&client, EVENT_READ, 0).text, "ThisTestRocks!!!");
+    /* Upstream's socketFD is -1 for Unix-domain sockets; here unix_domain and primary hold
+     * it, for the listener and both ends. */
+    sk_socket_t *ends[3] = {listener, sock, recorder_accepted(&server, 0)};
+    for (int i = 0; i < 3; i++) {
+        sk_socket_descriptors_t found = socket_descriptors(ends[i]);
+        CHECK(found.unix_domain >= 0);
+        CHECK_EQ(found.primary, found.unix_domain);
+        CHECK_EQ(found.ipv4, -1);
+        CHECK_EQ(found.ipv6, -1);
+        struct sockaddr_storage local;
+        socklen_t local_length = sizeof local;
+        CHECK_EQ(getsockname(found.unix_domain, (struct sockaddr *)&local, &local_length), 0);
+        CHECK_EQ(local.ss_family, AF_UNIX);
+    }
 
     CHECK_EQ(sk_socket_release(sock), SK_OK);
     CHECK_EQ(sk_socket_disconnect(listener), SK_OK);

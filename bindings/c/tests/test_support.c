@@ -378,6 +378,35 @@ sk_socket_t *recorded_socket(recorder_t *recorder, sk_callback_queue_t *queue) {
     return sock;
 }
 
+typedef struct descriptors_probe {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int done;
+    sk_socket_descriptors_t seen;
+} descriptors_probe_t;
+
+static void record_descriptors(const sk_socket_descriptors_t *descriptors, void *context) {
+    descriptors_probe_t *probe = context;
+    pthread_mutex_lock(&probe->lock);
+    probe->seen = *descriptors;
+    probe->done = 1;
+    pthread_cond_broadcast(&probe->changed);
+    pthread_mutex_unlock(&probe->lock);
+}
+
+sk_socket_descriptors_t socket_descriptors(sk_socket_t *sock) {
+    descriptors_probe_t probe = {.done = 0};
+    pthread_mutex_init(&probe.lock, NULL);
+    pthread_cond_init(&probe.changed, NULL);
+    CHECK_EQ(sk_socket_perform(sock, record_descriptors, &probe), SK_OK);
+    pthread_mutex_lock(&probe.lock);
+    while (!probe.done) pthread_cond_wait(&probe.changed, &probe.lock);
+    pthread_mutex_unlock(&probe.lock);
+    pthread_mutex_destroy(&probe.lock);
+    pthread_cond_destroy(&probe.changed);
+    return probe.seen;
+}
+
 sk_socket_t *recorded_listener(recorder_t *recorder, uint16_t *port) {
     sk_socket_t *listener = recorded_socket(recorder, NULL);
     sk_error_t error;

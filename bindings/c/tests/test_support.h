@@ -145,6 +145,9 @@ sk_socket_t *recorded_listener(recorder_t *recorder, uint16_t *port);
 sk_socket_t *connected_recorded_socket(recorder_t *recorder, sk_callback_queue_t *queue,
                                        int *listener, int *peer);
 
+/* The socket's descriptors as sk_socket_perform shows them on its loop (waits for it). */
+sk_socket_descriptors_t socket_descriptors(sk_socket_t *sock);
+
 /* Plain blocking sockets (every wait bounded). */
 int raw_listen(const char *address, uint16_t *port, int backlog);
 int raw_connect(const char *address, uint16_t port);

@@ -421,6 +421,16 @@ def test_unix_domain_sockets(recorder):
     sock.write(b"hello")
     sock.read_to_length(5)
     assert recorder.expect_bytes(5) == b"hello"
+    # Upstream's socketFD is -1 for Unix-domain sockets; here `unix` and `primary` hold it.
+    for each in (listener, sock, server.accepted[0]):
+        seen = []
+        done = threading.Event()
+        each.perform(lambda descriptors: (seen.append(descriptors), done.set()))
+        assert done.wait(WAIT)
+        found = seen[0]
+        assert found.unix >= 0 and found.primary == found.unix and found.ipv4 == found.ipv6 == -1, found
+        with socket.socket(fileno=os.dup(found.unix)) as probe:
+            assert probe.family == socket.AF_UNIX
     sock.close()
     listener.disconnect()
     server.expect("disconnect")
