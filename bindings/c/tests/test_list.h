@@ -38,6 +38,7 @@
     X(reads_and_writes_queued_before_connect) \
     X(read_limits)                            \
     X(read_to_data_into_honours_an_explicit_maximum) \
+    X(tcp_options_reach_the_descriptor)       \
     X(write_no_copy_releases_exactly_once)    \
     X(progress_and_queued_bytes)              \
     X(write_from_a_callback_copies_what_the_kernel_did_not_take) \

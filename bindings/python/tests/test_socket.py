@@ -8,6 +8,8 @@ import sys
 import tempfile
 import threading
 
+from typing import List, Tuple
+
 import pytest
 
 import socketkit
@@ -268,6 +270,42 @@ def test_half_close_keeps_writing_open(raw_peer):
     assert pair.receive_exactly(10) == b"still here"
 
 
+def descriptor_options(sock: socketkit.Socket, *options: Tuple[int, int]) -> List[int]:
+    """Integer socket options of the socket's descriptor, read on its loop."""
+    done = threading.Event()
+    found: List[int] = []
+
+    def read(descriptors: socketkit.Descriptors) -> None:
+        try:
+            assert threading.current_thread() is not threading.main_thread()
+            with socket.socket(fileno=os.dup(descriptors.primary)) as probe:
+                found.extend(probe.getsockopt(level, name) for level, name in options)
+        finally:
+            done.set()
+
+    sock.perform(read)
+    assert done.wait(WAIT)
+    return found
+
+
+def test_options_reach_the_descriptor(raw_peer):
+    """Set before connecting: applied on connect; changed while connected: at once (read
+    back from the descriptor on the loop thread, not from the getters)."""
+    def configure(sock: socketkit.Socket) -> None:
+        sock.no_delay = True
+        sock.keep_alive = socketkit.KeepAlive(idle=30, interval=5, count=3)
+    pair = raw_peer(configure=configure)
+    tcp = socket.IPPROTO_TCP
+    keep_alive = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE), (tcp, socket.TCP_KEEPIDLE), (tcp, socket.TCP_KEEPINTVL),
+                  (tcp, socket.TCP_KEEPCNT)]
+    assert descriptor_options(pair.socket, (tcp, socket.TCP_NODELAY), *keep_alive) == [1, 1, 30, 5, 3]
+    pair.socket.no_delay = False
+    pair.socket.keep_alive = socketkit.KeepAlive(idle=77, interval=7, count=2)
+    assert descriptor_options(pair.socket, (tcp, socket.TCP_NODELAY), *keep_alive) == [0, 1, 77, 7, 2]
+    pair.socket.keep_alive = None
+    assert descriptor_options(pair.socket, (socket.SOL_SOCKET, socket.SO_KEEPALIVE)) == [0]
+
+
 def test_configuration_round_trips(recorder):
     sock = socketkit.Socket(recorder)
     assert sock.ipv4_enabled and sock.ipv6_enabled and sock.ipv4_preferred_over_ipv6
@@ -297,23 +335,6 @@ def test_configuration_round_trips(recorder):
     with pytest.raises(socketkit.BadConfigError):
         sock.connect_to_host("localhost", 1)
     sock.close()
-
-
-def test_options_reach_the_descriptor(raw_peer):
-    seen = []
-    done = threading.Event()
-
-    def check(descriptors):
-        probe = socket.socket(fileno=os.dup(descriptors.primary))
-        seen.append(probe.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
-        seen.append(threading.current_thread() is not threading.main_thread())
-        probe.close()
-        done.set()
-
-    pair = raw_peer(configure=lambda sock: setattr(sock, "no_delay", True))
-    pair.socket.perform(check)
-    assert done.wait(WAIT)
-    assert seen == [1, True]
 
 
 def test_listener_accepts_and_accepted_sockets_inherit_the_delegate(recorder):
