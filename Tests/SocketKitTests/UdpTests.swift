@@ -558,12 +558,15 @@ struct UdpTests {
 
     /// A client whose send filter runs on a host queue: each datagram waits at the head of
     /// the send queue until the test drains the filter's verdict, so the queue holds what
-    /// was sent behind it for as long as the test wants.
-    private func clientWithAHeldSendQueue() throws -> (UdpSocket, UdpRecorder, HostCallbackQueue) {
+    /// was sent behind it for as long as the test wants. Datagrams [0]...[4] (tags 0...4)
+    /// are queued for `server`; the first one's filter call is pending on return.
+    private func clientWithFiveHeldDatagrams(for server: UdpSocket) throws -> (UdpSocket, UdpRecorder, HostCallbackQueue) {
         let log = UdpRecorder()
         let client = UdpSocket(delegate: log)
         let filterQueue = try HostCallbackQueue()
         try client.setSendFilter({ _, _, _ in true }, queue: filterQueue, isAsynchronous: true)
+        for tag in 0..<5 { try client.send([UInt8(tag)], toAddress: loopback(server.localPort), tag: tag) }
+        guard waitForFilterCall(filterQueue) else { throw TestFailure("the first datagram's filter was never called") }
         return (client, log, filterQueue)
     }
 
@@ -575,10 +578,8 @@ struct UdpTests {
     @Test func closeDropsQueuedDatagramsWithoutCallbacks() throws {
         let (server, serverLog) = try makeReceiver(interface: "127.0.0.1")
         defer { server.close() }
-        let (client, log, filterQueue) = try clientWithAHeldSendQueue()
+        let (client, log, filterQueue) = try clientWithFiveHeldDatagrams(for: server)
         defer { client.close() }
-        for tag in 0..<5 { try client.send([UInt8(tag)], toAddress: loopback(server.localPort), tag: tag) }
-        #expect(waitForFilterCall(filterQueue), "datagram 0 waits for its filter, 1...4 behind it")
         client.close()
         #expect(client.isClosed)
         #expect(log.events == [.closed(nil)], "dropped without didSend or didNotSend")
@@ -599,10 +600,8 @@ struct UdpTests {
     @Test func closeAfterSendingSendsEveryQueuedDatagramFirstAndThoseQueuedAfterIt() throws {
         let (server, serverLog) = try makeReceiver(interface: "127.0.0.1")
         defer { server.close() }
-        let (client, log, filterQueue) = try clientWithAHeldSendQueue()
+        let (client, log, filterQueue) = try clientWithFiveHeldDatagrams(for: server)
         defer { client.close() }
-        for tag in 0..<5 { try client.send([UInt8(tag)], toAddress: loopback(server.localPort), tag: tag) }
-        #expect(waitForFilterCall(filterQueue))
         client.closeAfterSending()
         try client.send([5], toAddress: loopback(server.localPort), tag: 5) // still accepted
         #expect(!client.isClosed && log.events.isEmpty, "nothing is sent or closed while the queue waits")

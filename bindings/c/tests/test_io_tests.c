@@ -194,7 +194,7 @@ void test_read_to_data_into_honours_an_explicit_maximum(void) {
 static int descriptor_option(sk_socket_t *sock, int level, int name) {
     int value = -1;
     socklen_t length = sizeof value;
-    CHECK_EQ(getsockopt(socket_descriptors(sock).primary, level, name, &value, &length), 0);
+    CHECK_EQ(getsockopt(socket_descriptors(sock, NULL).primary, level, name, &value, &length), 0);
     return value;
 }
 

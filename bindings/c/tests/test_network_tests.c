@@ -323,7 +323,7 @@ void test_unix_domain_sockets(void) {
      * it, for the listener and both ends. */
     sk_socket_t *ends[3] = {listener, sock, recorder_accepted(&server, 0)};
     for (int i = 0; i < 3; i++) {
-        sk_socket_descriptors_t found = socket_descriptors(ends[i]);
+        sk_socket_descriptors_t found = socket_descriptors(ends[i], NULL);
         CHECK(found.unix_domain >= 0);
         CHECK_EQ(found.primary, found.unix_domain);
         CHECK_EQ(found.ipv4, -1);

@@ -836,15 +836,6 @@ void test_udp_send_timeout_while_the_filter_decides(void) {
     udp_recorder_destroy(&log);
 }
 
-/* The multicast options of a socket's descriptors, read on its loop (sk_udp_socket_perform):
- * IPv4 TTL, IPv4 loop, IPv6 hops, IPv6 loop (-1 where a descriptor or option is missing). */
-typedef struct multicast_probe {
-    pthread_mutex_t lock;
-    pthread_cond_t changed;
-    int done;
-    int values[4];
-} multicast_probe_t;
-
 static int option_of(int fd, int level, int name) {
     int value = -1;
     socklen_t length = sizeof value;
@@ -852,32 +843,13 @@ static int option_of(int fd, int level, int name) {
     return value;
 }
 
-static void read_multicast_options(const sk_socket_descriptors_t *descriptors, void *context) {
-    multicast_probe_t *probe = context;
-    pthread_mutex_lock(&probe->lock);
-    probe->values[0] = option_of(descriptors->ipv4, IPPROTO_IP, IP_MULTICAST_TTL);
-    probe->values[1] = option_of(descriptors->ipv4, IPPROTO_IP, IP_MULTICAST_LOOP);
-    probe->values[2] = option_of(descriptors->ipv6, IPPROTO_IPV6, IPV6_MULTICAST_HOPS);
-    probe->values[3] = option_of(descriptors->ipv6, IPPROTO_IPV6, IPV6_MULTICAST_LOOP);
-    probe->done = 1;
-    pthread_cond_broadcast(&probe->changed);
-    pthread_mutex_unlock(&probe->lock);
-}
-
+/* Both descriptors' multicast TTL / hop limit and loopback are `ttl` and `loop`. */
 static void check_multicast_options(sk_udp_socket_t *sock, int ttl, int loop) {
-    multicast_probe_t probe = {.done = 0};
-    pthread_mutex_init(&probe.lock, NULL);
-    pthread_cond_init(&probe.changed, NULL);
-    CHECK_EQ(sk_udp_socket_perform(sock, read_multicast_options, &probe), SK_OK);
-    pthread_mutex_lock(&probe.lock);
-    while (!probe.done) pthread_cond_wait(&probe.changed, &probe.lock);
-    pthread_mutex_unlock(&probe.lock);
-    CHECK_EQ(probe.values[0], ttl);
-    CHECK_EQ(probe.values[1], loop);
-    CHECK_EQ(probe.values[2], ttl);
-    CHECK_EQ(probe.values[3], loop);
-    pthread_mutex_destroy(&probe.lock);
-    pthread_cond_destroy(&probe.changed);
+    sk_socket_descriptors_t found = udp_socket_descriptors(sock);
+    CHECK_EQ(option_of(found.ipv4, IPPROTO_IP, IP_MULTICAST_TTL), ttl);
+    CHECK_EQ(option_of(found.ipv4, IPPROTO_IP, IP_MULTICAST_LOOP), loop);
+    CHECK_EQ(option_of(found.ipv6, IPPROTO_IPV6, IPV6_MULTICAST_HOPS), ttl);
+    CHECK_EQ(option_of(found.ipv6, IPPROTO_IPV6, IPV6_MULTICAST_LOOP), loop);
 }
 
 /* The kernel's defaults are TTL/hop limit 1 and loopback on: the values set here differ,

@@ -8,12 +8,10 @@ import sys
 import tempfile
 import threading
 
-from typing import List, Tuple
-
 import pytest
 
 import socketkit
-from conftest import WAIT, Recorder, pattern, pump
+from conftest import WAIT, Recorder, descriptor_options, pattern, pump
 
 
 def test_connect_write_read_with_a_stdlib_peer(raw_peer):
@@ -270,24 +268,6 @@ def test_half_close_keeps_writing_open(raw_peer):
     assert pair.receive_exactly(10) == b"still here"
 
 
-def descriptor_options(sock: socketkit.Socket, *options: Tuple[int, int]) -> List[int]:
-    """Integer socket options of the socket's descriptor, read on its loop."""
-    done = threading.Event()
-    found: List[int] = []
-
-    def read(descriptors: socketkit.Descriptors) -> None:
-        try:
-            assert threading.current_thread() is not threading.main_thread()
-            with socket.socket(fileno=os.dup(descriptors.primary)) as probe:
-                found.extend(probe.getsockopt(level, name) for level, name in options)
-        finally:
-            done.set()
-
-    sock.perform(read)
-    assert done.wait(WAIT)
-    return found
-
-
 def test_options_reach_the_descriptor(raw_peer):
     """Set before connecting: applied on connect; changed while connected: at once (read
     back from the descriptor on the loop thread, not from the getters)."""
@@ -296,14 +276,15 @@ def test_options_reach_the_descriptor(raw_peer):
         sock.keep_alive = socketkit.KeepAlive(idle=30, interval=5, count=3)
     pair = raw_peer(configure=configure)
     tcp = socket.IPPROTO_TCP
-    keep_alive = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE), (tcp, socket.TCP_KEEPIDLE), (tcp, socket.TCP_KEEPINTVL),
-                  (tcp, socket.TCP_KEEPCNT)]
-    assert descriptor_options(pair.socket, (tcp, socket.TCP_NODELAY), *keep_alive) == [1, 1, 30, 5, 3]
+    no_delay = ("primary", tcp, socket.TCP_NODELAY)
+    keep_alive = [("primary", socket.SOL_SOCKET, socket.SO_KEEPALIVE), ("primary", tcp, socket.TCP_KEEPIDLE),
+                  ("primary", tcp, socket.TCP_KEEPINTVL), ("primary", tcp, socket.TCP_KEEPCNT)]
+    assert descriptor_options(pair.socket, no_delay, *keep_alive) == [1, 1, 30, 5, 3]
     pair.socket.no_delay = False
     pair.socket.keep_alive = socketkit.KeepAlive(idle=77, interval=7, count=2)
-    assert descriptor_options(pair.socket, (tcp, socket.TCP_NODELAY), *keep_alive) == [0, 1, 77, 7, 2]
+    assert descriptor_options(pair.socket, no_delay, *keep_alive) == [0, 1, 77, 7, 2]
     pair.socket.keep_alive = None
-    assert descriptor_options(pair.socket, (socket.SOL_SOCKET, socket.SO_KEEPALIVE)) == [0]
+    assert descriptor_options(pair.socket, keep_alive[0]) == [0]
 
 
 def test_configuration_round_trips(recorder):

@@ -18,7 +18,7 @@ import pytest
 
 import socketkit
 from socketkit import aio
-from conftest import WAIT, pattern, pump
+from conftest import WAIT, descriptor_options, pattern, pump
 
 
 class UdpRecorder:
@@ -545,28 +545,11 @@ def test_ipv4_multicast_on_loopback(udp):
 
 
 def multicast_options(sock: socketkit.UdpSocket) -> List[int]:
-    """IPv4 TTL, IPv4 loop, IPv6 hops, IPv6 loop, read from the descriptors on the loop."""
-    done = threading.Event()
-    found: List[int] = []
-
-    def read(descriptors: socketkit.Descriptors) -> None:
-        try:
-            for fd, family, level, name in [
-                    (descriptors.ipv4, socket.AF_INET, socket.IPPROTO_IP, socket.IP_MULTICAST_TTL),
-                    (descriptors.ipv4, socket.AF_INET, socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP),
-                    (descriptors.ipv6, socket.AF_INET6, socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS),
-                    (descriptors.ipv6, socket.AF_INET6, socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_LOOP)]:
-                copy = socket.socket(family, socket.SOCK_DGRAM, fileno=os.dup(fd))
-                try:
-                    found.append(copy.getsockopt(level, name))
-                finally:
-                    copy.close()
-        finally:
-            done.set()
-
-    sock.perform(read)
-    assert done.wait(WAIT)
-    return found
+    """IPv4 TTL, IPv4 loop, IPv6 hops, IPv6 loop, read from the descriptors."""
+    return descriptor_options(sock, ("ipv4", socket.IPPROTO_IP, socket.IP_MULTICAST_TTL),
+                              ("ipv4", socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP),
+                              ("ipv6", socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS),
+                              ("ipv6", socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_LOOP))
 
 
 def test_multicast_ttl_and_loopback_reach_both_descriptors(udp):
@@ -693,15 +676,21 @@ def test_close_reports_did_close_last_and_the_socket_is_reusable(udp):
     raw.close()
 
 
-def held_send_queue_client(udp, log: UdpRecorder) -> Tuple[socketkit.UdpSocket, socketkit.HostQueue, List[int]]:
+def held_send_queue_client(udp, log: UdpRecorder, destination: Any = None,
+                           queued: int = 0) -> Tuple[socketkit.UdpSocket, socketkit.HostQueue, List[int]]:
     """A client whose send filter runs on a host queue: each datagram waits at the head of
     the send queue until the test drains its verdict, and what was sent behind it stays
-    queued meanwhile. The list gets the tag of each filter call (drain counts events, and
-    a filter call is not one)."""
+    queued meanwhile. With `queued`, datagrams 0... (tags and bytes) are sent to
+    `destination`, and the first one's filter call is pending on return. The list gets the
+    tag of each filter call (drain counts events, and a filter call is not one)."""
     client = udp(log)
     filter_queue = socketkit.HostQueue()
     calls: List[int] = []
     client.set_send_filter(lambda data, address, tag: calls.append(tag) is None, queue=filter_queue)
+    for tag in range(queued):
+        client.send_to_address(bytes([tag]), destination, tag=tag)
+    if queued:
+        assert wait_for_filter_call(filter_queue), "datagram 0 waits for its verdict, the others behind it"
     return client, filter_queue, calls
 
 
@@ -712,10 +701,7 @@ def wait_for_filter_call(filter_queue: socketkit.HostQueue) -> bool:
 def test_close_drops_queued_datagrams_without_callbacks(udp):
     raw = raw_socket()
     log = UdpRecorder()
-    client, filter_queue, calls = held_send_queue_client(udp, log)
-    for tag in range(5):
-        client.send_to_address(bytes([tag]), raw.getsockname(), tag=tag)
-    assert wait_for_filter_call(filter_queue), "datagram 0 waits for its verdict, 1...4 behind it"
+    client, filter_queue, calls = held_send_queue_client(udp, log, raw.getsockname(), queued=5)
     client.close()
     assert client.is_closed
     assert log.events == [("close", None)], "dropped without did_send or did_not_send"
@@ -736,10 +722,7 @@ def test_close_drops_queued_datagrams_without_callbacks(udp):
 def test_close_after_sending_sends_every_queued_datagram_and_those_queued_after_it(udp):
     raw = raw_socket()
     log = UdpRecorder()
-    client, filter_queue, calls = held_send_queue_client(udp, log)
-    for tag in range(5):
-        client.send_to_address(bytes([tag]), raw.getsockname(), tag=tag)
-    assert wait_for_filter_call(filter_queue)
+    client, filter_queue, calls = held_send_queue_client(udp, log, raw.getsockname(), queued=5)
     client.close_after_sending()
     client.send_to_address(bytes([5]), raw.getsockname(), tag=5)  # still accepted
     assert not client.is_closed and log.events == []
