@@ -48,11 +48,13 @@
  *            getnameinfo(3) and the kernel accept it; the bytes beyond its struct are
  *            ignored. A sockaddr_un has at most sizeof(struct sockaddr_un) bytes.
  * Timeouts   Seconds, as a double: negative or +INFINITY = none; 0 = fail unless the
- *            operation can complete at once; positive = measured from when the operation
- *            reaches the front of its queue (one too large for the clock, decades, never
- *            expires either). NaN is SK_ERR_BAD_PARAM. On expiry the delegate may extend
- *            it: a positive extension (+INFINITY: for good) re-arms it; anything else (0,
- *            negative, NaN) ends the connection with the timeout's error.
+ *            operation completes at once, that is by the time the socket's loop next polls
+ *            (the same wherever the call is made from, a callback included); positive =
+ *            measured from when the operation reaches the front of its queue (one too
+ *            large for the clock, decades, never expires either). NaN is SK_ERR_BAD_PARAM.
+ *            On expiry the delegate may extend it: a positive extension (+INFINITY: for
+ *            good) re-arms it; anything else (0, negative, NaN) ends the connection with
+ *            the timeout's error.
  *
  * THREADS
  *
@@ -605,9 +607,13 @@ int sk_socket_accept_on_unix_path(sk_socket_t *sock, const char *path, sk_error_
  * resolved address of the enabled families is tried, the preferred family first, a new
  * attempt every alternate-address-delay or at once when one fails (Happy Eyeballs).
  * `interface` (may be NULL) binds the local end: "eth0", an IP, "eth0:5000", or ":5000"
- * for a local port only. `timeout` covers resolution and connecting. Reads and writes may
- * be queued at once. The result: did_connect, or did_disconnect with SK_ERR_SYSTEM
- * (ECONNREFUSED, ...), SK_ERR_RESOLUTION or SK_ERR_CONNECT_TIMEOUT.
+ * for a local port only. `timeout` covers resolution and connecting; with 0 the connect
+ * succeeds only if it completes at once (a Unix-domain path does; a TCP handshake over
+ * loopback normally does), and a name the resolver must look up always ends with
+ * SK_ERR_CONNECT_TIMEOUT. Reads and writes may be queued at once. The result:
+ * did_connect, or did_disconnect with SK_ERR_SYSTEM (ECONNREFUSED, ...),
+ * SK_ERR_RESOLUTION, SK_ERR_CONNECT_TIMEOUT, or SK_ERR_OTHER (no resolved address is of
+ * an enabled family).
  * Errors (synchronous): SK_ERR_BAD_PARAM (empty host, bad interface, NaN timeout),
  * SK_ERR_BAD_CONFIG (not disconnected, no delegate, no family enabled). */
 int sk_socket_connect_to_host(sk_socket_t *sock, const char *host, uint16_t port, const char *interface,

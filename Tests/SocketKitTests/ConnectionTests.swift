@@ -117,20 +117,28 @@ struct ConnectionTests {
     }
 
     @Test func adoptingAnUnconnectedOrBogusDescriptorThrows() throws {
-        #expect(throws: SocketError.self) { try Socket(connectedSocketDescriptor: -1) }
+        let negative = #expect(throws: SocketError.self) { try Socket(connectedSocketDescriptor: -1) }
+        #expect(negative?.code == .badParam)
         let unconnected = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(unconnected) }
         let error = #expect(throws: SocketError.self) { try Socket(connectedSocketDescriptor: unconnected) }
         #expect(error?.code == .system)
         #expect(error?.osError == ENOTCONN)
+        // Each failure leaves the descriptor open and with the caller (checked before
+        // another descriptor could take its number).
+        #expect(fcntl(unconnected, F_GETFD) >= 0)
         let datagram = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
         defer { close(datagram) }
-        #expect(throws: SocketError.self) { try Socket(connectedSocketDescriptor: datagram) }
+        let notStream = #expect(throws: SocketError.self) { try Socket(connectedSocketDescriptor: datagram) }
+        #expect(notStream?.code == .badParam)
+        #expect(fcntl(datagram, F_GETFD) >= 0)
         let pipeEnds = UnsafeMutablePointer<Int32>.allocate(capacity: 2)
         defer { pipeEnds.deallocate() }
         #expect(pipe(pipeEnds) == 0)
         defer { close(pipeEnds[0]); close(pipeEnds[1]) }
-        #expect(throws: SocketError.self) { try Socket(connectedSocketDescriptor: pipeEnds[0]) }
+        let notSocket = #expect(throws: SocketError.self) { try Socket(connectedSocketDescriptor: pipeEnds[0]) }
+        #expect(notSocket?.code == .system && notSocket?.osError == ENOTSOCK)
+        #expect(fcntl(pipeEnds[0], F_GETFD) >= 0)
     }
 
     /// Upstream §4.6 (GCDAsyncSocketUNTests), with the two disabled transfer tests revived.
@@ -314,6 +322,54 @@ struct ConnectionTests {
         client.isIPv4Enabled = false
         let both = #expect(throws: SocketError.self) { try client.connect(toHost: "localhost", port: 1) }
         #expect(both?.code == .badConfig)
+    }
+
+    @Test func aHostWithNoAddressOfAnEnabledFamilyIsOtherError() throws {
+        // As upstream ("IPv4 has been disabled and DNS lookup found no IPv6 address"):
+        // reported through didDisconnect, after the connect call returned.
+        let (listener, _) = recordedSocket()
+        try listener.accept(onInterface: "127.0.0.1", port: 0)
+        defer { listener.disconnect() }
+        let (client, recorder) = recordedSocket()
+        client.isIPv4Enabled = false
+        try client.connect(toHost: "127.0.0.1", port: listener.localPort, timeout: 5)
+        let error = try #require(recorder.waitForDisconnect())
+        #expect(error?.code == .other)
+        #expect(error?.osError == 0)
+        #expect(recorder.events.count == 1, "\(recorder.events)")
+        #expect(client.isDisconnected)
+        // The same socket, with IPv4 back on, connects.
+        client.isIPv4Enabled = true
+        try client.connect(toHost: "127.0.0.1", port: listener.localPort, timeout: 5)
+        #expect(recorder.waitForConnect())
+        client.disconnect()
+    }
+
+    @Test func connectToAnAddressViaAnInterfaceBindsTheLocalEnd() throws {
+        // 127.0.0.2 is on lo but is not the address the kernel would pick for 127.0.0.1.
+        let listener = try RawSocket.listen()
+        defer { listener.close() }
+        let (client, recorder) = recordedSocket()
+        try client.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: listener.localPort),
+                           viaInterface: "127.0.0.2", timeout: 5)
+        let server = try listener.accept(timeout: 10)
+        defer { server.close() }
+        #expect(recorder.waitForConnect())
+        #expect(client.localHost == "127.0.0.2")
+        #expect(SystemCalls.peerAddress(server.fd)?.host == "127.0.0.2")
+        #expect(SystemCalls.peerAddress(server.fd)?.port == client.localPort)
+        client.disconnect()
+
+        // An interface without an address of the target's family: didDisconnect says so.
+        let (mismatched, mismatchedRecorder) = recordedSocket()
+        try mismatched.connect(to: SocketAddress(ipAddress: "::1", port: listener.localPort), viaInterface: "127.0.0.2",
+                               timeout: 5)
+        let error = try #require(mismatchedRecorder.waitForDisconnect())
+        #expect(error?.code == .badParam)
+        #expect(mismatchedRecorder.events.count == 1)
+        #expect(throws: SocketError.self) {
+            try mismatched.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1), viaInterface: "no-such-if0")
+        }
     }
 
     @Test func connectViaInterfaceAndLocalPortBindsTheLocalEnd() throws {

@@ -128,4 +128,32 @@ struct OptionsTests {
         #expect(descriptors.ipv4 >= 0 && descriptors.primary == descriptors.ipv4)
         #expect(descriptors.unix == -1)
     }
+
+    /// Upstream's socketFD is -1 for Unix-domain sockets; here `unix` and `primary` hold it,
+    /// for the listener and for both ends of a connection.
+    @Test func performShowsUnixDomainDescriptors() throws {
+        func descriptors(_ socket: Socket) -> SocketDescriptors? {
+            let seen = Mutex<SocketDescriptors?>(nil)
+            let done = Latch()
+            socket.perform { found in
+                seen.withLock { $0 = found }
+                done.open()
+            }
+            return done.wait() ? seen.withLock { $0 } : nil
+        }
+        let path = temporaryUnixPath("descriptors")
+        let (listener, listenerRecorder) = recordedSocket()
+        try listener.accept(onUnixPath: path)
+        defer { listener.disconnect() }
+        let (client, clientRecorder) = recordedSocket()
+        try client.connect(toUnixPath: path, timeout: 5)
+        #expect(clientRecorder.waitForConnect())
+        let server = try #require(listenerRecorder.waitForAccepted(1).first)
+        defer { client.disconnect(); server.disconnect() }
+        for socket in [listener, client, server] {
+            let found = try #require(descriptors(socket))
+            #expect(found.unix >= 0 && found.primary == found.unix && found.ipv4 == -1 && found.ipv6 == -1, "\(found)")
+            #expect(SystemCalls.socketFamily(found.unix) == AF_UNIX)
+        }
+    }
 }

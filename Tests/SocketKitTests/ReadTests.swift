@@ -201,6 +201,25 @@ struct ReadTests {
         #expect(error?.code == .readMaxedOut)
     }
 
+    @Test func aSeparatorReadIntoABufferHonoursAnExplicitMaximumBelowTheRoom() throws {
+        let pair = try RawPair()
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 32, alignment: 1)
+        defer { buffer.deallocate() }
+        buffer.initializeMemory(as: UInt8.self, repeating: 0xEE)
+        // Within the maximum: delivered as usual.
+        try pair.socket.read(toData: Socket.lf, into: buffer, offset: 2, maxLength: 5, tag: 1)
+        try pair.peer.send("abc\n")
+        #expect(pair.recorder.wait { $0.contains(.readInto(range: 2..<6, tag: 1)) })
+        #expect(Array(buffer[2..<6]) == bytes("abc\n"))
+        // Five bytes without the separator end the read there, although 30 would fit.
+        try pair.socket.read(toData: Socket.lf, into: buffer, offset: 10, maxLength: 5, tag: 2)
+        try pair.peer.send("0123456789\n")
+        let error = try #require(pair.recorder.waitForDisconnect())
+        #expect(error?.code == .readMaxedOut)
+        #expect(Array(buffer[10..<15]) == bytes("01234"))
+        #expect(buffer[15] == 0xEE, "nothing is written past the maximum")
+    }
+
     @Test func theDefaultDidReadIntoDeliversACopy() throws {
         final class PlainDelegate: SocketDelegate, @unchecked Sendable {
             let recorder = Recorder()

@@ -135,10 +135,66 @@ struct TimeoutTests {
         #expect(pair.socket.isConnected)
     }
 
-    @Test func connectTimeoutOfZeroFailsUnlessConnectedAtOnce() throws {
+    // A zero connect timeout: connected by the time the loop next polls, or
+    // `.connectTimeout`. Resolution runs off the loop, so it can never finish in time.
+
+    @Test func aZeroConnectTimeoutFailsWhileTheNameIsStillBeingResolved() throws {
         let (socket, recorder) = recordedSocket()
         try socket.connect(toHost: "no-such-host.invalid", port: 1, timeout: 0)
         let error = try #require(recorder.waitForDisconnect())
-        #expect(error?.code == .connectTimeout || error?.code == .resolution)
+        #expect(error?.code == .connectTimeout, "not the resolver's answer: the timeout came first")
+        #expect(recorder.events.count == 1, "\(recorder.events)")
+    }
+
+    @Test func aZeroConnectTimeoutFailsWhenTheHandshakeCannotCompleteAtOnce() throws {
+        // A listener whose accept queue is full drops further SYNs.
+        let blackhole = try RawSocket.listen(backlog: 0)
+        defer { blackhole.close() }
+        let fillerRecorder = Recorder()
+        let fillers = (0..<4).map { _ in Socket(delegate: fillerRecorder) }
+        for filler in fillers { try filler.connect(toHost: "127.0.0.1", port: blackhole.localPort) }
+        defer { for filler in fillers { filler.disconnect() } }
+        let (socket, recorder) = recordedSocket()
+        try socket.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: blackhole.localPort), timeout: 0)
+        let error = try #require(recorder.waitForDisconnect(timeout: 2))
+        #expect(error?.code == .connectTimeout)
+        #expect(recorder.events.count == 1, "\(recorder.events)")
+    }
+
+    @Test func aZeroConnectTimeoutSucceedsWhenTheConnectCompletesAtOnce() throws {
+        // connect(2) on a Unix-domain socket completes in the call itself.
+        let path = temporaryUnixPath("zero-timeout")
+        let (listener, listenerRecorder) = recordedSocket()
+        try listener.accept(onUnixPath: path)
+        defer { listener.disconnect() }
+        let (socket, recorder) = recordedSocket()
+        try socket.connect(toUnixPath: path, timeout: 0)
+        #expect(recorder.waitForConnect(), "\(recorder.events)")
+        #expect(recorder.events.first == .connectedUnix(path: path))
+        #expect(listenerRecorder.waitForAccepted(1).count == 1)
+        #expect(socket.isConnected)
+        socket.disconnect()
+    }
+
+    @Test func aZeroConnectTimeoutFromACallbackOnTheLoopAlsoWaitsForTheNextPoll() throws {
+        // The same connect, started from a callback that runs on the loop thread (the
+        // callback's iteration has already polled): it must still see its completion.
+        let path = temporaryUnixPath("zero-timeout-callback")
+        let (listener, _) = recordedSocket()
+        try listener.accept(onUnixPath: path)
+        defer { listener.disconnect() }
+        let (trigger, triggerRecorder) = recordedSocket()
+        let (socket, recorder) = recordedSocket(eventLoop: trigger.eventLoop)
+        triggerRecorder.onConnect = { _ in
+            do { try socket.connect(toUnixPath: path, timeout: 0) } catch { Issue.record("connect: \(error)") }
+        }
+        let peer = try RawSocket.listen()
+        defer { peer.close() }
+        try trigger.connect(toHost: "127.0.0.1", port: peer.localPort, timeout: 10)
+        #expect(recorder.waitForConnect(), "\(recorder.events)")
+        #expect(recorder.events.first == .connectedUnix(path: path))
+        socket.disconnect()
+        trigger.disconnect()
     }
 }
+

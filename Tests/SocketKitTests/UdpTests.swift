@@ -495,22 +495,128 @@ struct UdpTests {
         #expect(throws: SocketError.self) { try sender.setMulticastTTL(256) }
     }
 
+    /// The kernel's defaults are TTL/hop limit 1 and loopback on: the values below differ,
+    /// and are read back from the descriptors (IPv4 TTL, IPv4 loop, IPv6 hops, IPv6 loop).
+    @Test func multicastTTLAndLoopbackReachBothDescriptorsNowAndWhenTheyAreMade() throws {
+        func options(_ socket: UdpSocket) -> [Int32?] {
+            let descriptors = socket.descriptors
+            return [SystemCalls.getOption(descriptors.ipv4, Int32(IPPROTO_IP), IP_MULTICAST_TTL),
+                    SystemCalls.getOption(descriptors.ipv4, Int32(IPPROTO_IP), IP_MULTICAST_LOOP),
+                    SystemCalls.getOption(descriptors.ipv6, Int32(IPPROTO_IPV6), IPV6_MULTICAST_HOPS),
+                    SystemCalls.getOption(descriptors.ipv6, Int32(IPPROTO_IPV6), IPV6_MULTICAST_LOOP)]
+        }
+        // Set before the descriptors exist: applied to each as it is made.
+        let early = UdpSocket(delegate: UdpRecorder())
+        defer { early.close() }
+        try early.setMulticastTTL(7)
+        try early.setMulticastLoopback(false)
+        try early.bind(toPort: 0)
+        #expect(options(early) == [7, 0, 7, 0])
+        // Set on open descriptors: changed on both at once, either way.
+        let late = UdpSocket(delegate: UdpRecorder())
+        defer { late.close() }
+        try late.bind(toPort: 0)
+        #expect(options(late) == [1, 1, 1, 1], "the kernel's defaults")
+        try late.setMulticastTTL(200)
+        try late.setMulticastLoopback(false)
+        #expect(options(late) == [200, 0, 200, 0])
+        try late.setMulticastTTL(0)
+        try late.setMulticastLoopback(true)
+        #expect(options(late) == [0, 1, 0, 1])
+        // A refused value changes nothing.
+        #expect(throws: SocketError.self) { try late.setMulticastTTL(256) }
+        #expect(throws: SocketError.self) { try late.setMulticastTTL(-1) }
+        #expect(options(late) == [0, 1, 0, 1])
+        // Kept across a close: the socket's next descriptors get them too.
+        late.close()
+        try late.bind(toPort: 0)
+        #expect(options(late) == [0, 1, 0, 1])
+    }
+
     @Test func broadcastNeedsToBeEnabled() throws {
+        // lo's own broadcast address: the datagram never leaves this machine, and a socket
+        // bound to the any address receives it.
+        let (receiver, receiverLog) = try makeReceiver(interface: nil)
+        defer { receiver.close() }
+        let everyone = try SocketAddress(ipAddress: "127.255.255.255", port: receiver.localPort)
         let log = UdpRecorder()
         let sender = UdpSocket(delegate: log)
         defer { sender.close() }
         sender.isIPv6Enabled = false
-        try sender.send([1], toHost: "255.255.255.255", port: 9, tag: 1)
+        try sender.send([1], toAddress: everyone, tag: 1)
         #expect(log.waitFor(.notSent(tag: 1, .system, errno: EACCES)))
         try sender.enableBroadcast(true)
-        try sender.send([2], toHost: "255.255.255.255", port: 9, tag: 2)
-        // With no route for broadcast (a container), ENETUNREACH is the kernel's answer;
-        // either way it is no longer the permission error.
-        #expect(log.wait { $0.count == 2 })
-        #expect(log.events[1] != .notSent(tag: 2, .system, errno: EACCES))
+        try sender.send([2], toAddress: everyone, tag: 2)
+        #expect(receiverLog.waitForReceived(1) == [[2]])
+        try sender.enableBroadcast(false)
+        try sender.send([3], toAddress: everyone, tag: 3)
+        #expect(log.wait { $0.count == 3 })
+        #expect(log.events == [.notSent(tag: 1, .system, errno: EACCES), .sent(tag: 2),
+                               .notSent(tag: 3, .system, errno: EACCES)])
+        #expect(receiverLog.received == [[2]])
     }
 
-    @Test func closeDropsQueuedDatagramsAndComesLastAndTheSocketCanBeReused() throws {
+    /// A client whose send filter runs on a host queue: each datagram waits at the head of
+    /// the send queue until the test drains the filter's verdict, so the queue holds what
+    /// was sent behind it for as long as the test wants. Datagrams [0]...[4] (tags 0...4)
+    /// are queued for `server`; the first one's filter call is pending on return.
+    private func clientWithFiveHeldDatagrams(for server: UdpSocket) throws -> (UdpSocket, UdpRecorder, HostCallbackQueue) {
+        let log = UdpRecorder()
+        let client = UdpSocket(delegate: log)
+        let filterQueue = try HostCallbackQueue()
+        try client.setSendFilter({ _, _, _ in true }, queue: filterQueue, isAsynchronous: true)
+        for tag in 0..<5 { try client.send([UInt8(tag)], toAddress: loopback(server.localPort), tag: tag) }
+        guard waitForFilterCall(filterQueue) else { throw TestFailure("the first datagram's filter was never called") }
+        return (client, log, filterQueue)
+    }
+
+    private func waitForFilterCall(_ queue: HostCallbackQueue) -> Bool {
+        var descriptor = pollfd(fd: queue.fileDescriptor, events: Int16(POLLIN), revents: 0)
+        return poll(&descriptor, 1, 10_000) == 1
+    }
+
+    @Test func closeDropsQueuedDatagramsWithoutCallbacks() throws {
+        let (server, serverLog) = try makeReceiver(interface: "127.0.0.1")
+        defer { server.close() }
+        let (client, log, filterQueue) = try clientWithFiveHeldDatagrams(for: server)
+        defer { client.close() }
+        client.close()
+        #expect(client.isClosed)
+        #expect(log.events == [.closed(nil)], "dropped without didSend or didNotSend")
+        // The filter now says "send" for a datagram of the closed session: nothing goes out.
+        #expect(filterQueue.drain() == 1)
+        try client.setSendFilter(nil) // runs on the loop after that verdict
+        // Used again: the marker is the first datagram the peer ever sees.
+        let again = UdpRecorder()
+        client.delegate = again
+        try client.send([99], toAddress: loopback(server.localPort), tag: 99)
+        #expect(serverLog.waitForReceived(1) == [[99]])
+        #expect(again.waitFor(.sent(tag: 99)))
+        #expect(again.events == [.sent(tag: 99)])
+        #expect(log.events == [.closed(nil)])
+        log.checkContract()
+    }
+
+    @Test func closeAfterSendingSendsEveryQueuedDatagramFirstAndThoseQueuedAfterIt() throws {
+        let (server, serverLog) = try makeReceiver(interface: "127.0.0.1")
+        defer { server.close() }
+        let (client, log, filterQueue) = try clientWithFiveHeldDatagrams(for: server)
+        defer { client.close() }
+        client.closeAfterSending()
+        try client.send([5], toAddress: loopback(server.localPort), tag: 5) // still accepted
+        #expect(!client.isClosed && log.events.isEmpty, "nothing is sent or closed while the queue waits")
+        // One verdict at a time: each datagram's filter is called once the previous one left.
+        var verdicts = 0
+        while verdicts < 6 && waitForFilterCall(filterQueue) { verdicts += filterQueue.drain() }
+        #expect(verdicts == 6)
+        #expect(log.wait { $0.last == .closed(nil) })
+        #expect(log.events == (0...5).map { .sent(tag: $0) } + [.closed(nil)])
+        #expect(serverLog.waitForReceived(6) == (0...5).map { [UInt8($0)] })
+        #expect(client.isClosed)
+        log.checkContract()
+    }
+
+    @Test func closeAfterSendingComesLastAndTheSocketCanBeReused() throws {
         let (server, serverLog) = try makeReceiver(interface: "127.0.0.1")
         defer { server.close() }
         let log = UdpRecorder()

@@ -297,12 +297,17 @@ public final class EventLoop: @unchecked Sendable {
     private func runIteration(timeout: Int32) -> Bool {
         if timeout != 0 { skc_thread_will_wait() }
         let count = skc_epoll_wait(epollFD, events, Int32(eventCapacity), timeout)
+        // Only timers due when the poll returned fire in this iteration. One armed later in
+        // it (a zero timeout set by a callback) waits for the next poll, so that what
+        // completed at once (a Unix-domain connect, bytes already queued) is seen first:
+        // a zero timeout means the same wherever the call was made.
+        let polledAt = timers.isEmpty ? 0 : monotonicNanoseconds()
         if count > 0 {
             for position in 0..<Int(count) {
                 dispatch(events[position])
             }
         }
-        runExpiredTimers()
+        runExpiredTimers(dueBy: polledAt)
         if runTasks() { return true }
         runEndOfIterationWork()
         return false
@@ -403,10 +408,8 @@ public final class EventLoop: @unchecked Sendable {
         handler.handleEvents(event.events)
     }
 
-    private func runExpiredTimers() {
-        guard !timers.isEmpty else { return }
-        let now = monotonicNanoseconds()
-        while let timer = timers.popExpired(now: now) {
+    private func runExpiredTimers(dueBy polledAt: UInt64) {
+        while let timer = timers.popExpired(now: polledAt) {
             timer.action()
         }
     }

@@ -297,9 +297,12 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     /// Connects to a host name, an IP literal or `"localhost"`. Resolution runs off the
     /// loop; every resolved address is raced (Happy Eyeballs). `interface` binds the local
     /// end: `"eth0"`, an IP, `"eth0:5000"`, or `":5000"` for a local port only.
-    /// `timeout` (seconds; negative = none) covers resolution and connecting.
-    /// Reads and writes may be queued right away. The result arrives as
-    /// `didConnectToHost` or `socketDidDisconnect`.
+    /// `timeout` (seconds; negative = none) covers resolution and connecting; with 0 the
+    /// connect succeeds only if it completes by the loop's next poll (a Unix-domain path
+    /// does, a loopback handshake normally does), so a name that needs the resolver always
+    /// ends with `.connectTimeout`. Reads and writes may be queued right away. The result
+    /// arrives as `didConnectToHost` or `socketDidDisconnect` (`.other` when no resolved
+    /// address is of an enabled family).
     public func connect(toHost host: String, port: UInt16, viaInterface interface: String? = nil,
                         timeout: Double = -1) throws(SocketError) {
         guard !host.isEmpty else { throw SocketError(.badParam, "empty host") }

@@ -2,7 +2,10 @@
 #include "test_support.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -183,6 +186,61 @@ void test_read_limits(void) {
     CHECK_EQ(recorder_event(&limited.recorder, EVENT_READ, 2).length, 10);
     CHECK_EQ(sk_socket_is_connected(limited.sock), 1);
     raw_pair_close(&limited);
+    raw_pair_close(&pair);
+}
+
+/* A separator read into a caller's buffer with a maximum below the room left: within it,
+ * delivered as usual; past it, SK_ERR_READ_MAXED_OUT with nothing written beyond it. */
+void test_read_to_data_into_honours_an_explicit_maximum(void) {
+    raw_pair_t pair;
+    raw_pair_open(&pair, NULL);
+    unsigned char buffer[32];
+    memset(buffer, 0xEE, sizeof buffer);
+    CHECK_EQ(sk_socket_read_to_data_into(pair.sock, SK_LF, 1, buffer, sizeof buffer, 2, 5, -1, 1, NULL), SK_OK);
+    raw_send(pair.peer, "abc\n", 4);
+    recorder_expect(&pair.recorder, EVENT_READ, 1);
+    CHECK_EQ(recorder_event(&pair.recorder, EVENT_READ, 0).length, 4);
+    CHECK(memcmp(buffer + 2, "abc\n", 4) == 0);
+    CHECK_EQ(sk_socket_read_to_data_into(pair.sock, SK_LF, 1, buffer, sizeof buffer, 10, 5, -1, 2, NULL), SK_OK);
+    raw_send(pair.peer, "0123456789\n", 11);
+    recorder_expect(&pair.recorder, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&pair.recorder, EVENT_DISCONNECT, 0).error_code, SK_ERR_READ_MAXED_OUT);
+    CHECK_EQ(recorder_count(&pair.recorder, EVENT_READ), 1);
+    CHECK(memcmp(buffer + 10, "01234", 5) == 0);
+    CHECK_EQ(buffer[15], 0xEE);
+    raw_pair_close(&pair);
+}
+
+static int descriptor_option(sk_socket_t *sock, int level, int name) {
+    int value = -1;
+    socklen_t length = sizeof value;
+    CHECK_EQ(getsockopt(socket_descriptors(sock, NULL).primary, level, name, &value, &length), 0);
+    return value;
+}
+
+static void no_delay_and_keep_alive(sk_socket_t *sock) {
+    CHECK_EQ(sk_socket_set_no_delay(sock, 1), SK_OK);
+    CHECK_EQ(sk_socket_set_keep_alive(sock, 1, 30, 5, 3, NULL), SK_OK);
+}
+
+/* TCP options set before connecting are applied on connect; changed while connected, at
+ * once (read back from the descriptor, not from the getters). */
+void test_tcp_options_reach_the_descriptor(void) {
+    raw_pair_t pair;
+    raw_pair_open(&pair, no_delay_and_keep_alive);
+    CHECK_EQ(descriptor_option(pair.sock, IPPROTO_TCP, TCP_NODELAY), 1);
+    CHECK_EQ(descriptor_option(pair.sock, SOL_SOCKET, SO_KEEPALIVE), 1);
+    CHECK_EQ(descriptor_option(pair.sock, IPPROTO_TCP, TCP_KEEPIDLE), 30);
+    CHECK_EQ(descriptor_option(pair.sock, IPPROTO_TCP, TCP_KEEPINTVL), 5);
+    CHECK_EQ(descriptor_option(pair.sock, IPPROTO_TCP, TCP_KEEPCNT), 3);
+    CHECK_EQ(sk_socket_set_no_delay(pair.sock, 0), SK_OK);
+    CHECK_EQ(sk_socket_set_keep_alive(pair.sock, 1, 77, 7, 2, NULL), SK_OK);
+    CHECK_EQ(descriptor_option(pair.sock, IPPROTO_TCP, TCP_NODELAY), 0);
+    CHECK_EQ(descriptor_option(pair.sock, IPPROTO_TCP, TCP_KEEPIDLE), 77);
+    CHECK_EQ(descriptor_option(pair.sock, IPPROTO_TCP, TCP_KEEPINTVL), 7);
+    CHECK_EQ(descriptor_option(pair.sock, IPPROTO_TCP, TCP_KEEPCNT), 2);
+    CHECK_EQ(sk_socket_set_keep_alive(pair.sock, 0, 0, 0, 0, NULL), SK_OK);
+    CHECK_EQ(descriptor_option(pair.sock, SOL_SOCKET, SO_KEEPALIVE), 0);
     raw_pair_close(&pair);
 }
 

@@ -516,24 +516,6 @@ void test_loop_group_release_from_its_own_loop(void) {
     recorder_destroy(&recorder);
 }
 
-typedef struct {
-    pthread_mutex_t lock;
-    pthread_cond_t done_changed;
-    int done;
-    sk_socket_descriptors_t seen;
-    pthread_t thread;
-} perform_probe_t;
-
-static void probe(const sk_socket_descriptors_t *descriptors, void *context) {
-    perform_probe_t *probe_state = context;
-    pthread_mutex_lock(&probe_state->lock);
-    probe_state->seen = *descriptors;
-    probe_state->thread = pthread_self();
-    probe_state->done = 1;
-    pthread_cond_broadcast(&probe_state->done_changed);
-    pthread_mutex_unlock(&probe_state->lock);
-}
-
 void test_perform_runs_on_the_loop(void) {
     recorder_t recorder;
     recorder_init(&recorder);
@@ -542,15 +524,12 @@ void test_perform_runs_on_the_loop(void) {
     CHECK_EQ(sk_socket_is_accepting(listener), 1);
     CHECK_EQ(sk_socket_is_ipv4(listener), 1);
     CHECK_EQ(sk_socket_is_ipv6(listener), 1);
-    perform_probe_t state = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, {0, 0, 0, 0}, pthread_self()};
-    CHECK_EQ(sk_socket_perform(listener, probe, &state), SK_OK);
-    pthread_mutex_lock(&state.lock);
-    while (!state.done) pthread_cond_wait(&state.done_changed, &state.lock);
-    pthread_mutex_unlock(&state.lock);
-    CHECK(!pthread_equal(state.thread, pthread_self()));
-    CHECK(state.seen.ipv4 >= 0 && state.seen.ipv6 >= 0);
-    CHECK_EQ(state.seen.primary, state.seen.ipv4);
-    CHECK_EQ(state.seen.unix_domain, -1);
+    pthread_t thread = pthread_self();
+    sk_socket_descriptors_t seen = socket_descriptors(listener, &thread);
+    CHECK(!pthread_equal(thread, pthread_self()));
+    CHECK(seen.ipv4 >= 0 && seen.ipv6 >= 0);
+    CHECK_EQ(seen.primary, seen.ipv4);
+    CHECK_EQ(seen.unix_domain, -1);
     CHECK_EQ(sk_socket_release(listener), SK_OK);
     recorder_destroy(&recorder);
 }

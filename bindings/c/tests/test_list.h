@@ -15,12 +15,17 @@
     X(udp_echo_from_the_receive_callback)     \
     X(udp_invalid_handles_and_bad_arguments)  \
     X(udp_a_failed_datagram_fails_alone)      \
+    X(udp_no_usable_family_is_other_error)    \
     X(udp_filters_drop_and_attach_context)    \
     X(udp_host_queue_records)                 \
     X(udp_no_callback_after_release)          \
     X(udp_release_inside_own_callback)        \
     X(udp_release_inside_callback_mid_batch)  \
+    X(udp_close_with_datagrams_still_queued)  \
+    X(udp_send_timeout_while_the_filter_decides) \
     X(udp_multicast_on_loopback)              \
+    X(udp_multicast_ttl_and_loopback_reach_the_descriptors) \
+    X(udp_broadcast_needs_enable_broadcast)   \
     X(udp_interop_with_bsd_sockets)           \
     X(udp_addresses_given_with_the_storage_length) \
     X(udp_getters_follow_the_one_rule)        \
@@ -41,6 +46,8 @@
     X(callbacks_arrive_in_order_and_end_with_one_disconnect) \
     X(reads_and_writes_queued_before_connect) \
     X(read_limits)                            \
+    X(read_to_data_into_honours_an_explicit_maximum) \
+    X(tcp_options_reach_the_descriptor)       \
     X(write_no_copy_releases_exactly_once)    \
     X(progress_and_queued_bytes)              \
     X(write_from_a_callback_copies_what_the_kernel_did_not_take) \
@@ -70,6 +77,9 @@
     X(connection_refused)                     \
     X(unresolvable_name)                      \
     X(connect_timeout)                        \
+    X(zero_connect_timeout)                   \
+    X(host_without_an_address_of_an_enabled_family) \
+    X(connect_to_address_via_an_interface)    \
     X(port_in_use)                            \
     X(ipv6_loopback)                          \
     X(unix_domain_sockets)                    \

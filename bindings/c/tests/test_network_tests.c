@@ -68,6 +68,139 @@ void test_connect_timeout(void) {
     recorder_destroy(&recorder);
 }
 
+/* A zero timeout: connected by the time the loop next polls, or SK_ERR_CONNECT_TIMEOUT. A
+ * name is resolved off the loop, so it never makes it; a Unix-domain connect completes in
+ * connect(2) itself, also when started from a callback on the socket's own loop thread. */
+typedef struct zero_timeout_connect {
+    sk_socket_t *sock;
+    const char *path;
+} zero_timeout_connect_t;
+
+static void connect_at_once(recorder_t *recorder, sk_socket_t *trigger) {
+    (void)trigger;
+    zero_timeout_connect_t *request = recorder->context;
+    CHECK_EQ(sk_socket_connect_to_unix_path(request->sock, request->path, 0, NULL), SK_OK);
+}
+
+static sk_socket_t *socket_in_group(recorder_t *recorder, sk_loop_group_t *group) {
+    sk_socket_delegate_t delegate = recorder_delegate();
+    sk_socket_t *sock = NULL;
+    CHECK_EQ(sk_socket_create(&delegate, sizeof delegate, recorder, NULL, group, &sock, NULL), SK_OK);
+    return sock;
+}
+
+void test_zero_connect_timeout(void) {
+    recorder_t resolving;
+    recorder_init(&resolving);
+    sk_socket_t *unresolved = recorded_socket(&resolving, NULL);
+    CHECK_EQ(sk_socket_connect_to_host(unresolved, "no-such-host.invalid", 80, NULL, 0, NULL), SK_OK);
+    expect_only_disconnect(&resolving, SK_ERR_CONNECT_TIMEOUT, 0);
+    CHECK_EQ(sk_socket_release(unresolved), SK_OK);
+    recorder_destroy(&resolving);
+
+    char path[108];
+    snprintf(path, sizeof path, "/tmp/sk-c-zero-%d.sock", (int)getpid());
+    recorder_t server;
+    recorder_init(&server);
+    sk_socket_t *listener = recorded_socket(&server, NULL);
+    CHECK_EQ(sk_socket_accept_on_unix_path(listener, path, NULL), SK_OK);
+    recorder_t client;
+    recorder_init(&client);
+    sk_socket_t *sock = recorded_socket(&client, NULL);
+    CHECK_EQ(sk_socket_connect_to_unix_path(sock, path, 0, NULL), SK_OK);
+    recorder_expect(&client, EVENT_CONNECT, 1);
+    CHECK_STR(recorder_event(&client, EVENT_CONNECT, 0).text, path);
+    CHECK_EQ(recorder_count(&client, EVENT_DISCONNECT), 0);
+    CHECK_EQ(sk_socket_release(sock), SK_OK);
+
+    /* From a callback on the loop thread, whose iteration has already polled. */
+    sk_loop_group_t *group = NULL;
+    CHECK_EQ(sk_loop_group_create(1, &group, NULL), SK_OK);
+    recorder_t inner, trigger_log;
+    recorder_init(&inner);
+    recorder_init(&trigger_log);
+    zero_timeout_connect_t request = {.sock = socket_in_group(&inner, group), .path = path};
+    trigger_log.context = &request;
+    trigger_log.on_connect = connect_at_once;
+    sk_socket_t *trigger = socket_in_group(&trigger_log, group);
+    uint16_t port = 0;
+    int raw = raw_listen("127.0.0.1", &port, 4);
+    CHECK_EQ(sk_socket_connect_to_host(trigger, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
+    recorder_expect(&inner, EVENT_CONNECT, 1);
+    CHECK_STR(recorder_event(&inner, EVENT_CONNECT, 0).text, path);
+    CHECK_EQ(recorder_count(&inner, EVENT_DISCONNECT), 0);
+    CHECK_EQ(sk_socket_release(request.sock), SK_OK);
+    CHECK_EQ(sk_socket_release(trigger), SK_OK);
+    CHECK_EQ(sk_loop_group_release(group), SK_OK);
+    close(raw);
+    CHECK_EQ(sk_socket_release(listener), SK_OK);
+    recorder_destroy(&inner);
+    recorder_destroy(&trigger_log);
+    recorder_destroy(&client);
+    recorder_destroy(&server);
+}
+
+/* As upstream ("IPv4 has been disabled and DNS lookup found no IPv6 address"): reported
+ * through did_disconnect as SK_ERR_OTHER. */
+void test_host_without_an_address_of_an_enabled_family(void) {
+    uint16_t port = 0;
+    int listener = raw_listen("127.0.0.1", &port, 4);
+    recorder_t recorder;
+    recorder_init(&recorder);
+    sk_socket_t *sock = recorded_socket(&recorder, NULL);
+    CHECK_EQ(sk_socket_set_ipv4_enabled(sock, 0), SK_OK);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
+    expect_only_disconnect(&recorder, SK_ERR_OTHER, 0);
+    CHECK_EQ(recorder_event(&recorder, EVENT_DISCONNECT, 0).os_error, 0);
+    CHECK(strlen(recorder_event(&recorder, EVENT_DISCONNECT, 0).text) > 0);
+    CHECK_EQ(sk_socket_release(sock), SK_OK);
+    close(listener);
+    recorder_destroy(&recorder);
+}
+
+/* The local end bound to the interface given: 127.0.0.2 is on lo, but is not the address
+ * the kernel picks on its own for 127.0.0.1. An interface without an address of the
+ * target's family ends the attempt with SK_ERR_BAD_PARAM. */
+void test_connect_to_address_via_an_interface(void) {
+    uint16_t port = 0;
+    int listener = raw_listen("127.0.0.1", &port, 4);
+    recorder_t recorder;
+    recorder_init(&recorder);
+    sk_socket_t *sock = recorded_socket(&recorder, NULL);
+    struct sockaddr_in target = {.sin_family = AF_INET, .sin_port = htons(port)};
+    inet_pton(AF_INET, "127.0.0.1", &target.sin_addr);
+    CHECK_EQ(sk_socket_connect_to_address(sock, (struct sockaddr *)&target, sizeof target, "127.0.0.2", 5, NULL), SK_OK);
+    int server = raw_accept(listener);
+    recorder_expect(&recorder, EVENT_CONNECT, 1);
+    struct sockaddr_in peer;
+    socklen_t peer_length = sizeof peer;
+    CHECK_EQ(getpeername(server, (struct sockaddr *)&peer, &peer_length), 0);
+    CHECK_EQ(ntohl(peer.sin_addr.s_addr), 0x7f000002);
+    uint16_t local_port = 0;
+    CHECK_EQ(sk_socket_get_local_port(sock, &local_port), SK_OK);
+    CHECK_EQ(ntohs(peer.sin_port), local_port);
+    char host[64];
+    CHECK(sk_socket_get_local_host(sock, host, sizeof host) > 0);
+    CHECK_STR(host, "127.0.0.2");
+    CHECK_EQ(sk_socket_release(sock), SK_OK);
+    close(server);
+
+    recorder_t mismatched;
+    recorder_init(&mismatched);
+    sk_socket_t *other = recorded_socket(&mismatched, NULL);
+    struct sockaddr_in6 target6 = {.sin6_family = AF_INET6, .sin6_port = htons(port)};
+    inet_pton(AF_INET6, "::1", &target6.sin6_addr);
+    CHECK_EQ(sk_socket_connect_to_address(other, (struct sockaddr *)&target6, sizeof target6, "127.0.0.2", 5, NULL),
+             SK_OK);
+    expect_only_disconnect(&mismatched, SK_ERR_BAD_PARAM, 0);
+    CHECK_EQ(sk_socket_connect_to_address(other, (struct sockaddr *)&target, sizeof target, "no-such-if0", 5, NULL),
+             SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_socket_release(other), SK_OK);
+    close(listener);
+    recorder_destroy(&mismatched);
+    recorder_destroy(&recorder);
+}
+
 void test_port_in_use(void) {
     recorder_t recorder;
     recorder_init(&recorder);
@@ -186,6 +319,20 @@ void test_unix_domain_sockets(void) {
     CHECK_EQ(sk_socket_read_to_length(sock, 16, 5, 2, NULL), SK_OK);
     recorder_expect(&client, EVENT_READ, 1);
     CHECK_STR(recorder_event(&client, EVENT_READ, 0).text, "ThisTestRocks!!!");
+    /* Upstream's socketFD is -1 for Unix-domain sockets; here unix_domain and primary hold
+     * it, for the listener and both ends. */
+    sk_socket_t *ends[3] = {listener, sock, recorder_accepted(&server, 0)};
+    for (int i = 0; i < 3; i++) {
+        sk_socket_descriptors_t found = socket_descriptors(ends[i], NULL);
+        CHECK(found.unix_domain >= 0);
+        CHECK_EQ(found.primary, found.unix_domain);
+        CHECK_EQ(found.ipv4, -1);
+        CHECK_EQ(found.ipv6, -1);
+        struct sockaddr_storage local;
+        socklen_t local_length = sizeof local;
+        CHECK_EQ(getsockname(found.unix_domain, (struct sockaddr *)&local, &local_length), 0);
+        CHECK_EQ(local.ss_family, AF_UNIX);
+    }
 
     CHECK_EQ(sk_socket_release(sock), SK_OK);
     CHECK_EQ(sk_socket_disconnect(listener), SK_OK);

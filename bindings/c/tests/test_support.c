@@ -378,6 +378,46 @@ sk_socket_t *recorded_socket(recorder_t *recorder, sk_callback_queue_t *queue) {
     return sock;
 }
 
+typedef struct descriptors_probe {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int done;
+    sk_socket_descriptors_t seen;
+    pthread_t thread;
+} descriptors_probe_t;
+
+static void record_descriptors(const sk_socket_descriptors_t *descriptors, void *context) {
+    descriptors_probe_t *probe = context;
+    pthread_mutex_lock(&probe->lock);
+    probe->seen = *descriptors;
+    probe->thread = pthread_self();
+    probe->done = 1;
+    pthread_cond_broadcast(&probe->changed);
+    pthread_mutex_unlock(&probe->lock);
+}
+
+/* Waits for the probe that `status` (the perform call's result) started. */
+static sk_socket_descriptors_t wait_for_descriptors(descriptors_probe_t *probe, int status, pthread_t *out_thread) {
+    CHECK_EQ(status, SK_OK);
+    pthread_mutex_lock(&probe->lock);
+    while (!probe->done) pthread_cond_wait(&probe->changed, &probe->lock);
+    pthread_mutex_unlock(&probe->lock);
+    pthread_mutex_destroy(&probe->lock);
+    pthread_cond_destroy(&probe->changed);
+    if (out_thread) *out_thread = probe->thread;
+    return probe->seen;
+}
+
+sk_socket_descriptors_t socket_descriptors(sk_socket_t *sock, pthread_t *out_thread) {
+    descriptors_probe_t probe = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, {-1, -1, -1, -1}, pthread_self()};
+    return wait_for_descriptors(&probe, sk_socket_perform(sock, record_descriptors, &probe), out_thread);
+}
+
+sk_socket_descriptors_t udp_socket_descriptors(sk_udp_socket_t *sock) {
+    descriptors_probe_t probe = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, {-1, -1, -1, -1}, pthread_self()};
+    return wait_for_descriptors(&probe, sk_udp_socket_perform(sock, record_descriptors, &probe), NULL);
+}
+
 sk_socket_t *recorded_listener(recorder_t *recorder, uint16_t *port) {
     sk_socket_t *listener = recorded_socket(recorder, NULL);
     sk_error_t error;

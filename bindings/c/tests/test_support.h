@@ -218,6 +218,11 @@ sk_socket_t *recorded_listener(recorder_t *recorder, uint16_t *port);
 sk_socket_t *connected_recorded_socket(recorder_t *recorder, sk_callback_queue_t *queue,
                                        int *listener, int *peer);
 
+/* A socket's descriptors as sk_socket_perform / sk_udp_socket_perform show them on its
+ * loop (waits for it); *out_thread (may be NULL) is the thread the function ran on. */
+sk_socket_descriptors_t socket_descriptors(sk_socket_t *sock, pthread_t *out_thread);
+sk_socket_descriptors_t udp_socket_descriptors(sk_udp_socket_t *sock);
+
 /* Plain blocking sockets (every wait bounded). */
 int raw_listen(const char *address, uint16_t *port, int backlog);
 int raw_connect(const char *address, uint16_t port);

@@ -433,6 +433,29 @@ void test_udp_a_failed_datagram_fails_alone(void) {
     udp_recorder_destroy(&log);
 }
 
+/* A destination of a family the socket cannot use: SK_ERR_OTHER for that datagram or
+ * connect alone. */
+void test_udp_no_usable_family_is_other_error(void) {
+    udp_recorder_t log;
+    udp_recorder_init(&log);
+    sk_udp_socket_t *sock = udp_socket(&log, NULL);
+    CHECK_EQ(sk_udp_socket_set_ipv6_enabled(sock, 0), SK_OK);
+    struct sockaddr_in6 target = {.sin6_family = AF_INET6, .sin6_port = htons(9)};
+    inet_pton(AF_INET6, "::1", &target.sin6_addr);
+    CHECK_EQ(sk_udp_socket_send_to_address(sock, "x", 1, (struct sockaddr *)&target, sizeof target, -1, 7, NULL), SK_OK);
+    udp_expect(&log, UDP_NOT_SEND, 1);
+    CHECK_EQ(udp_event(&log, UDP_NOT_SEND, 0).tag, 7);
+    CHECK_EQ(udp_event(&log, UDP_NOT_SEND, 0).code, SK_ERR_OTHER);
+    CHECK_EQ(udp_event(&log, UDP_NOT_SEND, 0).os_error, 0);
+    CHECK_EQ(sk_udp_socket_connect_to_address(sock, (struct sockaddr *)&target, sizeof target, NULL), SK_OK);
+    udp_expect(&log, UDP_NOT_CONNECT, 1);
+    CHECK_EQ(udp_event(&log, UDP_NOT_CONNECT, 0).code, SK_ERR_OTHER);
+    CHECK_EQ(sk_udp_socket_is_connected(sock), 0);
+    CHECK_EQ(udp_count(&log, UDP_SEND) + udp_count(&log, UDP_CLOSE), 0);
+    CHECK_EQ(sk_udp_socket_release(sock), SK_OK);
+    udp_recorder_destroy(&log);
+}
+
 static int keep_even(sk_udp_socket_t *sock, const void *data, size_t length, const struct sockaddr *address,
                      socklen_t address_length, void **out_context, void *filter_userdata) {
     (void)sock;
@@ -668,6 +691,236 @@ void test_udp_multicast_on_loopback(void) {
     CHECK_EQ(sk_udp_socket_release(receiver), SK_OK);
     udp_recorder_destroy(&log);
     udp_recorder_destroy(&sender_log);
+}
+
+static int send_everything(sk_udp_socket_t *sock, const void *data, size_t length, const struct sockaddr *address,
+                           socklen_t address_length, long tag, void *filter_userdata) {
+    (void)sock;
+    (void)data;
+    (void)length;
+    (void)address;
+    (void)address_length;
+    (void)tag;
+    (void)filter_userdata;
+    return 1;
+}
+
+/* A client whose send filter runs on a host queue: each datagram waits at the head of the
+ * send queue until the test drains its verdict, and what was sent behind it stays queued. */
+static sk_udp_socket_t *client_with_a_held_send_queue(udp_recorder_t *log, sk_callback_queue_t **filter_queue) {
+    sk_udp_socket_t *client = udp_socket(log, NULL);
+    CHECK_EQ(sk_callback_queue_create_host(filter_queue, NULL), SK_OK);
+    CHECK_EQ(sk_udp_socket_set_send_filter(client, send_everything, NULL, *filter_queue, 1, NULL), SK_OK);
+    return client;
+}
+
+static int wait_for_filter_call(sk_callback_queue_t *filter_queue) {
+    struct pollfd descriptor = {.fd = sk_callback_queue_fd(filter_queue), .events = POLLIN};
+    return poll(&descriptor, 1, (int)(WAIT_SECONDS * 1000)) == 1;
+}
+
+static size_t udp_event_count(udp_recorder_t *recorder) {
+    pthread_mutex_lock(&recorder->lock);
+    size_t count = recorder->count;
+    pthread_mutex_unlock(&recorder->lock);
+    return count;
+}
+
+/* close drops the queued datagrams without did_send or did_not_send; close_after_sending
+ * sends every one first, and those queued after it too, then closes. */
+void test_udp_close_with_datagrams_still_queued(void) {
+    udp_recorder_t server_log, log, again;
+    udp_recorder_init(&server_log);
+    udp_recorder_init(&log);
+    udp_recorder_init(&again);
+    uint16_t port = 0;
+    sk_udp_socket_t *server = udp_server(&server_log, &port);
+    struct sockaddr_in target = loopback4(port);
+    sk_callback_queue_t *filter_queue = NULL;
+    sk_udp_socket_t *client = client_with_a_held_send_queue(&log, &filter_queue);
+    for (long tag = 0; tag < 5; tag++) {
+        unsigned char byte = (unsigned char)tag;
+        CHECK_EQ(sk_udp_socket_send_to_address(client, &byte, 1, (struct sockaddr *)&target, sizeof target, -1, tag,
+                                               NULL), SK_OK);
+    }
+    CHECK(wait_for_filter_call(filter_queue)); /* datagram 0 waits for its verdict, 1...4 behind it */
+    CHECK_EQ(sk_udp_socket_close(client), SK_OK);
+    CHECK_EQ(sk_udp_socket_is_closed(client), 1);
+    udp_expect(&log, UDP_CLOSE, 1);
+    CHECK_EQ(udp_event_count(&log), 1);
+    CHECK_EQ(udp_event(&log, UDP_CLOSE, 0).code, 0);
+    /* The filter now says "send" for a datagram of the closed session: nothing goes out. */
+    CHECK_EQ(sk_callback_queue_drain(filter_queue, 0), 1);
+    CHECK_EQ(sk_udp_socket_set_send_filter(client, NULL, NULL, NULL, 0, NULL), SK_OK); /* after that verdict */
+    sk_udp_socket_delegate_t delegate = udp_delegate();
+    CHECK_EQ(sk_udp_socket_set_delegate(client, &delegate, sizeof delegate, &again), SK_OK);
+    CHECK_EQ(sk_udp_socket_send_to_address(client, "M", 1, (struct sockaddr *)&target, sizeof target, -1, 99, NULL),
+             SK_OK);
+    udp_expect(&server_log, UDP_RECEIVE, 1);
+    CHECK_EQ(udp_event(&server_log, UDP_RECEIVE, 0).data[0], 'M'); /* the first the peer ever saw */
+    udp_expect(&again, UDP_SEND, 1);
+    CHECK_EQ(udp_event(&again, UDP_SEND, 0).tag, 99);
+    CHECK_EQ(udp_event_count(&again), 1);
+    CHECK_EQ(udp_event_count(&log), 1);
+    CHECK_EQ(sk_udp_socket_release(client), SK_OK);
+    CHECK_EQ(sk_callback_queue_release(filter_queue), SK_OK);
+
+    udp_recorder_t later;
+    udp_recorder_init(&later);
+    client = client_with_a_held_send_queue(&later, &filter_queue);
+    for (long tag = 0; tag < 5; tag++) {
+        unsigned char byte = (unsigned char)(10 + tag);
+        CHECK_EQ(sk_udp_socket_send_to_address(client, &byte, 1, (struct sockaddr *)&target, sizeof target, -1, tag,
+                                               NULL), SK_OK);
+    }
+    CHECK(wait_for_filter_call(filter_queue));
+    CHECK_EQ(sk_udp_socket_close_after_sending(client), SK_OK);
+    unsigned char last = 15;
+    CHECK_EQ(sk_udp_socket_send_to_address(client, &last, 1, (struct sockaddr *)&target, sizeof target, -1, 5, NULL),
+             SK_OK); /* still accepted, and sent before the close */
+    CHECK_EQ(sk_udp_socket_is_closed(client), 0);
+    CHECK_EQ(udp_event_count(&later), 0);
+    int verdicts = 0;
+    while (verdicts < 6 && wait_for_filter_call(filter_queue)) verdicts += sk_callback_queue_drain(filter_queue, 0);
+    CHECK_EQ(verdicts, 6);
+    udp_expect(&later, UDP_CLOSE, 1);
+    CHECK_EQ(udp_event_count(&later), 7);
+    for (long tag = 0; tag < 6; tag++) CHECK_EQ(udp_event(&later, UDP_SEND, (size_t)tag).tag, tag);
+    CHECK_EQ(udp_event(&later, UDP_CLOSE, 0).code, 0); /* last: after_close is checked below */
+    udp_expect(&server_log, UDP_RECEIVE, 7);
+    for (size_t index = 1; index < 7; index++) {
+        CHECK_EQ(udp_event(&server_log, UDP_RECEIVE, index).data[0], 10 + index - 1);
+    }
+    CHECK_EQ(sk_udp_socket_is_closed(client), 1);
+    CHECK_EQ(log.overlaps + log.after_close + later.overlaps + later.after_close, 0);
+    CHECK_EQ(sk_udp_socket_release(client), SK_OK);
+    CHECK_EQ(sk_callback_queue_release(filter_queue), SK_OK);
+    CHECK_EQ(sk_udp_socket_release(server), SK_OK);
+    udp_recorder_destroy(&server_log);
+    udp_recorder_destroy(&log);
+    udp_recorder_destroy(&again);
+    udp_recorder_destroy(&later);
+}
+
+/* The timeout counts from the head of the queue: a datagram whose filter verdict does not
+ * come in time fails alone with SK_ERR_SEND_TIMEOUT, and the next one is sent. */
+void test_udp_send_timeout_while_the_filter_decides(void) {
+    udp_recorder_t server_log, log;
+    udp_recorder_init(&server_log);
+    udp_recorder_init(&log);
+    uint16_t port = 0;
+    sk_udp_socket_t *server = udp_server(&server_log, &port);
+    struct sockaddr_in target = loopback4(port);
+    sk_callback_queue_t *filter_queue = NULL;
+    sk_udp_socket_t *client = client_with_a_held_send_queue(&log, &filter_queue);
+    CHECK_EQ(sk_udp_socket_send_to_address(client, "L", 1, (struct sockaddr *)&target, sizeof target, 0.05, 1, NULL),
+             SK_OK);
+    CHECK_EQ(sk_udp_socket_send_to_address(client, "N", 1, (struct sockaddr *)&target, sizeof target, WAIT_SECONDS,
+                                           2, NULL), SK_OK);
+    udp_expect(&log, UDP_NOT_SEND, 1);
+    CHECK_EQ(udp_event(&log, UDP_NOT_SEND, 0).tag, 1);
+    CHECK_EQ(udp_event(&log, UDP_NOT_SEND, 0).code, SK_ERR_SEND_TIMEOUT);
+    CHECK_EQ(udp_event(&log, UDP_NOT_SEND, 0).os_error, 0);
+    /* The late verdict for 1 (ignored), then the one for 2. */
+    int verdicts = 0;
+    while (verdicts < 2 && wait_for_filter_call(filter_queue)) verdicts += sk_callback_queue_drain(filter_queue, 0);
+    CHECK_EQ(verdicts, 2);
+    udp_expect(&log, UDP_SEND, 1);
+    CHECK_EQ(udp_event(&log, UDP_SEND, 0).tag, 2);
+    udp_expect(&server_log, UDP_RECEIVE, 1);
+    CHECK_EQ(udp_event(&server_log, UDP_RECEIVE, 0).data[0], 'N');
+    CHECK_EQ(udp_event_count(&log), 2);
+    CHECK_EQ(sk_udp_socket_release(client), SK_OK);
+    CHECK_EQ(sk_callback_queue_release(filter_queue), SK_OK);
+    CHECK_EQ(sk_udp_socket_release(server), SK_OK);
+    udp_recorder_destroy(&server_log);
+    udp_recorder_destroy(&log);
+}
+
+static int option_of(int fd, int level, int name) {
+    int value = -1;
+    socklen_t length = sizeof value;
+    if (fd < 0 || getsockopt(fd, level, name, &value, &length) != 0) return -1;
+    return value;
+}
+
+/* Both descriptors' multicast TTL / hop limit and loopback are `ttl` and `loop`. */
+static void check_multicast_options(sk_udp_socket_t *sock, int ttl, int loop) {
+    sk_socket_descriptors_t found = udp_socket_descriptors(sock);
+    CHECK_EQ(option_of(found.ipv4, IPPROTO_IP, IP_MULTICAST_TTL), ttl);
+    CHECK_EQ(option_of(found.ipv4, IPPROTO_IP, IP_MULTICAST_LOOP), loop);
+    CHECK_EQ(option_of(found.ipv6, IPPROTO_IPV6, IPV6_MULTICAST_HOPS), ttl);
+    CHECK_EQ(option_of(found.ipv6, IPPROTO_IPV6, IPV6_MULTICAST_LOOP), loop);
+}
+
+/* The kernel's defaults are TTL/hop limit 1 and loopback on: the values set here differ,
+ * and are read back from both descriptors, set before they exist and after. */
+void test_udp_multicast_ttl_and_loopback_reach_the_descriptors(void) {
+    udp_recorder_t log;
+    udp_recorder_init(&log);
+    sk_error_t error;
+    sk_udp_socket_t *early = udp_socket(&log, NULL);
+    CHECK_EQ(sk_udp_socket_set_multicast_ttl(early, 7, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_set_multicast_loopback(early, 0, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_bind_to_port(early, NULL, 0, &error), SK_OK);
+    check_multicast_options(early, 7, 0);
+
+    sk_udp_socket_t *late = udp_socket(&log, NULL);
+    CHECK_EQ(sk_udp_socket_bind_to_port(late, NULL, 0, &error), SK_OK);
+    check_multicast_options(late, 1, 1);
+    CHECK_EQ(sk_udp_socket_set_multicast_ttl(late, 200, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_set_multicast_loopback(late, 0, &error), SK_OK);
+    check_multicast_options(late, 200, 0);
+    CHECK_EQ(sk_udp_socket_set_multicast_ttl(late, 0, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_set_multicast_loopback(late, 1, &error), SK_OK);
+    check_multicast_options(late, 0, 1);
+    CHECK_EQ(sk_udp_socket_set_multicast_ttl(late, 256, &error), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_udp_socket_set_multicast_ttl(late, -1, &error), SK_ERR_BAD_PARAM);
+    check_multicast_options(late, 0, 1);
+    CHECK_EQ(sk_udp_socket_release(early), SK_OK);
+    CHECK_EQ(sk_udp_socket_release(late), SK_OK);
+    udp_recorder_destroy(&log);
+}
+
+/* SO_BROADCAST, on lo's own broadcast address (nothing leaves the machine): refused with
+ * EACCES without it, delivered to a socket bound to the any address with it. */
+void test_udp_broadcast_needs_enable_broadcast(void) {
+    udp_recorder_t log;
+    udp_recorder_init(&log);
+    int receiver = socket(AF_INET, SOCK_DGRAM, 0);
+    struct sockaddr_in any = {.sin_family = AF_INET};
+    CHECK_EQ(bind(receiver, (struct sockaddr *)&any, sizeof any), 0);
+    socklen_t any_length = sizeof any;
+    CHECK_EQ(getsockname(receiver, (struct sockaddr *)&any, &any_length), 0);
+    struct timeval limit = {.tv_sec = 10};
+    setsockopt(receiver, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    struct sockaddr_in everyone = {.sin_family = AF_INET, .sin_port = any.sin_port};
+    inet_pton(AF_INET, "127.255.255.255", &everyone.sin_addr);
+    sk_udp_socket_t *sock = udp_socket(&log, NULL);
+    CHECK_EQ(sk_udp_socket_set_ipv6_enabled(sock, 0), SK_OK);
+    sk_error_t error;
+    CHECK_EQ(sk_udp_socket_send_to_address(sock, "a", 1, (struct sockaddr *)&everyone, sizeof everyone, -1, 1, &error),
+             SK_OK);
+    udp_expect(&log, UDP_NOT_SEND, 1);
+    CHECK_EQ(udp_event(&log, UDP_NOT_SEND, 0).code, SK_ERR_SYSTEM);
+    CHECK_EQ(udp_event(&log, UDP_NOT_SEND, 0).os_error, EACCES);
+    CHECK_EQ(sk_udp_socket_enable_broadcast(sock, 1, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_send_to_address(sock, "b", 1, (struct sockaddr *)&everyone, sizeof everyone, -1, 2, &error),
+             SK_OK);
+    char got[4];
+    CHECK_EQ(recv(receiver, got, sizeof got, 0), 1);
+    CHECK_EQ(got[0], 'b');
+    udp_expect(&log, UDP_SEND, 1);
+    CHECK_EQ(udp_event(&log, UDP_SEND, 0).tag, 2);
+    CHECK_EQ(sk_udp_socket_enable_broadcast(sock, 0, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_send_to_address(sock, "c", 1, (struct sockaddr *)&everyone, sizeof everyone, -1, 3, &error),
+             SK_OK);
+    udp_expect(&log, UDP_NOT_SEND, 2);
+    CHECK_EQ(udp_event(&log, UDP_NOT_SEND, 1).os_error, EACCES);
+    CHECK_EQ(sk_udp_socket_is_closed(sock), 0);
+    CHECK_EQ(sk_udp_socket_release(sock), SK_OK);
+    close(receiver);
+    udp_recorder_destroy(&log);
 }
 
 void test_udp_interop_with_bsd_sockets(void) {

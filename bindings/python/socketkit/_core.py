@@ -1121,8 +1121,12 @@ class Socket(_SocketBase):
 
     def connect_to_host(self, host: str, port: int, interface: Optional[str] = None, timeout: float = -1) -> None:
         """Connects to a host name or address (every resolved address is raced, Happy
-        Eyeballs). Reads and writes may be queued at once. The outcome arrives as
-        ``socket_did_connect`` or ``socket_did_disconnect``."""
+        Eyeballs). `timeout` covers resolution and connecting (negative: none); with 0 the
+        connect succeeds only if it completes at once (by the loop's next poll), so a name
+        that needs the resolver always ends with ConnectTimeoutError. Reads and writes may
+        be queued at once. The outcome arrives as ``socket_did_connect`` or
+        ``socket_did_disconnect`` (OtherError when no resolved address is of an enabled
+        family)."""
         error = _ffi.CError()
         _raise_for(lib.sk_socket_connect_to_host(self.handle, host.encode(), _port(port),
                                                  interface.encode() if interface else None, float(timeout),

@@ -1,5 +1,6 @@
 """Shared helpers: a delegate that records every callback (and lets a test wait for what it
 expects, with a deadline, no sleeps), and peers made with Python's own socket module."""
+import os
 import select
 import socket
 import threading
@@ -185,6 +186,26 @@ def raw_peer():
     yield make
     for peer in peers:
         peer.close()
+
+
+def descriptor_options(sock: Any, *options: Tuple[str, int, int]) -> List[int]:
+    """Integer options of a Socket's or UdpSocket's descriptors, read with getsockopt on its
+    loop thread (perform): each option is (a Descriptors attribute, level, name)."""
+    done = threading.Event()
+    found: List[int] = []
+
+    def read(descriptors: socketkit.Descriptors) -> None:
+        try:
+            assert threading.current_thread() is not threading.main_thread()
+            for attribute, level, name in options:
+                with socket.socket(fileno=os.dup(getattr(descriptors, attribute))) as probe:
+                    found.append(probe.getsockopt(level, name))
+        finally:
+            done.set()
+
+    sock.perform(read)
+    assert done.wait(WAIT)
+    return found
 
 
 def pattern(count: int, seed: int = 0) -> bytes:

@@ -4,6 +4,7 @@ and descriptor exhaustion."""
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 
@@ -32,6 +33,43 @@ def test_connect_timeout_when_the_peer_never_answers(recorder):
     for filler in fillers:
         filler.close()
     blackhole.close()
+
+
+def test_a_zero_connect_timeout_fails_unless_the_connect_completes_at_once():
+    """timeout=0: connected by the time the loop next polls, or ConnectTimeoutError."""
+    # A name is resolved off the loop: the timeout comes first, never the resolver's answer.
+    resolving = Recorder()
+    unresolved = socketkit.Socket(resolving)
+    unresolved.connect_to_host("no-such-host.invalid", 80, timeout=0)
+    error = resolving.disconnect_error()
+    assert type(error) is socketkit.ConnectTimeoutError and resolving.events == [("disconnect", error)]
+    unresolved.close()
+    # A Unix-domain connect completes in connect(2) itself; also when started from a
+    # callback on the loop thread, whose iteration has already polled.
+    path = tempfile.mktemp(prefix="sk-py-zero-", suffix=".sock", dir="/tmp")
+    listener = socketkit.Socket(Recorder())
+    listener.accept_on_unix_path(path)
+    client_log = Recorder()
+    client = socketkit.Socket(client_log)
+    client.connect_to_unix_path(path, timeout=0)
+    assert client_log.expect("connect")[0] == ("connect", path, 0)
+    assert client_log.count("disconnect") == 0
+    client.close()
+    with socketkit.LoopGroup(1) as group:
+        inner_log, trigger_log = Recorder(), Recorder()
+        inner = socketkit.Socket(inner_log, queue=None, loop_group=group)
+        trigger = socketkit.Socket(trigger_log, queue=None, loop_group=group)
+        trigger_log.socket_did_connect = lambda sock, host, port: inner.connect_to_unix_path(path, timeout=0)
+        raw = socket.socket()
+        raw.bind(("127.0.0.1", 0))
+        raw.listen(1)
+        trigger.connect_to_host("127.0.0.1", raw.getsockname()[1], timeout=5)
+        assert inner_log.expect("connect")[0] == ("connect", path, 0)
+        assert inner_log.count("disconnect") == 0
+        inner.close()
+        trigger.close()
+        raw.close()
+    listener.close()
 
 
 def test_write_timeout_against_a_peer_that_never_reads(raw_peer):

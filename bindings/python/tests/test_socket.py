@@ -11,7 +11,7 @@ import threading
 import pytest
 
 import socketkit
-from conftest import WAIT, Recorder, pattern, pump
+from conftest import WAIT, Recorder, descriptor_options, pattern, pump
 
 
 def test_connect_write_read_with_a_stdlib_peer(raw_peer):
@@ -52,6 +52,21 @@ def test_every_read_variant_and_caller_buffers(raw_peer):
     assert [read[1:] for read in reads] == [(b"abcd", 1), (b"hey!", 2), (b"XYZ", 3), (b"12", 4), (b"line\n", 5)]
     assert buffer[2:6] == b"abcd" and buffer[10:14] == b"hey!" and buffer[20:23] == b"XYZ"
     assert buffer[:2] == b"\xee\xee" and buffer[6:10] == b"\xee" * 4 and buffer[23] == 0xEE
+
+
+def test_read_to_data_into_honours_an_explicit_maximum_below_the_room(raw_peer):
+    pair = raw_peer()
+    buffer = bytearray(b"\xee" * 32)
+    pair.socket.read_to_data_into(socketkit.LF, buffer, offset=2, max_length=5, tag=1)
+    pair.peer.sendall(b"abc\n")
+    assert [read[1:] for read in pair.recorder.expect("read")] == [(b"abc\n", 1)]
+    assert buffer[2:6] == b"abc\n"
+    # Five bytes without the separator end the read there, although 22 more would fit.
+    pair.socket.read_to_data_into(socketkit.LF, buffer, offset=10, max_length=5, tag=2)
+    pair.peer.sendall(b"0123456789\n")
+    assert type(pair.recorder.disconnect_error()) is socketkit.ReadMaxedOutError
+    assert pair.recorder.count("read") == 1
+    assert buffer[10:15] == b"01234" and buffer[15] == 0xEE, "nothing is written past the maximum"
 
 
 def test_reads_into_a_buffer_deliver_a_view_of_it(raw_peer):
@@ -253,6 +268,25 @@ def test_half_close_keeps_writing_open(raw_peer):
     assert pair.receive_exactly(10) == b"still here"
 
 
+def test_options_reach_the_descriptor(raw_peer):
+    """Set before connecting: applied on connect; changed while connected: at once (read
+    back from the descriptor on the loop thread, not from the getters)."""
+    def configure(sock: socketkit.Socket) -> None:
+        sock.no_delay = True
+        sock.keep_alive = socketkit.KeepAlive(idle=30, interval=5, count=3)
+    pair = raw_peer(configure=configure)
+    tcp = socket.IPPROTO_TCP
+    no_delay = ("primary", tcp, socket.TCP_NODELAY)
+    keep_alive = [("primary", socket.SOL_SOCKET, socket.SO_KEEPALIVE), ("primary", tcp, socket.TCP_KEEPIDLE),
+                  ("primary", tcp, socket.TCP_KEEPINTVL), ("primary", tcp, socket.TCP_KEEPCNT)]
+    assert descriptor_options(pair.socket, no_delay, *keep_alive) == [1, 1, 30, 5, 3]
+    pair.socket.no_delay = False
+    pair.socket.keep_alive = socketkit.KeepAlive(idle=77, interval=7, count=2)
+    assert descriptor_options(pair.socket, no_delay, *keep_alive) == [0, 1, 77, 7, 2]
+    pair.socket.keep_alive = None
+    assert descriptor_options(pair.socket, keep_alive[0]) == [0]
+
+
 def test_configuration_round_trips(recorder):
     sock = socketkit.Socket(recorder)
     assert sock.ipv4_enabled and sock.ipv6_enabled and sock.ipv4_preferred_over_ipv6
@@ -282,23 +316,6 @@ def test_configuration_round_trips(recorder):
     with pytest.raises(socketkit.BadConfigError):
         sock.connect_to_host("localhost", 1)
     sock.close()
-
-
-def test_options_reach_the_descriptor(raw_peer):
-    seen = []
-    done = threading.Event()
-
-    def check(descriptors):
-        probe = socket.socket(fileno=os.dup(descriptors.primary))
-        seen.append(probe.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
-        seen.append(threading.current_thread() is not threading.main_thread())
-        probe.close()
-        done.set()
-
-    pair = raw_peer(configure=lambda sock: setattr(sock, "no_delay", True))
-    pair.socket.perform(check)
-    assert done.wait(WAIT)
-    assert seen == [1, True]
 
 
 def test_listener_accepts_and_accepted_sockets_inherit_the_delegate(recorder):
@@ -350,6 +367,47 @@ def test_ipv6_and_raw_addresses(recorder):
     listener.close()
 
 
+def test_a_host_with_no_address_of_an_enabled_family_is_other_error(recorder):
+    """As upstream ("IPv4 has been disabled and DNS lookup found no IPv6 address")."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    sock = socketkit.Socket(recorder)
+    sock.ipv4_enabled = False
+    sock.connect_to_host("127.0.0.1", listener.getsockname()[1], timeout=5)
+    error = recorder.disconnect_error()
+    assert type(error) is socketkit.OtherError and error.code == socketkit.errors.OTHER
+    assert error.errno == 0 and error.message
+    assert recorder.events == [("disconnect", error)] and sock.is_disconnected
+    sock.close()
+    listener.close()
+
+
+def test_connect_to_an_address_via_an_interface(recorder):
+    """127.0.0.2 is on lo, but is not the address the kernel picks on its own."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(WAIT)
+    sock = socketkit.Socket(recorder)
+    sock.connect_to_address(listener.getsockname(), interface="127.0.0.2", timeout=5)
+    server, peer_address = listener.accept()
+    recorder.expect("connect")
+    assert peer_address == ("127.0.0.2", sock.local_port)
+    assert sock.local_host == "127.0.0.2"
+    sock.close()
+    server.close()
+    # An interface without an address of the target's family ends the attempt.
+    mismatched_log = Recorder()
+    mismatched = socketkit.Socket(mismatched_log)
+    mismatched.connect_to_address(("::1", listener.getsockname()[1]), interface="127.0.0.2", timeout=5)
+    assert type(mismatched_log.disconnect_error()) is socketkit.BadParamError
+    with pytest.raises(socketkit.BadParamError):
+        mismatched.connect_to_address(listener.getsockname(), interface="no-such-if0")
+    mismatched.close()
+    listener.close()
+
+
 def test_unix_domain_sockets(recorder):
     path = tempfile.mktemp(prefix="sk-py-", suffix=".sock", dir="/tmp")
     server = Recorder()
@@ -365,6 +423,16 @@ def test_unix_domain_sockets(recorder):
     sock.write(b"hello")
     sock.read_to_length(5)
     assert recorder.expect_bytes(5) == b"hello"
+    # Upstream's socketFD is -1 for Unix-domain sockets; here `unix` and `primary` hold it.
+    for each in (listener, sock, server.accepted[0]):
+        seen = []
+        done = threading.Event()
+        each.perform(lambda descriptors: (seen.append(descriptors), done.set()))
+        assert done.wait(WAIT)
+        found = seen[0]
+        assert found.unix >= 0 and found.primary == found.unix and found.ipv4 == found.ipv6 == -1, found
+        with socket.socket(fileno=os.dup(found.unix)) as probe:
+            assert probe.family == socket.AF_UNIX
     sock.close()
     listener.disconnect()
     server.expect("disconnect")
@@ -382,9 +450,15 @@ def test_adopting_a_connected_descriptor(recorder):
     sock.write(b"abc")
     right.settimeout(WAIT)
     assert right.recv(3) == b"abc"
+    unconnected = socket.socket()
     with pytest.raises(socketkit.SystemCallError) as raised:
-        socketkit.Socket.from_fd(socket.socket().fileno(), Recorder())
-    assert raised.value.errno in (errno.ENOTCONN, errno.EBADF)
+        socketkit.Socket.from_fd(unconnected.fileno(), Recorder())
+    assert raised.value.errno == errno.ENOTCONN
+    assert unconnected.getsockopt(socket.SOL_SOCKET, socket.SO_TYPE) == socket.SOCK_STREAM, "the caller keeps it"
+    unconnected.close()
+    with pytest.raises(socketkit.SystemCallError) as raised:
+        socketkit.Socket.from_fd(1000000, Recorder())  # no such descriptor
+    assert raised.value.errno == errno.EBADF
     sock.close()
     right.close()
 

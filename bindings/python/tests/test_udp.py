@@ -7,6 +7,7 @@ import asyncio
 import errno
 import gc
 import os
+import select
 import socket
 import sys
 import threading
@@ -17,7 +18,7 @@ import pytest
 
 import socketkit
 from socketkit import aio
-from conftest import WAIT, pattern, pump
+from conftest import WAIT, descriptor_options, pattern, pump
 
 
 class UdpRecorder:
@@ -264,6 +265,20 @@ def test_unresolvable_host_and_missing_destination_fail_the_datagram(udp):
         sock.send_to_host(b"x", "127.0.0.1", 70000)
 
 
+def test_a_destination_of_an_unusable_family_is_other_error(udp):
+    log = UdpRecorder()
+    sock = udp(log)
+    sock.ipv6_enabled = False
+    sock.send_to_address(b"x", ("::1", 9), tag=7)
+    failed = log.expect("not_send")[0]
+    assert failed[1] == 7 and type(failed[2]) is socketkit.OtherError
+    assert failed[2].code == socketkit.errors.OTHER and failed[2].errno == 0 and failed[2].message
+    sock.connect_to_address(("::1", 9))
+    refused = log.expect("not_connect")[0][1]
+    assert type(refused) is socketkit.OtherError and refused.code == socketkit.errors.OTHER
+    assert not sock.is_connected and not log.of("send") and not log.of("close")
+
+
 def test_connect_failure_and_send_timeout_errors_are_typed(udp):
     log = UdpRecorder()
     sock = udp(log)
@@ -272,6 +287,26 @@ def test_connect_failure_and_send_timeout_errors_are_typed(udp):
     assert not sock.is_connected
     assert issubclass(socketkit.SendTimeoutError, socketkit.TimeoutError)
     assert isinstance(socketkit.errors.error_from_code(-13), socketkit.TruncatedError)
+
+
+def test_a_send_waiting_for_its_filter_times_out_and_the_queue_goes_on(udp):
+    """The timeout counts from the head of the queue: a datagram whose filter verdict does
+    not come in time fails alone with SendTimeoutError, and the next one is sent."""
+    raw = raw_socket()
+    log = UdpRecorder()
+    client, filter_queue, calls = held_send_queue_client(udp, log)
+    client.send_to_address(b"late", raw.getsockname(), timeout=0.05, tag=1)
+    client.send_to_address(b"next", raw.getsockname(), timeout=WAIT, tag=2)
+    failed = log.expect("not_send")[0]
+    assert failed[1] == 1 and type(failed[2]) is socketkit.SendTimeoutError
+    assert failed[2].code == socketkit.errors.SEND_TIMEOUT and failed[2].errno == 0
+    while 2 not in calls and wait_for_filter_call(filter_queue):
+        filter_queue.drain()  # the late verdict for 1 (ignored), then the one for 2
+    assert log.expect("send") == [("send", 2)]
+    assert raw.recv(100) == b"next"
+    assert [event[:2] for event in log.events] == [("not_send", 1), ("send", 2)]
+    filter_queue.close()
+    raw.close()
 
 
 # --------------------------------------------------------------------------------------
@@ -509,20 +544,61 @@ def test_ipv4_multicast_on_loopback(udp):
         sender.set_multicast_ttl(256)
 
 
+def multicast_options(sock: socketkit.UdpSocket) -> List[int]:
+    """IPv4 TTL, IPv4 loop, IPv6 hops, IPv6 loop, read from the descriptors."""
+    return descriptor_options(sock, ("ipv4", socket.IPPROTO_IP, socket.IP_MULTICAST_TTL),
+                              ("ipv4", socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP),
+                              ("ipv6", socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS),
+                              ("ipv6", socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_LOOP))
+
+
+def test_multicast_ttl_and_loopback_reach_both_descriptors(udp):
+    """The kernel's defaults are TTL / hop limit 1 and loopback on: the values set here
+    differ, and are read back from the descriptors, set before they exist and after."""
+    early = udp(UdpRecorder())
+    early.set_multicast_ttl(7)
+    early.set_multicast_loopback(False)
+    early.bind_to_port(0)
+    assert multicast_options(early) == [7, 0, 7, 0]
+    late = udp(UdpRecorder())
+    late.bind_to_port(0)
+    assert multicast_options(late) == [1, 1, 1, 1]
+    late.set_multicast_ttl(200)
+    late.set_multicast_loopback(False)
+    assert multicast_options(late) == [200, 0, 200, 0]
+    late.set_multicast_ttl(0)
+    late.set_multicast_loopback(True)
+    assert multicast_options(late) == [0, 1, 0, 1]
+    for bad in (256, -1):
+        with pytest.raises(socketkit.BadParamError):
+            late.set_multicast_ttl(bad)
+    assert multicast_options(late) == [0, 1, 0, 1]
+
+
 def test_broadcast_needs_enable_broadcast(udp):
+    # lo's own broadcast address: the datagram never leaves this machine, and a socket bound
+    # to the any address receives it.
+    receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    receiver.bind(("0.0.0.0", 0))
+    receiver.settimeout(WAIT)
+    everyone = ("127.255.255.255", receiver.getsockname()[1])
     log = UdpRecorder()
     sock = udp(log)
     sock.ipv6_enabled = False
     sock.bind_to_port(0)
-    sock.send_to_address(b"everyone", ("255.255.255.255", 9), tag=3)
+    sock.send_to_address(b"refused", everyone, tag=3)
     failed = log.expect("not_send")[0]
-    assert failed[1] == 3 and isinstance(failed[2], socketkit.SystemCallError)
+    assert failed[1] == 3 and type(failed[2]) is socketkit.SystemCallError
     assert failed[2].errno == errno.EACCES
     assert not sock.is_closed
     sock.enable_broadcast(True)
+    sock.send_to_address(b"everyone", everyone, tag=4)
+    assert receiver.recv(100) == b"everyone"
     sock.enable_broadcast(False)
-    sock.send_to_address(b"fine", ("127.0.0.1", 9), tag=4)
-    assert log.expect("send")[0][1] == 4
+    sock.send_to_address(b"refused again", everyone, tag=5)
+    assert log.expect("not_send", 2)[1][2].errno == errno.EACCES
+    assert [event[:2] for event in log.events] == [("not_send", 3), ("send", 4), ("not_send", 5)]
+    receiver.close()
 
 
 def test_addresses_convert_as_the_library_does():
@@ -646,6 +722,67 @@ def test_close_reports_did_close_last_and_the_socket_is_reusable(udp):
     assert [event[1] for event in log.of("send")][-5:] == list(range(10, 15))
     assert log.events[-1] == ("close", None)
     assert log.overlaps == 0 and log.after_close == 0
+    raw.close()
+
+
+def held_send_queue_client(udp, log: UdpRecorder, destination: Any = None,
+                           queued: int = 0) -> Tuple[socketkit.UdpSocket, socketkit.HostQueue, List[int]]:
+    """A client whose send filter runs on a host queue: each datagram waits at the head of
+    the send queue until the test drains its verdict, and what was sent behind it stays
+    queued meanwhile. With `queued`, datagrams 0... (tags and bytes) are sent to
+    `destination`, and the first one's filter call is pending on return. The list gets the
+    tag of each filter call (drain counts events, and a filter call is not one)."""
+    client = udp(log)
+    filter_queue = socketkit.HostQueue()
+    calls: List[int] = []
+    client.set_send_filter(lambda data, address, tag: calls.append(tag) is None, queue=filter_queue)
+    for tag in range(queued):
+        client.send_to_address(bytes([tag]), destination, tag=tag)
+    if queued:
+        assert wait_for_filter_call(filter_queue), "datagram 0 waits for its verdict, the others behind it"
+    return client, filter_queue, calls
+
+
+def wait_for_filter_call(filter_queue: socketkit.HostQueue) -> bool:
+    return bool(select.select([filter_queue.fileno()], [], [], WAIT)[0])
+
+
+def test_close_drops_queued_datagrams_without_callbacks(udp):
+    raw = raw_socket()
+    log = UdpRecorder()
+    client, filter_queue, calls = held_send_queue_client(udp, log, raw.getsockname(), queued=5)
+    client.close()
+    assert client.is_closed
+    assert log.events == [("close", None)], "dropped without did_send or did_not_send"
+    # The filter now says "send" for a datagram of the closed session: nothing goes out.
+    filter_queue.drain()
+    assert calls == [0]
+    client.set_send_filter(None)  # runs on the loop after that verdict
+    again = UdpRecorder()
+    client.delegate = again
+    client.send_to_address(b"marker", raw.getsockname(), tag=99)
+    assert raw.recv(100) == b"marker", "the first datagram the peer ever saw"
+    assert again.expect("send") == [("send", 99)]
+    assert log.events == [("close", None)] and again.events == [("send", 99)]
+    filter_queue.close()
+    raw.close()
+
+
+def test_close_after_sending_sends_every_queued_datagram_and_those_queued_after_it(udp):
+    raw = raw_socket()
+    log = UdpRecorder()
+    client, filter_queue, calls = held_send_queue_client(udp, log, raw.getsockname(), queued=5)
+    client.close_after_sending()
+    client.send_to_address(bytes([5]), raw.getsockname(), tag=5)  # still accepted
+    assert not client.is_closed and log.events == []
+    while len(calls) < 6 and wait_for_filter_call(filter_queue):
+        filter_queue.drain()
+    assert calls == list(range(6)), "one verdict at a time, each once the previous datagram left"
+    log.expect("close")
+    assert log.events == [("send", tag) for tag in range(6)] + [("close", None)]
+    assert [raw.recv(100) for _ in range(6)] == [bytes([tag]) for tag in range(6)]
+    assert client.is_closed and log.overlaps == 0 and log.after_close == 0
+    filter_queue.close()
     raw.close()
 
 
