@@ -783,7 +783,10 @@ int sk_tls_settings_set_session_resumption(sk_tls_settings_t *settings, int enab
 /* Seconds the handshake may take (default 30; negative: no limit). */
 int sk_tls_settings_set_handshake_timeout(sk_tls_settings_t *settings, double seconds);
 /* Appends the session keys to `path` in NSS key-log format (SSLKEYLOGFILE), for
- * debugging only: anyone with the file can decrypt the traffic. NULL: off. */
+ * debugging only: anyone with the file can decrypt the traffic. A new file is created
+ * readable by its owner only (0600). NULL: off. A path that cannot be opened is
+ * SK_ERR_TLS_SETTINGS (os_error: the errno) from sk_tls_settings_check and
+ * sk_socket_start_tls. */
 int sk_tls_settings_set_key_log_file(sk_tls_settings_t *settings, const char *path);
 /* 1: did_receive_trust decides instead of the built-in verdict. */
 int sk_tls_settings_set_manual_trust_evaluation(sk_tls_settings_t *settings, int enabled);

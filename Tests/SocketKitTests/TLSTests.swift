@@ -544,6 +544,37 @@ func checksum(_ bytes: [UInt8]) -> UInt64 {
         #expect(stat(path, &info) == 0 && info.st_size > 0)
     }
 
+    @Test func aKeyLogFileThatCannotBeOpenedIsASettingsError() throws {
+        // Its initializer once freed the SSL_CTX on this path and then threw with every
+        // stored property set, so deinit freed it again: the process aborted.
+        let pair = try Pair()
+        defer { pair.close() }
+        var client = TestCertificates.client()
+        client.keyLogFile = "/nonexistent/directory/keys.log"
+        #expect { try pair.client.startTLS(client) } throws: {
+            ($0 as? SocketError)?.code == .tlsSettings && ($0 as? SocketError)?.osError == ENOENT
+        }
+        #expect(!pair.client.isSecure)
+        // Nothing was started: the same socket can still start TLS.
+        try pair.server.startTLS(TestCertificates.server())
+        try pair.client.startTLS(TestCertificates.client())
+        #expect(pair.clientRecorder.waitForSecure())
+    }
+
+    @Test func theKeyLogFileIsCreatedForItsOwnerOnly() throws {
+        let path = "/tmp/socketkit-keylog-mode-\(getpid()).txt"
+        unlink(path)
+        defer { unlink(path) }
+        var client = TestCertificates.client()
+        client.keyLogFile = path
+        let pair = try securePair(client: client)
+        defer { pair.close() }
+        #expect(pair.clientRecorder.waitForSecure())
+        var info = stat()
+        #expect(stat(path, &info) == 0)
+        #expect(info.st_mode & 0o777 == 0o600)
+    }
+
     @Test func certificatesParseAndPrint() throws {
         let certificates = try Certificate.fromPEM(TestCertificates.text("server-chain.pem"))
         #expect(certificates.count == 2)

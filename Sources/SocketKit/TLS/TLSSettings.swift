@@ -96,7 +96,8 @@ public struct TLSSettings: Hashable, Sendable {
     /// Seconds the handshake may take from its start (negative: no limit). Default 30.
     public var handshakeTimeout: Double
     /// Appends the session keys in NSS key-log format (Wireshark's `SSLKEYLOGFILE`), for
-    /// debugging only: anyone with the file can decrypt the traffic.
+    /// debugging only: anyone with the file can decrypt the traffic. A new file is created
+    /// readable by its owner only (0600); one that cannot be opened is `.tlsSettings`.
     public var keyLogFile: String?
     /// Skip the automatic verdict: the delegate's `didReceiveTrust` sees the peer's chain
     /// (and what built-in verification concluded) and answers yes or no.

@@ -8,6 +8,7 @@
     X(tls_manual_trust)                       \
     X(tls_settings_errors_and_handles)        \
     X(tls_handshake_timeout)                  \
+    X(tls_key_log_file_that_cannot_be_opened) \
     X(tls_host_queue_records)                 \
     X(tls_error_codes_have_names)             \
     X(tls_delegate_from_an_older_header)      \

@@ -676,6 +676,35 @@ void test_tls_handshake_timeout(void) {
     recorder_destroy(&client);
 }
 
+/* A key log that cannot be opened is a settings error, from the check and from
+ * start_tls (it once aborted the process: the context was freed twice). */
+void test_tls_key_log_file_that_cannot_be_opened(void) {
+    sk_tls_settings_t *settings = client_settings();
+    CHECK_EQ(sk_tls_settings_set_key_log_file(settings, "/nonexistent/directory/keys.log"), SK_OK);
+    sk_error_t error;
+    CHECK_EQ(sk_tls_settings_check(settings, &error), SK_ERR_TLS_SETTINGS);
+    CHECK_EQ(error.code, SK_ERR_TLS_SETTINGS);
+    CHECK_EQ(error.os_error, 2); /* ENOENT */
+    CHECK(strstr(error.message, "key-log") != NULL);
+
+    uint16_t port = 0;
+    int listener = raw_listen("127.0.0.1", &port, 4);
+    recorder_t recorder;
+    recorder_init(&recorder);
+    sk_socket_t *sock = recorded_socket(&recorder, NULL);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 10, NULL), SK_OK);
+    CHECK_EQ(sk_socket_start_tls(sock, settings, &error), SK_ERR_TLS_SETTINGS);
+    CHECK_EQ(error.os_error, 2);
+    CHECK_EQ(sk_socket_is_secure(sock), 0);
+    /* Nothing was started. */
+    CHECK_EQ(sk_tls_settings_set_key_log_file(settings, NULL), SK_OK);
+    CHECK_EQ(sk_socket_start_tls(sock, settings, &error), SK_OK);
+    sk_socket_release(sock);
+    close(listener);
+    recorder_destroy(&recorder);
+    sk_tls_settings_release(settings);
+}
+
 static int poll_tls_records(sk_callback_queue_t *queue, sk_event_t *events, int capacity) {
     struct pollfd descriptor = {.fd = sk_callback_queue_fd(queue), .events = POLLIN};
     double deadline = now_seconds() + WAIT_SECONDS;

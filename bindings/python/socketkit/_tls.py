@@ -144,7 +144,9 @@ class TLSSettings:
     - ``session_resumption`` (clients): resume earlier sessions with the same peer name
       and port (default True).
     - ``handshake_timeout``: seconds (negative: none; default 30).
-    - ``key_log_file``: append the session keys in NSS key-log format (debugging only).
+    - ``key_log_file``: append the session keys in NSS key-log format (debugging only; a
+      new file is created readable by its owner only, one that cannot be opened is a
+      :class:`TLSSettingsError`).
     - ``manual_trust_evaluation``: ``socket_did_receive_trust`` decides instead of the
       built-in verdict.
 

@@ -6,6 +6,7 @@ are SocketKit sockets unless a test needs a peer that misbehaves, which is then 
 Python's socket or ssl module."""
 import asyncio
 import datetime
+import errno
 import hashlib
 import os
 import queue as queue_module
@@ -639,6 +640,19 @@ def test_the_key_log_file_gets_the_secrets(secure_pair, certs, tmp_path):
     pair = secure_pair(client=certs.client(key_log_file=str(path12), maximum_version="TLSv1.2"))
     pair.client_recorder.expect("secure")
     assert path12.read_text().startswith("CLIENT_RANDOM ")
+
+
+def test_a_key_log_file_that_cannot_be_opened_is_a_settings_error(certs, raw_peer):
+    # It once aborted the interpreter (the OpenSSL context was freed twice).
+    settings = certs.client(key_log_file="/nonexistent/directory/keys.log")
+    with pytest.raises(socketkit.TLSSettingsError) as caught:
+        settings.check()
+    assert caught.value.errno == errno.ENOENT and "key-log" in caught.value.message
+    pair = raw_peer()
+    with pytest.raises(socketkit.TLSSettingsError):
+        pair.socket.start_tls(settings)
+    assert not pair.socket.is_secure
+    pair.socket.start_tls(certs.client())  # nothing was started
 
 
 # ======================================================================================
