@@ -24,6 +24,12 @@
  *            sk_socket_write() copies; sk_socket_write_no_copy() borrows until its
  *            release function runs. Strings returned by sk_version(), sk_strerror() and
  *            sk_error_name() are static.
+ * Text       Host names, interfaces, paths and TLS settings are NUL-terminated UTF-8
+ *            strings, so they cannot hold a NUL. Where text comes with a length (PEM
+ *            text, the path inside a raw sockaddr_un), a NUL inside it is refused
+ *            (SK_ERR_TLS_SETTINGS for TLS settings, else SK_ERR_BAD_PARAM): OpenSSL and
+ *            the kernel would see only the text before it. The bindings refuse such text
+ *            in their own strings (Python: a ValueError) before it reaches C.
  * Timeouts   Seconds, as a double: negative = none; 0 = fail unless the operation can
  *            complete at once; positive = measured from when the operation reaches the
  *            front of its queue. On expiry the delegate may extend it.
@@ -158,7 +164,8 @@ typedef enum sk_error_code {
     SK_ERR_TLS_PEER_REJECTED = -26,         /* manual trust evaluation answered no */
     /* The TLS settings cannot be used: an unreadable or invalid certificate, key or trust
      * file, a key that does not match its certificate, a wrong key password, an unknown
-     * cipher, a server without a certificate, maximum version below minimum. */
+     * cipher, a server without a certificate, maximum version below minimum, an empty peer
+     * name, PEM text with a NUL inside, a key-log file that cannot be opened. */
     SK_ERR_TLS_SETTINGS = -27
 } sk_error_code_t;
 
@@ -563,7 +570,9 @@ int sk_socket_connect_to_host(sk_socket_t *sock, const char *host, uint16_t port
                               double timeout, sk_error_t *error);
 
 /* Connects to a raw address: struct sockaddr_in, sockaddr_in6 or sockaddr_un, of exactly
- * `address_length` bytes. Errors: as above, plus SK_ERR_BAD_PARAM (unsupported address). */
+ * `address_length` bytes. Errors: as above, plus SK_ERR_BAD_PARAM (unsupported address,
+ * or a sockaddr_un path with a NUL followed by more bytes: the kernel would end the path
+ * at the NUL; an abstract address, first byte NUL, is taken as given). */
 int sk_socket_connect_to_address(sk_socket_t *sock, const struct sockaddr *address, socklen_t address_length,
                                  const char *interface, double timeout, sk_error_t *error);
 
@@ -753,7 +762,9 @@ int sk_tls_settings_release(sk_tls_settings_t *settings);
  * are first used (sk_socket_start_tls or sk_tls_settings_check). */
 
 /* The name to send as SNI and to verify the server's certificate against (clients).
- * Default (NULL): the host given to connect. */
+ * Default (NULL): the host given to connect. An empty name is refused by
+ * sk_tls_settings_check and sk_socket_start_tls (SK_ERR_TLS_SETTINGS): it would turn
+ * host-name verification off. */
 int sk_tls_settings_set_peer_name(sk_tls_settings_t *settings, const char *name);
 /* Trust roots: the system store (default), a PEM file, a hashed directory, or PEM text
  * (`length` bytes; 0 with a NUL-terminated string). */

@@ -11,6 +11,9 @@ import Synchronization
 /// wait for the loop. Keep a reference: a socket nobody holds closes (no callbacks follow).
 ///
 /// Cost: a connected idle socket owns no buffer; its reads use its loop's buffer.
+///
+/// Text: a host, interface or Unix path holding a NUL character is refused (`.badParam`):
+/// the system calls would see only the text before it.
 public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     let core: TCPSocketCore
 
@@ -288,7 +291,7 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     /// `didConnectToHost` or `socketDidDisconnect`.
     public func connect(toHost host: String, port: UInt16, viaInterface interface: String? = nil,
                         timeout: Double = -1) throws(SocketError) {
-        guard !host.isEmpty else { throw SocketError(.badParam, "empty host") }
+        try AddressResolver.checkHost(host)
         try checkTimeout(timeout)
         let local = try interface.map { (description: String) throws(SocketError) in try Socket.localEndpoints(description) }
         let (session, configuration) = try beginSession(.connecting, requireFamilies: true, requireDelegate: true)
@@ -300,6 +303,7 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     public func connect(to address: SocketAddress, viaInterface interface: String? = nil,
                         timeout: Double = -1) throws(SocketError) {
         try checkTimeout(timeout)
+        let address = try address.checkedPathname()
         let configuration = self.configuration
         if address.family == .ipv4 && !configuration.isIPv4Enabled {
             throw SocketError(.badConfig, "IPv4 is disabled")

@@ -11,6 +11,10 @@
 /// → `alpnProtocols`, `GCDAsyncSocketSSLPeerID` → `sessionResumption` (sessions are kept per
 /// peer name and port). The banned upstream keys (allow any root, allow expired, ...) have
 /// no equivalent: use manual trust evaluation.
+///
+/// Text that contains a NUL character (a peer name, a path, a cipher string, a password,
+/// an ALPN name, PEM text) is refused with `.tlsSettings`: OpenSSL and the file system would
+/// see only the part before it.
 public struct TLSSettings: Hashable, Sendable {
     public enum Role: Hashable, Sendable {
         case client, server
@@ -67,7 +71,8 @@ public struct TLSSettings: Hashable, Sendable {
     public var role: Role
     /// The name to send as SNI and to verify the server's certificate against (clients).
     /// nil: the host given to `connect(toHost:)` (the IP for `connect(to:)`). An IP literal
-    /// is matched against the certificate's IP addresses and never sent as SNI.
+    /// is matched against the certificate's IP addresses and never sent as SNI. An empty
+    /// name is refused (`.tlsSettings`): it would turn host-name verification off.
     public var peerName: String?
     /// Whom to trust (default: the system store).
     public var trustRoots: TrustRoots
@@ -139,6 +144,11 @@ public struct TLSSettings: Hashable, Sendable {
 
     /// Checks what can be checked without OpenSSL.
     func validate() throws(SocketError) {
+        // An empty name would mean "no name": no SNI and no host-name check, which fails open.
+        if peerName?.isEmpty == true {
+            throw SocketError(.tlsSettings, "the peer name is empty (leave it unset to verify the host given to connect)")
+        }
+        for (text, what) in textsForC { try text.checkedForC(what, code: .tlsSettings) }
         if let maximumVersion, maximumVersion < minimumVersion {
             throw SocketError(.tlsSettings, "the maximum TLS version is below the minimum")
         }
@@ -157,5 +167,35 @@ public struct TLSSettings: Hashable, Sendable {
         if role == .client && peerVerification == .requireCertificate {
             throw SocketError(.tlsSettings, "requireCertificate is a server setting")
         }
+    }
+
+    /// Every text of the settings that OpenSSL or the file system reads, with its name.
+    private var textsForC: [(String, String)] {
+        var texts: [(String, String)] = []
+        func add(_ text: String?, _ what: String) {
+            if let text { texts.append((text, what)) }
+        }
+        func add(_ source: Source?, _ what: String) {
+            switch source {
+            case .file(let path): add(path, "the \(what) path")
+            case .pem(let text): add(text, "the \(what) PEM text")
+            case nil: break
+            }
+        }
+        add(peerName, "the peer name")
+        switch trustRoots {
+        case .system: break
+        case .file(let path): add(path, "the trust file path")
+        case .directory(let path): add(path, "the trust directory path")
+        case .pem(let text): add(text, "the trust PEM text")
+        }
+        add(certificateChain, "certificate chain")
+        add(privateKey, "private key")
+        add(privateKeyPassword, "the private key password")
+        add(cipherList, "the cipher list")
+        add(cipherSuites, "the cipher suites")
+        for name in alpnProtocols { add(name, "an ALPN protocol name") }
+        add(keyLogFile, "the key-log file path")
+        return texts
     }
 }

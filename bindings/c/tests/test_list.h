@@ -9,6 +9,7 @@
     X(tls_settings_errors_and_handles)        \
     X(tls_handshake_timeout)                  \
     X(tls_key_log_file_that_cannot_be_opened) \
+    X(tls_empty_peer_name_and_nul_in_pem)     \
     X(tls_host_queue_records)                 \
     X(tls_error_codes_have_names)             \
     X(tls_delegate_from_an_older_header)      \
@@ -65,5 +66,6 @@
     X(port_in_use)                            \
     X(ipv6_loopback)                          \
     X(unix_domain_sockets)                    \
+    X(unix_address_with_an_embedded_nul)      \
     X(create_from_fd)                         \
     X(pause_accepting_when_out_of_descriptors)

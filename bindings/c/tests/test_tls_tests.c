@@ -705,6 +705,52 @@ void test_tls_key_log_file_that_cannot_be_opened(void) {
     sk_tls_settings_release(settings);
 }
 
+/* An empty peer name would mean "no name": no SNI and no host-name check, so a client
+ * would accept a certificate for another name. Refused, as are PEM texts (which come with
+ * a length) holding a NUL: OpenSSL would read only part of them. C strings cannot hold a
+ * NUL, so lengths are where the library checks for one. */
+void test_tls_empty_peer_name_and_nul_in_pem(void) {
+    tls_server_t server;
+    tls_server_start(&server, server_settings("wrong-host"));
+    sk_tls_settings_t *settings = client_settings();
+    CHECK_EQ(sk_tls_settings_set_peer_name(settings, ""), SK_OK);
+    sk_error_t error;
+    CHECK_EQ(sk_tls_settings_check(settings, &error), SK_ERR_TLS_SETTINGS);
+    CHECK(strstr(error.message, "peer name") != NULL);
+    recorder_t client;
+    recorder_init(&client);
+    sk_socket_t *sock = recorded_socket(&client, NULL);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", server.port, NULL, 10, NULL), SK_OK);
+    CHECK_EQ(sk_socket_start_tls(sock, settings, &error), SK_ERR_TLS_SETTINGS);
+    /* NULL (the default) verifies the host given to connect: the wrong host is caught. */
+    CHECK_EQ(sk_tls_settings_set_peer_name(settings, NULL), SK_OK);
+    CHECK_EQ(sk_socket_start_tls(sock, settings, &error), SK_OK);
+    recorder_expect(&client, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&client, EVENT_DISCONNECT, 0).error_code, SK_ERR_TLS_HOSTNAME_MISMATCH);
+    CHECK_EQ(recorder_count(&client, EVENT_SECURE), 0);
+    sk_socket_release(sock);
+    recorder_destroy(&client);
+
+    /* The trust roots, then a NUL, then a second root: refused whole. */
+    char *ca = read_text(cert_path("ca.pem"));
+    char *other = read_text(cert_path("other-ca.pem"));
+    size_t ca_length = strlen(ca), other_length = strlen(other);
+    char *joined = malloc(ca_length + 1 + other_length);
+    memcpy(joined, ca, ca_length);
+    joined[ca_length] = 0;
+    memcpy(joined + ca_length + 1, other, other_length);
+    CHECK_EQ(sk_tls_settings_set_trust_pem(settings, joined, ca_length + 1 + other_length), SK_OK);
+    CHECK_EQ(sk_tls_settings_check(settings, &error), SK_ERR_TLS_SETTINGS);
+    CHECK(strstr(error.message, "NUL") != NULL);
+    CHECK_EQ(sk_tls_settings_set_trust_pem(settings, joined, ca_length), SK_OK); /* up to the NUL: fine */
+    CHECK_EQ(sk_tls_settings_check(settings, &error), SK_OK);
+    free(joined);
+    free(other);
+    free(ca);
+    sk_tls_settings_release(settings);
+    tls_server_stop(&server);
+}
+
 static int poll_tls_records(sk_callback_queue_t *queue, sk_event_t *events, int capacity) {
     struct pollfd descriptor = {.fd = sk_callback_queue_fd(queue), .events = POLLIN};
     double deadline = now_seconds() + WAIT_SECONDS;

@@ -86,18 +86,11 @@ _VERSIONS = {"tlsv1": TLSVersion.TLSv1, "tlsv1.0": TLSVersion.TLSv1, "tlsv1_0": 
              "1.3": TLSVersion.TLSv1_3}
 
 
-def _path(value: Optional[PathLike]) -> Optional[bytes]:
-    return None if value is None else os.fsencode(value)
-
-
 def _pem(value: Optional[PEM]) -> Optional[bytes]:
+    # With its length: the library itself refuses PEM text with a NUL inside.
     if value is None:
         return None
     return value.encode() if isinstance(value, str) else bytes(value)
-
-
-def _text(value: Optional[str]) -> Optional[bytes]:
-    return None if value is None else value.encode()
 
 
 def _check(status: int, error: Optional[_ffi.CError] = None) -> int:
@@ -129,6 +122,7 @@ class TLSSettings:
 
     - ``role``: "client" (default) or "server" (or :class:`TLSRole`).
     - ``peer_name``: the name sent as SNI and verified (clients); default: the connect host.
+      An empty name is refused (it would turn host-name verification off).
     - trust roots: the system store, unless one of ``trust_file`` (PEM file),
       ``trust_directory`` (hashed directory, ``openssl rehash``) or ``trust_pem`` (PEM
       text) is given.
@@ -151,7 +145,10 @@ class TLSSettings:
       built-in verdict.
 
     :meth:`check` loads the files and validates everything now, raising
-    :class:`TLSSettingsError`; :meth:`Socket.start_tls` does the same.
+    :class:`TLSSettingsError`; :meth:`Socket.start_tls` does the same. Text with a NUL
+    character in any setting (a name, a path, a cipher string, a password, PEM text) is a
+    :class:`TLSSettingsError` too, as Python's ssl refuses it: C would see only the text
+    before the NUL.
     """
 
     role: Union[str, TLSRole] = "client"
@@ -226,29 +223,35 @@ class TLSSettings:
         finally:
             lib.sk_tls_settings_release(handle.value)
 
+    def _c(self, name: str, path: bool = False) -> Optional[bytes]:
+        """The setting `name` as a C string: one with a NUL inside is a TLSSettingsError
+        (a ValueError), never a silent truncation ("localhost\\0.evil.test" verified and
+        sent as "localhost")."""
+        return _ffi.c_string(getattr(self, name), name, path=path, error=TLSSettingsError)
+
     def _apply(self, handle: int, verification: int, minimum: int, maximum: int) -> None:
         if self.peer_name is not None:
-            _set("peer_name", lib.sk_tls_settings_set_peer_name(handle, _text(self.peer_name)))
+            _set("peer_name", lib.sk_tls_settings_set_peer_name(handle, self._c("peer_name")))
         if self.trust_file is not None:
-            _set("trust_file", lib.sk_tls_settings_set_trust_file(handle, _path(self.trust_file)))
+            _set("trust_file", lib.sk_tls_settings_set_trust_file(handle, self._c("trust_file", path=True)))
         elif self.trust_directory is not None:
-            _set("trust_directory", lib.sk_tls_settings_set_trust_directory(handle, _path(self.trust_directory)))
+            directory = self._c("trust_directory", path=True)
+            _set("trust_directory", lib.sk_tls_settings_set_trust_directory(handle, directory))
         elif self.trust_pem is not None:
             pem = _pem(self.trust_pem)
             _set("trust_pem", lib.sk_tls_settings_set_trust_pem(handle, pem, len(pem)))
         else:
             _set("trust_system", lib.sk_tls_settings_set_trust_system(handle))
         if self.certificate_chain_file is not None:
-            _set("certificate_chain_file",
-                 lib.sk_tls_settings_set_certificate_chain_file(handle, _path(self.certificate_chain_file)))
+            chain = self._c("certificate_chain_file", path=True)
+            _set("certificate_chain_file", lib.sk_tls_settings_set_certificate_chain_file(handle, chain))
         elif self.certificate_chain_pem is not None:
             pem = _pem(self.certificate_chain_pem)
             _set("certificate_chain_pem", lib.sk_tls_settings_set_certificate_chain_pem(handle, pem, len(pem)))
-        password = self.private_key_password
-        password_bytes = password.encode() if isinstance(password, str) else password
+        password_bytes = self._c("private_key_password")
         if self.private_key_file is not None:
-            _set("private_key_file",
-                 lib.sk_tls_settings_set_private_key_file(handle, _path(self.private_key_file), password_bytes))
+            key = self._c("private_key_file", path=True)
+            _set("private_key_file", lib.sk_tls_settings_set_private_key_file(handle, key, password_bytes))
         elif self.private_key_pem is not None:
             pem = _pem(self.private_key_pem)
             _set("private_key_pem", lib.sk_tls_settings_set_private_key_pem(handle, pem, len(pem), password_bytes))
@@ -257,10 +260,10 @@ class TLSSettings:
         if minimum or maximum:
             _set("versions", lib.sk_tls_settings_set_versions(handle, minimum, maximum))
         if self.cipher_list is not None:
-            _set("cipher_list", lib.sk_tls_settings_set_cipher_list(handle, _text(self.cipher_list)))
+            _set("cipher_list", lib.sk_tls_settings_set_cipher_list(handle, self._c("cipher_list")))
         if self.cipher_suites is not None:
-            _set("cipher_suites", lib.sk_tls_settings_set_cipher_suites(handle, _text(self.cipher_suites)))
-        protocols = [name.encode() if isinstance(name, str) else bytes(name) for name in self.alpn_protocols]
+            _set("cipher_suites", lib.sk_tls_settings_set_cipher_suites(handle, self._c("cipher_suites")))
+        protocols = [_ffi.c_string(name, "alpn_protocols", error=TLSSettingsError) for name in self.alpn_protocols]
         if protocols:
             array = (c_char_p * len(protocols))(*protocols)
             _set("alpn_protocols",
@@ -273,7 +276,7 @@ class TLSSettings:
         if timeout != 30.0:
             _set("handshake_timeout", lib.sk_tls_settings_set_handshake_timeout(handle, timeout))
         if self.key_log_file is not None:
-            _set("key_log_file", lib.sk_tls_settings_set_key_log_file(handle, _path(self.key_log_file)))
+            _set("key_log_file", lib.sk_tls_settings_set_key_log_file(handle, self._c("key_log_file", path=True)))
         if self.manual_trust_evaluation:
             _set("manual_trust_evaluation", lib.sk_tls_settings_set_manual_trust_evaluation(handle, 1))
 
