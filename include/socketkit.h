@@ -725,6 +725,17 @@ int sk_socket_perform(sk_socket_t *sock, void (*function)(const sk_socket_descri
  * never sent as SNI); TLS 1.2 minimum; OpenSSL security level 2; a 30 s handshake
  * timeout. An orderly disconnect sends close_notify; a peer's FIN without one is
  * SK_ERR_TLS_TRUNCATED. No SIGPIPE: SocketKit does all socket I/O itself.
+ *
+ * What TLS does not do:
+ *   - Renegotiation (TLS 1.2 and older) is refused: SocketKit never starts one and answers
+ *     a peer's request with a no_renegotiation alert; a peer that insists ends the
+ *     connection (SK_ERR_TLS_FAILED, typically a handshake_failure alert). TLS 1.3 has no
+ *     renegotiation; its key updates are answered.
+ *   - Revocation is not checked: no CRL, no OCSP, no stapled OCSP response is consulted.
+ *     To check it, use manual trust evaluation (did_receive_trust has the peer's chain).
+ *   - The security level is a floor: a cipher list with "@SECLEVEL=n" below 2 is refused
+ *     (SK_ERR_TLS_SETTINGS) rather than silently accepting weak keys and SHA-1 again;
+ *     raising it is allowed.
  */
 
 typedef struct sk_tls_settings sk_tls_settings_t;
@@ -783,7 +794,9 @@ int sk_tls_settings_set_private_key_pem(sk_tls_settings_t *settings, const char 
 int sk_tls_settings_set_verification(sk_tls_settings_t *settings, int verification);
 /* sk_tls_version_t bounds (SK_TLS_VERSION_DEFAULT for either). */
 int sk_tls_settings_set_versions(sk_tls_settings_t *settings, int minimum, int maximum);
-/* OpenSSL cipher list for TLS 1.2 and older, and TLS 1.3 cipher suites. */
+/* OpenSSL cipher list for TLS 1.2 and older, and TLS 1.3 cipher suites. A list that
+ * lowers the security level below 2 ("@SECLEVEL=0" or "=1") is refused by
+ * sk_tls_settings_check and sk_socket_start_tls (SK_ERR_TLS_SETTINGS). */
 int sk_tls_settings_set_cipher_list(sk_tls_settings_t *settings, const char *list);
 int sk_tls_settings_set_cipher_suites(sk_tls_settings_t *settings, const char *suites);
 /* ALPN: offered by a client in this order, or chosen by a server in its order of

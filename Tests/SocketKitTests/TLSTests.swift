@@ -544,6 +544,27 @@ func checksum(_ bytes: [UInt8]) -> UInt64 {
         #expect(stat(path, &info) == 0 && info.st_size > 0)
     }
 
+    @Test func aCipherListCannotLowerTheSecurityLevel() throws {
+        // "@SECLEVEL=0" used to undo level 2 silently: weak keys and SHA-1 passed again.
+        let pair = try Pair()
+        defer { pair.close() }
+        for list in ["DEFAULT:@SECLEVEL=0", "HIGH:@SECLEVEL=1"] {
+            var client = TestCertificates.client()
+            client.cipherList = list
+            #expect { try pair.client.startTLS(client) } throws: {
+                ($0 as? SocketError)?.code == .tlsSettings && ($0 as? SocketError)?.message.contains("security level") == true
+            }
+        }
+        // Keeping or raising it is fine.
+        var kept = TestCertificates.server()
+        kept.cipherList = "DEFAULT:@SECLEVEL=2"
+        var raised = TestCertificates.client()
+        raised.cipherList = "DEFAULT:@SECLEVEL=3"
+        try pair.server.startTLS(kept)
+        try pair.client.startTLS(raised)
+        #expect(pair.clientRecorder.waitForSecure())
+    }
+
     @Test func aKeyLogFileThatCannotBeOpenedIsASettingsError() throws {
         // Its initializer once freed the SSL_CTX on this path and then threw with every
         // stored property set, so deinit freed it again: the process aborted.

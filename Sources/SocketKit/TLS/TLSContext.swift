@@ -17,6 +17,9 @@ final class TLSContext: @unchecked Sendable {
     private let keyLog: UnsafeMutablePointer<FILE>?
 
     private static let cache = LockedValue<[TLSSettings: TLSContext]>([:])
+    /// OpenSSL's security level, the floor for every context: 112-bit security (RSA and DH
+    /// of 2048 bits, no SHA-1 signatures, no RC4 or export ciphers).
+    static let securityLevel: Int32 = 2
     private static let cacheLimit = 64
 
     /// The shared context for `settings`, made on first use.
@@ -81,13 +84,23 @@ final class TLSContext: @unchecked Sendable {
     private func configure() throws(SocketError) {
         let settings = self.settings
         skc_tls_ctx_set_engine_options(context)
-        SSL_CTX_set_security_level(context, 2)
+        SSL_CTX_set_security_level(context, TLSContext.securityLevel)
         guard skc_tls_ctx_set_versions(context, settings.minimumVersion.rawValue,
                                        settings.maximumVersion?.rawValue ?? 0) == 1 else {
             throw SocketError(.tlsSettings, "protocol versions: \(openSSLErrorText())")
         }
-        if let list = settings.cipherList, SSL_CTX_set_cipher_list(context, list) != 1 {
-            throw SocketError(.tlsSettings, "cipher list \"\(list)\": \(openSSLErrorText())")
+        if let list = settings.cipherList {
+            guard SSL_CTX_set_cipher_list(context, list) == 1 else {
+                throw SocketError(.tlsSettings, "cipher list \"\(list)\": \(openSSLErrorText())")
+            }
+            // "@SECLEVEL=n" in a cipher list sets the context's security level: a lower one
+            // would silently undo the floor (weak keys, SHA-1 signatures, small DH groups
+            // accepted again). Raising it is the caller's business.
+            let level = SSL_CTX_get_security_level(context)
+            guard level >= TLSContext.securityLevel else {
+                throw SocketError(.tlsSettings, "cipher list \"\(list)\" lowers OpenSSL's security level to \(level) "
+                                  + "(@SECLEVEL); SocketKit keeps at least \(TLSContext.securityLevel)")
+            }
         }
         if let suites = settings.cipherSuites, SSL_CTX_set_ciphersuites(context, suites) != 1 {
             throw SocketError(.tlsSettings, "TLS 1.3 cipher suites \"\(suites)\": \(openSSLErrorText())")

@@ -15,6 +15,11 @@
 /// Text that contains a NUL character (a peer name, a path, a cipher string, a password,
 /// an ALPN name, PEM text) is refused with `.tlsSettings`: OpenSSL and the file system would
 /// see only the part before it.
+///
+/// What TLS does not do: renegotiation (TLS 1.2 and older) is refused (a peer's request is
+/// answered with a no_renegotiation alert; a peer that insists ends the connection with
+/// `.tlsFailed`); revocation is not checked (no CRL, OCSP or stapling: use manual trust
+/// evaluation to check it); the security level cannot be lowered (see `cipherList`).
 public struct TLSSettings: Hashable, Sendable {
     public enum Role: Hashable, Sendable {
         case client, server
@@ -90,6 +95,8 @@ public struct TLSSettings: Hashable, Sendable {
     /// nil: the newest OpenSSL knows.
     public var maximumVersion: ProtocolVersion?
     /// OpenSSL cipher list for TLS 1.2 and older (`SSL_CTX_set_cipher_list`); nil = default.
+    /// A list that lowers the security level below 2 (`"@SECLEVEL=0"` or `"=1"`) is refused
+    /// (`.tlsSettings`) instead of silently accepting weak keys and SHA-1 again.
     public var cipherList: String?
     /// TLS 1.3 cipher suites (`SSL_CTX_set_ciphersuites`); nil = default.
     public var cipherSuites: String?

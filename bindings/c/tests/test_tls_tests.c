@@ -705,6 +705,22 @@ void test_tls_key_log_file_that_cannot_be_opened(void) {
     sk_tls_settings_release(settings);
 }
 
+/* "@SECLEVEL=0" in a cipher list used to undo security level 2 silently. */
+void test_tls_cipher_list_cannot_lower_the_security_level(void) {
+    sk_tls_settings_t *settings = client_settings();
+    sk_error_t error;
+    CHECK_EQ(sk_tls_settings_set_cipher_list(settings, "DEFAULT:@SECLEVEL=0"), SK_OK);
+    CHECK_EQ(sk_tls_settings_check(settings, &error), SK_ERR_TLS_SETTINGS);
+    CHECK(strstr(error.message, "security level") != NULL);
+    CHECK_EQ(sk_tls_settings_set_cipher_list(settings, "HIGH:@SECLEVEL=1"), SK_OK);
+    CHECK_EQ(sk_tls_settings_check(settings, &error), SK_ERR_TLS_SETTINGS);
+    CHECK_EQ(sk_tls_settings_set_cipher_list(settings, "DEFAULT:@SECLEVEL=2"), SK_OK);
+    CHECK_EQ(sk_tls_settings_check(settings, &error), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_cipher_list(settings, "DEFAULT:@SECLEVEL=3"), SK_OK);
+    CHECK_EQ(sk_tls_settings_check(settings, &error), SK_OK);
+    sk_tls_settings_release(settings);
+}
+
 /* An empty peer name would mean "no name": no SNI and no host-name check, so a client
  * would accept a certificate for another name. Refused, as are PEM texts (which come with
  * a length) holding a NUL: OpenSSL would read only part of them. C strings cannot hold a

@@ -133,6 +133,8 @@ class TLSSettings:
     - ``minimum_version`` / ``maximum_version``: "TLSv1.2", "TLSv1.3", ... (or
       :class:`TLSVersion`, or :class:`ssl.TLSVersion`); None: TLS 1.2 / the newest.
     - ``cipher_list`` (OpenSSL cipher list, TLS 1.2 and older), ``cipher_suites`` (TLS 1.3).
+      A list that lowers the security level below 2 (``"@SECLEVEL=0"`` or ``"=1"``) is
+      refused.
     - ``alpn_protocols``: offered by a client in order, or chosen by a server in its order
       of preference.
     - ``session_resumption`` (clients): resume earlier sessions with the same peer name
@@ -143,6 +145,11 @@ class TLSSettings:
       :class:`TLSSettingsError`).
     - ``manual_trust_evaluation``: ``socket_did_receive_trust`` decides instead of the
       built-in verdict.
+
+    What TLS does not do: renegotiation (TLS 1.2 and older) is refused (a peer's request is
+    answered with a no_renegotiation alert; a peer that insists ends the connection with
+    :class:`TLSFailedError`); revocation is not checked (no CRL, OCSP or stapling: use
+    ``manual_trust_evaluation`` to check it); the security level cannot be lowered.
 
     :meth:`check` loads the files and validates everything now, raising
     :class:`TLSSettingsError`; :meth:`Socket.start_tls` does the same. Text with a NUL

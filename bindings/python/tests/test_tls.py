@@ -642,6 +642,20 @@ def test_the_key_log_file_gets_the_secrets(secure_pair, certs, tmp_path):
     assert path12.read_text().startswith("CLIENT_RANDOM ")
 
 
+@pytest.mark.parametrize("cipher_list", ["DEFAULT:@SECLEVEL=0", "HIGH:@SECLEVEL=1"])
+def test_a_cipher_list_cannot_lower_the_security_level(certs, raw_peer, cipher_list):
+    # It used to undo security level 2 silently: weak keys and SHA-1 passed again.
+    settings = certs.client(cipher_list=cipher_list)
+    with pytest.raises(socketkit.TLSSettingsError) as caught:
+        settings.check()
+    assert "security level" in caught.value.message
+    pair = raw_peer()
+    with pytest.raises(socketkit.TLSSettingsError):
+        pair.socket.start_tls(settings)
+    certs.client(cipher_list="DEFAULT:@SECLEVEL=2").check()
+    certs.client(cipher_list="DEFAULT:@SECLEVEL=3").check()  # raising it is fine
+
+
 def test_a_key_log_file_that_cannot_be_opened_is_a_settings_error(certs, raw_peer):
     # It once aborted the interpreter (the OpenSSL context was freed twice).
     settings = certs.client(key_log_file="/nonexistent/directory/keys.log")

@@ -207,6 +207,23 @@ def test_socketkit_client_against_openssl_s_server(processes, certs, version):
         client.close()
 
 
+def test_openssl_s_server_asking_to_renegotiate_is_refused(processes, certs):
+    # SocketKit never renegotiates: it answers the server's HelloRequest with a
+    # no_renegotiation alert, and this server, insisting, ends the connection.
+    server, port = s_server(processes, certs, "-tls1_2")
+    client, recorder = socketkit_client(port, certs.client())
+    try:
+        recorder.expect("secure")
+        client.read()
+        server.wait_for(r"^CIPHER is ")
+        server.send("r\n")  # s_server: SSL_renegotiate
+        assert type(recorder.disconnect_error()) is socketkit.TLSFailedError
+        server.wait_for(r"no renegotiation")
+        assert recorder.count("read") == 0
+    finally:
+        client.close()
+
+
 @pytest.mark.parametrize("version", ["TLSv1.2", "TLSv1.3"])
 def test_openssl_s_server_requiring_a_client_certificate(processes, certs, version):
     flag = {"TLSv1.2": "-tls1_2", "TLSv1.3": "-tls1_3"}[version]
