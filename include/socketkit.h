@@ -377,9 +377,12 @@ typedef struct sk_socket_delegate {
 
     /* Manual trust evaluation (sk_tls_settings_set_manual_trust_evaluation): the handshake
      * is done, and nothing is read or written until sk_socket_answer_trust(sock,
-     * trust->token, accept) is called, from any thread, now or later (the handshake
-     * timeout keeps running meanwhile: an answer after it comes too late). If this member,
-     * or the whole delegate, is NULL the peer is rejected (SK_ERR_TLS_PEER_REJECTED). */
+     * trust->token, accept) is called, from any thread, now or later. The handshake
+     * timeout keeps running meanwhile (it bounds how long an unauthenticated peer holds a
+     * connection, whoever is slow): without an answer in time the connection ends with
+     * SK_ERR_TLS_HANDSHAKE_TIMEOUT and a later answer does nothing; a delegate that needs
+     * longer raises the timeout (or sets it negative). If this member, or the whole
+     * delegate, is NULL the peer is rejected (SK_ERR_TLS_PEER_REJECTED). */
     void (*did_receive_trust)(sk_socket_t *sock, const sk_tls_trust_t *trust, void *userdata);
 } sk_socket_delegate_t;
 
@@ -804,7 +807,8 @@ int sk_tls_settings_set_cipher_suites(sk_tls_settings_t *settings, const char *s
 int sk_tls_settings_set_alpn_protocols(sk_tls_settings_t *settings, const char *const *protocols, size_t count);
 /* Clients: resume earlier sessions with the same peer name and port (default 1). */
 int sk_tls_settings_set_session_resumption(sk_tls_settings_t *settings, int enabled);
-/* Seconds the handshake may take (default 30; negative: no limit). */
+/* Seconds from the start of the handshake until the connection is secure (default 30;
+ * negative: no limit). With manual trust evaluation the delegate's answer counts too. */
 int sk_tls_settings_set_handshake_timeout(sk_tls_settings_t *settings, double seconds);
 /* Appends the session keys to `path` in NSS key-log format (SSLKEYLOGFILE), for
  * debugging only: anyone with the file can decrypt the traffic. A new file is created

@@ -390,6 +390,30 @@ func checksum(_ bytes: [UInt8]) -> UInt64 {
         #expect(!pair.client.isSecure)
     }
 
+    @Test func theHandshakeTimeoutKeepsRunningWhileManualTrustDecides() throws {
+        // The timeout bounds how long an unauthenticated peer holds a connection: a
+        // delegate that does not answer in time ends it, and its late answer does nothing.
+        var client = TestCertificates.client()
+        client.manualTrustEvaluation = true
+        client.handshakeTimeout = 0.5
+        let pair = try Pair()
+        defer { pair.close() }
+        let held = Mutex<(@Sendable (Bool) -> Void)?>(nil)
+        let asked = Latch()
+        pair.clientRecorder.onTrust = { _, _, answer in
+            held.withLock { $0 = answer }
+            asked.open()
+        }
+        try pair.server.startTLS(TestCertificates.server())
+        try pair.client.startTLS(client)
+        #expect(asked.wait())
+        let error = pair.clientRecorder.waitForDisconnect()
+        #expect(error??.code == .tlsHandshakeTimeout, "\(String(describing: error))")
+        held.withLock { $0 }?(true)
+        #expect(!pair.client.isSecure)
+        #expect(!pair.clientRecorder.events.contains(.secured))
+    }
+
     @Test func manualTrustCanSayNo() throws {
         var client = TestCertificates.client()
         client.manualTrustEvaluation = true

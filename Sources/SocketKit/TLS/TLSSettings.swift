@@ -105,7 +105,9 @@ public struct TLSSettings: Hashable, Sendable {
     public var alpnProtocols: [String]
     /// Clients: resume earlier sessions with the same peer name and port (default on).
     public var sessionResumption: Bool
-    /// Seconds the handshake may take from its start (negative: no limit). Default 30.
+    /// Seconds from the start of the handshake until the connection is secure (negative: no
+    /// limit). Default 30. With manual trust evaluation the delegate's answer counts too:
+    /// the timeout bounds how long an unauthenticated peer holds a connection.
     public var handshakeTimeout: Double
     /// Appends the session keys in NSS key-log format (Wireshark's `SSLKEYLOGFILE`), for
     /// debugging only: anyone with the file can decrypt the traffic. A new file is created

@@ -6,6 +6,7 @@
     X(tls_bad_certificates_have_their_own_codes) \
     X(tls_client_certificate_required)        \
     X(tls_manual_trust)                       \
+    X(tls_handshake_timeout_runs_during_manual_trust) \
     X(tls_settings_errors_and_handles)        \
     X(tls_handshake_timeout)                  \
     X(tls_key_log_file_that_cannot_be_opened) \

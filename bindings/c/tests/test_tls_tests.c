@@ -436,6 +436,38 @@ static void say_no(recorder_t *recorder, sk_socket_t *sock, const sk_tls_trust_t
     CHECK_EQ(sk_socket_answer_trust(sock, trust->token, 0), SK_OK);
 }
 
+static uint64_t unanswered_token;
+
+static void keep_token(recorder_t *recorder, sk_socket_t *sock, const sk_tls_trust_t *trust) {
+    (void)recorder;
+    (void)sock;
+    unanswered_token = trust->token; /* read after EVENT_DISCONNECT, which comes later */
+}
+
+/* The handshake timeout keeps running while the delegate decides: it bounds how long an
+ * unauthenticated peer holds a connection. An answer after it does nothing. */
+void test_tls_handshake_timeout_runs_during_manual_trust(void) {
+    tls_server_t server;
+    tls_server_start(&server, server_settings("server"));
+    sk_tls_settings_t *settings = client_settings();
+    CHECK_EQ(sk_tls_settings_set_manual_trust_evaluation(settings, 1), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_handshake_timeout(settings, 0.5), SK_OK);
+    recorder_t client;
+    recorder_init(&client);
+    client.on_trust = keep_token;
+    sk_socket_t *sock = tls_client(&client, "127.0.0.1", server.port, settings);
+    sk_tls_settings_release(settings);
+    recorder_expect(&client, EVENT_TRUST, 1);
+    recorder_expect(&client, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&client, EVENT_DISCONNECT, 0).error_code, SK_ERR_TLS_HANDSHAKE_TIMEOUT);
+    CHECK_EQ(sk_socket_answer_trust(sock, unanswered_token, 1), SK_OK); /* too late: ignored */
+    CHECK_EQ(sk_socket_is_secure(sock), 0);
+    CHECK_EQ(recorder_count(&client, EVENT_SECURE), 0);
+    sk_socket_release(sock);
+    recorder_destroy(&client);
+    tls_server_stop(&server);
+}
+
 void test_tls_manual_trust(void) {
     tls_server_t server;
     tls_server_start(&server, server_settings("server"));

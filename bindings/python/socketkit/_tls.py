@@ -139,7 +139,9 @@ class TLSSettings:
       of preference.
     - ``session_resumption`` (clients): resume earlier sessions with the same peer name
       and port (default True).
-    - ``handshake_timeout``: seconds (negative: none; default 30).
+    - ``handshake_timeout``: seconds from the start of the handshake until the connection is
+      secure (negative: none; default 30); with manual trust evaluation the delegate's
+      answer counts too.
     - ``key_log_file``: append the session keys in NSS key-log format (debugging only; a
       new file is created readable by its owner only, one that cannot be opened is a
       :class:`TLSSettingsError`).
@@ -418,7 +420,11 @@ class TLSTrust:
 
     Answer by returning True or False from the delegate method, or return None and call
     :meth:`answer` later, from any thread. Only the first answer counts. Until then the
-    connection neither reads nor writes (the handshake timeout no longer runs)."""
+    connection neither reads nor writes, and the handshake timeout keeps running: it bounds
+    how long an unauthenticated peer holds a connection, whoever is slow. Without an answer
+    in time the connection ends with :class:`HandshakeTimeoutError` and a later answer does
+    nothing; a delegate that needs longer raises ``handshake_timeout`` (or sets it
+    negative)."""
 
     __slots__ = ("socket", "token", "chain", "verification_error", "peer_name", "_lock", "_answer")
 

@@ -792,6 +792,19 @@ def test_manual_trust_answered_later_from_another_thread(secure_pair, certs):
     assert client.expect("trust")[0][1].answered is True
 
 
+def test_the_handshake_timeout_keeps_running_while_the_delegate_decides(secure_pair, certs):
+    # The timeout bounds how long an unauthenticated peer holds a connection: no answer in
+    # time ends it, and a late answer does nothing.
+    client = TrustRecorder()  # answers later: here, never in time
+    pair = secure_pair(client=certs.client(manual_trust_evaluation=True, handshake_timeout=0.5),
+                       client_recorder=client)
+    trust = client.expect("trust")[0][1]
+    assert type(client.disconnect_error()) is socketkit.HandshakeTimeoutError
+    trust.answer(True)
+    assert not pair.client.is_secure
+    assert client.count("secure") == 0
+
+
 def test_manual_trust_with_a_host_queue_answered_after_the_poll(secure_pair, certs):
     """The SK_EVENT_TRUST record: the question outlives its poll, answered from the test
     thread once the delegate method returned None."""
