@@ -847,7 +847,16 @@ typedef struct sk_tls_info {
     int peer_certificate_count;   /* see sk_socket_copy_peer_certificate */
 } sk_tls_info_t;
 
-/* Errors: SK_ERR_BAD_CONFIG (not secure), SK_ERR_BAD_PARAM, SK_ERR_INVALID_HANDLE. */
+/* Errors: SK_ERR_BAD_CONFIG (not secure), SK_ERR_BAD_PARAM, SK_ERR_INVALID_HANDLE.
+ *
+ * Each of these getters reads the session as it is at the call; the session can end at
+ * any moment on the loop thread (a peer that closes right after the handshake ends it
+ * while did_secure runs, or before it runs on another queue). SK_ERR_BAD_CONFIG after
+ * sk_socket_is_secure() returned 1, after did_secure, or between the calls below means
+ * the session ended meanwhile: treat it as "not secure". To read the info and the
+ * certificates of one session, read the info again after the certificates and start over
+ * if it changed (a new session may have started; SK_ERR_BAD_PARAM from
+ * sk_socket_copy_peer_certificate can also mean that). */
 int sk_socket_get_tls_info(sk_socket_t *sock, sk_tls_info_t *out_info);
 
 /* Copies the DER of the peer's certificate `index` (0: the leaf) into `buffer` of

@@ -590,7 +590,9 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     public var isSecure: Bool { published.tls != nil }
 
     /// What the TLS handshake settled (version, cipher, ALPN, the peer's certificates,
-    /// resumption), or nil before `socketDidSecure`.
+    /// resumption), or nil while not secure. One consistent snapshot; the session can end
+    /// at any moment (even while `socketDidSecure` runs), so read it once rather than after
+    /// checking `isSecure`.
     public var tlsInfo: TLSConnectionInfo? { published.tls?.info }
 
     /// The answer to the `didReceiveTrust` event that carried `question` (the Swift

@@ -12,6 +12,7 @@
     X(tls_key_log_file_that_cannot_be_opened) \
     X(tls_empty_peer_name_and_nul_in_pem)     \
     X(tls_cipher_list_cannot_lower_the_security_level) \
+    X(tls_getters_after_the_session_ended)    \
     X(tls_host_queue_records)                 \
     X(tls_error_codes_have_names)             \
     X(tls_delegate_from_an_older_header)      \

@@ -737,6 +737,37 @@ void test_tls_key_log_file_that_cannot_be_opened(void) {
     sk_tls_settings_release(settings);
 }
 
+/* The getters read the session as it is at the call: once it ended (here between the
+ * info and the certificate, as a peer closing right after the handshake can make it), they
+ * say "not secure" (SK_ERR_BAD_CONFIG), which a reader treats as such (the Python binding
+ * once raised instead). */
+void test_tls_getters_after_the_session_ended(void) {
+    tls_server_t server;
+    tls_server_start(&server, server_settings("server"));
+    recorder_t client;
+    recorder_init(&client);
+    sk_tls_settings_t *settings = client_settings();
+    sk_socket_t *sock = tls_client(&client, "127.0.0.1", server.port, settings);
+    sk_tls_settings_release(settings);
+    recorder_expect(&client, EVENT_SECURE, 1);
+    sk_tls_info_t info;
+    CHECK_EQ(sk_socket_get_tls_info(sock, &info), SK_OK);
+    CHECK_EQ(info.peer_certificate_count, 2);
+    size_t length = 0;
+    CHECK_EQ(sk_socket_copy_peer_certificate(sock, 0, NULL, &length), SK_OK);
+    CHECK_EQ(sk_socket_disconnect(sock), SK_OK);
+    recorder_expect(&client, EVENT_DISCONNECT, 1);
+    unsigned char *der = malloc(length);
+    CHECK_EQ(sk_socket_copy_peer_certificate(sock, 0, der, &length), SK_ERR_BAD_CONFIG);
+    CHECK_EQ(sk_socket_copy_peer_certificate(sock, 1, NULL, &length), SK_ERR_BAD_CONFIG);
+    CHECK_EQ(sk_socket_get_tls_info(sock, &info), SK_ERR_BAD_CONFIG);
+    CHECK_EQ(sk_socket_is_secure(sock), 0);
+    free(der);
+    sk_socket_release(sock);
+    recorder_destroy(&client);
+    tls_server_stop(&server);
+}
+
 /* "@SECLEVEL=0" in a cipher list used to undo security level 2 silently. */
 void test_tls_cipher_list_cannot_lower_the_security_level(void) {
     sk_tls_settings_t *settings = client_settings();

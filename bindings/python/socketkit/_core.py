@@ -1424,7 +1424,9 @@ class Socket(_SocketBase):
     @property
     def tls_info(self) -> Optional[TLSInfo]:
         """What the handshake settled (protocol, cipher, ALPN, SNI, resumption, the peer's
-        certificates), or None while the connection is not secure."""
+        certificates), or None while the connection is not secure. The session can end at
+        any moment (even while ``socket_did_secure`` runs): then this is None, never an
+        error, and never a mix of two sessions."""
         return _tls_info(self.handle)
 
     # ---- advanced ------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Union
 
 from . import _ffi
 from ._ffi import lib
+from . import errors
 from .errors import Error, TLSSettingsError, error_from_code
 
 PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
@@ -382,29 +383,63 @@ class TLSInfo:
     peer_certificates: List[Certificate]
 
 
-def _tls_info(handle: int) -> Optional[TLSInfo]:
+class _SessionChanged(Exception):
+    """The session read so far ended, or another one started, between two C calls."""
+
+
+def _session_info(handle: int) -> Optional[bytes]:
+    """sk_tls_info_t of the current session as bytes (comparable), or None if not secure."""
     info = _ffi.TLSInfo()
     status = lib.sk_socket_get_tls_info(handle, byref(info))
-    if status == -1:  # SK_ERR_BAD_CONFIG: not secure
+    if status == errors.BAD_CONFIG:  # not secure
         return None
     _check(status)
-    certificates = []
-    for index in range(max(info.peer_certificate_count, 0)):
-        size = c_size_t(0)
-        status = lib.sk_socket_copy_peer_certificate(handle, index, None, byref(size))
-        if status == -1:  # the session ended meanwhile
+    return bytes(info)
+
+
+def _peer_certificate(handle: int, index: int) -> bytes:
+    """The DER of certificate `index` of the current session (its size, then a copy)."""
+    size = c_size_t(0)
+    _copied(lib.sk_socket_copy_peer_certificate(handle, index, None, byref(size)))
+    buffer = create_string_buffer(size.value)
+    _copied(lib.sk_socket_copy_peer_certificate(handle, index, buffer, byref(size)))
+    return buffer.raw[:size.value]
+
+
+def _copied(status: int) -> None:
+    # BAD_CONFIG: the session ended. BAD_PARAM: no such index, or a certificate bigger than
+    # the size just read: another session started.
+    if status in (errors.BAD_CONFIG, errors.BAD_PARAM):
+        raise _SessionChanged()
+    _check(status)
+
+
+def _tls_info(handle: int) -> Optional[TLSInfo]:
+    """What the handshake settled, or None when the connection is not secure. It takes
+    several C calls (the info, then each certificate) and the session can end at any
+    moment on the loop thread (a peer that closes right after the handshake ends it while
+    socket_did_secure runs): a session that ended reads as None, and a result is returned
+    only when the info read after the certificates is the one read before them."""
+    for _ in range(8):
+        before = _session_info(handle)
+        if before is None:
             return None
-        _check(status)
-        buffer = create_string_buffer(size.value)
-        _check(lib.sk_socket_copy_peer_certificate(handle, index, buffer, byref(size)))
-        certificates.append(Certificate(buffer.raw[:size.value]))
+        info = _ffi.TLSInfo.from_buffer_copy(before)
+        try:
+            certificates = [_peer_certificate(handle, index) for index in range(max(info.peer_certificate_count, 0))]
+        except _SessionChanged:
+            continue
+        if _session_info(handle) != before:
+            continue
+        return TLSInfo(protocol_version=_c_text(info.protocol_version), cipher=_c_text(info.cipher),
+                       alpn_protocol=_c_text(info.alpn_protocol) or None,
+                       server_name=_c_text(info.server_name) or None, session_reused=bool(info.session_reused),
+                       peer_certificates=[Certificate(der) for der in certificates])
+    return None  # sessions ending and starting faster than they can be read: none stays
 
-    def text(raw: bytes) -> str:
-        return raw.decode("utf-8", "replace")
 
-    return TLSInfo(protocol_version=text(info.protocol_version), cipher=text(info.cipher),
-                   alpn_protocol=text(info.alpn_protocol) or None, server_name=text(info.server_name) or None,
-                   session_reused=bool(info.session_reused), peer_certificates=certificates)
+def _c_text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
 
 
 # --------------------------------------------------------------------------------------

@@ -626,6 +626,79 @@ def test_no_handshake_timeout(secure_pair, certs):
     pair.client_recorder.expect("secure")
 
 
+@pytest.mark.parametrize("calls_before_the_end", [1, 2, 3, 4])
+def test_tls_info_is_none_when_the_session_ends_between_its_c_calls(secure_pair, monkeypatch, calls_before_the_end):
+    """tls_info takes several C calls (the info, then each certificate's size and bytes,
+    then the info again); the session ends here after the given number of certificate
+    calls, as a peer closing right after the handshake ends it while socket_did_secure runs.
+    It used to raise BadConfigError."""
+    from socketkit import _tls
+
+    pair = secure_pair()
+    pair.client_recorder.expect("secure")
+    assert len(pair.client.tls_info.peer_certificates) == 2
+    original = _tls.lib.sk_socket_copy_peer_certificate
+    calls = []
+
+    def copy(*arguments):
+        status = original(*arguments)
+        calls.append(status)
+        if len(calls) == calls_before_the_end:
+            pair.client.disconnect()
+            pair.client_recorder.expect("disconnect")
+        return status
+
+    monkeypatch.setattr(_tls.lib, "sk_socket_copy_peer_certificate", copy)
+    assert pair.client.tls_info is None
+    assert len(calls) >= calls_before_the_end
+
+
+def test_tls_info_while_sessions_end_under_it(certs):
+    """The race itself, bounded: two threads read tls_info while the connection closes.
+    Before, about one connection in fifty raised BadConfigError (within 3 s on 2 cores)."""
+    accepted = []
+
+    class Acceptor:
+        def socket_did_accept(self, listener, connection):
+            connection.delegate = TLSRecorder()
+            accepted.append(connection)
+            connection.start_tls(certs.server())
+
+    listener = socketkit.Socket(Acceptor())
+    listener.accept_on_interface("127.0.0.1", 0)
+    failures = []
+    connections = 0
+    deadline = time.monotonic() + 3
+    try:
+        while time.monotonic() < deadline:
+            connections += 1
+            recorder = TLSRecorder()
+            client = socketkit.Socket(recorder)
+            client.connect_to_host("127.0.0.1", listener.local_port, timeout=WAIT)
+            client.start_tls(certs.client())
+            recorder.expect("secure")
+
+            def read(client=client):
+                try:
+                    while client.tls_info is not None:
+                        pass
+                except Exception as error:  # noqa: BLE001 - any exception is the failure
+                    failures.append(repr(error))
+
+            readers = [threading.Thread(target=read) for _ in range(2)]
+            for reader in readers:
+                reader.start()
+            client.disconnect()
+            for reader in readers:
+                reader.join(WAIT)
+            client.close()
+            while accepted:
+                accepted.pop().close()
+    finally:
+        listener.close()
+    assert failures == [], f"{len(failures)} failures in {connections} connections: {failures[:3]}"
+
+
 def test_the_key_log_file_gets_the_secrets(secure_pair, certs, tmp_path):
     path = tmp_path / "keys.log"
     pair = secure_pair(client=certs.client(key_log_file=path))
