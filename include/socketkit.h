@@ -526,7 +526,14 @@ int sk_socket_get_maximum_read_length(sk_socket_t *sock, size_t *out_length);
 int sk_socket_set_write_watermarks(sk_socket_t *sock, size_t low, size_t high, sk_error_t *error);
 int sk_socket_get_write_watermarks(sk_socket_t *sock, size_t *out_low, size_t *out_high);
 
-/* TCP_NODELAY (off by default). */
+/* TCP_NODELAY: small writes leave at once instead of waiting under Nagle's algorithm for
+ * earlier data to be acknowledged. On by default (1), as asyncio, Go and curl set it:
+ * SocketKit already sends what is queued together (several writes per system call, a TLS
+ * handshake's last flight with the records that follow it), so Nagle adds little, and it
+ * costs a delayed-ACK wait (40 ms on Linux) whenever a message leaves in two sends that
+ * the peer does not answer in between (a request written in two parts, a response behind
+ * a TLS server's session tickets). Set 0 to let the kernel coalesce many tiny writes
+ * made from other threads. Accepted sockets take the listener's setting. */
 int sk_socket_set_no_delay(sk_socket_t *sock, int enabled);
 int sk_socket_get_no_delay(sk_socket_t *sock);
 
@@ -728,6 +735,12 @@ int sk_socket_perform(sk_socket_t *sock, void (*function)(const sk_socket_descri
  * never sent as SNI); TLS 1.2 minimum; OpenSSL security level 2; a 30 s handshake
  * timeout. An orderly disconnect sends close_notify; a peer's FIN without one is
  * SK_ERR_TLS_TRUNCATED. No SIGPIPE: SocketKit does all socket I/O itself.
+ *
+ * Each handshake flight leaves in one send, and the last one (a client's Finished, a
+ * server's session tickets) together with what follows it at once: writes queued behind
+ * sk_socket_start_tls or made in did_secure, and an answer a callback on the loop thread
+ * writes to data that came with the peer's Finished. So a first request and its answer
+ * do not wait for a delayed ACK even with no-delay off (see sk_socket_set_no_delay).
  *
  * What TLS does not do:
  *   - Renegotiation (TLS 1.2 and older) is refused: SocketKit never starts one and answers

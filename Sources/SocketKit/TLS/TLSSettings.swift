@@ -16,6 +16,12 @@
 /// an ALPN name, PEM text) is refused with `.tlsSettings`: OpenSSL and the file system would
 /// see only the part before it.
 ///
+/// Each handshake flight leaves in one send, and the last one (a client's Finished, a
+/// server's session tickets) together with what follows it at once (writes queued behind
+/// `startTLS` or made in `socketDidSecure`, a loop-thread callback's answer to data that
+/// came with the peer's Finished): a first request and its answer do not wait for a
+/// delayed ACK even with `Socket.noDelay` off.
+///
 /// What TLS does not do: renegotiation (TLS 1.2 and older) is refused (a peer's request is
 /// answered with a no_renegotiation alert; a peer that insists ends the connection with
 /// `.tlsFailed`); revocation is not checked (no CRL, OCSP or stapling: use manual trust

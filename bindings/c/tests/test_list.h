@@ -13,6 +13,7 @@
     X(tls_empty_peer_name_and_nul_in_pem)     \
     X(tls_cipher_list_cannot_lower_the_security_level) \
     X(tls_getters_after_the_session_ended)    \
+    X(tls_first_echo_does_not_wait_for_a_delayed_ack) \
     X(tls_host_queue_records)                 \
     X(tls_error_codes_have_names)             \
     X(tls_delegate_from_an_older_header)      \

@@ -149,6 +149,12 @@ class TLSSettings:
     - ``manual_trust_evaluation``: ``socket_did_receive_trust`` decides instead of the
       built-in verdict.
 
+    Each handshake flight leaves in one send, and the last one (a client's Finished, a
+    server's session tickets) together with what follows it at once (writes queued behind
+    :meth:`Socket.start_tls` or made in ``socket_did_secure``, an answer written on the loop
+    thread to data that came with the peer's Finished): a first request and its answer do
+    not wait for a delayed ACK even with ``no_delay`` off (it is on by default).
+
     What TLS does not do: renegotiation (TLS 1.2 and older) is refused (a peer's request is
     answered with a no_renegotiation alert; a peer that insists ends the connection with
     :class:`TLSFailedError`); revocation is not checked (no CRL, OCSP or stapling: use

@@ -641,3 +641,21 @@ def test_a_handle_released_inside_its_own_callback_is_refused_afterwards():
     assert received == b"echo:hi"
     peer.close()
     listener.close()
+
+
+def test_no_delay_is_on_by_default(raw_peer):
+    """As asyncio sets TCP_NODELAY on every TCP transport (see Socket.no_delay)."""
+    seen = []
+    done = threading.Event()
+
+    def check(descriptors):
+        probe = socket.socket(fileno=os.dup(descriptors.primary))
+        seen.append(probe.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        probe.close()
+        done.set()
+
+    pair = raw_peer()
+    assert pair.socket.no_delay
+    pair.socket.perform(check)
+    assert done.wait(WAIT)
+    assert seen == [1]
