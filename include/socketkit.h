@@ -789,9 +789,11 @@ int sk_tls_settings_release(sk_tls_settings_t *settings);
  * are first used (sk_socket_start_tls or sk_tls_settings_check). */
 
 /* The name to send as SNI and to verify the server's certificate against (clients).
- * Default (NULL): the host given to connect. An empty name is refused by
- * sk_tls_settings_check and sk_socket_start_tls (SK_ERR_TLS_SETTINGS): it would turn
- * host-name verification off. */
+ * Default (NULL): the host given to connect (the peer's IP address for a raw address or
+ * an adopted descriptor). An empty name is refused by sk_tls_settings_check and
+ * sk_socket_start_tls (SK_ERR_TLS_SETTINGS): it would turn host-name verification off.
+ * A Unix-domain connection has no host: a client that verifies must be given a name, or
+ * its handshake ends at once with SK_ERR_TLS_SETTINGS (did_disconnect). */
 int sk_tls_settings_set_peer_name(sk_tls_settings_t *settings, const char *name);
 /* Trust roots: the system store (default), a PEM file, a hashed directory, or PEM text
  * (`length` bytes; 0 with a NUL-terminated string). */

@@ -1,4 +1,5 @@
 import Glibc
+import Synchronization
 import Testing
 @testable import SocketKit
 
@@ -41,6 +42,37 @@ import Testing
         // Unset, the name is the host given to connect: the wrong host is caught.
         try pair.client.startTLS(TestCertificates.client())
         #expect(pair.clientRecorder.waitForDisconnect()??.code == .tlsHostnameMismatch)
+    }
+
+    @Test func aClientOverAUnixSocketNeedsAPeerNameToVerify() throws {
+        // No host to check the certificate's names against: before, the chain alone was
+        // checked, so any certificate the roots vouch for passed, whatever its name.
+        let path = temporaryUnixPath("tls-name")
+        let listenerRecorder = Recorder("listener")
+        let listener = Socket(delegate: listenerRecorder)
+        let servers = Recorder("servers")
+        let variant = Mutex("wrong-host")
+        listenerRecorder.onAccept = { _, connection in
+            connection.setDelegate(servers, callbackQueue: .eventLoop)
+            try? connection.startTLS(TestCertificates.server(variant.withLock { $0 }))
+        }
+        try listener.accept(onUnixPath: path)
+        defer { listener.disconnect() }
+        for (name, expected) in [(nil, SocketError.Code.tlsSettings), ("localhost", .tlsHostnameMismatch)] {
+            let (client, recorder) = recordedSocket("client")
+            try client.connect(toUnixPath: path, timeout: 5)
+            try client.startTLS(TestCertificates.client(peerName: name))
+            let error = recorder.waitForDisconnect()
+            #expect(error??.code == expected, "\(String(describing: name)): \(String(describing: error))")
+            #expect(!recorder.events.contains(.secured))
+        }
+        // Named, against a certificate for that name: secure.
+        variant.withLock { $0 = "server" }
+        let (client, recorder) = recordedSocket("client")
+        try client.connect(toUnixPath: path, timeout: 5)
+        try client.startTLS(TestCertificates.client(peerName: "localhost"))
+        #expect(recorder.waitForSecure())
+        client.disconnect()
     }
 
     @Test func everyTLSTextWithANULIsASettingsError() throws {

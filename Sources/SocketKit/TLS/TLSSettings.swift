@@ -83,7 +83,9 @@ public struct TLSSettings: Hashable, Sendable {
     /// The name to send as SNI and to verify the server's certificate against (clients).
     /// nil: the host given to `connect(toHost:)` (the IP for `connect(to:)`). An IP literal
     /// is matched against the certificate's IP addresses and never sent as SNI. An empty
-    /// name is refused (`.tlsSettings`): it would turn host-name verification off.
+    /// name is refused (`.tlsSettings`): it would turn host-name verification off. A
+    /// Unix-domain connection has no host: a client that verifies must be given a name, or
+    /// its handshake ends at once with `.tlsSettings`.
     public var peerName: String?
     /// Whom to trust (default: the system store).
     public var trustRoots: TrustRoots

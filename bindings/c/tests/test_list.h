@@ -11,6 +11,7 @@
     X(tls_handshake_timeout)                  \
     X(tls_key_log_file_that_cannot_be_opened) \
     X(tls_empty_peer_name_and_nul_in_pem)     \
+    X(tls_client_over_a_unix_socket_needs_a_peer_name) \
     X(tls_cipher_list_cannot_lower_the_security_level) \
     X(tls_getters_after_the_session_ended)    \
     X(tls_first_echo_does_not_wait_for_a_delayed_ack) \

@@ -770,6 +770,41 @@ void test_tls_getters_after_the_session_ended(void) {
     tls_server_stop(&server);
 }
 
+/* A Unix-domain connection has no host to check the server's certificate against: a
+ * client without a peer name is refused rather than checking the chain alone (which
+ * admitted a certificate for any name). */
+void test_tls_client_over_a_unix_socket_needs_a_peer_name(void) {
+    char path[108];
+    snprintf(path, sizeof path, "/tmp/sk-c-tls-name-%d.sock", (int)getpid());
+    tls_server_t server;
+    memset(&server, 0, sizeof server);
+    recorder_init(&server.listener_recorder);
+    recorder_init(&server.server);
+    server.settings = server_settings("wrong-host");
+    server.listener_recorder.context = &server;
+    server.listener_recorder.on_accept = start_tls_on_accept;
+    server.listener = recorded_socket(&server.listener_recorder, NULL);
+    CHECK_EQ(sk_socket_accept_on_unix_path(server.listener, path, NULL), SK_OK);
+    sk_tls_settings_t *settings = client_settings();
+    const char *names[] = {NULL, "localhost"};
+    int expected[] = {SK_ERR_TLS_SETTINGS, SK_ERR_TLS_HOSTNAME_MISMATCH};
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ(sk_tls_settings_set_peer_name(settings, names[i]), SK_OK);
+        recorder_t client;
+        recorder_init(&client);
+        sk_socket_t *sock = recorded_socket(&client, NULL);
+        CHECK_EQ(sk_socket_connect_to_unix_path(sock, path, 5, NULL), SK_OK);
+        CHECK_EQ(sk_socket_start_tls(sock, settings, NULL), SK_OK);
+        recorder_expect(&client, EVENT_DISCONNECT, 1);
+        CHECK_EQ(recorder_event(&client, EVENT_DISCONNECT, 0).error_code, expected[i]);
+        CHECK_EQ(recorder_count(&client, EVENT_SECURE), 0);
+        sk_socket_release(sock);
+        recorder_destroy(&client);
+    }
+    sk_tls_settings_release(settings);
+    tls_server_stop(&server);
+}
+
 /* "@SECLEVEL=0" in a cipher list used to undo security level 2 silently. */
 void test_tls_cipher_list_cannot_lower_the_security_level(void) {
     sk_tls_settings_t *settings = client_settings();

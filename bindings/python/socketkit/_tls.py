@@ -123,7 +123,9 @@ class TLSSettings:
 
     - ``role``: "client" (default) or "server" (or :class:`TLSRole`).
     - ``peer_name``: the name sent as SNI and verified (clients); default: the connect host.
-      An empty name is refused (it would turn host-name verification off).
+      An empty name is refused (it would turn host-name verification off). A Unix-domain
+      connection has no host: a client that verifies must be given a name, or its
+      handshake ends at once with :class:`TLSSettingsError`.
     - trust roots: the system store, unless one of ``trust_file`` (PEM file),
       ``trust_directory`` (hashed directory, ``openssl rehash``) or ``trust_pem`` (PEM
       text) is given.

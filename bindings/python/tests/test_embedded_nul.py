@@ -175,6 +175,35 @@ def test_an_empty_peer_name_is_refused_not_an_absent_check(certs):
             sock.abort()
 
 
+def test_a_client_over_a_unix_socket_needs_a_peer_name(certs, tmp_path):
+    # No host to check the certificate's names against: before, the chain alone was
+    # checked, so a certificate for any name passed.
+    path = str(tmp_path / "tls.sock")
+    accepted = []
+
+    class Acceptor:
+        def socket_did_accept(self, listener, connection):
+            connection.delegate = TLSRecorder()
+            accepted.append(connection)
+            connection.start_tls(certs.server("wrong-host"))
+
+    listener = socketkit.Socket(Acceptor())
+    listener.accept_on_unix_path(path)
+    try:
+        for name, expected in [(None, socketkit.TLSSettingsError), ("localhost", socketkit.HostnameMismatchError)]:
+            recorder = TLSRecorder()
+            client = socketkit.Socket(recorder)
+            client.connect_to_unix_path(path, timeout=WAIT)
+            client.start_tls(certs.client(peer_name=name))
+            assert type(recorder.disconnect_error()) is expected
+            assert recorder.count("secure") == 0
+            client.close()
+    finally:
+        listener.close()
+        for connection in accepted:
+            connection.abort()
+
+
 def test_the_helper_keeps_plain_text_and_paths():
     from socketkit import _ffi
 
