@@ -1,5 +1,4 @@
 import Glibc
-import Synchronization
 import Testing
 @testable import SocketKit
 
@@ -80,26 +79,5 @@ struct HandshakeLatencyTests {
             times.append(try Self.handshakeAndEcho(port: listener.localPort, expecting: "ping\n", settings: settings))
         }
         #expect(Self.median(times) < Self.boundMilliseconds, "handshake + first echo (ms): \(times)")
-    }
-
-    @Test func noDelayIsOnByDefaultAndOffWhenAsked() throws {
-        let pair = try Pair(configureListener: { $0.noDelay = false })
-        defer { pair.close() }
-        #expect(pair.client.noDelay)
-        #expect(Self.option(pair.client, Int32(IPPROTO_TCP), TCP_NODELAY) == 1)
-        #expect(!pair.server.noDelay) // inherited from the listener
-        #expect(Self.option(pair.server, Int32(IPPROTO_TCP), TCP_NODELAY) == 0)
-        #expect(Socket().noDelay)
-    }
-
-    static func option(_ socket: Socket, _ level: Int32, _ name: Int32) -> Int32? {
-        let result = Mutex<Int32?>(nil)
-        let done = Latch()
-        socket.perform { descriptors in
-            result.withLock { $0 = SystemCalls.getOption(descriptors.primary, level, name) }
-            done.open()
-        }
-        _ = done.wait()
-        return result.withLock { $0 }
     }
 }

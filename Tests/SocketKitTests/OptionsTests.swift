@@ -42,6 +42,17 @@ struct OptionsTests {
         #expect(option(pair.client, SOL_SOCKET, SO_KEEPALIVE) == 0)
     }
 
+    @Test func noDelayIsOnByDefaultAndOffWhenAsked() throws {
+        // On by default, as asyncio, Go and curl (see Socket.noDelay).
+        let pair = try Pair(configureListener: { $0.noDelay = false })
+        defer { pair.close() }
+        #expect(pair.client.noDelay)
+        #expect(option(pair.client, Int32(IPPROTO_TCP), TCP_NODELAY) == 1)
+        #expect(!pair.server.noDelay) // inherited from the listener
+        #expect(option(pair.server, Int32(IPPROTO_TCP), TCP_NODELAY) == 0)
+        #expect(Socket().noDelay)
+    }
+
     @Test func acceptedSocketsInheritTheListenersOptions() throws {
         let pair = try Pair(configureListener: { listener in
             listener.noDelay = true
