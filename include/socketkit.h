@@ -42,6 +42,12 @@
  *            sk_socket_write() copies; sk_socket_write_no_copy() borrows until its
  *            release function runs. Strings returned by sk_version(), sk_strerror() and
  *            sk_error_name() are static.
+ * Text       Host names, interfaces, paths and TLS settings are NUL-terminated UTF-8
+ *            strings, so they cannot hold a NUL. Where text comes with a length (PEM
+ *            text, the path inside a raw sockaddr_un), a NUL inside it is refused
+ *            (SK_ERR_TLS_SETTINGS for TLS settings, else SK_ERR_BAD_PARAM): OpenSSL and
+ *            the kernel would see only the text before it. The bindings refuse such text
+ *            in their own strings (Python: a ValueError) before it reaches C.
  * Addresses  A struct sockaddr pointer and a length. An IPv4 or IPv6 address may come
  *            with any length from its family's struct (sizeof(struct sockaddr_in) or
  *            sizeof(struct sockaddr_in6)) up to sizeof(struct sockaddr_storage), as
@@ -197,7 +203,8 @@ typedef enum sk_error_code {
     SK_ERR_TLS_PEER_REJECTED = -26,         /* manual trust evaluation answered no */
     /* The TLS settings cannot be used: an unreadable or invalid certificate, key or trust
      * file, a key that does not match its certificate, a wrong key password, an unknown
-     * cipher, a server without a certificate, maximum version below minimum. */
+     * cipher, a server without a certificate, maximum version below minimum, an empty peer
+     * name, PEM text with a NUL inside, a key-log file that cannot be opened. */
     SK_ERR_TLS_SETTINGS = -27
 } sk_error_code_t;
 
@@ -409,9 +416,12 @@ typedef struct sk_socket_delegate {
 
     /* Manual trust evaluation (sk_tls_settings_set_manual_trust_evaluation): the handshake
      * is done, and nothing is read or written until sk_socket_answer_trust(sock,
-     * trust->token, accept) is called, from any thread, now or later (the handshake
-     * timeout keeps running meanwhile: an answer after it comes too late). If this member,
-     * or the whole delegate, is NULL the peer is rejected (SK_ERR_TLS_PEER_REJECTED). */
+     * trust->token, accept) is called, from any thread, now or later. The handshake
+     * timeout keeps running meanwhile (it bounds how long an unauthenticated peer holds a
+     * connection, whoever is slow): without an answer in time the connection ends with
+     * SK_ERR_TLS_HANDSHAKE_TIMEOUT and a later answer does nothing; a delegate that needs
+     * longer raises the timeout (or sets it negative). If this member, or the whole
+     * delegate, is NULL the peer is rejected (SK_ERR_TLS_PEER_REJECTED). */
     void (*did_receive_trust)(sk_socket_t *sock, const sk_tls_trust_t *trust, void *userdata);
 } sk_socket_delegate_t;
 
@@ -569,7 +579,14 @@ int sk_socket_get_maximum_read_length(sk_socket_t *sock, size_t *out_length);
 int sk_socket_set_write_watermarks(sk_socket_t *sock, size_t low, size_t high, sk_error_t *error);
 int sk_socket_get_write_watermarks(sk_socket_t *sock, size_t *out_low, size_t *out_high);
 
-/* TCP_NODELAY (off by default). */
+/* TCP_NODELAY: small writes leave at once instead of waiting under Nagle's algorithm for
+ * earlier data to be acknowledged. On by default (1), as asyncio, Go and curl set it:
+ * SocketKit already sends what is queued together (several writes per system call, a TLS
+ * handshake's last flight with the records that follow it), so Nagle adds little, and it
+ * costs a delayed-ACK wait (40 ms on Linux) whenever a message leaves in two sends that
+ * the peer does not answer in between (a request written in two parts, a response behind
+ * a TLS server's session tickets). Set 0 to let the kernel coalesce many tiny writes
+ * made from other threads. Accepted sockets take the listener's setting. */
 int sk_socket_set_no_delay(sk_socket_t *sock, int enabled);
 int sk_socket_get_no_delay(sk_socket_t *sock);
 
@@ -621,7 +638,8 @@ int sk_socket_connect_to_host(sk_socket_t *sock, const char *host, uint16_t port
 
 /* Connects to a raw address: struct sockaddr_in, sockaddr_in6 or sockaddr_un;
  * `address_length` as under Addresses (CONVENTIONS). Errors: as above, plus SK_ERR_BAD_PARAM
- * (unsupported address). */
+ * (unsupported address, or a sockaddr_un path with a NUL followed by more bytes: the kernel
+ * would end the path at the NUL; an abstract address, first byte NUL, is taken as given). */
 int sk_socket_connect_to_address(sk_socket_t *sock, const struct sockaddr *address, socklen_t address_length,
                                  const char *interface, double timeout, sk_error_t *error);
 
@@ -781,6 +799,23 @@ int sk_socket_perform(sk_socket_t *sock, void (*function)(const sk_socket_descri
  * never sent as SNI); TLS 1.2 minimum; OpenSSL security level 2; a 30 s handshake
  * timeout. An orderly disconnect sends close_notify; a peer's FIN without one is
  * SK_ERR_TLS_TRUNCATED. No SIGPIPE: SocketKit does all socket I/O itself.
+ *
+ * Each handshake flight leaves in one send, and the last one (a client's Finished, a
+ * server's session tickets) together with what follows it at once: writes queued behind
+ * sk_socket_start_tls or made in did_secure, and an answer a callback on the loop thread
+ * writes to data that came with the peer's Finished. So a first request and its answer
+ * do not wait for a delayed ACK even with no-delay off (see sk_socket_set_no_delay).
+ *
+ * What TLS does not do:
+ *   - Renegotiation (TLS 1.2 and older) is refused: SocketKit never starts one and answers
+ *     a peer's request with a no_renegotiation alert; a peer that insists ends the
+ *     connection (SK_ERR_TLS_FAILED, typically a handshake_failure alert). TLS 1.3 has no
+ *     renegotiation; its key updates are answered.
+ *   - Revocation is not checked: no CRL, no OCSP, no stapled OCSP response is consulted.
+ *     To check it, use manual trust evaluation (did_receive_trust has the peer's chain).
+ *   - The security level is a floor: a cipher list with "@SECLEVEL=n" below 2 is refused
+ *     (SK_ERR_TLS_SETTINGS) rather than silently accepting weak keys and SHA-1 again;
+ *     raising it is allowed.
  */
 
 typedef struct sk_tls_settings sk_tls_settings_t;
@@ -818,7 +853,11 @@ int sk_tls_settings_release(sk_tls_settings_t *settings);
  * are first used (sk_socket_start_tls or sk_tls_settings_check). */
 
 /* The name to send as SNI and to verify the server's certificate against (clients).
- * Default (NULL): the host given to connect. */
+ * Default (NULL): the host given to connect (the peer's IP address for a raw address or
+ * an adopted descriptor). An empty name is refused by sk_tls_settings_check and
+ * sk_socket_start_tls (SK_ERR_TLS_SETTINGS): it would turn host-name verification off.
+ * A Unix-domain connection has no host: a client that verifies must be given a name, or
+ * its handshake ends at once with SK_ERR_TLS_SETTINGS (did_disconnect). */
 int sk_tls_settings_set_peer_name(sk_tls_settings_t *settings, const char *name);
 /* Trust roots: the system store (default), a PEM file, a hashed directory, or PEM text
  * (`length` bytes; 0 with a NUL-terminated string). */
@@ -837,7 +876,9 @@ int sk_tls_settings_set_private_key_pem(sk_tls_settings_t *settings, const char 
 int sk_tls_settings_set_verification(sk_tls_settings_t *settings, int verification);
 /* sk_tls_version_t bounds (SK_TLS_VERSION_DEFAULT for either). */
 int sk_tls_settings_set_versions(sk_tls_settings_t *settings, int minimum, int maximum);
-/* OpenSSL cipher list for TLS 1.2 and older, and TLS 1.3 cipher suites. */
+/* OpenSSL cipher list for TLS 1.2 and older, and TLS 1.3 cipher suites. A list that
+ * lowers the security level below 2 ("@SECLEVEL=0" or "=1") is refused by
+ * sk_tls_settings_check and sk_socket_start_tls (SK_ERR_TLS_SETTINGS). */
 int sk_tls_settings_set_cipher_list(sk_tls_settings_t *settings, const char *list);
 int sk_tls_settings_set_cipher_suites(sk_tls_settings_t *settings, const char *suites);
 /* ALPN: offered by a client in this order, or chosen by a server in its order of
@@ -845,11 +886,15 @@ int sk_tls_settings_set_cipher_suites(sk_tls_settings_t *settings, const char *s
 int sk_tls_settings_set_alpn_protocols(sk_tls_settings_t *settings, const char *const *protocols, size_t count);
 /* Clients: resume earlier sessions with the same peer name and port (default 1). */
 int sk_tls_settings_set_session_resumption(sk_tls_settings_t *settings, int enabled);
-/* Seconds the handshake may take (default 30; negative or INFINITY: no limit; NaN:
- * SK_ERR_BAD_PARAM). */
+/* Seconds from the start of the handshake until the connection is secure (default 30;
+ * negative or INFINITY: no limit; NaN: SK_ERR_BAD_PARAM). With manual trust evaluation the
+ * delegate's answer counts too. */
 int sk_tls_settings_set_handshake_timeout(sk_tls_settings_t *settings, double seconds);
 /* Appends the session keys to `path` in NSS key-log format (SSLKEYLOGFILE), for
- * debugging only: anyone with the file can decrypt the traffic. NULL: off. */
+ * debugging only: anyone with the file can decrypt the traffic. A new file is created
+ * readable by its owner only (0600). NULL: off. A path that cannot be opened is
+ * SK_ERR_TLS_SETTINGS (os_error: the errno) from sk_tls_settings_check and
+ * sk_socket_start_tls. */
 int sk_tls_settings_set_key_log_file(sk_tls_settings_t *settings, const char *path);
 /* 1: did_receive_trust decides instead of the built-in verdict. */
 int sk_tls_settings_set_manual_trust_evaluation(sk_tls_settings_t *settings, int enabled);
@@ -884,7 +929,16 @@ typedef struct sk_tls_info {
 } sk_tls_info_t;
 
 /* SK_OK and the info in `*out_info` (may be NULL: only whether the connection is secure).
- * Errors: SK_ERR_BAD_CONFIG (not secure), SK_ERR_INVALID_HANDLE. */
+ * Errors: SK_ERR_BAD_CONFIG (not secure), SK_ERR_INVALID_HANDLE.
+ *
+ * Each of these getters reads the session as it is at the call; the session can end at
+ * any moment on the loop thread (a peer that closes right after the handshake ends it
+ * while did_secure runs, or before it runs on another queue). SK_ERR_BAD_CONFIG after
+ * sk_socket_is_secure() returned 1, after did_secure, or between the calls below means
+ * the session ended meanwhile: treat it as "not secure". To read the info and the
+ * certificates of one session, read the info again after the certificates and start over
+ * if it changed (a new session may have started; SK_ERR_BAD_PARAM from
+ * sk_socket_copy_peer_certificate can also mean that). */
 int sk_socket_get_tls_info(sk_socket_t *sock, sk_tls_info_t *out_info);
 
 /* The DER of the peer's certificate `index` (0: the leaf), as getsockname(2) and Getters at

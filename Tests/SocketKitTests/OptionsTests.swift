@@ -21,13 +21,13 @@ struct OptionsTests {
 
     @Test func optionsSetBeforeConnectingApplyOnConnectAndChangesApplyAtOnce() throws {
         let pair = try Pair(configureClient: { client in
-            client.noDelay = true
+            client.noDelay = false // not the default (on): so applying it on connect shows
             try client.setKeepAlive(KeepAlive(idle: 30, interval: 5, count: 3))
             try client.setBufferSizes(send: 256 * 1024, receive: 128 * 1024)
         })
         defer { pair.close() }
         let tcp = Int32(IPPROTO_TCP)
-        #expect(option(pair.client, tcp, TCP_NODELAY) == 1)
+        #expect(option(pair.client, tcp, TCP_NODELAY) == 0)
         #expect(option(pair.client, SOL_SOCKET, SO_KEEPALIVE) == 1)
         #expect(option(pair.client, tcp, TCP_KEEPIDLE) == 30)
         #expect(option(pair.client, tcp, TCP_KEEPINTVL) == 5)
@@ -36,10 +36,21 @@ struct OptionsTests {
         #expect(pair.client.keepAlive == KeepAlive(idle: 30, interval: 5, count: 3))
         #expect(pair.client.sendBufferSize == 256 * 1024 && pair.client.receiveBufferSize == 128 * 1024)
 
-        pair.client.noDelay = false
+        pair.client.noDelay = true
         try pair.client.setKeepAlive(nil)
-        #expect(option(pair.client, tcp, TCP_NODELAY) == 0)
+        #expect(option(pair.client, tcp, TCP_NODELAY) == 1)
         #expect(option(pair.client, SOL_SOCKET, SO_KEEPALIVE) == 0)
+    }
+
+    @Test func noDelayIsOnByDefaultAndOffWhenAsked() throws {
+        // On by default, as asyncio, Go and curl (see Socket.noDelay).
+        let pair = try Pair(configureListener: { $0.noDelay = false })
+        defer { pair.close() }
+        #expect(pair.client.noDelay)
+        #expect(option(pair.client, Int32(IPPROTO_TCP), TCP_NODELAY) == 1)
+        #expect(!pair.server.noDelay) // inherited from the listener
+        #expect(option(pair.server, Int32(IPPROTO_TCP), TCP_NODELAY) == 0)
+        #expect(Socket().noDelay)
     }
 
     @Test func acceptedSocketsInheritTheListenersOptions() throws {

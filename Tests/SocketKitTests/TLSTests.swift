@@ -390,6 +390,30 @@ func checksum(_ bytes: [UInt8]) -> UInt64 {
         #expect(!pair.client.isSecure)
     }
 
+    @Test func theHandshakeTimeoutKeepsRunningWhileManualTrustDecides() throws {
+        // The timeout bounds how long an unauthenticated peer holds a connection: a
+        // delegate that does not answer in time ends it, and its late answer does nothing.
+        var client = TestCertificates.client()
+        client.manualTrustEvaluation = true
+        client.handshakeTimeout = 0.5
+        let pair = try Pair()
+        defer { pair.close() }
+        let held = Mutex<(@Sendable (Bool) -> Void)?>(nil)
+        let asked = Latch()
+        pair.clientRecorder.onTrust = { _, _, answer in
+            held.withLock { $0 = answer }
+            asked.open()
+        }
+        try pair.server.startTLS(TestCertificates.server())
+        try pair.client.startTLS(client)
+        #expect(asked.wait())
+        let error = pair.clientRecorder.waitForDisconnect()
+        #expect(error??.code == .tlsHandshakeTimeout, "\(String(describing: error))")
+        held.withLock { $0 }?(true)
+        #expect(!pair.client.isSecure)
+        #expect(!pair.clientRecorder.events.contains(.secured))
+    }
+
     @Test func manualTrustCanSayNo() throws {
         var client = TestCertificates.client()
         client.manualTrustEvaluation = true
@@ -542,6 +566,45 @@ func checksum(_ bytes: [UInt8]) -> UInt64 {
         #expect(pair.clientRecorder.waitForSecure())
         var info = stat()
         #expect(stat(path, &info) == 0 && info.st_size > 0)
+        #expect(info.st_mode & 0o777 == 0o600) // it holds every session's secrets
+    }
+
+    @Test func aCipherListCannotLowerTheSecurityLevel() throws {
+        // "@SECLEVEL=0" used to undo level 2 silently: weak keys and SHA-1 passed again.
+        let pair = try Pair()
+        defer { pair.close() }
+        for list in ["DEFAULT:@SECLEVEL=0", "HIGH:@SECLEVEL=1"] {
+            var client = TestCertificates.client()
+            client.cipherList = list
+            #expect { try pair.client.startTLS(client) } throws: {
+                ($0 as? SocketError)?.code == .tlsSettings && ($0 as? SocketError)?.message.contains("security level") == true
+            }
+        }
+        // Keeping or raising it is fine.
+        var kept = TestCertificates.server()
+        kept.cipherList = "DEFAULT:@SECLEVEL=2"
+        var raised = TestCertificates.client()
+        raised.cipherList = "DEFAULT:@SECLEVEL=3"
+        try pair.server.startTLS(kept)
+        try pair.client.startTLS(raised)
+        #expect(pair.clientRecorder.waitForSecure())
+    }
+
+    @Test func aKeyLogFileThatCannotBeOpenedIsASettingsError() throws {
+        // Its initializer once freed the SSL_CTX on this path and then threw with every
+        // stored property set, so deinit freed it again: the process aborted.
+        let pair = try Pair()
+        defer { pair.close() }
+        var client = TestCertificates.client()
+        client.keyLogFile = "/nonexistent/directory/keys.log"
+        #expect { try pair.client.startTLS(client) } throws: {
+            ($0 as? SocketError)?.code == .tlsSettings && ($0 as? SocketError)?.osError == ENOENT
+        }
+        #expect(!pair.client.isSecure)
+        // Nothing was started: the same socket can still start TLS.
+        try pair.server.startTLS(TestCertificates.server())
+        try pair.client.startTLS(TestCertificates.client())
+        #expect(pair.clientRecorder.waitForSecure())
     }
 
     @Test func certificatesParseAndPrint() throws {

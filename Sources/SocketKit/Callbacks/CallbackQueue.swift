@@ -62,9 +62,10 @@ public final class SerialCallbackQueue: CallbackQueue, @unchecked Sendable {
     /// The thread's name, as given at creation.
     public let name: String
 
-    /// Starts the queue's thread. Throws `.system` if no thread can be created.
+    /// Starts the queue's thread. Throws `.system` if no thread can be created, `.badParam`
+    /// for a name with a NUL character.
     public init(name: String = "socketkit-callbacks") throws(SocketError) {
-        self.name = name
+        self.name = try name.checkedForC("the queue name")
         super.init(runsOnEventLoop: false)
         let worker = self.worker
         try PosixThread.spawnDetached(name: name) { worker.run() }

@@ -72,7 +72,8 @@ public struct SocketError: Error, Hashable, Sendable, CustomStringConvertible {
         public static let tlsPeerRejected = Code(rawValue: -26)
         /// The TLS settings cannot be used: an unreadable or invalid certificate, key or
         /// trust file, a key that does not match its certificate, a wrong key password, an
-        /// unknown cipher, a server without a certificate.
+        /// unknown cipher, a server without a certificate, an empty peer name, text with a
+        /// NUL character, a key-log file that cannot be opened.
         public static let tlsSettings = Code(rawValue: -27)
 
         /// Every code, in raw-value order; the C and Python tables are checked against it.

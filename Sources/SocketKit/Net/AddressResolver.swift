@@ -83,11 +83,18 @@ final class AddressResolver: @unchecked Sendable {
         }
     }
 
+    /// A host as the public calls take it (a name or an IP literal): `.badParam` when empty,
+    /// or when it holds a NUL (`getaddrinfo` and `inet_pton` would resolve the text before it).
+    static func checkHost(_ host: String) throws(SocketError) {
+        guard !host.isEmpty else { throw SocketError(.badParam, "empty host") }
+        try host.checkedForC("the host")
+    }
+
     /// Blocking resolution: `"localhost"`/`"loopback"` give 127.0.0.1 and ::1 without asking
     /// the resolver, IP literals give themselves, anything else goes to `getaddrinfo`
     /// (IPv4 and IPv6, in the resolver's order, duplicates removed).
     static func lookup(host: String, port: UInt16) -> Result<[SocketAddress], SocketError> {
-        guard !host.isEmpty else { return .failure(SocketError(.badParam, "empty host name")) }
+        do throws(SocketError) { try checkHost(host) } catch { return .failure(error) }
         if host == "localhost" || host == "loopback" {
             return .success([.ipv4Loopback(port: port), .ipv6Loopback(port: port)])
         }

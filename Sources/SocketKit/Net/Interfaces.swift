@@ -14,6 +14,7 @@ enum Interfaces {
     /// Splits `"name:port"`, `"[v6]:port"`, `":port"` into a name (nil when only a port was
     /// given) and a port (nil when none was given).
     static func split(_ description: String) throws(SocketError) -> (name: String?, port: UInt16?) {
+        try description.checkedForC("the interface")
         if description.hasPrefix("[") {
             guard let close = description.firstIndex(of: "]") else {
                 throw SocketError(.badParam, "interface '\(description)': missing ']'")
@@ -42,6 +43,7 @@ enum Interfaces {
     /// The addresses to bind for `name` (nil = any address) with `port`.
     /// Throws `.badParam` for an interface that does not exist or has no IP address.
     static func endpoints(for name: String?, port: UInt16) throws(SocketError) -> Endpoints {
+        try name?.checkedForC("the interface")
         guard let name, !name.isEmpty else {
             return Endpoints(ipv4: .ipv4Any(port: port), ipv6: .ipv6Any(port: port))
         }

@@ -77,7 +77,7 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
     /// An address from an IP literal (`"127.0.0.1"`, `"::1"`, `"fe80::1%eth0"`) and a port.
     /// Throws `.badParam` if `ipAddress` is not an IP literal.
     public init(ipAddress: String, port: UInt16) throws(SocketError) {
-        guard let address = SocketAddress.parseIPLiteral(ipAddress, port: port) else {
+        guard let address = SocketAddress.parseIPLiteral(try ipAddress.checkedForC("the IP address"), port: port) else {
             throw SocketError(.badParam, "'\(ipAddress)' is not an IPv4 or IPv6 address")
         }
         self = address
@@ -88,7 +88,7 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
     public init(unixPath path: String) throws(SocketError) {
         let utf8 = Array(path.utf8)
         guard !utf8.isEmpty else { throw SocketError(.badParam, "empty Unix socket path") }
-        guard !utf8.contains(0) else { throw SocketError(.badParam, "Unix socket path contains a NUL byte") }
+        try path.checkedForC("the Unix socket path")
         guard utf8.count < skc_unix_path_capacity() else {
             throw SocketError(.badParam, "Unix socket path longer than \(skc_unix_path_capacity() - 1) bytes")
         }
@@ -120,6 +120,9 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
     }
 
     static func parseIPLiteral(_ literal: String, port: UInt16) -> SocketAddress? {
+        // inet_pton and if_nametoindex would read only up to a NUL (public entries refuse
+        // such text first; this keeps the parser itself from ever reading a truncation).
+        guard literal.isCString else { return nil }
         var ipv4 = in_addr()
         if inet_pton(AF_INET, literal, &ipv4) == 1 {
             var address = sockaddr_in()
@@ -198,6 +201,20 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
         if let nul = path.firstIndex(of: 0) { path.removeSubrange(nul...) }
         guard !path.isEmpty else { return nil }
         return String(decoding: path, as: UTF8.self)
+    }
+
+    /// A Unix address made from raw bytes, checked as `init(unixPath:)` checks a path: the
+    /// kernel ends a pathname at its first NUL, so one with more bytes after a NUL is
+    /// refused (`.badParam`) rather than connected somewhere else. Abstract addresses
+    /// (first byte NUL) are names of the given length and pass, as do IP addresses.
+    func checkedPathname() throws(SocketError) -> SocketAddress {
+        guard family == .unix, let unixBytes else { return self }
+        let path = unixBytes.dropFirst(MemoryLayout<sa_family_t>.size)
+        guard path.first != 0, let nul = path.firstIndex(of: 0) else { return self }
+        guard path[nul...].allSatisfy({ $0 == 0 }) else {
+            throw SocketError(.badParam, "the Unix socket path contains an embedded NUL character (the kernel would see only the text before it)")
+        }
+        return self
     }
 
     /// The same address with another port (IP families only).

@@ -16,6 +16,9 @@ import Synchronization
 /// for good) re-arms the timer, anything else ends the connection.
 ///
 /// Cost: a connected idle socket owns no buffer; its reads use its loop's buffer.
+///
+/// Text: a host, interface or Unix path holding a NUL character is refused (`.badParam`):
+/// the system calls would see only the text before it.
 public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     let core: TCPSocketCore
 
@@ -201,7 +204,14 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
         }
     }
 
-    /// TCP_NODELAY: send small writes at once instead of coalescing them (default false).
+    /// TCP_NODELAY: send small writes at once instead of holding them under Nagle's algorithm
+    /// until earlier data is acknowledged. On by default, as asyncio, Go and curl set it:
+    /// SocketKit already sends what is queued together (several writes per system call,
+    /// a TLS handshake's last flight with the records that follow it), so Nagle adds little,
+    /// and it costs a delayed-ACK wait (40 ms on Linux) whenever a message leaves in two
+    /// sends that the peer does not answer in between (a request written in two parts, a
+    /// response behind a TLS server's session tickets). Turn it off to let the kernel
+    /// coalesce many tiny writes made from other threads.
     public var noDelay: Bool {
         get { configuration.tcpOptions.noDelay }
         set { configure { $0.tcpOptions.noDelay = newValue } }
@@ -305,7 +315,7 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     /// address is of an enabled family).
     public func connect(toHost host: String, port: UInt16, viaInterface interface: String? = nil,
                         timeout: Double = -1) throws(SocketError) {
-        guard !host.isEmpty else { throw SocketError(.badParam, "empty host") }
+        try AddressResolver.checkHost(host)
         try checkTimeout(timeout)
         let local = try interface.map { (description: String) throws(SocketError) in try Socket.localEndpoints(description) }
         let (session, configuration) = try beginSession(.connecting, requireFamilies: true, requireDelegate: true)
@@ -317,6 +327,7 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     public func connect(to address: SocketAddress, viaInterface interface: String? = nil,
                         timeout: Double = -1) throws(SocketError) {
         try checkTimeout(timeout)
+        let address = try address.checkedPathname()
         let configuration = self.configuration
         if address.family == .ipv4 && !configuration.isIPv4Enabled {
             throw SocketError(.badConfig, "IPv4 is disabled")
@@ -604,7 +615,9 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     public var isSecure: Bool { published.tls != nil }
 
     /// What the TLS handshake settled (version, cipher, ALPN, the peer's certificates,
-    /// resumption), or nil before `socketDidSecure`.
+    /// resumption), or nil while not secure. One consistent snapshot; the session can end
+    /// at any moment (even while `socketDidSecure` runs), so read it once rather than after
+    /// checking `isSecure`.
     public var tlsInfo: TLSConnectionInfo? { published.tls?.info }
 
     /// The answer to the `didReceiveTrust` event that carried `question` (the Swift

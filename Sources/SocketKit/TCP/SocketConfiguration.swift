@@ -92,7 +92,8 @@ struct SocketConfiguration: Sendable {
 /// TCP options, applied whenever a connection is established and when changed while
 /// connected. Zero buffer sizes leave the kernel's defaults.
 struct TCPOptions: Sendable, Equatable {
-    var noDelay = false
+    /// On by default, as asyncio, Go and curl do (see `Socket.noDelay`).
+    var noDelay = true
     var keepAlive: KeepAlive? = nil
     var sendBufferSize = 0
     var receiveBufferSize = 0

@@ -59,7 +59,10 @@ public protocol SocketDelegate: AnyObject {
     /// but nothing is read or written until `completionHandler` is called, from any thread,
     /// now or later: true trusts the peer (`socketDidSecure` follows), false disconnects with
     /// `.tlsPeerRejected`. Only the first call counts. The default implementation answers
-    /// false. The handshake timeout keeps running meanwhile.
+    /// false. The handshake timeout keeps running meanwhile (it bounds how long an
+    /// unauthenticated peer holds a connection, whoever is slow): without an answer in time
+    /// the connection ends with `.tlsHandshakeTimeout` and a later answer does nothing; a
+    /// delegate that needs longer raises `TLSSettings.handshakeTimeout` (or sets it negative).
     func socket(_ sock: Socket, didReceiveTrust trust: TLSTrust, completionHandler: @escaping @Sendable (Bool) -> Void)
 
     /// Queued, unwritten bytes reached the high watermark: the peer is not keeping up.

@@ -98,20 +98,22 @@ extension TCPSocketCore {
     }
 
     /// Called by the read pump while TLS is not secure: starts or drives the handshake.
-    /// Returns true when the pump should go on with plaintext reads (the marker is not
-    /// reached yet).
+    /// Returns true when the pump should go on: with plaintext reads (the marker is not
+    /// reached yet), or with secure ones (the handshake has just finished: application
+    /// data that came with the peer's last flight is delivered in this same iteration, so
+    /// an answer written from a loop-thread callback leaves with our last flight).
     func tlsPumpBeforeSecure() -> Bool {
         guard let tls else { return true }
         switch tls.stage {
         case .waiting:
             if tls.readsBefore == 0 && tls.writesBefore == 0 {
                 startHandshake()
-                return false
+                return tls.stage == .secure
             }
             return true
         case .handshaking:
             driveHandshake()
-            return false
+            return tls.stage == .secure
         case .awaitingTrust, .secure:
             return false
         }
@@ -155,13 +157,23 @@ extension TCPSocketCore {
         guard let tls, tls.stage == .handshaking, let session = tls.session else { return }
         while phase == .connected {
             let step = session.handshake()
+            if case .done = step {
+                // Our last flight (a client's Finished, a server's session tickets) waits in
+                // the BIO for the end of this iteration, so that what follows it at once
+                // leaves in the same send: writes queued behind startTLS, writes made in
+                // didSecure, an answer to data that came with the peer's Finished. Sent
+                // apart, the second send waits under Nagle for the ACK of the first, which a
+                // peer with nothing to send back delays (delayed ACK).
+                handshakeFinished()
+                if phase == .connected { scheduleWriteFlush() }
+                return
+            }
             // Send what the step produced first: a ClientHello, a flight, or an alert.
             guard sendTLSOutput() else { return }
             guard phase == .connected else { return }
             switch step {
             case .done:
-                handshakeFinished()
-                return
+                return // handled above
             case .failed(let error):
                 closeSession(error)
                 return
@@ -375,8 +387,10 @@ extension TCPSocketCore {
                 if let end = receiveForRead(session, tls, delivering: total) { return end }
             }
             let step = session.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[total...]))
-            // Reading can produce output (a key update answer, a TLS 1.3 ticket ack).
-            if session.pendingOutput > 0 { guard sendTLSOutput() else { return .wouldBlock } }
+            // Reading can produce output (a key update answer), and our last handshake flight
+            // may still wait in the BIO: both go at the end of the iteration, with the
+            // answers callbacks write meanwhile.
+            if session.pendingOutput > 0 { scheduleWriteFlush() }
             switch step {
             case .bytes(let count):
                 total += count

@@ -17,6 +17,9 @@ final class TLSContext: @unchecked Sendable {
     private let keyLog: UnsafeMutablePointer<FILE>?
 
     private static let cache = LockedValue<[TLSSettings: TLSContext]>([:])
+    /// OpenSSL's security level, the floor for every context: 112-bit security (RSA and DH
+    /// of 2048 bits, no SHA-1 signatures, no RC4 or export ciphers).
+    static let securityLevel: Int32 = 2
     private static let cacheLimit = 64
 
     /// The shared context for `settings`, made on first use.
@@ -31,32 +34,45 @@ final class TLSContext: @unchecked Sendable {
         }
     }
 
+    /// Ownership: the C resources (the key-log `FILE` and the `SSL_CTX`) are acquired into
+    /// locals first, and a failure while acquiring them frees what is held and throws before
+    /// any stored property is set, so `deinit` (which Swift runs once every stored property
+    /// is set, even when the initializer then throws) never sees them. From the assignments
+    /// on, `deinit` is their only owner: nothing below frees them.
     private init(_ settings: TLSSettings) throws(SocketError) {
         try settings.validate()
         openSSLInitialized()
-        self.settings = settings
+        let keyLog = try settings.keyLogFile.map { (path: String) throws(SocketError) in try TLSContext.openKeyLog(path) }
         ERR_clear_error()
         guard let context = SSL_CTX_new(TLS_method()) else {
+            if let keyLog { fclose(keyLog) }
             throw SocketError(.tlsSettings, "SSL_CTX_new: \(openSSLErrorText())")
         }
-        self.context = context
         var wire: [UInt8] = []
         for name in settings.alpnProtocols {
             wire.append(UInt8(name.utf8.count))
             wire.append(contentsOf: name.utf8)
         }
+        self.settings = settings
+        self.context = context
+        self.keyLog = keyLog
         alpnWire = wire
-        if let path = settings.keyLogFile {
-            keyLog = fopen(path, "a")
-            if keyLog == nil {
-                SSL_CTX_free(context)
-                throw SocketError.systemError(errno, "key-log file \(path)")
-            }
-        } else {
-            keyLog = nil
-        }
-        // Fully initialised from here: a throw releases self, and deinit frees the context.
+        // Fully initialised from here: a throw releases self, and deinit frees the context
+        // and closes the key log.
         try configure()
+    }
+
+    /// The key log, opened for appending. Created readable by its owner only (it holds
+    /// every session's secrets) and closed on exec.
+    private static func openKeyLog(_ path: String) throws(SocketError) -> UnsafeMutablePointer<FILE> {
+        let descriptor = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw SocketError.systemError(errno, "key-log file \(path)").asSettings }
+        guard let file = fdopen(descriptor, "a") else {
+            let error = errno
+            close(descriptor)
+            throw SocketError.systemError(error, "key-log file \(path)").asSettings
+        }
+        return file
     }
 
     deinit {
@@ -68,13 +84,23 @@ final class TLSContext: @unchecked Sendable {
     private func configure() throws(SocketError) {
         let settings = self.settings
         skc_tls_ctx_set_engine_options(context)
-        SSL_CTX_set_security_level(context, 2)
+        SSL_CTX_set_security_level(context, TLSContext.securityLevel)
         guard skc_tls_ctx_set_versions(context, settings.minimumVersion.rawValue,
                                        settings.maximumVersion?.rawValue ?? 0) == 1 else {
             throw SocketError(.tlsSettings, "protocol versions: \(openSSLErrorText())")
         }
-        if let list = settings.cipherList, SSL_CTX_set_cipher_list(context, list) != 1 {
-            throw SocketError(.tlsSettings, "cipher list \"\(list)\": \(openSSLErrorText())")
+        if let list = settings.cipherList {
+            guard SSL_CTX_set_cipher_list(context, list) == 1 else {
+                throw SocketError(.tlsSettings, "cipher list \"\(list)\": \(openSSLErrorText())")
+            }
+            // "@SECLEVEL=n" in a cipher list sets the context's security level: a lower one
+            // would silently undo the floor (weak keys, SHA-1 signatures, small DH groups
+            // accepted again). Raising it is the caller's business.
+            let level = SSL_CTX_get_security_level(context)
+            guard level >= TLSContext.securityLevel else {
+                throw SocketError(.tlsSettings, "cipher list \"\(list)\" lowers OpenSSL's security level to \(level) "
+                                  + "(@SECLEVEL); SocketKit keeps at least \(TLSContext.securityLevel)")
+            }
         }
         if let suites = settings.cipherSuites, SSL_CTX_set_ciphersuites(context, suites) != 1 {
             throw SocketError(.tlsSettings, "TLS 1.3 cipher suites \"\(suites)\": \(openSSLErrorText())")

@@ -49,6 +49,13 @@ final class TLSSession {
             return
         }
         SSL_set_connect_state(ssl)
+        let settings = context.settings
+        if peerName == nil && settings.effectiveVerification != .none && !settings.manualTrustEvaluation {
+            // Nothing to check the certificate's names against (a Unix-domain connection
+            // has no host): the chain alone would admit any name the roots vouch for.
+            throw SocketError(.tlsSettings, "no peer name to verify the server against (a Unix-domain connection has "
+                              + "no host name): set the peer name, or turn verification off")
+        }
         if let peerName, !peerName.isEmpty {
             let literal = TLSSession.ipLiteral(peerName)
             let isAddress = literal != nil

@@ -11,6 +11,21 @@
 /// → `alpnProtocols`, `GCDAsyncSocketSSLPeerID` → `sessionResumption` (sessions are kept per
 /// peer name and port). The banned upstream keys (allow any root, allow expired, ...) have
 /// no equivalent: use manual trust evaluation.
+///
+/// Text that contains a NUL character (a peer name, a path, a cipher string, a password,
+/// an ALPN name, PEM text) is refused with `.tlsSettings`: OpenSSL and the file system would
+/// see only the part before it.
+///
+/// Each handshake flight leaves in one send, and the last one (a client's Finished, a
+/// server's session tickets) together with what follows it at once (writes queued behind
+/// `startTLS` or made in `socketDidSecure`, a loop-thread callback's answer to data that
+/// came with the peer's Finished): a first request and its answer do not wait for a
+/// delayed ACK even with `Socket.noDelay` off.
+///
+/// What TLS does not do: renegotiation (TLS 1.2 and older) is refused (a peer's request is
+/// answered with a no_renegotiation alert; a peer that insists ends the connection with
+/// `.tlsFailed`); revocation is not checked (no CRL, OCSP or stapling: use manual trust
+/// evaluation to check it); the security level cannot be lowered (see `cipherList`).
 public struct TLSSettings: Hashable, Sendable {
     public enum Role: Hashable, Sendable {
         case client, server
@@ -67,7 +82,10 @@ public struct TLSSettings: Hashable, Sendable {
     public var role: Role
     /// The name to send as SNI and to verify the server's certificate against (clients).
     /// nil: the host given to `connect(toHost:)` (the IP for `connect(to:)`). An IP literal
-    /// is matched against the certificate's IP addresses and never sent as SNI.
+    /// is matched against the certificate's IP addresses and never sent as SNI. An empty
+    /// name is refused (`.tlsSettings`): it would turn host-name verification off. A
+    /// Unix-domain connection has no host: a client that verifies must be given a name, or
+    /// its handshake ends at once with `.tlsSettings`.
     public var peerName: String?
     /// Whom to trust (default: the system store).
     public var trustRoots: TrustRoots
@@ -85,6 +103,8 @@ public struct TLSSettings: Hashable, Sendable {
     /// nil: the newest OpenSSL knows.
     public var maximumVersion: ProtocolVersion?
     /// OpenSSL cipher list for TLS 1.2 and older (`SSL_CTX_set_cipher_list`); nil = default.
+    /// A list that lowers the security level below 2 (`"@SECLEVEL=0"` or `"=1"`) is refused
+    /// (`.tlsSettings`) instead of silently accepting weak keys and SHA-1 again.
     public var cipherList: String?
     /// TLS 1.3 cipher suites (`SSL_CTX_set_ciphersuites`); nil = default.
     public var cipherSuites: String?
@@ -93,10 +113,13 @@ public struct TLSSettings: Hashable, Sendable {
     public var alpnProtocols: [String]
     /// Clients: resume earlier sessions with the same peer name and port (default on).
     public var sessionResumption: Bool
-    /// Seconds the handshake may take from its start (negative: no limit). Default 30.
+    /// Seconds from the start of the handshake until the connection is secure (negative: no
+    /// limit). Default 30. With manual trust evaluation the delegate's answer counts too:
+    /// the timeout bounds how long an unauthenticated peer holds a connection.
     public var handshakeTimeout: Double
     /// Appends the session keys in NSS key-log format (Wireshark's `SSLKEYLOGFILE`), for
-    /// debugging only: anyone with the file can decrypt the traffic.
+    /// debugging only: anyone with the file can decrypt the traffic. A new file is created
+    /// readable by its owner only (0600); one that cannot be opened is `.tlsSettings`.
     public var keyLogFile: String?
     /// Skip the automatic verdict: the delegate's `didReceiveTrust` sees the peer's chain
     /// (and what built-in verification concluded) and answers yes or no.
@@ -138,6 +161,11 @@ public struct TLSSettings: Hashable, Sendable {
 
     /// Checks what can be checked without OpenSSL.
     func validate() throws(SocketError) {
+        // An empty name would mean "no name": no SNI and no host-name check, which fails open.
+        if peerName?.isEmpty == true {
+            throw SocketError(.tlsSettings, "the peer name is empty (leave it unset to verify the host given to connect)")
+        }
+        for (text, what) in textsForC { try text.checkedForC(what, code: .tlsSettings) }
         if let maximumVersion, maximumVersion < minimumVersion {
             throw SocketError(.tlsSettings, "the maximum TLS version is below the minimum")
         }
@@ -156,5 +184,35 @@ public struct TLSSettings: Hashable, Sendable {
         if role == .client && peerVerification == .requireCertificate {
             throw SocketError(.tlsSettings, "requireCertificate is a server setting")
         }
+    }
+
+    /// Every text of the settings that OpenSSL or the file system reads, with its name.
+    private var textsForC: [(String, String)] {
+        var texts: [(String, String)] = []
+        func add(_ text: String?, _ what: String) {
+            if let text { texts.append((text, what)) }
+        }
+        func add(_ source: Source?, _ what: String) {
+            switch source {
+            case .file(let path): add(path, "the \(what) path")
+            case .pem(let text): add(text, "the \(what) PEM text")
+            case nil: break
+            }
+        }
+        add(peerName, "the peer name")
+        switch trustRoots {
+        case .system: break
+        case .file(let path): add(path, "the trust file path")
+        case .directory(let path): add(path, "the trust directory path")
+        case .pem(let text): add(text, "the trust PEM text")
+        }
+        add(certificateChain, "certificate chain")
+        add(privateKey, "private key")
+        add(privateKeyPassword, "the private key password")
+        add(cipherList, "the cipher list")
+        add(cipherSuites, "the cipher suites")
+        for name in alpnProtocols { add(name, "an ALPN protocol name") }
+        add(keyLogFile, "the key-log file path")
+        return texts
     }
 }

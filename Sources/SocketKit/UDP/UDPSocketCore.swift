@@ -1022,7 +1022,7 @@ final class UDPSocketCore {
             throw SocketError(.badConfig, "bind before joining a multicast group")
         }
         guard !connected else { throw SocketError(.badConfig, "a connected socket cannot join multicast groups") }
-        guard let address = SocketAddress.parseIPLiteral(group, port: 0) else {
+        guard let address = SocketAddress.parseIPLiteral(try group.checkedForC("the multicast group"), port: 0) else {
             throw SocketError(.badParam, "'\(group)' is not a numeric IP address")
         }
         guard let target = channel(address.family) else {
@@ -1052,6 +1052,7 @@ final class UDPSocketCore {
     /// The index of `interface` (nil: 0, any; a name; "localhost"/"loopback"; an IP of one).
     static func interfaceIndex(_ interface: String?, family: SocketAddress.Family) throws(SocketError) -> Int32 {
         guard let interface, !interface.isEmpty else { return 0 }
+        try interface.checkedForC("the interface")
         let name = (interface == "localhost" || interface == "loopback") ? "lo" : interface
         if SocketAddress.parseIPLiteral(name, port: 0) == nil {
             let index = if_nametoindex(name)

@@ -16,6 +16,9 @@ import Synchronization
 /// receive, multicast, options, close) run on the socket's loop and return its answer (the
 /// caller waits for the loop; from the loop thread they run inline); sends and connects are
 /// queued and answered through the delegate. Getters read published state.
+///
+/// Text: a host, interface or multicast group holding a NUL character is refused
+/// (`.badParam`): the system calls would see only the text before it.
 public final class UdpSocket: CallbackGateWaits.Holder, @unchecked Sendable {
     /// The loop the socket lives on.
     public let eventLoop: EventLoop
@@ -185,7 +188,7 @@ public final class UdpSocket: CallbackGateWaits.Holder, @unchecked Sendable {
     /// `didConnectToAddress` or `didNotConnect` follows. Throws `.badConfig` when already
     /// connected or connecting.
     public func connect(toHost host: String, port: UInt16) throws(SocketError) {
-        guard !host.isEmpty else { throw SocketError(.badParam, "empty host") }
+        try AddressResolver.checkHost(host)
         try onLoop { core throws(SocketError) in try core.connect(.host(host, port)) }
     }
 
@@ -209,7 +212,7 @@ public final class UdpSocket: CallbackGateWaits.Holder, @unchecked Sendable {
     /// `addressPreference`).
     public func send(_ data: [UInt8], toHost host: String, port: UInt16, timeout: Double = -1,
                      tag: Int = 0) throws(SocketError) {
-        guard !host.isEmpty else { throw SocketError(.badParam, "empty host") }
+        try AddressResolver.checkHost(host)
         try queue(data.withUnsafeBytes { DatagramBytes(copying: $0) }, .host(host, port), timeout: timeout, tag: tag)
     }
 

@@ -322,6 +322,8 @@ void test_configuration_round_trips(void) {
     CHECK_EQ(low, 100);
     CHECK_EQ(high, 200);
 
+    CHECK_EQ(sk_socket_get_no_delay(sock), 1); /* on by default */
+    CHECK_EQ(sk_socket_set_no_delay(sock, 0), SK_OK);
     CHECK_EQ(sk_socket_get_no_delay(sock), 0);
     CHECK_EQ(sk_socket_set_no_delay(sock, 1), SK_OK);
     CHECK_EQ(sk_socket_get_no_delay(sock), 1);

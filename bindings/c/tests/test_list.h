@@ -6,8 +6,15 @@
     X(tls_bad_certificates_have_their_own_codes) \
     X(tls_client_certificate_required)        \
     X(tls_manual_trust)                       \
+    X(tls_handshake_timeout_runs_during_manual_trust) \
     X(tls_settings_errors_and_handles)        \
     X(tls_handshake_timeout)                  \
+    X(tls_key_log_file_that_cannot_be_opened) \
+    X(tls_empty_peer_name_and_nul_in_pem)     \
+    X(tls_client_over_a_unix_socket_needs_a_peer_name) \
+    X(tls_cipher_list_cannot_lower_the_security_level) \
+    X(tls_getters_after_the_session_ended)    \
+    X(tls_first_echo_does_not_wait_for_a_delayed_ack) \
     X(tls_host_queue_records)                 \
     X(tls_error_codes_have_names)             \
     X(tls_delegate_from_an_older_header)      \
@@ -83,5 +90,6 @@
     X(port_in_use)                            \
     X(ipv6_loopback)                          \
     X(unix_domain_sockets)                    \
+    X(unix_address_with_an_embedded_nul)      \
     X(create_from_fd)                         \
     X(pause_accepting_when_out_of_descriptors)

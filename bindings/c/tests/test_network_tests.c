@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <stddef.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -348,6 +349,42 @@ void test_unix_domain_sockets(void) {
     expect_only_disconnect(&lonely, SK_ERR_SYSTEM, ENOENT);
     CHECK_EQ(sk_socket_release(nobody), SK_OK);
     recorder_destroy(&lonely);
+    recorder_destroy(&client);
+    recorder_destroy(&server);
+}
+
+/* A raw sockaddr_un comes with its length, so a NUL can sit inside its path; the kernel
+ * would end the path there and connect to another socket. Refused; padding and abstract
+ * names (first byte NUL) are not. */
+void test_unix_address_with_an_embedded_nul(void) {
+    char path[108];
+    snprintf(path, sizeof path, "/tmp/sk-c-nul-%d.sock", (int)getpid());
+    recorder_t server;
+    recorder_init(&server);
+    server.on_accept = echo_accept;
+    sk_socket_t *listener = recorded_socket(&server, NULL);
+    CHECK_EQ(sk_socket_accept_on_unix_path(listener, path, NULL), SK_OK);
+
+    struct sockaddr_un address;
+    memset(&address, 0, sizeof address);
+    address.sun_family = AF_UNIX;
+    size_t length = strlen(path);
+    memcpy(address.sun_path, path, length);
+    memcpy(address.sun_path + length + 1, ".evil", 5); /* "<path>\0.evil" */
+    socklen_t with_tail = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + length + 1 + 5 + 1);
+    recorder_t client;
+    recorder_init(&client);
+    sk_socket_t *sock = recorded_socket(&client, NULL);
+    sk_error_t error;
+    CHECK_EQ(sk_socket_connect_to_address(sock, (struct sockaddr *)&address, with_tail, NULL, 5, &error),
+             SK_ERR_BAD_PARAM);
+    CHECK(strstr(error.message, "NUL") != NULL);
+    /* The same address with the tail as padding (NULs only) connects. */
+    memset(address.sun_path + length + 1, 0, 5);
+    CHECK_EQ(sk_socket_connect_to_address(sock, (struct sockaddr *)&address, with_tail, NULL, 5, &error), SK_OK);
+    recorder_expect(&client, EVENT_CONNECT, 1);
+    CHECK_EQ(sk_socket_release(sock), SK_OK);
+    CHECK_EQ(sk_socket_release(listener), SK_OK);
     recorder_destroy(&client);
     recorder_destroy(&server);
 }

@@ -6,8 +6,10 @@
 #include "test_support.h"
 
 #include <poll.h>
+#include <signal.h>
 #include <time.h>
 #include <stddef.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #ifndef SK_TEST_CERT_SCRIPT
@@ -447,6 +449,40 @@ static void say_no(recorder_t *recorder, sk_socket_t *sock, const sk_tls_trust_t
     CHECK_EQ(sk_socket_answer_trust(sock, trust->token, 0), SK_OK);
 }
 
+static uint64_t unanswered_token;
+
+static void keep_token(recorder_t *recorder, sk_socket_t *sock, const sk_tls_trust_t *trust) {
+    (void)recorder;
+    (void)sock;
+    unanswered_token = trust->token; /* read after EVENT_DISCONNECT, which comes later */
+}
+
+/* The handshake timeout keeps running while the delegate decides: it bounds how long an
+ * unauthenticated peer holds a connection. An answer after it does nothing. */
+void test_tls_handshake_timeout_runs_during_manual_trust(void) {
+    tls_server_t server;
+    tls_server_start(&server, server_settings("server"));
+    sk_tls_settings_t *settings = client_settings();
+    CHECK_EQ(sk_tls_settings_set_manual_trust_evaluation(settings, 1), SK_OK);
+    /* Long enough for the handshake itself to finish first (valgrind slows OpenSSL down). */
+    double timeout = getenv("SOCKETKIT_TEST_UNDER_VALGRIND") ? 5.0 : 0.5;
+    CHECK_EQ(sk_tls_settings_set_handshake_timeout(settings, timeout), SK_OK);
+    recorder_t client;
+    recorder_init(&client);
+    client.on_trust = keep_token;
+    sk_socket_t *sock = tls_client(&client, "127.0.0.1", server.port, settings);
+    sk_tls_settings_release(settings);
+    recorder_expect(&client, EVENT_TRUST, 1);
+    recorder_expect(&client, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&client, EVENT_DISCONNECT, 0).error_code, SK_ERR_TLS_HANDSHAKE_TIMEOUT);
+    CHECK_EQ(sk_socket_answer_trust(sock, unanswered_token, 1), SK_OK); /* too late: ignored */
+    CHECK_EQ(sk_socket_is_secure(sock), 0);
+    CHECK_EQ(recorder_count(&client, EVENT_SECURE), 0);
+    sk_socket_release(sock);
+    recorder_destroy(&client);
+    tls_server_stop(&server);
+}
+
 void test_tls_manual_trust(void) {
     tls_server_t server;
     tls_server_start(&server, server_settings("server"));
@@ -685,6 +721,249 @@ void test_tls_handshake_timeout(void) {
     sk_socket_release(sock);
     close(listener);
     recorder_destroy(&client);
+}
+
+/* A key log that cannot be opened is a settings error, from the check and from
+ * start_tls (it once aborted the process: the context was freed twice). */
+void test_tls_key_log_file_that_cannot_be_opened(void) {
+    sk_tls_settings_t *settings = client_settings();
+    CHECK_EQ(sk_tls_settings_set_key_log_file(settings, "/nonexistent/directory/keys.log"), SK_OK);
+    sk_error_t error;
+    CHECK_EQ(sk_tls_settings_check(settings, &error), SK_ERR_TLS_SETTINGS);
+    CHECK_EQ(error.code, SK_ERR_TLS_SETTINGS);
+    CHECK_EQ(error.os_error, 2); /* ENOENT */
+    CHECK(strstr(error.message, "key-log") != NULL);
+
+    uint16_t port = 0;
+    int listener = raw_listen("127.0.0.1", &port, 4);
+    recorder_t recorder;
+    recorder_init(&recorder);
+    sk_socket_t *sock = recorded_socket(&recorder, NULL);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 10, NULL), SK_OK);
+    CHECK_EQ(sk_socket_start_tls(sock, settings, &error), SK_ERR_TLS_SETTINGS);
+    CHECK_EQ(error.os_error, 2);
+    CHECK_EQ(sk_socket_is_secure(sock), 0);
+    /* Nothing was started. */
+    CHECK_EQ(sk_tls_settings_set_key_log_file(settings, NULL), SK_OK);
+    CHECK_EQ(sk_socket_start_tls(sock, settings, &error), SK_OK);
+    sk_socket_release(sock);
+    close(listener);
+    recorder_destroy(&recorder);
+    sk_tls_settings_release(settings);
+}
+
+/* The getters read the session as it is at the call: once it ended (here between the
+ * info and the certificate, as a peer closing right after the handshake can make it), they
+ * say "not secure" (SK_ERR_BAD_CONFIG), which a reader treats as such (the Python binding
+ * once raised instead). */
+void test_tls_getters_after_the_session_ended(void) {
+    tls_server_t server;
+    tls_server_start(&server, server_settings("server"));
+    recorder_t client;
+    recorder_init(&client);
+    sk_tls_settings_t *settings = client_settings();
+    sk_socket_t *sock = tls_client(&client, "127.0.0.1", server.port, settings);
+    sk_tls_settings_release(settings);
+    recorder_expect(&client, EVENT_SECURE, 1);
+    sk_tls_info_t info;
+    CHECK_EQ(sk_socket_get_tls_info(sock, &info), SK_OK);
+    CHECK_EQ(info.peer_certificate_count, 2);
+    size_t length = 0;
+    CHECK_EQ(sk_socket_copy_peer_certificate(sock, 0, NULL, &length), SK_OK);
+    CHECK_EQ(sk_socket_disconnect(sock), SK_OK);
+    recorder_expect(&client, EVENT_DISCONNECT, 1);
+    unsigned char *der = malloc(length);
+    CHECK_EQ(sk_socket_copy_peer_certificate(sock, 0, der, &length), SK_ERR_BAD_CONFIG);
+    CHECK_EQ(sk_socket_copy_peer_certificate(sock, 1, NULL, &length), SK_ERR_BAD_CONFIG);
+    CHECK_EQ(sk_socket_get_tls_info(sock, &info), SK_ERR_BAD_CONFIG);
+    CHECK_EQ(sk_socket_is_secure(sock), 0);
+    free(der);
+    sk_socket_release(sock);
+    recorder_destroy(&client);
+    tls_server_stop(&server);
+}
+
+/* A Unix-domain connection has no host to check the server's certificate against: a
+ * client without a peer name is refused rather than checking the chain alone (which
+ * admitted a certificate for any name). */
+void test_tls_client_over_a_unix_socket_needs_a_peer_name(void) {
+    char path[108];
+    snprintf(path, sizeof path, "/tmp/sk-c-tls-name-%d.sock", (int)getpid());
+    tls_server_t server;
+    memset(&server, 0, sizeof server);
+    recorder_init(&server.listener_recorder);
+    recorder_init(&server.server);
+    server.settings = server_settings("wrong-host");
+    server.listener_recorder.context = &server;
+    server.listener_recorder.on_accept = start_tls_on_accept;
+    server.listener = recorded_socket(&server.listener_recorder, NULL);
+    CHECK_EQ(sk_socket_accept_on_unix_path(server.listener, path, NULL), SK_OK);
+    sk_tls_settings_t *settings = client_settings();
+    const char *names[] = {NULL, "localhost"};
+    int expected[] = {SK_ERR_TLS_SETTINGS, SK_ERR_TLS_HOSTNAME_MISMATCH};
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ(sk_tls_settings_set_peer_name(settings, names[i]), SK_OK);
+        recorder_t client;
+        recorder_init(&client);
+        sk_socket_t *sock = recorded_socket(&client, NULL);
+        CHECK_EQ(sk_socket_connect_to_unix_path(sock, path, 5, NULL), SK_OK);
+        CHECK_EQ(sk_socket_start_tls(sock, settings, NULL), SK_OK);
+        recorder_expect(&client, EVENT_DISCONNECT, 1);
+        CHECK_EQ(recorder_event(&client, EVENT_DISCONNECT, 0).error_code, expected[i]);
+        CHECK_EQ(recorder_count(&client, EVENT_SECURE), 0);
+        sk_socket_release(sock);
+        recorder_destroy(&client);
+    }
+    sk_tls_settings_release(settings);
+    tls_server_stop(&server);
+}
+
+/* "@SECLEVEL=0" in a cipher list used to undo security level 2 silently. */
+void test_tls_cipher_list_cannot_lower_the_security_level(void) {
+    sk_tls_settings_t *settings = client_settings();
+    sk_error_t error;
+    CHECK_EQ(sk_tls_settings_set_cipher_list(settings, "DEFAULT:@SECLEVEL=0"), SK_OK);
+    CHECK_EQ(sk_tls_settings_check(settings, &error), SK_ERR_TLS_SETTINGS);
+    CHECK(strstr(error.message, "security level") != NULL);
+    CHECK_EQ(sk_tls_settings_set_cipher_list(settings, "HIGH:@SECLEVEL=1"), SK_OK);
+    CHECK_EQ(sk_tls_settings_check(settings, &error), SK_ERR_TLS_SETTINGS);
+    CHECK_EQ(sk_tls_settings_set_cipher_list(settings, "DEFAULT:@SECLEVEL=2"), SK_OK);
+    CHECK_EQ(sk_tls_settings_check(settings, &error), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_cipher_list(settings, "DEFAULT:@SECLEVEL=3"), SK_OK);
+    CHECK_EQ(sk_tls_settings_check(settings, &error), SK_OK);
+    sk_tls_settings_release(settings);
+}
+
+/* An empty peer name would mean "no name": no SNI and no host-name check, so a client
+ * would accept a certificate for another name. Refused, as are PEM texts (which come with
+ * a length) holding a NUL: OpenSSL would read only part of them. C strings cannot hold a
+ * NUL, so lengths are where the library checks for one. */
+void test_tls_empty_peer_name_and_nul_in_pem(void) {
+    tls_server_t server;
+    tls_server_start(&server, server_settings("wrong-host"));
+    sk_tls_settings_t *settings = client_settings();
+    CHECK_EQ(sk_tls_settings_set_peer_name(settings, ""), SK_OK);
+    sk_error_t error;
+    CHECK_EQ(sk_tls_settings_check(settings, &error), SK_ERR_TLS_SETTINGS);
+    CHECK(strstr(error.message, "peer name") != NULL);
+    recorder_t client;
+    recorder_init(&client);
+    sk_socket_t *sock = recorded_socket(&client, NULL);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", server.port, NULL, 10, NULL), SK_OK);
+    CHECK_EQ(sk_socket_start_tls(sock, settings, &error), SK_ERR_TLS_SETTINGS);
+    /* NULL (the default) verifies the host given to connect: the wrong host is caught. */
+    CHECK_EQ(sk_tls_settings_set_peer_name(settings, NULL), SK_OK);
+    CHECK_EQ(sk_socket_start_tls(sock, settings, &error), SK_OK);
+    recorder_expect(&client, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&client, EVENT_DISCONNECT, 0).error_code, SK_ERR_TLS_HOSTNAME_MISMATCH);
+    CHECK_EQ(recorder_count(&client, EVENT_SECURE), 0);
+    sk_socket_release(sock);
+    recorder_destroy(&client);
+
+    /* The trust roots, then a NUL, then a second root: refused whole. */
+    char *ca = read_text(cert_path("ca.pem"));
+    char *other = read_text(cert_path("other-ca.pem"));
+    size_t ca_length = strlen(ca), other_length = strlen(other);
+    char *joined = malloc(ca_length + 1 + other_length);
+    memcpy(joined, ca, ca_length);
+    joined[ca_length] = 0;
+    memcpy(joined + ca_length + 1, other, other_length);
+    CHECK_EQ(sk_tls_settings_set_trust_pem(settings, joined, ca_length + 1 + other_length), SK_OK);
+    CHECK_EQ(sk_tls_settings_check(settings, &error), SK_ERR_TLS_SETTINGS);
+    CHECK(strstr(error.message, "NUL") != NULL);
+    CHECK_EQ(sk_tls_settings_set_trust_pem(settings, joined, ca_length), SK_OK); /* up to the NUL: fine */
+    CHECK_EQ(sk_tls_settings_check(settings, &error), SK_OK);
+    free(joined);
+    free(other);
+    free(ca);
+    sk_tls_settings_release(settings);
+    tls_server_stop(&server);
+}
+
+/* openssl s_server, which nobody here wrote, serving `connections` connections with the
+ * test certificates and `options`; returns its pid and sets *port from its ACCEPT line.
+ * Its output stays open (in *output) until stop_s_server: a closed pipe would kill it. */
+static pid_t start_s_server(const char *options, int connections, uint16_t *port, FILE **output) {
+    int ends[2];
+    CHECK(pipe(ends) == 0);
+    char command[2048];
+    snprintf(command, sizeof command,
+             "exec openssl s_server -accept 127.0.0.1:0 -naccept %d %s -cert '%s' -cert_chain '%s' -key '%s' 2>&1",
+             connections, options, cert_path("server.pem"), cert_path("intermediate.pem"), cert_path("server.key"));
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        dup2(ends[1], 1);
+        close(ends[0]);
+        close(ends[1]);
+        execl("/bin/sh", "sh", "-c", command, (char *)NULL);
+        _exit(127);
+    }
+    close(ends[1]);
+    *output = fdopen(ends[0], "r");
+    CHECK(*output != NULL);
+    char line[512];
+    unsigned value = 0;
+    while (value == 0 && fgets(line, sizeof line, *output)) sscanf(line, "ACCEPT 127.0.0.1:%u", &value);
+    CHECK(value > 0 && value < 65536);
+    *port = (uint16_t)value;
+    return child;
+}
+
+static void stop_s_server(pid_t child, FILE *output) {
+    kill(child, SIGTERM);
+    int status;
+    waitpid(child, &status, 0);
+    fclose(output);
+}
+
+/* No-delay off, the client's last flight (Finished) and the write queued behind
+ * start_tls leave in one send. Sent apart, against a server that has nothing to answer
+ * the Finished with (here no session tickets), the write waited under Nagle for the
+ * server's delayed ACK (40 ms on Linux): the median connection must stay well under it. */
+void test_tls_first_echo_does_not_wait_for_a_delayed_ack(void) {
+    enum { CONNECTIONS = 5 };
+    uint16_t port = 0;
+    FILE *output = NULL;
+    pid_t server = start_s_server("-rev -num_tickets 0 -tls1_3", CONNECTIONS, &port, &output);
+    sk_tls_settings_t *settings = client_settings();
+    CHECK_EQ(sk_tls_settings_set_peer_name(settings, "localhost"), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_session_resumption(settings, 0), SK_OK);
+    double times[CONNECTIONS];
+    for (int i = 0; i < CONNECTIONS; i++) {
+        recorder_t client;
+        recorder_init(&client);
+        sk_socket_t *sock = recorded_socket(&client, NULL);
+        CHECK_EQ(sk_socket_set_no_delay(sock, 0), SK_OK);
+        double started = now_seconds();
+        CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 10, NULL), SK_OK);
+        CHECK_EQ(sk_socket_start_tls(sock, settings, NULL), SK_OK);
+        CHECK_EQ(sk_socket_write(sock, "ping\n", 5, -1, 1, NULL), SK_OK);
+        CHECK_EQ(sk_socket_read_to_data(sock, SK_LF, 1, 0, -1, 2, NULL), SK_OK);
+        recorder_expect_bytes(&client, 5);
+        times[i] = (now_seconds() - started) * 1000;
+        CHECK_EQ(memcmp(client.bytes, "gnip\n", 5), 0); /* -rev answers reversed */
+        sk_socket_release(sock);
+        recorder_destroy(&client);
+    }
+    sk_tls_settings_release(settings);
+    stop_s_server(server, output);
+    if (getenv("SOCKETKIT_TEST_UNDER_VALGRIND")) {
+        printf("SKIP the timing: valgrind slows the library itself; checked plain and under sanitizers\n");
+        return;
+    }
+    for (int i = 1; i < CONNECTIONS; i++) /* insertion sort: the median */
+        for (int j = i; j > 0 && times[j] < times[j - 1]; j--) {
+            double swap = times[j];
+            times[j] = times[j - 1];
+            times[j - 1] = swap;
+        }
+    if (times[CONNECTIONS / 2] >= 20) {
+        fprintf(stderr, "handshake + first echo (ms):");
+        for (int i = 0; i < CONNECTIONS; i++) fprintf(stderr, " %.1f", times[i]);
+        fprintf(stderr, "\n");
+    }
+    CHECK(times[CONNECTIONS / 2] < 20);
 }
 
 static int poll_tls_records(sk_callback_queue_t *queue, sk_event_t *events, int capacity) {

@@ -47,6 +47,11 @@ waiting, and ``socket_did_secure(sock)`` says when the connection is encrypted::
 Handshake failures end the connection with a :class:`TLSError` subclass
 (:class:`CertificateExpiredError`, :class:`HostnameMismatchError`, ...).
 
+Host names, interfaces, Unix paths and TLS settings with a NUL character in them are
+refused with :class:`BadParamError` (:class:`TLSSettingsError` for TLS settings), both
+``ValueError``, as the standard library refuses them: C would see only the text before the
+NUL.
+
 With asyncio, :mod:`socketkit.aio` runs delegates on the event loop and offers awaitable
 helpers (``await sock.read_to_data(b"\\r\\n")``).
 

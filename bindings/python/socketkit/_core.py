@@ -211,8 +211,8 @@ class SerialQueue(CallbackQueue):
     def __init__(self, name: Optional[str] = None) -> None:
         handle = c_void_p()
         error = _ffi.CError()
-        _raise_for(lib.sk_callback_queue_create_serial(name.encode() if name else None, byref(handle), byref(error)),
-                   error)
+        name_bytes = _ffi.c_string(name or None, "the queue name")
+        _raise_for(lib.sk_callback_queue_create_serial(name_bytes, byref(handle), byref(error)), error)
         super().__init__(handle.value)
 
 
@@ -373,10 +373,24 @@ def default_queue() -> SerialQueue:
 # Addresses
 # --------------------------------------------------------------------------------------
 
+# Text for C (see _ffi.c_string): a NUL inside is a BadParamError, never a truncation.
+
+def _host(host: str) -> bytes:
+    return _ffi.c_string(host, "the host")
+
+
+def _interface(interface: Optional[str]) -> Optional[bytes]:
+    return _ffi.c_string(interface or None, "the interface")
+
+
+def _unix_path(path: Any) -> bytes:
+    return _ffi.c_string(path, "the Unix socket path", path=True)
+
+
 def _sockaddr(address: Address) -> bytes:
     """A C sockaddr for ("host", port) or a Unix path."""
     if isinstance(address, str):
-        path = address.encode()
+        path = _unix_path(address)
         return struct.pack("=H", _stdlib_socket.AF_UNIX) + path + b"\x00"
     host, port = address
     if ":" in host:
@@ -409,7 +423,7 @@ def _address_from_sockaddr(raw: bytes) -> Optional[Address]:
 def lookup_host(host: str, port: int) -> List[Tuple[str, int]]:
     """Resolves `host` (blocking) to ("address", port) pairs in resolver order.
     "localhost" gives 127.0.0.1 and ::1 without asking the resolver."""
-    encoded = host.encode()
+    encoded = _host(host)
     capacity = 16
     while True:
         entries = (_ffi.Address * capacity)()
@@ -1061,6 +1075,12 @@ class Socket(_SocketBase):
 
     @property
     def no_delay(self) -> bool:
+        """TCP_NODELAY: small writes leave at once instead of waiting under Nagle's
+        algorithm for earlier data to be acknowledged. True by default, as asyncio sets it
+        on every TCP transport: SocketKit already sends what is queued together, and Nagle
+        costs a delayed-ACK wait (40 ms on Linux) whenever a message leaves in two sends
+        the peer does not answer in between (a response behind a TLS server's session
+        tickets). Accepted sockets take the listener's setting."""
         return self._flag(lib.sk_socket_get_no_delay)
 
     @no_delay.setter
@@ -1109,14 +1129,14 @@ class Socket(_SocketBase):
     def accept_on_interface(self, interface: Optional[str], port: int) -> None:
         """Listens on an interface name, an address, "localhost" or None (any)."""
         error = _ffi.CError()
-        _raise_for(lib.sk_socket_accept_on_interface(self.handle, interface.encode() if interface else None,
+        _raise_for(lib.sk_socket_accept_on_interface(self.handle, _interface(interface),
                                                      _port(port), byref(error)), error)
         self._sessions_started += 1
 
     def accept_on_unix_path(self, path: str) -> None:
         """Listens on a Unix-domain socket (a stale socket file there is replaced)."""
         error = _ffi.CError()
-        _raise_for(lib.sk_socket_accept_on_unix_path(self.handle, path.encode(), byref(error)), error)
+        _raise_for(lib.sk_socket_accept_on_unix_path(self.handle, _unix_path(path), byref(error)), error)
         self._sessions_started += 1
 
     def connect_to_host(self, host: str, port: int, interface: Optional[str] = None, timeout: float = -1) -> None:
@@ -1128,8 +1148,8 @@ class Socket(_SocketBase):
         ``socket_did_disconnect`` (OtherError when no resolved address is of an enabled
         family)."""
         error = _ffi.CError()
-        _raise_for(lib.sk_socket_connect_to_host(self.handle, host.encode(), _port(port),
-                                                 interface.encode() if interface else None, float(timeout),
+        _raise_for(lib.sk_socket_connect_to_host(self.handle, _host(host), _port(port),
+                                                 _interface(interface), float(timeout),
                                                  byref(error)), error)
         self._sessions_started += 1
 
@@ -1138,14 +1158,14 @@ class Socket(_SocketBase):
         raw = _sockaddr(address)
         error = _ffi.CError()
         _raise_for(lib.sk_socket_connect_to_address(self.handle, raw, len(raw),
-                                                    interface.encode() if interface else None, float(timeout),
+                                                    _interface(interface), float(timeout),
                                                     byref(error)), error)
         self._sessions_started += 1
 
     def connect_to_unix_path(self, path: str, timeout: float = -1) -> None:
         """Connects to a Unix-domain socket."""
         error = _ffi.CError()
-        _raise_for(lib.sk_socket_connect_to_unix_path(self.handle, path.encode(), float(timeout), byref(error)),
+        _raise_for(lib.sk_socket_connect_to_unix_path(self.handle, _unix_path(path), float(timeout), byref(error)),
                    error)
         self._sessions_started += 1
 
@@ -1436,7 +1456,9 @@ class Socket(_SocketBase):
     @property
     def tls_info(self) -> Optional[TLSInfo]:
         """What the handshake settled (protocol, cipher, ALPN, SNI, resumption, the peer's
-        certificates), or None while the connection is not secure."""
+        certificates), or None while the connection is not secure. The session can end at
+        any moment (even while ``socket_did_secure`` runs): then this is None, never an
+        error, and never a mix of two sessions."""
         return _tls_info(self.handle)
 
     # ---- advanced ------------------------------------------------------------------------
@@ -2007,7 +2029,7 @@ class UdpSocket(_UdpSocketBase):
         SystemCallError (EADDRINUSE, EACCES), BadParamError (unknown interface),
         BadConfigError (bound already, or after a connect or send)."""
         error = _ffi.CError()
-        _raise_for(lib.sk_udp_socket_bind_to_port(self.handle, interface.encode() if interface else None,
+        _raise_for(lib.sk_udp_socket_bind_to_port(self.handle, _interface(interface),
                                                   _port(port), byref(error)), error)
 
     def bind_to_address(self, address: IPAddress) -> None:
@@ -2021,7 +2043,7 @@ class UdpSocket(_UdpSocketBase):
         that peer can then send to the socket. ``udp_socket_did_connect(sock, address)`` or
         ``udp_socket_did_not_connect(sock, error)`` follows."""
         error = _ffi.CError()
-        _raise_for(lib.sk_udp_socket_connect_to_host(self.handle, host.encode(), _port(port), byref(error)), error)
+        _raise_for(lib.sk_udp_socket_connect_to_host(self.handle, _host(host), _port(port), byref(error)), error)
 
     def connect_to_address(self, address: IPAddress) -> None:
         """Connects to ("ip", port), without name resolution."""
@@ -2045,8 +2067,8 @@ class UdpSocket(_UdpSocketBase):
         comes back as ``udp_socket_did_not_send`` with ResolutionError)."""
         source, length = _send_source(data)
         error = _ffi.CError()
-        _raise_for(lib.sk_udp_socket_send_to_host(self.handle, source, length, host.encode(), _port(port),
-                                                  float(timeout), tag, byref(error)), error)
+        _raise_for(lib.sk_udp_socket_send_to_host(self.handle, source, length, _host(host), _port(port), float(timeout),
+                                                  tag, byref(error)), error)
 
     def _send_to_address_py(self, data: BytesLike, address: IPAddress, timeout: float = -1, tag: int = 0) -> None:
         """Queues a datagram to ("ip", port)."""
@@ -2130,28 +2152,28 @@ class UdpSocket(_UdpSocketBase):
         choice; a name, "localhost", or an IP address of one). Needs a bound, unconnected
         socket."""
         error = _ffi.CError()
-        _raise_for(lib.sk_udp_socket_join_multicast_group(self.handle, group.encode(),
-                                                          interface.encode() if interface else None,
+        _raise_for(lib.sk_udp_socket_join_multicast_group(self.handle, _ffi.c_string(group, "the multicast group"),
+                                                          _interface(interface),
                                                           byref(error)), error)
 
     def leave_multicast_group(self, group: str, interface: Optional[str] = None) -> None:
         """Leaves `group` (SystemCallError EADDRNOTAVAIL if it was not joined)."""
         error = _ffi.CError()
-        _raise_for(lib.sk_udp_socket_leave_multicast_group(self.handle, group.encode(),
-                                                           interface.encode() if interface else None,
+        _raise_for(lib.sk_udp_socket_leave_multicast_group(self.handle, _ffi.c_string(group, "the multicast group"),
+                                                           _interface(interface),
                                                            byref(error)), error)
 
     def send_ipv4_multicast_on_interface(self, interface: str) -> None:
         """The interface IPv4 multicast leaves through (IP_MULTICAST_IF)."""
         error = _ffi.CError()
-        _raise_for(lib.sk_udp_socket_send_ipv4_multicast_on_interface(self.handle, interface.encode(),
-                                                                      byref(error)), error)
+        name = _ffi.c_string(interface, "the interface")
+        _raise_for(lib.sk_udp_socket_send_ipv4_multicast_on_interface(self.handle, name, byref(error)), error)
 
     def send_ipv6_multicast_on_interface(self, interface: str) -> None:
         """The interface IPv6 multicast leaves through (IPV6_MULTICAST_IF)."""
         error = _ffi.CError()
-        _raise_for(lib.sk_udp_socket_send_ipv6_multicast_on_interface(self.handle, interface.encode(),
-                                                                      byref(error)), error)
+        name = _ffi.c_string(interface, "the interface")
+        _raise_for(lib.sk_udp_socket_send_ipv6_multicast_on_interface(self.handle, name, byref(error)), error)
 
     def set_multicast_ttl(self, ttl: int) -> None:
         """Multicast TTL / hop limit (0...255), both families."""

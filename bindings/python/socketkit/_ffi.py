@@ -23,8 +23,9 @@ from ctypes import (
     c_uint64,
     c_void_p,
 )
+import os
 import struct
-from typing import Callable, List
+from typing import Any, Callable, List, Optional
 
 from ._loader import load_library
 
@@ -452,6 +453,26 @@ PROTOTYPES = {
     "sk_address_is_ipv4": (c_int, [c_void_p, c_uint32]),
     "sk_address_is_ipv6": (c_int, [c_void_p, c_uint32]),
 }
+
+
+def c_string(value: Any, what: str, *, path: bool = False, error: Optional[type] = None) -> Optional[bytes]:
+    """`value` as the bytes of a C string argument (None stays None): a str as UTF-8 (with
+    ``path``, any str, bytes or path-like object as :func:`os.fsencode` makes it), bytes
+    as they are. Text holding a NUL character is refused with `error` (default
+    :class:`BadParamError`; both are ValueErrors, as Python's own "embedded null character")
+    before ctypes passes it: C would see only the text before the NUL, so
+    "localhost\\0.evil.test" would be resolved, verified and sent as "localhost"."""
+    if value is None:
+        return None
+    if path:
+        data = os.fsencode(value)
+    else:
+        data = value.encode() if isinstance(value, str) else bytes(value)
+    if b"\0" in data:
+        from .errors import BadParamError
+
+        raise (error or BadParamError)(f"{what} contains an embedded null character")
+    return data
 
 
 #: Functions of the header the loaded library does not export (a library built before

@@ -21,6 +21,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Union
 
 from . import _ffi
 from ._ffi import lib
+from . import errors
 from .errors import Error, TLSSettingsError, error_from_code
 
 PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
@@ -86,18 +87,11 @@ _VERSIONS = {"tlsv1": TLSVersion.TLSv1, "tlsv1.0": TLSVersion.TLSv1, "tlsv1_0": 
              "1.3": TLSVersion.TLSv1_3}
 
 
-def _path(value: Optional[PathLike]) -> Optional[bytes]:
-    return None if value is None else os.fsencode(value)
-
-
 def _pem(value: Optional[PEM]) -> Optional[bytes]:
+    # With its length: the library itself refuses PEM text with a NUL inside.
     if value is None:
         return None
     return value.encode() if isinstance(value, str) else bytes(value)
-
-
-def _text(value: Optional[str]) -> Optional[bytes]:
-    return None if value is None else value.encode()
 
 
 def _check(status: int, error: Optional[_ffi.CError] = None) -> int:
@@ -129,6 +123,9 @@ class TLSSettings:
 
     - ``role``: "client" (default) or "server" (or :class:`TLSRole`).
     - ``peer_name``: the name sent as SNI and verified (clients); default: the connect host.
+      An empty name is refused (it would turn host-name verification off). A Unix-domain
+      connection has no host: a client that verifies must be given a name, or its
+      handshake ends at once with :class:`TLSSettingsError`.
     - trust roots: the system store, unless one of ``trust_file`` (PEM file),
       ``trust_directory`` (hashed directory, ``openssl rehash``) or ``trust_pem`` (PEM
       text) is given.
@@ -139,17 +136,37 @@ class TLSSettings:
     - ``minimum_version`` / ``maximum_version``: "TLSv1.2", "TLSv1.3", ... (or
       :class:`TLSVersion`, or :class:`ssl.TLSVersion`); None: TLS 1.2 / the newest.
     - ``cipher_list`` (OpenSSL cipher list, TLS 1.2 and older), ``cipher_suites`` (TLS 1.3).
+      A list that lowers the security level below 2 (``"@SECLEVEL=0"`` or ``"=1"``) is
+      refused.
     - ``alpn_protocols``: offered by a client in order, or chosen by a server in its order
       of preference.
     - ``session_resumption`` (clients): resume earlier sessions with the same peer name
       and port (default True).
-    - ``handshake_timeout``: seconds (negative: none; default 30).
-    - ``key_log_file``: append the session keys in NSS key-log format (debugging only).
+    - ``handshake_timeout``: seconds from the start of the handshake until the connection is
+      secure (negative: none; default 30); with manual trust evaluation the delegate's
+      answer counts too.
+    - ``key_log_file``: append the session keys in NSS key-log format (debugging only; a
+      new file is created readable by its owner only, one that cannot be opened is a
+      :class:`TLSSettingsError`).
     - ``manual_trust_evaluation``: ``socket_did_receive_trust`` decides instead of the
       built-in verdict.
 
+    Each handshake flight leaves in one send, and the last one (a client's Finished, a
+    server's session tickets) together with what follows it at once (writes queued behind
+    :meth:`Socket.start_tls` or made in ``socket_did_secure``, an answer written on the loop
+    thread to data that came with the peer's Finished): a first request and its answer do
+    not wait for a delayed ACK even with ``no_delay`` off (it is on by default).
+
+    What TLS does not do: renegotiation (TLS 1.2 and older) is refused (a peer's request is
+    answered with a no_renegotiation alert; a peer that insists ends the connection with
+    :class:`TLSFailedError`); revocation is not checked (no CRL, OCSP or stapling: use
+    ``manual_trust_evaluation`` to check it); the security level cannot be lowered.
+
     :meth:`check` loads the files and validates everything now, raising
-    :class:`TLSSettingsError`; :meth:`Socket.start_tls` does the same.
+    :class:`TLSSettingsError`; :meth:`Socket.start_tls` does the same. Text with a NUL
+    character in any setting (a name, a path, a cipher string, a password, PEM text) is a
+    :class:`TLSSettingsError` too, as Python's ssl refuses it: C would see only the text
+    before the NUL.
     """
 
     role: Union[str, TLSRole] = "client"
@@ -224,29 +241,35 @@ class TLSSettings:
         finally:
             lib.sk_tls_settings_release(handle.value)
 
+    def _c(self, name: str, path: bool = False) -> Optional[bytes]:
+        """The setting `name` as a C string: one with a NUL inside is a TLSSettingsError
+        (a ValueError), never a silent truncation ("localhost\\0.evil.test" verified and
+        sent as "localhost")."""
+        return _ffi.c_string(getattr(self, name), name, path=path, error=TLSSettingsError)
+
     def _apply(self, handle: int, verification: int, minimum: int, maximum: int) -> None:
         if self.peer_name is not None:
-            _set("peer_name", lib.sk_tls_settings_set_peer_name(handle, _text(self.peer_name)))
+            _set("peer_name", lib.sk_tls_settings_set_peer_name(handle, self._c("peer_name")))
         if self.trust_file is not None:
-            _set("trust_file", lib.sk_tls_settings_set_trust_file(handle, _path(self.trust_file)))
+            _set("trust_file", lib.sk_tls_settings_set_trust_file(handle, self._c("trust_file", path=True)))
         elif self.trust_directory is not None:
-            _set("trust_directory", lib.sk_tls_settings_set_trust_directory(handle, _path(self.trust_directory)))
+            directory = self._c("trust_directory", path=True)
+            _set("trust_directory", lib.sk_tls_settings_set_trust_directory(handle, directory))
         elif self.trust_pem is not None:
             pem = _pem(self.trust_pem)
             _set("trust_pem", lib.sk_tls_settings_set_trust_pem(handle, pem, len(pem)))
         else:
             _set("trust_system", lib.sk_tls_settings_set_trust_system(handle))
         if self.certificate_chain_file is not None:
-            _set("certificate_chain_file",
-                 lib.sk_tls_settings_set_certificate_chain_file(handle, _path(self.certificate_chain_file)))
+            chain = self._c("certificate_chain_file", path=True)
+            _set("certificate_chain_file", lib.sk_tls_settings_set_certificate_chain_file(handle, chain))
         elif self.certificate_chain_pem is not None:
             pem = _pem(self.certificate_chain_pem)
             _set("certificate_chain_pem", lib.sk_tls_settings_set_certificate_chain_pem(handle, pem, len(pem)))
-        password = self.private_key_password
-        password_bytes = password.encode() if isinstance(password, str) else password
+        password_bytes = self._c("private_key_password")
         if self.private_key_file is not None:
-            _set("private_key_file",
-                 lib.sk_tls_settings_set_private_key_file(handle, _path(self.private_key_file), password_bytes))
+            key = self._c("private_key_file", path=True)
+            _set("private_key_file", lib.sk_tls_settings_set_private_key_file(handle, key, password_bytes))
         elif self.private_key_pem is not None:
             pem = _pem(self.private_key_pem)
             _set("private_key_pem", lib.sk_tls_settings_set_private_key_pem(handle, pem, len(pem), password_bytes))
@@ -255,10 +278,10 @@ class TLSSettings:
         if minimum or maximum:
             _set("versions", lib.sk_tls_settings_set_versions(handle, minimum, maximum))
         if self.cipher_list is not None:
-            _set("cipher_list", lib.sk_tls_settings_set_cipher_list(handle, _text(self.cipher_list)))
+            _set("cipher_list", lib.sk_tls_settings_set_cipher_list(handle, self._c("cipher_list")))
         if self.cipher_suites is not None:
-            _set("cipher_suites", lib.sk_tls_settings_set_cipher_suites(handle, _text(self.cipher_suites)))
-        protocols = [name.encode() if isinstance(name, str) else bytes(name) for name in self.alpn_protocols]
+            _set("cipher_suites", lib.sk_tls_settings_set_cipher_suites(handle, self._c("cipher_suites")))
+        protocols = [_ffi.c_string(name, "alpn_protocols", error=TLSSettingsError) for name in self.alpn_protocols]
         if protocols:
             array = (c_char_p * len(protocols))(*protocols)
             _set("alpn_protocols",
@@ -271,7 +294,7 @@ class TLSSettings:
         if timeout != 30.0:
             _set("handshake_timeout", lib.sk_tls_settings_set_handshake_timeout(handle, timeout))
         if self.key_log_file is not None:
-            _set("key_log_file", lib.sk_tls_settings_set_key_log_file(handle, _path(self.key_log_file)))
+            _set("key_log_file", lib.sk_tls_settings_set_key_log_file(handle, self._c("key_log_file", path=True)))
         if self.manual_trust_evaluation:
             _set("manual_trust_evaluation", lib.sk_tls_settings_set_manual_trust_evaluation(handle, 1))
 
@@ -368,29 +391,63 @@ class TLSInfo:
     peer_certificates: List[Certificate]
 
 
-def _tls_info(handle: int) -> Optional[TLSInfo]:
+class _SessionChanged(Exception):
+    """The session read so far ended, or another one started, between two C calls."""
+
+
+def _session_info(handle: int) -> Optional[bytes]:
+    """sk_tls_info_t of the current session as bytes (comparable), or None if not secure."""
     info = _ffi.TLSInfo()
     status = lib.sk_socket_get_tls_info(handle, byref(info))
-    if status == -1:  # SK_ERR_BAD_CONFIG: not secure
+    if status == errors.BAD_CONFIG:  # not secure
         return None
     _check(status)
-    certificates = []
-    for index in range(max(info.peer_certificate_count, 0)):
-        size = c_size_t(0)
-        status = lib.sk_socket_copy_peer_certificate(handle, index, None, byref(size))
-        if status == -1:  # the session ended meanwhile
+    return bytes(info)
+
+
+def _peer_certificate(handle: int, index: int) -> bytes:
+    """The DER of certificate `index` of the current session (its size, then a copy)."""
+    size = c_size_t(0)
+    _copied(lib.sk_socket_copy_peer_certificate(handle, index, None, byref(size)))
+    buffer = create_string_buffer(size.value)
+    _copied(lib.sk_socket_copy_peer_certificate(handle, index, buffer, byref(size)))
+    return buffer.raw[:size.value]
+
+
+def _copied(status: int) -> None:
+    # BAD_CONFIG: the session ended. BAD_PARAM: no such index, or a certificate bigger than
+    # the size just read: another session started.
+    if status in (errors.BAD_CONFIG, errors.BAD_PARAM):
+        raise _SessionChanged()
+    _check(status)
+
+
+def _tls_info(handle: int) -> Optional[TLSInfo]:
+    """What the handshake settled, or None when the connection is not secure. It takes
+    several C calls (the info, then each certificate) and the session can end at any
+    moment on the loop thread (a peer that closes right after the handshake ends it while
+    socket_did_secure runs): a session that ended reads as None, and a result is returned
+    only when the info read after the certificates is the one read before them."""
+    for _ in range(8):
+        before = _session_info(handle)
+        if before is None:
             return None
-        _check(status)
-        buffer = create_string_buffer(size.value)
-        _check(lib.sk_socket_copy_peer_certificate(handle, index, buffer, byref(size)))
-        certificates.append(Certificate(buffer.raw[:size.value]))
+        info = _ffi.TLSInfo.from_buffer_copy(before)
+        try:
+            certificates = [_peer_certificate(handle, index) for index in range(max(info.peer_certificate_count, 0))]
+        except _SessionChanged:
+            continue
+        if _session_info(handle) != before:
+            continue
+        return TLSInfo(protocol_version=_c_text(info.protocol_version), cipher=_c_text(info.cipher),
+                       alpn_protocol=_c_text(info.alpn_protocol) or None,
+                       server_name=_c_text(info.server_name) or None, session_reused=bool(info.session_reused),
+                       peer_certificates=[Certificate(der) for der in certificates])
+    return None  # sessions ending and starting faster than they can be read: none stays
 
-    def text(raw: bytes) -> str:
-        return raw.decode("utf-8", "replace")
 
-    return TLSInfo(protocol_version=text(info.protocol_version), cipher=text(info.cipher),
-                   alpn_protocol=text(info.alpn_protocol) or None, server_name=text(info.server_name) or None,
-                   session_reused=bool(info.session_reused), peer_certificates=certificates)
+def _c_text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
 
 
 # --------------------------------------------------------------------------------------
@@ -406,7 +463,11 @@ class TLSTrust:
 
     Answer by returning True or False from the delegate method, or return None and call
     :meth:`answer` later, from any thread. Only the first answer counts. Until then the
-    connection neither reads nor writes (the handshake timeout no longer runs)."""
+    connection neither reads nor writes, and the handshake timeout keeps running: it bounds
+    how long an unauthenticated peer holds a connection, whoever is slow. Without an answer
+    in time the connection ends with :class:`HandshakeTimeoutError` and a later answer does
+    nothing; a delegate that needs longer raises ``handshake_timeout`` (or sets it
+    negative)."""
 
     __slots__ = ("socket", "token", "chain", "verification_error", "peer_name", "_lock", "_answer")
 

@@ -42,7 +42,8 @@ or ``except ConnectionRefusedError`` work as in the standard library:
     - :class:`PeerRejectedError` -- manual trust evaluation said no
     - :class:`TLSSettingsError` (also ``ValueError``) -- the settings cannot be used: an
       unreadable or invalid certificate, key or trust file, a wrong key password, a key
-      that does not match its certificate, an unknown cipher, ...
+      that does not match its certificate, an unknown cipher, an empty peer name, text
+      with a NUL character, ...
 """
 from __future__ import annotations
 

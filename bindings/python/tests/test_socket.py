@@ -272,17 +272,17 @@ def test_options_reach_the_descriptor(raw_peer):
     """Set before connecting: applied on connect; changed while connected: at once (read
     back from the descriptor on the loop thread, not from the getters)."""
     def configure(sock: socketkit.Socket) -> None:
-        sock.no_delay = True
+        sock.no_delay = False  # not the default (on)
         sock.keep_alive = socketkit.KeepAlive(idle=30, interval=5, count=3)
     pair = raw_peer(configure=configure)
     tcp = socket.IPPROTO_TCP
     no_delay = ("primary", tcp, socket.TCP_NODELAY)
     keep_alive = [("primary", socket.SOL_SOCKET, socket.SO_KEEPALIVE), ("primary", tcp, socket.TCP_KEEPIDLE),
                   ("primary", tcp, socket.TCP_KEEPINTVL), ("primary", tcp, socket.TCP_KEEPCNT)]
-    assert descriptor_options(pair.socket, no_delay, *keep_alive) == [1, 1, 30, 5, 3]
-    pair.socket.no_delay = False
+    assert descriptor_options(pair.socket, no_delay, *keep_alive) == [0, 1, 30, 5, 3]
+    pair.socket.no_delay = True
     pair.socket.keep_alive = socketkit.KeepAlive(idle=77, interval=7, count=2)
-    assert descriptor_options(pair.socket, no_delay, *keep_alive) == [0, 1, 77, 7, 2]
+    assert descriptor_options(pair.socket, no_delay, *keep_alive) == [1, 1, 77, 7, 2]
     pair.socket.keep_alive = None
     assert descriptor_options(pair.socket, keep_alive[0]) == [0]
 
@@ -316,6 +316,29 @@ def test_configuration_round_trips(recorder):
     with pytest.raises(socketkit.BadConfigError):
         sock.connect_to_host("localhost", 1)
     sock.close()
+
+
+@pytest.mark.parametrize("no_delay", [None, False, True])
+def test_no_delay_and_its_default_reach_the_descriptor(raw_peer, no_delay):
+    """no_delay (None: the default, on, as asyncio sets it) reaches the descriptor, set
+    from the loop thread."""
+    seen = []
+    done = threading.Event()
+
+    def check(descriptors):
+        probe = socket.socket(fileno=os.dup(descriptors.primary))
+        seen.append(probe.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        seen.append(threading.current_thread() is not threading.main_thread())
+        probe.close()
+        done.set()
+
+    configure = None if no_delay is None else (lambda sock: setattr(sock, "no_delay", no_delay))
+    pair = raw_peer(configure=configure)
+    expected = no_delay is not False
+    assert pair.socket.no_delay is expected
+    pair.socket.perform(check)
+    assert done.wait(WAIT)
+    assert seen == [int(expected), True]
 
 
 def test_listener_accepts_and_accepted_sockets_inherit_the_delegate(recorder):
@@ -792,3 +815,4 @@ def test_a_handle_released_inside_its_own_callback_is_refused_afterwards():
     assert received == b"echo:hi"
     peer.close()
     listener.close()
+

@@ -6,6 +6,7 @@ are SocketKit sockets unless a test needs a peer that misbehaves, which is then 
 Python's socket or ssl module."""
 import asyncio
 import datetime
+import errno
 import hashlib
 import os
 import queue as queue_module
@@ -625,6 +626,79 @@ def test_no_handshake_timeout(secure_pair, certs):
     pair.client_recorder.expect("secure")
 
 
+@pytest.mark.parametrize("calls_before_the_end", [1, 2, 3, 4])
+def test_tls_info_is_none_when_the_session_ends_between_its_c_calls(secure_pair, monkeypatch, calls_before_the_end):
+    """tls_info takes several C calls (the info, then each certificate's size and bytes,
+    then the info again); the session ends here after the given number of certificate
+    calls, as a peer closing right after the handshake ends it while socket_did_secure runs.
+    It used to raise BadConfigError."""
+    from socketkit import _tls
+
+    pair = secure_pair()
+    pair.client_recorder.expect("secure")
+    assert len(pair.client.tls_info.peer_certificates) == 2
+    original = _tls.lib.sk_socket_copy_peer_certificate
+    calls = []
+
+    def copy(*arguments):
+        status = original(*arguments)
+        calls.append(status)
+        if len(calls) == calls_before_the_end:
+            pair.client.disconnect()
+            pair.client_recorder.expect("disconnect")
+        return status
+
+    monkeypatch.setattr(_tls.lib, "sk_socket_copy_peer_certificate", copy)
+    assert pair.client.tls_info is None
+    assert len(calls) >= calls_before_the_end
+
+
+def test_tls_info_while_sessions_end_under_it(certs):
+    """The race itself, bounded: two threads read tls_info while the connection closes.
+    Before, about one connection in fifty raised BadConfigError (within 3 s on 2 cores)."""
+    accepted = []
+
+    class Acceptor:
+        def socket_did_accept(self, listener, connection):
+            connection.delegate = TLSRecorder()
+            accepted.append(connection)
+            connection.start_tls(certs.server())
+
+    listener = socketkit.Socket(Acceptor())
+    listener.accept_on_interface("127.0.0.1", 0)
+    failures = []
+    connections = 0
+    deadline = time.monotonic() + 3
+    try:
+        while time.monotonic() < deadline:
+            connections += 1
+            recorder = TLSRecorder()
+            client = socketkit.Socket(recorder)
+            client.connect_to_host("127.0.0.1", listener.local_port, timeout=WAIT)
+            client.start_tls(certs.client())
+            recorder.expect("secure")
+
+            def read(client=client):
+                try:
+                    while client.tls_info is not None:
+                        pass
+                except Exception as error:  # noqa: BLE001 - any exception is the failure
+                    failures.append(repr(error))
+
+            readers = [threading.Thread(target=read) for _ in range(2)]
+            for reader in readers:
+                reader.start()
+            client.disconnect()
+            for reader in readers:
+                reader.join(WAIT)
+            client.close()
+            while accepted:
+                accepted.pop().close()
+    finally:
+        listener.close()
+    assert failures == [], f"{len(failures)} failures in {connections} connections: {failures[:3]}"
+
+
 def test_the_key_log_file_gets_the_secrets(secure_pair, certs, tmp_path):
     path = tmp_path / "keys.log"
     pair = secure_pair(client=certs.client(key_log_file=path))
@@ -639,6 +713,33 @@ def test_the_key_log_file_gets_the_secrets(secure_pair, certs, tmp_path):
     pair = secure_pair(client=certs.client(key_log_file=str(path12), maximum_version="TLSv1.2"))
     pair.client_recorder.expect("secure")
     assert path12.read_text().startswith("CLIENT_RANDOM ")
+
+
+@pytest.mark.parametrize("cipher_list", ["DEFAULT:@SECLEVEL=0", "HIGH:@SECLEVEL=1"])
+def test_a_cipher_list_cannot_lower_the_security_level(certs, raw_peer, cipher_list):
+    # It used to undo security level 2 silently: weak keys and SHA-1 passed again.
+    settings = certs.client(cipher_list=cipher_list)
+    with pytest.raises(socketkit.TLSSettingsError) as caught:
+        settings.check()
+    assert "security level" in caught.value.message
+    pair = raw_peer()
+    with pytest.raises(socketkit.TLSSettingsError):
+        pair.socket.start_tls(settings)
+    certs.client(cipher_list="DEFAULT:@SECLEVEL=2").check()
+    certs.client(cipher_list="DEFAULT:@SECLEVEL=3").check()  # raising it is fine
+
+
+def test_a_key_log_file_that_cannot_be_opened_is_a_settings_error(certs, raw_peer):
+    # It once aborted the interpreter (the OpenSSL context was freed twice).
+    settings = certs.client(key_log_file="/nonexistent/directory/keys.log")
+    with pytest.raises(socketkit.TLSSettingsError) as caught:
+        settings.check()
+    assert caught.value.errno == errno.ENOENT and "key-log" in caught.value.message
+    pair = raw_peer()
+    with pytest.raises(socketkit.TLSSettingsError):
+        pair.socket.start_tls(settings)
+    assert not pair.socket.is_secure
+    pair.socket.start_tls(certs.client())  # nothing was started
 
 
 # ======================================================================================
@@ -762,6 +863,19 @@ def test_manual_trust_answered_later_from_another_thread(secure_pair, certs):
     client.expect("secure")
     assert pair.server_recorder.expect_bytes(24) == b"queued before the answer"
     assert client.expect("trust")[0][1].answered is True
+
+
+def test_the_handshake_timeout_keeps_running_while_the_delegate_decides(secure_pair, certs):
+    # The timeout bounds how long an unauthenticated peer holds a connection: no answer in
+    # time ends it, and a late answer does nothing.
+    client = TrustRecorder()  # answers later: here, never in time
+    pair = secure_pair(client=certs.client(manual_trust_evaluation=True, handshake_timeout=0.5),
+                       client_recorder=client)
+    trust = client.expect("trust")[0][1]
+    assert type(client.disconnect_error()) is socketkit.HandshakeTimeoutError
+    trust.answer(True)
+    assert not pair.client.is_secure
+    assert client.count("secure") == 0
 
 
 def test_manual_trust_with_a_host_queue_answered_after_the_poll(secure_pair, certs):

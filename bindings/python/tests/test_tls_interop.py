@@ -207,6 +207,23 @@ def test_socketkit_client_against_openssl_s_server(processes, certs, version):
         client.close()
 
 
+def test_openssl_s_server_asking_to_renegotiate_is_refused(processes, certs):
+    # SocketKit never renegotiates: it answers the server's HelloRequest with a
+    # no_renegotiation alert, and this server, insisting, ends the connection.
+    server, port = s_server(processes, certs, "-tls1_2")
+    client, recorder = socketkit_client(port, certs.client())
+    try:
+        recorder.expect("secure")
+        client.read()
+        server.wait_for(r"^CIPHER is ")
+        server.send("r\n")  # s_server: SSL_renegotiate
+        assert type(recorder.disconnect_error()) is socketkit.TLSFailedError
+        server.wait_for(r"no renegotiation")
+        assert recorder.count("read") == 0
+    finally:
+        client.close()
+
+
 @pytest.mark.parametrize("version", ["TLSv1.2", "TLSv1.3"])
 def test_openssl_s_server_requiring_a_client_certificate(processes, certs, version):
     flag = {"TLSv1.2": "-tls1_2", "TLSv1.3": "-tls1_3"}[version]
@@ -597,3 +614,109 @@ def test_curl_without_the_test_root_refuses_and_the_server_hears_why(processes, 
     # flight unread, a reset that can overtake the alert (TLSPeerClosedError, ECONNRESET).
     assert type(error) in (socketkit.TLSFailedError, socketkit.TLSPeerClosedError), repr(error)
     assert responder.requests.empty()
+
+
+# ======================================================================================
+# Handshake flights and Nagle: the first echo must not wait for a delayed ACK
+# ======================================================================================
+
+#: Well under Linux's delayed ACK (40 ms), well over a loopback handshake and echo.
+DELAYED_ACK_BOUND_MS = 20.0
+CONNECTIONS = 5
+
+
+def median(samples):
+    return sorted(samples)[len(samples) // 2]
+
+
+def test_a_socketkit_client_sends_its_finished_and_first_write_together(certs):
+    """No-delay off. The client's last flight (Finished) and the write queued behind
+    start_tls leave in one send. Sent apart, against a server that has nothing to answer
+    the Finished with (here Python's ssl with no session tickets; a TLS 1.2 resumption
+    too), the write waited under Nagle for the server's delayed ACK: ~44 ms instead of ~2."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(certs.path("server-chain.pem"), certs.path("server.key"))
+    context.num_tickets = 0
+    server = StdlibTLSServer(context, lambda tls: tls.sendall(tls.recv(100)), connections=CONNECTIONS)
+    times = []
+    try:
+        for _ in range(CONNECTIONS):
+            recorder = TLSRecorder()
+            client = socketkit.Socket(recorder)
+            client.no_delay = False
+            started = time.monotonic()
+            client.connect_to_host("127.0.0.1", server.port, timeout=WAIT)
+            client.start_tls(certs.client(session_resumption=False))
+            client.write(b"ping\n")
+            client.read_to_data(socketkit.LF)
+            assert recorder.expect("read")[0][1] == b"ping\n"
+            times.append((time.monotonic() - started) * 1000)
+            client.close()
+        server.join()
+    finally:
+        server.close()
+    assert not server.errors, server.errors
+    assert median(times) < DELAYED_ACK_BOUND_MS, f"handshake + first echo (ms): {times}"
+
+
+def coalescing_client(port, certs):
+    """Python's ssl over memory BIOs, as browsers send it: the Finished and the first
+    request in one write. Returns the milliseconds until the echo came back."""
+    context = ssl.create_default_context(cafile=certs.path("ca.pem"))
+    started = time.monotonic()
+    raw = socket.create_connection(("127.0.0.1", port), timeout=WAIT)
+    try:
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = context.wrap_bio(incoming, outgoing, server_hostname="localhost")
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                if outgoing.pending:
+                    raw.sendall(outgoing.read())
+                incoming.write(raw.recv(65536))
+        tls.write(b"ping\n")
+        raw.sendall(outgoing.read())  # Finished + the request: one send
+        echoed = b""
+        while echoed != b"ping\n":
+            try:
+                echoed += tls.read(100)
+            except ssl.SSLWantReadError:
+                data = raw.recv(65536)
+                assert data, f"closed after {echoed!r}"
+                incoming.write(data)
+        return (time.monotonic() - started) * 1000
+    finally:
+        raw.close()
+
+
+def test_a_socketkit_server_sends_its_session_tickets_with_its_first_answer(certs):
+    """No-delay off, callbacks on the loop thread (as the C echo example). The client sends
+    its Finished and a request together; the server's session tickets (its last flight) and
+    the echo written by did_read leave in one send. Sent apart, the echo waited under Nagle
+    for the client's delayed ACK of the tickets: ~44 ms instead of ~2."""
+
+    class Echo:
+        def socket_did_read(self, sock, data, tag):
+            sock.write(bytes(data))
+
+    connections = []
+
+    class Acceptor:
+        def socket_did_accept(self, listener, connection):
+            connection.delegate = Echo()
+            connections.append(connection)
+            connection.start_tls(certs.server())
+            connection.read_to_data(socketkit.LF)
+
+    listener = socketkit.Socket(Acceptor(), queue=None)
+    listener.no_delay = False  # the accepted sockets take it
+    listener.accept_on_interface("127.0.0.1", 0)
+    try:
+        times = [coalescing_client(listener.local_port, certs) for _ in range(CONNECTIONS)]
+    finally:
+        listener.close()
+        for connection in connections:
+            connection.abort()
+    assert median(times) < DELAYED_ACK_BOUND_MS, f"handshake + first echo (ms): {times}"

@@ -1,0 +1,83 @@
+import Glibc
+import Testing
+@testable import SocketKit
+
+/// A TLS handshake and the first message after it must not wait for a delayed ACK (40 ms on
+/// Linux) under Nagle's algorithm: the last flight of the handshake leaves in one send with
+/// what follows it at once. Measured with no-delay off (on is the default), as the median
+/// of several connections against a bound well under the delayed ACK.
+@Suite("Handshake latency", .serialized)
+struct HandshakeLatencyTests {
+    static let connections = 5
+    /// Well under the delayed ACK, well over a loopback handshake and echo.
+    static let boundMilliseconds = 20.0
+
+    static func median(_ samples: [Double]) -> Double { samples.sorted()[samples.count / 2] }
+
+    /// Handshake plus a first echo, from connect to the echo's arrival, in milliseconds.
+    static func handshakeAndEcho(port: UInt16, expecting echo: String, settings: TLSSettings) throws -> Double {
+        let (client, recorder) = recordedSocket("client")
+        defer { client.disconnect() }
+        client.noDelay = false
+        let start = monotonicNanoseconds()
+        try client.connect(toHost: "127.0.0.1", port: port, timeout: 10)
+        try client.startTLS(settings)
+        try client.write(bytes("ping\n"))
+        try client.read(toData: bytes("\n"))
+        guard recorder.waitForBytes(5) == bytes(echo) else { throw TestFailure("no echo: \(recorder.events)") }
+        return Double(monotonicNanoseconds() - start) / 1e6
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func aClientsFinishedAndFirstWriteLeaveTogetherAgainstOpenSSL() throws {
+        // openssl s_server sends no session ticket here: nothing answers our Finished, so a
+        // write sent after it waited for the server's delayed ACK.
+        let certificates = TestCertificates.directory
+        let server = try ResourceExhaustionTests.ChildProcess(shellCommand:
+            "exec openssl s_server -accept 127.0.0.1:0 -naccept \(Self.connections) -rev -num_tickets 0 -tls1_3 "
+            + "-cert '\(certificates)/server.pem' -cert_chain '\(certificates)/intermediate.pem' "
+            + "-key '\(certificates)/server.key' 2>&1")
+        defer { server.stop() }
+        var port: UInt16 = 0
+        while port == 0, let line = server.readLine(timeout: 20) {
+            if line.hasPrefix("ACCEPT 127.0.0.1:") { port = UInt16(line.split(separator: ":").last ?? "") ?? 0 }
+        }
+        #expect(port != 0)
+        var settings = TestCertificates.client(peerName: "localhost")
+        settings.sessionResumption = false
+        var times: [Double] = []
+        for _ in 0..<Self.connections {
+            times.append(try Self.handshakeAndEcho(port: port, expecting: "gnip\n", settings: settings)) // -rev reverses
+        }
+        #expect(Self.median(times) < Self.boundMilliseconds, "handshake + first echo (ms): \(times)")
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func aServersTicketsAndFirstAnswerLeaveTogether() throws {
+        // Our client sends its Finished and request together; the server's session tickets
+        // and the echo its loop-thread callback writes must then leave together too: sent
+        // apart, the echo waited for the client's delayed ACK of the tickets.
+        let listenerRecorder = Recorder("listener")
+        let listener = Socket(delegate: listenerRecorder)
+        listener.noDelay = false // accepted sockets take it
+        let servers = Recorder("servers")
+        servers.onRead = { sock, data, _ in
+            try? sock.write(data)
+            try? sock.read(toData: bytes("\n"))
+        }
+        listenerRecorder.onAccept = { _, connection in
+            connection.setDelegate(servers, callbackQueue: .eventLoop)
+            try? connection.startTLS(TestCertificates.server())
+            try? connection.read(toData: bytes("\n"))
+        }
+        try listener.accept(onInterface: "127.0.0.1", port: 0)
+        defer { listener.disconnect() }
+        var settings = TestCertificates.client()
+        settings.sessionResumption = false
+        var times: [Double] = []
+        for _ in 0..<Self.connections {
+            times.append(try Self.handshakeAndEcho(port: listener.localPort, expecting: "ping\n", settings: settings))
+        }
+        #expect(Self.median(times) < Self.boundMilliseconds, "handshake + first echo (ms): \(times)")
+    }
+}
