@@ -219,7 +219,7 @@ static int descriptor_option(sk_socket_t *sock, int level, int name) {
 }
 
 static void no_delay_and_keep_alive(sk_socket_t *sock) {
-    CHECK_EQ(sk_socket_set_no_delay(sock, 0), SK_OK); /* not the default (on) */
+    CHECK_EQ(sk_socket_set_no_delay(sock, 1), SK_OK);
     CHECK_EQ(sk_socket_set_keep_alive(sock, 1, 30, 5, 3, NULL), SK_OK);
 }
 
@@ -228,14 +228,14 @@ static void no_delay_and_keep_alive(sk_socket_t *sock) {
 void test_tcp_options_reach_the_descriptor(void) {
     raw_pair_t pair;
     raw_pair_open(&pair, no_delay_and_keep_alive);
-    CHECK_EQ(descriptor_option(pair.sock, IPPROTO_TCP, TCP_NODELAY), 0);
+    CHECK_EQ(descriptor_option(pair.sock, IPPROTO_TCP, TCP_NODELAY), 1);
     CHECK_EQ(descriptor_option(pair.sock, SOL_SOCKET, SO_KEEPALIVE), 1);
     CHECK_EQ(descriptor_option(pair.sock, IPPROTO_TCP, TCP_KEEPIDLE), 30);
     CHECK_EQ(descriptor_option(pair.sock, IPPROTO_TCP, TCP_KEEPINTVL), 5);
     CHECK_EQ(descriptor_option(pair.sock, IPPROTO_TCP, TCP_KEEPCNT), 3);
-    CHECK_EQ(sk_socket_set_no_delay(pair.sock, 1), SK_OK);
+    CHECK_EQ(sk_socket_set_no_delay(pair.sock, 0), SK_OK);
     CHECK_EQ(sk_socket_set_keep_alive(pair.sock, 1, 77, 7, 2, NULL), SK_OK);
-    CHECK_EQ(descriptor_option(pair.sock, IPPROTO_TCP, TCP_NODELAY), 1);
+    CHECK_EQ(descriptor_option(pair.sock, IPPROTO_TCP, TCP_NODELAY), 0);
     CHECK_EQ(descriptor_option(pair.sock, IPPROTO_TCP, TCP_KEEPIDLE), 77);
     CHECK_EQ(descriptor_option(pair.sock, IPPROTO_TCP, TCP_KEEPINTVL), 7);
     CHECK_EQ(descriptor_option(pair.sock, IPPROTO_TCP, TCP_KEEPCNT), 2);

@@ -272,17 +272,17 @@ def test_options_reach_the_descriptor(raw_peer):
     """Set before connecting: applied on connect; changed while connected: at once (read
     back from the descriptor on the loop thread, not from the getters)."""
     def configure(sock: socketkit.Socket) -> None:
-        sock.no_delay = False  # not the default (on)
+        sock.no_delay = True
         sock.keep_alive = socketkit.KeepAlive(idle=30, interval=5, count=3)
     pair = raw_peer(configure=configure)
     tcp = socket.IPPROTO_TCP
     no_delay = ("primary", tcp, socket.TCP_NODELAY)
     keep_alive = [("primary", socket.SOL_SOCKET, socket.SO_KEEPALIVE), ("primary", tcp, socket.TCP_KEEPIDLE),
                   ("primary", tcp, socket.TCP_KEEPINTVL), ("primary", tcp, socket.TCP_KEEPCNT)]
-    assert descriptor_options(pair.socket, no_delay, *keep_alive) == [0, 1, 30, 5, 3]
-    pair.socket.no_delay = True
+    assert descriptor_options(pair.socket, no_delay, *keep_alive) == [1, 1, 30, 5, 3]
+    pair.socket.no_delay = False
     pair.socket.keep_alive = socketkit.KeepAlive(idle=77, interval=7, count=2)
-    assert descriptor_options(pair.socket, no_delay, *keep_alive) == [1, 1, 77, 7, 2]
+    assert descriptor_options(pair.socket, no_delay, *keep_alive) == [0, 1, 77, 7, 2]
     pair.socket.keep_alive = None
     assert descriptor_options(pair.socket, keep_alive[0]) == [0]
 
