@@ -769,7 +769,8 @@ void test_tls_getters_after_the_session_ended(void) {
     CHECK_EQ(sk_socket_get_tls_info(sock, &info), SK_OK);
     CHECK_EQ(info.peer_certificate_count, 2);
     size_t length = 0;
-    CHECK_EQ(sk_socket_copy_peer_certificate(sock, 0, NULL, &length), SK_OK);
+    CHECK(sk_socket_copy_peer_certificate(sock, 0, NULL, &length) > 0); /* the size */
+    CHECK(length > 0);
     CHECK_EQ(sk_socket_disconnect(sock), SK_OK);
     recorder_expect(&client, EVENT_DISCONNECT, 1);
     unsigned char *der = malloc(length);
