@@ -20,7 +20,10 @@
  *            wrong-kind handle makes a call fail with SK_ERR_INVALID_HANDLE; it never
  *            crashes the process. Objects keep what they use alive internally, so
  *            handles may be released in any order.
- * Memory     Data passed to a callback is borrowed for the duration of the call only.
+ * Memory     Data passed to a callback is borrowed for the duration of the call only,
+ *            and stays valid until it returns whatever the callback does: a call that
+ *            ends the connection (a disconnect, or a write that fails) takes effect once
+ *            the callback has returned.
  *            sk_socket_write() copies; sk_socket_write_no_copy() borrows until its
  *            release function runs. Strings returned by sk_version(), sk_strerror() and
  *            sk_error_name() are static.
@@ -699,7 +702,9 @@ typedef struct sk_socket_descriptors {
 } sk_socket_descriptors_t;
 
 /* Runs `function` on the socket's loop thread with its descriptors (e.g. for a setsockopt
- * SocketKit does not offer). Do not close them or change their blocking mode.
+ * SocketKit does not offer). Do not close them or change their blocking mode. `function`
+ * runs as a callback of the socket does: callbacks it causes follow it, and a disconnect it
+ * makes takes effect once it returns. Called on the loop thread, it runs before this returns.
  * Errors: SK_ERR_BAD_PARAM (function NULL), SK_ERR_BAD_CONFIG (stopped loop). */
 int sk_socket_perform(sk_socket_t *sock, void (*function)(const sk_socket_descriptors_t *descriptors, void *context),
                       void *context);

@@ -687,9 +687,11 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     // MARK: Advanced
 
     /// Runs `body` on the socket's loop with its descriptors (e.g. for a `setsockopt`
-    /// SocketKit does not offer). Do not close them or change their blocking mode.
+    /// SocketKit does not offer). Do not close them or change their blocking mode. `body`
+    /// runs as a callback of the socket does: callbacks it causes follow it, and a
+    /// disconnect it makes takes effect once it returns.
     public func perform(_ body: @escaping @Sendable (SocketDescriptors) -> Void) {
-        _ = submit(tearsDown: false) { body($0.descriptors) }
+        _ = submit(tearsDown: false) { core in core.callout(core.owner) { body(core.descriptors) } }
     }
 
     // MARK: Utilities

@@ -6,11 +6,14 @@ import Synchronization
 /// a write queue, a prebuffer, timers with extension, disconnect-after flags, Happy Eyeballs
 /// connects and listeners. It lives on one event loop and is touched only there.
 ///
-/// Re-entrancy rule: user code runs only inside `emit`. While it runs (`inCallout`), calls
-/// that would tear the session down wait in `deferredOperations` until it returns, so the
-/// engine never frees memory a callback is looking at (a read's bytes borrow the loop's
-/// buffer or the prebuffer). Reads and writes queued from a callback just join their queues.
-/// After every `emit`, the engine re-checks that its session is still alive.
+/// Re-entrancy rule: user code of a socket (its callbacks, a `perform` body, the listener's
+/// loop hook) runs only inside `callout`. While it runs (`inCallout`), whatever would tear
+/// the session down waits in `deferredOperations` until it returns, so the engine never
+/// frees memory a callback is looking at (a read's bytes borrow the loop's buffer or the
+/// prebuffer). `closeSession` itself enforces this, whoever calls it: a public call made from
+/// a callback, or an engine path it runs inline. Reads and writes queued from a callback
+/// just join their queues. After every `emit`, the engine re-checks that its session is
+/// still alive.
 final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Sendable {
     enum Phase {
         case idle, resolving, connecting, connected, accepting
@@ -393,10 +396,22 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
             outOfLine.deferEvent(event.owned())
             return
         }
+        callout(owner) { owner.deliver(event, from: self) }
+    }
+
+    /// Runs user code of this socket (`body`): events raised meanwhile are delivered to
+    /// `owner` after it, and teardowns wait until it returns (the re-entrancy rule). Inside
+    /// another callout of this socket, `body` is part of that one.
+    @inline(__always)
+    func callout(_ owner: Socket?, _ body: () -> Void) {
+        if inCallout {
+            body()
+            return
+        }
         inCallout = true
-        owner.deliver(event, from: self)
+        body()
         while let event = outOfLineState?.takeDeferredEvent() {
-            owner.deliver(event, from: self)
+            if let owner { owner.deliver(event, from: self) } else { discard(event) }
         }
         inCallout = false
         if hasDeferredOperations {
@@ -531,9 +546,19 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     /// "disconnected" and, when `notify`, emits `didDisconnect` as the session's last event.
     /// `graceful` (the disconnect-after variants) sends FIN after the queued bytes and
     /// discards unread input first, so the kernel does not answer our own data with a reset.
+    ///
+    /// Inside a callout it only queues itself (the re-entrancy rule): the running callback
+    /// may be looking at this session's bytes, which the teardown frees.
     func closeSession(_ error: SocketError?, notify: Bool = true, graceful: Bool = false) {
         guard phase != .idle else { return }
         let endedSession = session
+        if inCallout {
+            outOfLine.deferredOperations.append { core in
+                guard core.session == endedSession else { return }
+                core.closeSession(error, notify: notify, graceful: graceful)
+            }
+            return
+        }
 
         cancel(readTimer)
         cancel(writeTimer)

@@ -5,6 +5,7 @@
     X(tls_info_and_certificate_helpers)       \
     X(tls_bad_certificates_have_their_own_codes) \
     X(tls_client_certificate_required)        \
+    X(tls_echo_in_did_read_survives_a_peer_reset) \
     X(tls_manual_trust)                       \
     X(tls_settings_errors_and_handles)        \
     X(tls_handshake_timeout)                  \

@@ -5,6 +5,7 @@
  * first test needs them. */
 #include "test_support.h"
 
+#include <errno.h>
 #include <poll.h>
 #include <time.h>
 #include <stddef.h>
@@ -834,5 +835,92 @@ void test_tls_delegate_from_an_older_header(void) {
     sk_socket_release(sock);
     recorder_destroy(&manual);
     sk_tls_settings_release(settings);
+    tls_server_stop(&server);
+}
+
+/* Data lent to did_read stays valid until the callback returns, whatever it does: here it
+ * echoes (as the echo example does) bytes served from the prebuffer, on a TLS connection
+ * whose peer has reset, so the TLS send inside sk_socket_write fails. The session must not
+ * end (and free the prebuffer) under the callback; it ends after it, with the reset. */
+typedef struct reset_before_echo {
+    sk_socket_t *client;          /* the peer, on a loop group of its own */
+    recorder_t *client_recorder;
+    int connected_after_echo;     /* the server, right after its failing echo */
+    int bytes_intact_after_echo;
+} reset_before_echo_t;
+
+static void set_linger_zero(const sk_socket_descriptors_t *descriptors, void *context) {
+    (void)context;
+    struct linger reset = {1, 0};
+    CHECK_EQ(setsockopt(descriptors->primary, SOL_SOCKET, SO_LINGER, &reset, sizeof reset), 0);
+}
+
+/* Waits (bounded) until the kernel has the peer's reset for this socket. */
+static void wait_for_hangup(const sk_socket_descriptors_t *descriptors, void *context) {
+    int *hung_up = context;
+    struct pollfd entry = {descriptors->primary, 0, 0};
+    double limit = now_seconds() + WAIT_SECONDS;
+    while (!*hung_up && now_seconds() < limit) {
+        if (poll(&entry, 1, 100) > 0 && (entry.revents & (POLLHUP | POLLERR))) *hung_up = 1;
+    }
+}
+
+static void echo_after_the_peer_reset(recorder_t *recorder, sk_socket_t *sock, const void *data, size_t length, long tag) {
+    reset_before_echo_t *test = recorder->context;
+    if (tag == 1) {
+        /* The peer resets now; the second read, whose bytes wait in the prebuffer, then
+         * runs with the reset already in the kernel. */
+        CHECK_EQ(sk_socket_perform(test->client, set_linger_zero, NULL), SK_OK);
+        CHECK_EQ(sk_socket_disconnect(test->client), SK_OK);
+        recorder_expect(test->client_recorder, EVENT_DISCONNECT, 1);
+        int hung_up = 0;
+        CHECK_EQ(sk_socket_perform(sock, wait_for_hangup, &hung_up), SK_OK); /* runs inline: its loop */
+        CHECK(hung_up);
+        return;
+    }
+    CHECK_EQ(sk_socket_write(sock, data, length, -1, 9, NULL), SK_OK);
+    test->connected_after_echo = sk_socket_is_connected(sock);
+    test->bytes_intact_after_echo = length == 4 && memcmp(data, "pong", 4) == 0;
+}
+
+void test_tls_echo_in_did_read_survives_a_peer_reset(void) {
+    tls_server_t server;
+    tls_server_start(&server, server_settings("server"));
+    sk_loop_group_t *client_group = NULL;
+    CHECK_EQ(sk_loop_group_create(1, &client_group, NULL), SK_OK);
+    recorder_t client;
+    recorder_init(&client);
+    sk_socket_delegate_t delegate = recorder_delegate();
+    sk_socket_t *sock = NULL;
+    CHECK_EQ(sk_socket_create(&delegate, sizeof delegate, &client, NULL, client_group, &sock, NULL), SK_OK);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", server.port, NULL, 10, NULL), SK_OK);
+    sk_tls_settings_t *settings = client_settings();
+    CHECK_EQ(sk_socket_start_tls(sock, settings, NULL), SK_OK);
+    sk_tls_settings_release(settings);
+
+    reset_before_echo_t test = {sock, &client, -1, 0};
+    server.server.context = &test;
+    server.server.on_read = echo_after_the_peer_reset;
+    sk_socket_t *accepted = recorder_accepted(&server.listener_recorder, 0);
+    recorder_expect(&server.server, EVENT_SECURE, 1);
+    CHECK_EQ(sk_socket_read_to_length(accepted, 4, -1, 1, NULL), SK_OK);
+    CHECK_EQ(sk_socket_read_to_length(accepted, 4, -1, 2, NULL), SK_OK);
+    recorder_expect(&client, EVENT_SECURE, 1);
+    /* One record: the first read takes "ping", "pong" waits in the prebuffer. */
+    CHECK_EQ(sk_socket_write(sock, "pingpong", 8, -1, 0, NULL), SK_OK);
+
+    recorder_expect(&server.server, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_count(&server.server, EVENT_READ), 2);
+    CHECK_EQ(test.connected_after_echo, 1);
+    CHECK(test.bytes_intact_after_echo);
+    event_t end = recorder_event(&server.server, EVENT_DISCONNECT, 0);
+    if (end.error_code != SK_ERR_SYSTEM) fprintf(stderr, "server: %s\n", end.text);
+    CHECK_EQ(end.error_code, SK_ERR_SYSTEM);
+    CHECK(end.os_error == ECONNRESET || end.os_error == EPIPE);
+    CHECK_EQ(server.server.after_disconnect, 0);
+
+    sk_socket_release(sock);
+    sk_loop_group_release(client_group);
+    recorder_destroy(&client);
     tls_server_stop(&server);
 }

@@ -1416,7 +1416,10 @@ class Socket(_SocketBase):
     # ---- advanced ------------------------------------------------------------------------
 
     def perform(self, function: Callable[[Descriptors], None]) -> None:
-        """Runs `function(descriptors)` on the socket's loop thread (e.g. for setsockopt)."""
+        """Runs `function(descriptors)` on the socket's loop thread (e.g. for setsockopt).
+        It runs as a delegate method does: methods it causes are called after it, and a
+        disconnect it makes takes effect once it returns. Called on the loop thread (from a
+        delegate method with ``queue=None``), it runs before ``perform`` returns."""
         def trampoline(descriptors, context):
             try:
                 value = descriptors.contents
