@@ -56,7 +56,8 @@
  * SIGNALS
  *
  * SocketKit never raises SIGPIPE: every send uses MSG_NOSIGNAL. A peer that resets reports
- * SK_ERR_SYSTEM with errno EPIPE or ECONNRESET through did_disconnect. SocketKit's threads
+ * SK_ERR_SYSTEM with errno EPIPE or ECONNRESET through did_disconnect, after the bytes that
+ * arrived before the reset (see Reading). SocketKit's threads
  * block asynchronous signals, so the host's signal handlers run on the host's threads.
  *
  * FORK
@@ -352,7 +353,8 @@ typedef struct sk_socket_delegate {
     double (*should_timeout_write)(sk_socket_t *sock, long tag, double elapsed, size_t bytes_done, void *userdata);
 
     /* The peer closed its side while auto-disconnect-on-closed-read-stream is off: the
-     * socket stays open for writing. */
+     * socket stays open for writing. Called once every byte that arrived before the close
+     * has been read (at once when none is unread, read queued or not). */
     void (*did_close_read_stream)(sk_socket_t *sock, void *userdata);
 
     /* Queued, unwritten bytes reached the high watermark: the peer is not keeping up. */
@@ -505,8 +507,9 @@ int sk_socket_is_ipv4_preferred_over_ipv6(sk_socket_t *sock);
 int sk_socket_set_alternate_address_delay(sk_socket_t *sock, double seconds);
 int sk_socket_get_alternate_address_delay(sk_socket_t *sock, double *out_seconds);
 
-/* 1 (default): a peer close ends the connection with SK_ERR_CLOSED once a read needs more
- * bytes. 0: the socket stays open for writing and did_close_read_stream is called. */
+/* 1 (default): a peer close ends the connection with SK_ERR_CLOSED. 0: the socket stays
+ * open for writing and did_close_read_stream is called. Either once every byte that arrived
+ * before the close has been read: at once when none is unread, read queued or not. */
 int sk_socket_set_auto_disconnect_on_closed_read_stream(sk_socket_t *sock, int enabled);
 int sk_socket_get_auto_disconnect_on_closed_read_stream(sk_socket_t *sock);
 
@@ -578,8 +581,15 @@ int sk_socket_connect_to_unix_path(sk_socket_t *sock, const char *path, double t
  * They may be queued from the moment connect is called. All return SK_OK or, at once,
  * SK_ERR_BAD_PARAM (invalid arguments), SK_ERR_BAD_CONFIG (not connected or connecting,
  * a listener, after sk_socket_disconnect_after_*), SK_ERR_INVALID_HANDLE.
- * A peer close before a read completes ends the connection with SK_ERR_CLOSED (bytes that
- * arrived earlier are served first). */
+ * The end of the peer's stream, a close or a reset, comes after the bytes that arrived
+ * before it: reads are served those first. It is reported as soon as nothing unread is left
+ * before it, read queued or not: a socket with no read queued and nothing unread reports a
+ * close at once (did_disconnect with SK_ERR_CLOSED, or did_close_read_stream with
+ * auto-disconnect off) and a reset at once (SK_ERR_SYSTEM, ECONNRESET or EPIPE). A read
+ * that needs more bytes than arrived gets no did_read: the connection ends with the close
+ * or reset. Under TLS an alert that came before a reset is the error, and a close_notify
+ * counts as the close. A write whose send meets the reset does not end the connection
+ * itself: the end is reported as above. */
 
 /* Whatever is available (at least one byte), at most `max_length` bytes when it is not 0. */
 int sk_socket_read(sk_socket_t *sock, size_t max_length, double timeout, long tag, sk_error_t *error);

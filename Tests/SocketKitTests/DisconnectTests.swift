@@ -54,16 +54,6 @@ struct DisconnectTests {
         #expect(try pair.peer.receiveUntilEndOfStream().isEmpty)
     }
 
-    @Test func aPeerCloseIsNoticedWhenAReadNeedsData() throws {
-        let pair = try ReadTests.RawPair()
-        pair.peer.shutdownWrite()
-        // As upstream: with nothing to read, the close is noticed by the next read.
-        #expect(!pair.recorder.wait(timeout: 0.2) { $0.contains(where: \.isDisconnect) })
-        try pair.socket.read()
-        let error = try #require(pair.recorder.waitForDisconnect())
-        #expect(error?.code == .closed)
-    }
-
     @Test func halfCloseKeepsTheSocketOpenForWriting() throws {
         let pair = try ReadTests.RawPair { $0.autoDisconnectOnClosedReadStream = false }
         try pair.peer.send("last words")

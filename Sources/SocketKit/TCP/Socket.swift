@@ -155,9 +155,10 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
         set { configure { $0.alternateAddressDelay = newValue.isNaN ? 0 : max(0, newValue) } }
     }
 
-    /// When the peer closes its side: true (default) ends the connection with `.closed`
-    /// once a read needs more bytes; false keeps it open for writing and reports
-    /// `socketDidCloseReadStream`.
+    /// When the peer closes its side: true (default) ends the connection with `.closed`,
+    /// false keeps it open for writing and reports `socketDidCloseReadStream`; either once
+    /// every byte that arrived before the close has been read (at once when none is
+    /// unread, whether or not a read is queued, as GCDAsyncSocket does).
     public var autoDisconnectOnClosedReadStream: Bool {
         get { configuration.autoDisconnectOnClosedReadStream }
         set { configure { $0.autoDisconnectOnClosedReadStream = newValue } }

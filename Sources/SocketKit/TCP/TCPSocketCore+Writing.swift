@@ -23,8 +23,8 @@ extension TCPSocketCore {
     /// socket writable, the bytes go to the kernel at once (as libuv's uv_write does), so
     /// a callback that answers a read costs one `send` and no copy. Returns the bytes the
     /// kernel took, or nil when the write must take the queue (nothing sent: not connected,
-    /// writes queued ahead, a disconnect pending, the socket full, or an error, which the
-    /// queued path then meets and reports).
+    /// writes queued ahead, a disconnect pending, the socket full, or a send that failed for
+    /// good, which `sendFailed` records for the read side to report).
     ///
     /// Taken only where its completion cannot run user code re-entrantly: inside this
     /// socket's own callback (didWrite then follows that callback, as always), or when the
@@ -36,11 +36,32 @@ extension TCPSocketCore {
         if hasTLS { return writeImmediatelySecure(bytes) }
         let written = skc_send(fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags)
         guard written > 0 else {
-            if written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { writable = false }
+            if written < 0 {
+                // The error is the socket's and this send took it: record it, or it is lost.
+                let error = errno
+                if error == EAGAIN || error == EWOULDBLOCK {
+                    writable = false
+                } else if error != EINTR {
+                    sendFailed(SocketError.systemError(error, "write"))
+                }
+            }
             return nil
         }
         if written < bytes.count { writable = false }
         return written
+    }
+
+    /// A send failed for good (the peer reset, the connection broke): nothing more goes
+    /// out, but what the peer sent before is still in the kernel. The read side delivers it
+    /// to the queued reads, then ends the session with `error` (`handleEndOfStream`), as for
+    /// a reset epoll reports. Never a teardown inside the send: a write made in a callback,
+    /// on any socket of the loop, ends nothing under its caller.
+    func sendFailed(_ error: SocketError) {
+        if outOfLine.sendFailure == nil { outOfLine.sendFailure = error }
+        writable = false
+        peerHalfClosed = true
+        readable = true
+        scheduleReadPump()
     }
 
     /// Completes a write the fast path sent whole.
@@ -90,7 +111,7 @@ extension TCPSocketCore {
                 if error == EAGAIN || error == EWOULDBLOCK {
                     writable = false
                 } else if error != EINTR {
-                    closeSession(SocketError.systemError(error, "write"))
+                    sendFailed(SocketError.systemError(error, "write"))
                     return
                 }
                 continue

@@ -39,7 +39,9 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     var writable = false
     /// A read returned 0: the peer will send nothing more.
     var readEOF = false
-    /// epoll reported the peer's FIN (EPOLLRDHUP); a short read does not mean "drained".
+    /// The peer's stream has ended (epoll reported its FIN, a reset or an error, or a send
+    /// failed): a short read does not mean "drained", and the end itself is still to be
+    /// read, after the bytes that came before it.
     var peerHalfClosed = false
     var readStreamClosedReported = false
     var disconnectAfterReads = false
@@ -101,6 +103,9 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         var firstDeferredEvent: SocketEvent? = nil
         var deferredEvents: [SocketEvent] = []
         var deferredOperations: [(TCPSocketCore) -> Void] = []
+        /// A send failed for good: the error the session ends with, once the bytes that
+        /// arrived before the failure have been read (see `sendFailed`).
+        var sendFailure: SocketError? = nil
         var readQueue = FIFO<ReadRequest>()
         var writeQueue = FIFO<WriteRequest>()
 
@@ -146,6 +151,8 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     var hasQueuedReads: Bool { outOfLineState.map { !$0.readQueue.isEmpty } ?? false }
     var hasQueuedWrites: Bool { outOfLineState.map { !$0.writeQueue.isEmpty } ?? false }
     var hasTLS: Bool { outOfLineState?.tls != nil }
+    /// See `sendFailed`.
+    var sendFailure: SocketError? { outOfLineState?.sendFailure }
 
     var outOfLine: OutOfLineState {
         if let state = outOfLineState { return state }
@@ -472,14 +479,11 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
 
     func handleEvents(_ events: UInt32) {
         guard phase == .connected, fd >= 0 else { return }
-        if events & EPOLLERR.rawValue != 0 {
-            let error = SystemCalls.pendingError(fd)
-            if error != 0 {
-                closeSession(transportError(error, "socket error"))
-                return
-            }
-        }
-        if events & (EPOLLRDHUP.rawValue | EPOLLHUP.rawValue) != 0 {
+        // The peer's FIN, or a reset or error: what arrived before it is still in the kernel,
+        // and the end (EOF, or the error from recv) comes after it, so it is read like data
+        // (`pumpReads`). Taking the error with SO_ERROR here would report it first and lose
+        // those bytes (and a TLS alert that explains the reset).
+        if events & (EPOLLRDHUP.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 {
             peerHalfClosed = true
             readable = true
         }
@@ -601,6 +605,7 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         writable = false
         readEOF = false
         peerHalfClosed = false
+        outOfLineState?.sendFailure = nil
         readStreamClosedReported = false
         disconnectAfterReads = false
         disconnectAfterWrites = false

@@ -536,11 +536,11 @@ void test_half_close_keeps_writing_open(void) {
     recorder_expect(&pair.recorder, EVENT_DISCONNECT, 1);
     CHECK_EQ(recorder_count(&pair.recorder, EVENT_CLOSE_READ_STREAM), 1);
 
-    /* With auto-disconnect (the default) the same close ends the connection. */
+    /* With auto-disconnect (the default) the same close ends the connection (at once: no
+     * read is queued and nothing is unread). */
     raw_pair_t automatic;
     raw_pair_open(&automatic, NULL);
     shutdown(automatic.peer, SHUT_WR);
-    CHECK_EQ(sk_socket_read(automatic.sock, 0, -1, 1, NULL), SK_OK);
     recorder_expect(&automatic.recorder, EVENT_DISCONNECT, 1);
     CHECK_EQ(recorder_event(&automatic.recorder, EVENT_DISCONNECT, 0).error_code, SK_ERR_CLOSED);
     raw_pair_close(&automatic);
@@ -566,5 +566,97 @@ void test_peer_reset_is_an_error_not_a_signal(void) {
     CHECK_EQ(end.error_code, SK_ERR_SYSTEM);
     CHECK(end.os_error == ECONNRESET || end.os_error == EPIPE);
     free(data);
+    raw_pair_close(&pair);
+}
+
+/* The end of the peer's stream, a FIN or a reset, is read like data: what arrived before it
+ * is delivered first, and an idle socket with nothing unread reports it at once. */
+void test_peer_close_on_an_idle_socket_is_reported_at_once(void) {
+    raw_pair_t pair;
+    raw_pair_open(&pair, NULL);
+    shutdown(pair.peer, SHUT_WR); /* no read is queued */
+    recorder_expect(&pair.recorder, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&pair.recorder, EVENT_DISCONNECT, 0).error_code, SK_ERR_CLOSED);
+    CHECK_EQ(recorder_count(&pair.recorder, EVENT_READ), 0);
+    raw_pair_close(&pair);
+
+    /* Without auto-disconnect: did_close_read_stream at once, and writing goes on. */
+    raw_pair_t half;
+    raw_pair_open(&half, half_duplex);
+    shutdown(half.peer, SHUT_WR);
+    recorder_expect(&half.recorder, EVENT_CLOSE_READ_STREAM, 1);
+    CHECK_EQ(sk_socket_is_connected(half.sock), 1);
+    CHECK_EQ(sk_socket_write(half.sock, "still here", 10, -1, 1, NULL), SK_OK);
+    char reply[10];
+    raw_receive(half.peer, reply, sizeof reply);
+    CHECK(memcmp(reply, "still here", sizeof reply) == 0);
+    CHECK_EQ(recorder_count(&half.recorder, EVENT_DISCONNECT), 0);
+    raw_pair_close(&half);
+}
+
+void test_bytes_before_a_peer_close_are_read_before_it_is_reported(void) {
+    raw_pair_t pair;
+    raw_pair_open(&pair, NULL);
+    raw_send(pair.peer, "last words", 10);
+    shutdown(pair.peer, SHUT_WR);
+    /* Unread bytes hold the report back (they are never dropped)... */
+    CHECK_EQ(recorder_wait(&pair.recorder, EVENT_DISCONNECT, 1, 0.3), 0);
+    /* ...until reads have taken them: then the close, with no further read queued. */
+    CHECK_EQ(sk_socket_read_to_length(pair.sock, 4, -1, 1, NULL), SK_OK);
+    CHECK_EQ(sk_socket_read_to_length(pair.sock, 6, -1, 2, NULL), SK_OK);
+    recorder_expect(&pair.recorder, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&pair.recorder, EVENT_DISCONNECT, 0).error_code, SK_ERR_CLOSED);
+    CHECK_EQ(pair.recorder.byte_count, 10);
+    CHECK(memcmp(pair.recorder.bytes, "last words", 10) == 0);
+    raw_pair_close(&pair);
+}
+
+static void reset_now(int fd) {
+    struct linger reset = {1, 0};
+    CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset), 0);
+    close(fd);
+}
+
+void test_bytes_before_a_reset_are_delivered_before_the_error(void) {
+    raw_pair_t pair;
+    raw_pair_open(&pair, NULL);
+    CHECK_EQ(sk_socket_read_to_length(pair.sock, 10, -1, 1, NULL), SK_OK);
+    /* The data and the reset reach the loop in one readiness event. */
+    loop_hold_t hold = {.until_hang_up = 1};
+    loop_hold_begin(&hold, pair.sock);
+    raw_send(pair.peer, "0123456789", 10);
+    reset_now(pair.peer);
+    pair.peer = -1;
+    loop_hold_end(&hold);
+    recorder_expect(&pair.recorder, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_count(&pair.recorder, EVENT_READ), 1);
+    CHECK(memcmp(pair.recorder.bytes, "0123456789", 10) == 0);
+    event_t end = recorder_event(&pair.recorder, EVENT_DISCONNECT, 0);
+    CHECK_EQ(end.error_code, SK_ERR_SYSTEM);
+    CHECK_EQ(end.os_error, ECONNRESET);
+    raw_pair_close(&pair);
+}
+
+/* On the loop, once the reset is there and before the loop has looked at the socket. */
+static void write_into_the_reset(loop_hold_t *hold) {
+    CHECK_EQ(sk_socket_write((sk_socket_t *)hold->context, "pong", 4, -1, 9, NULL), SK_OK);
+}
+
+void test_a_write_that_meets_a_reset_first_still_lets_the_reads_have_their_bytes(void) {
+    raw_pair_t pair;
+    raw_pair_open(&pair, NULL);
+    CHECK_EQ(sk_socket_read_to_length(pair.sock, 4, -1, 1, NULL), SK_OK);
+    loop_hold_t hold = {.until_hang_up = 1, .then = write_into_the_reset, .context = pair.sock};
+    loop_hold_begin(&hold, pair.sock);
+    raw_send(pair.peer, "ping", 4);
+    reset_now(pair.peer);
+    pair.peer = -1;
+    loop_hold_end(&hold);
+    recorder_expect(&pair.recorder, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_count(&pair.recorder, EVENT_READ), 1);
+    CHECK(memcmp(pair.recorder.bytes, "ping", 4) == 0);
+    event_t end = recorder_event(&pair.recorder, EVENT_DISCONNECT, 0);
+    CHECK_EQ(end.error_code, SK_ERR_SYSTEM);
+    CHECK(end.os_error == ECONNRESET || end.os_error == EPIPE);
     raw_pair_close(&pair);
 }

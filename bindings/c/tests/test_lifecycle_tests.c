@@ -616,24 +616,6 @@ void test_accept_without_did_accept_closes(void) {
     recorder_destroy(&recorder);
 }
 
-typedef struct {
-    pthread_mutex_t lock;
-    pthread_cond_t changed;
-    int entered;
-    int released;
-} loop_blocker_t;
-
-/* Runs on the socket's loop thread and holds it until the test lets go. */
-static void block_loop(const sk_socket_descriptors_t *descriptors, void *context) {
-    loop_blocker_t *blocker = context;
-    (void)descriptors;
-    pthread_mutex_lock(&blocker->lock);
-    blocker->entered = 1;
-    pthread_cond_broadcast(&blocker->changed);
-    while (!blocker->released) pthread_cond_wait(&blocker->changed, &blocker->lock);
-    pthread_mutex_unlock(&blocker->lock);
-}
-
 void test_release_stops_writes_into_caller_buffers(void) {
     recorder_t recorder;
     recorder_init(&recorder);
@@ -648,19 +630,13 @@ void test_release_stops_writes_into_caller_buffers(void) {
 
     /* Hold the loop, let the data arrive, release, then let the loop go: it sees the data
      * before it runs the close, and must not copy it into the released caller's buffer. */
-    loop_blocker_t blocker = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
-    CHECK_EQ(sk_socket_perform(sock, block_loop, &blocker), SK_OK);
-    pthread_mutex_lock(&blocker.lock);
-    while (!blocker.entered) pthread_cond_wait(&blocker.changed, &blocker.lock);
-    pthread_mutex_unlock(&blocker.lock);
+    loop_hold_t hold = {0};
+    loop_hold_begin(&hold, sock);
     unsigned char payload[64];
     memset(payload, 'x', sizeof payload);
     raw_send(peer, payload, sizeof payload);
     CHECK_EQ(sk_socket_release(sock), SK_OK);
-    pthread_mutex_lock(&blocker.lock);
-    blocker.released = 1;
-    pthread_cond_broadcast(&blocker.changed);
-    pthread_mutex_unlock(&blocker.lock);
+    loop_hold_end(&hold);
 
     raw_wait_closed(peer);
     for (int i = 0; i < 64; i++) CHECK_EQ(buffer[i], 0xEE);

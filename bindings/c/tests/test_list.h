@@ -6,6 +6,7 @@
     X(tls_bad_certificates_have_their_own_codes) \
     X(tls_client_certificate_required)        \
     X(tls_echo_in_did_read_survives_a_peer_reset) \
+    X(tls_alert_then_reset_reports_the_alert) \
     X(tls_manual_trust)                       \
     X(tls_settings_errors_and_handles)        \
     X(tls_handshake_timeout)                  \
@@ -43,6 +44,10 @@
     X(watermarks_follow_a_slow_peer)          \
     X(half_close_keeps_writing_open)          \
     X(peer_reset_is_an_error_not_a_signal)    \
+    X(peer_close_on_an_idle_socket_is_reported_at_once) \
+    X(bytes_before_a_peer_close_are_read_before_it_is_reported) \
+    X(bytes_before_a_reset_are_delivered_before_the_error) \
+    X(a_write_that_meets_a_reset_first_still_lets_the_reads_have_their_bytes) \
     X(no_callback_after_release)              \
     X(driven_loop_group_runs_on_the_host_thread) \
     X(driven_loop_group_released_elsewhere_stops_in_the_next_run) \

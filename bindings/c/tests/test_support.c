@@ -502,3 +502,63 @@ void raw_wait_closed(int fd) {
         }
     }
 }
+
+static void hold_until_released(const sk_socket_descriptors_t *descriptors, void *context) {
+    loop_hold_t *hold = context;
+    pthread_mutex_lock(&hold->lock);
+    hold->held = 1;
+    pthread_cond_broadcast(&hold->changed);
+    struct timespec limit = deadline_after(WAIT_SECONDS);
+    while (!hold->released) {
+        if (pthread_cond_timedwait(&hold->changed, &hold->lock, &limit) != 0) break;
+    }
+    pthread_mutex_unlock(&hold->lock);
+    struct pollfd entry = {descriptors->primary, 0, 0};
+    double end = now_seconds() + WAIT_SECONDS;
+    while (hold->until_hang_up && now_seconds() < end) {
+        if (poll(&entry, 1, 100) > 0 && (entry.revents & (POLLHUP | POLLERR))) break;
+    }
+    if (hold->then) hold->then(hold);
+}
+
+static void signal_hold(const sk_socket_descriptors_t *descriptors, void *context) {
+    (void)descriptors;
+    loop_hold_t *hold = context;
+    pthread_mutex_lock(&hold->lock);
+    hold->held = 1;
+    pthread_cond_broadcast(&hold->changed);
+    pthread_mutex_unlock(&hold->lock);
+}
+
+/* Waits until a function given to sk_socket_perform has set `held`, then clears it. */
+static void wait_held(loop_hold_t *hold) {
+    pthread_mutex_lock(&hold->lock);
+    struct timespec limit = deadline_after(WAIT_SECONDS);
+    while (!hold->held) CHECK(pthread_cond_timedwait(&hold->changed, &hold->lock, &limit) == 0);
+    hold->held = 0;
+    pthread_mutex_unlock(&hold->lock);
+}
+
+void loop_hold_begin(loop_hold_t *hold, sk_socket_t *sock) {
+    pthread_mutex_init(&hold->lock, NULL);
+    pthread_condattr_t attributes;
+    pthread_condattr_init(&attributes);
+    pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC); /* deadline_after's clock */
+    pthread_cond_init(&hold->changed, &attributes);
+    pthread_condattr_destroy(&attributes);
+    hold->held = 0;
+    hold->released = 0;
+    /* A first round trip: the work earlier calls left for the loop's current iteration
+     * (a read's first pass over the socket) has run before the hold begins. */
+    CHECK_EQ(sk_socket_perform(sock, signal_hold, hold), SK_OK);
+    wait_held(hold);
+    CHECK_EQ(sk_socket_perform(sock, hold_until_released, hold), SK_OK);
+    wait_held(hold);
+}
+
+void loop_hold_end(loop_hold_t *hold) {
+    pthread_mutex_lock(&hold->lock);
+    hold->released = 1;
+    pthread_cond_broadcast(&hold->changed);
+    pthread_mutex_unlock(&hold->lock);
+}

@@ -155,6 +155,24 @@ size_t raw_receive_until_eof(int fd, void *data, size_t capacity);
 /* Waits until the peer closed: EOF, or a reset (closing with unread input sends RST). */
 void raw_wait_closed(int fd);
 
+/* Holds a socket's event loop: loop_hold_begin() returns once a function of the socket runs
+ * on the loop (sk_socket_perform) and blocks it, until loop_hold_end() (what earlier calls
+ * gave the loop to do has run by then: reads queued before have had their first pass). Then, with
+ * `until_hang_up`, the function also waits (bounded) until the kernel has the peer's close
+ * or reset for the socket, and it runs `then` (if set) on the loop before letting it go on.
+ * What the peer sent meanwhile then reaches the loop in one readiness event. */
+typedef struct loop_hold {
+    int until_hang_up;
+    void (*then)(struct loop_hold *hold);
+    void *context;
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int held;
+    int released;
+} loop_hold_t;
+void loop_hold_begin(loop_hold_t *hold, sk_socket_t *sock);
+void loop_hold_end(loop_hold_t *hold);
+
 /* Fills a buffer with a checkable pattern. */
 void fill_pattern(unsigned char *data, size_t length, unsigned seed);
 

@@ -319,12 +319,12 @@ void test_tls_client_certificate_required(void) {
     tls_server_start(&server, serving);
 
     /* Without a certificate: the server refuses; a TLS 1.3 client learns it from the
-     * server's alert when it next reads. */
+     * server's alert, which it reads at once (the server closes after it), read queued or
+     * not. */
     recorder_t bare;
     recorder_init(&bare);
     sk_tls_settings_t *settings = client_settings();
     sk_socket_t *sock = tls_client(&bare, "127.0.0.1", server.port, settings);
-    CHECK_EQ(sk_socket_read(sock, 0, -1, 0, NULL), SK_OK);
     recorder_expect(&bare, EVENT_DISCONNECT, 1);
     CHECK_EQ(recorder_event(&bare, EVENT_DISCONNECT, 0).error_code, SK_ERR_TLS_CLIENT_CERT_REQUIRED);
     recorder_expect(&server.server, EVENT_DISCONNECT, 1);
@@ -339,7 +339,6 @@ void test_tls_client_certificate_required(void) {
     CHECK_EQ(sk_tls_settings_set_certificate_chain_file(settings, cert_path("client-untrusted-chain.pem")), SK_OK);
     CHECK_EQ(sk_tls_settings_set_private_key_file(settings, cert_path("client-untrusted.key"), NULL), SK_OK);
     sock = tls_client(&stranger, "127.0.0.1", server.port, settings);
-    CHECK_EQ(sk_socket_read(sock, 0, -1, 0, NULL), SK_OK);
     recorder_expect(&server.server, EVENT_DISCONNECT, 2);
     event_t refused = recorder_event(&server.server, EVENT_DISCONNECT, 1);
     if (refused.error_code != SK_ERR_TLS_SELF_SIGNED) fprintf(stderr, "server: %s\n", refused.text);
@@ -923,4 +922,42 @@ void test_tls_echo_in_did_read_survives_a_peer_reset(void) {
     sk_loop_group_release(client_group);
     recorder_destroy(&client);
     tls_server_stop(&server);
+}
+
+/* A TLS alert followed by a reset: the alert is read before the reset is reported, so the
+ * error is the alert's, not "the peer closed during the handshake". */
+void test_tls_alert_then_reset_reports_the_alert(void) {
+    uint16_t port = 0;
+    int listener = raw_listen("127.0.0.1", &port, 8);
+    recorder_t client;
+    recorder_init(&client);
+    sk_tls_settings_t *settings = client_settings();
+    sk_socket_t *sock = tls_client(&client, "127.0.0.1", port, settings);
+    sk_tls_settings_release(settings);
+    int peer = raw_accept(listener);
+    unsigned char header[5];
+    raw_receive(peer, header, sizeof header); /* the ClientHello's record header, then its body */
+    size_t length = (size_t)header[3] << 8 | header[4];
+    unsigned char *hello = malloc(length);
+    CHECK(hello != NULL);
+    raw_receive(peer, hello, length);
+    free(hello);
+
+    loop_hold_t hold = {.until_hang_up = 1};
+    loop_hold_begin(&hold, sock);
+    /* A fatal protocol_version alert, as a server that accepts none of our versions sends. */
+    static const unsigned char alert[] = {0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x46};
+    raw_send(peer, alert, sizeof alert);
+    struct linger reset = {1, 0};
+    CHECK_EQ(setsockopt(peer, SOL_SOCKET, SO_LINGER, &reset, sizeof reset), 0);
+    close(peer);
+    loop_hold_end(&hold);
+
+    recorder_expect(&client, EVENT_DISCONNECT, 1);
+    event_t end = recorder_event(&client, EVENT_DISCONNECT, 0);
+    if (end.error_code != SK_ERR_TLS_PROTOCOL_VERSION) fprintf(stderr, "client: %s\n", end.text);
+    CHECK_EQ(end.error_code, SK_ERR_TLS_PROTOCOL_VERSION);
+    sk_socket_release(sock);
+    close(listener);
+    recorder_destroy(&client);
 }

@@ -1008,6 +1008,12 @@ class Socket(_SocketBase):
 
     @property
     def auto_disconnect_on_closed_read_stream(self) -> bool:
+        """When the peer closes its side: True (default) ends the connection
+        (``socket_did_disconnect`` with :class:`ClosedError`), False keeps it open for
+        writing and calls ``socket_did_close_read_stream``; either once every byte that
+        arrived before the close has been read (at once when none is unread, whether or not
+        a read is queued). A reset is reported the same way, as
+        :class:`ConnectionResetError`, after the bytes that came before it."""
         return self._flag(lib.sk_socket_get_auto_disconnect_on_closed_read_stream)
 
     @auto_disconnect_on_closed_read_stream.setter

@@ -81,3 +81,126 @@ def test_a_tls_echo_from_did_read_survives_a_peer_reset(certs):
         listener.close()
         for connection in echo.accepted:
             connection.abort()
+
+
+# ---- the end of the peer's stream -----------------------------------------------------
+
+
+class LoopHold:
+    """Holds a socket's event loop (through perform) while the peer's bytes and its reset
+    reach the kernel, so one readiness event carries them together. `then` runs on the loop
+    once the kernel has the reset, before the loop goes on."""
+
+    def __init__(self, sock, then=None):
+        # A first round trip: what earlier calls gave the loop to do in its current
+        # iteration (a read's first pass over the socket) has run before the hold begins.
+        settled = threading.Event()
+        sock.perform(lambda descriptors: settled.set())
+        assert settled.wait(WAIT)
+        self.held = threading.Event()
+        self.release = threading.Event()
+        self.hung_up = None
+
+        def hold(descriptors):
+            self.held.set()
+            self.release.wait(WAIT)
+            self.hung_up = wait_for_hang_up(descriptors.primary)
+            if then is not None:
+                then()
+
+        sock.perform(hold)
+        assert self.held.wait(WAIT)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release.set()
+
+
+def test_an_orderly_close_on_an_idle_socket_is_reported_at_once(raw_peer):
+    peer = raw_peer()
+    peer.peer.shutdown(socket.SHUT_WR)  # no read is queued
+    error = peer.recorder.disconnect_error()
+    assert type(error) is socketkit.ClosedError, repr(error)
+    assert peer.recorder.count("read") == 0
+
+
+def test_without_auto_disconnect_an_idle_socket_reports_the_closed_read_stream_at_once(raw_peer):
+    def half_duplex(sock):
+        sock.auto_disconnect_on_closed_read_stream = False
+
+    peer = raw_peer(configure=half_duplex)
+    peer.peer.shutdown(socket.SHUT_WR)
+    peer.recorder.expect("close_read_stream")
+    assert peer.socket.is_connected
+    peer.socket.write(b"still here")
+    assert peer.receive_exactly(10) == b"still here"
+    assert peer.recorder.count("disconnect") == 0
+
+
+def test_bytes_before_an_orderly_close_are_read_before_it_is_reported(raw_peer):
+    peer = raw_peer()
+    peer.peer.sendall(b"last words")
+    peer.peer.shutdown(socket.SHUT_WR)
+    # Unread bytes hold the report back (they are never dropped)...
+    assert not peer.recorder.wait_for(lambda events: any(e[0] == "disconnect" for e in events), timeout=0.3)
+    # ...until reads have taken them: then the close, with no further read queued.
+    peer.socket.read_to_length(4, tag=1)
+    peer.socket.read_to_length(6, tag=2)
+    error = peer.recorder.disconnect_error()
+    assert type(error) is socketkit.ClosedError, repr(error)
+    assert [event[1:] for event in peer.recorder.events if event[0] == "read"] == [(b"last", 1), (b" words", 2)]
+
+
+def test_bytes_before_a_reset_are_delivered_before_the_error(raw_peer):
+    peer = raw_peer()
+    peer.socket.read_to_length(10, tag=1)
+    with LoopHold(peer.socket) as hold:
+        peer.peer.sendall(b"0123456789")
+        reset(peer.peer)
+    error = peer.recorder.disconnect_error()
+    assert hold.hung_up
+    assert [event[1:] for event in peer.recorder.events if event[0] == "read"] == [(b"0123456789", 1)]
+    assert isinstance(error, socketkit.ConnectionResetError), repr(error)
+
+
+def test_a_tls_alert_before_a_reset_is_reported_as_the_alert(certs):
+    # A Python ssl server that speaks TLS 1.2 at most, a SocketKit client that wants 1.3:
+    # the server answers with a protocol_version alert and resets.
+    listener = socket.create_server(("127.0.0.1", 0))
+    recorder = Recorder()
+    client = socketkit.Socket(recorder)
+    try:
+        client.connect_to_host("127.0.0.1", listener.getsockname()[1], timeout=10)
+        client.start_tls(certs.client(minimum_version="TLSv1.3"))
+        listener.settimeout(WAIT)
+        raw, _ = listener.accept()
+        assert select.select([raw], [], [], WAIT)[0], "no ClientHello"
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.maximum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(certs.path("server-chain.pem"), certs.path("server.key"))
+        # Closed with a reset: ssl closes the socket itself when the handshake fails.
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        with LoopHold(client) as hold:
+            with pytest.raises(ssl.SSLError):
+                context.wrap_socket(raw, server_side=True)
+        error = recorder.disconnect_error()
+        assert hold.hung_up
+        assert type(error) is socketkit.ProtocolVersionError, repr(error)
+    finally:
+        client.close()
+        listener.close()
+
+
+def test_a_write_that_meets_a_reset_first_still_lets_the_reads_have_their_bytes(raw_peer):
+    peer = raw_peer()
+    peer.socket.read_to_length(4, tag=1)
+    sock = peer.socket
+    with LoopHold(sock, then=lambda: sock.write(b"pong")) as hold:
+        peer.peer.sendall(b"ping")
+        reset(peer.peer)
+    error = peer.recorder.disconnect_error()
+    assert hold.hung_up
+    assert [event[1:] for event in peer.recorder.events if event[0] == "read"] == [(b"ping", 1)]
+    assert isinstance(error, socketkit.ConnectionResetError), repr(error)
