@@ -402,7 +402,11 @@ int sk_socket_create_from_fd(int fd, const sk_socket_delegate_t *delegate, size_
 
 /* Releases the handle and closes the socket: pending reads and writes are dropped, except
  * after sk_socket_disconnect_after_writing(), when the queued writes are still sent (for
- * at most two minutes) before the connection closes, a graceful fire-and-forget close.
+ * at most two minutes) before the connection closes, a graceful fire-and-forget close. That
+ * holds while the socket is still resolving or connecting too: it goes on connecting
+ * (within its connect timeout) and sends them, through a queued start_tls's handshake if
+ * there is one; of the reads, only those queued ahead of such a start_tls are kept (the
+ * handshake waits for them).
  * Once this returns no callback of the socket starts and its userdata is not touched; a
  * callback running on another thread is waited for (not when called from inside that
  * callback). Callbacks of other sockets are unaffected. Errors: SK_ERR_INVALID_HANDLE. */
@@ -664,7 +668,8 @@ int sk_socket_disconnect(sk_socket_t *sock);
 /* Closes once every queued read completed; new reads and writes are refused. */
 int sk_socket_disconnect_after_reading(sk_socket_t *sock);
 
-/* Closes once every queued write was written (a FIN follows the last byte). */
+/* Closes once every queued write was written (a FIN follows the last byte). Followed by
+ * sk_socket_release(), the writes are still sent, even while still connecting (see there). */
 int sk_socket_disconnect_after_writing(sk_socket_t *sock);
 
 /* Closes once both queues drained. */

@@ -8,7 +8,9 @@ import Synchronization
 ///
 /// Threads: every method may be called from any thread. Work runs on the socket's event
 /// loop (inline when the caller is already on it); getters read published state and never
-/// wait for the loop. Keep a reference: a socket nobody holds closes (no callbacks follow).
+/// wait for the loop. Keep a reference: a socket nobody holds closes (no callbacks follow),
+/// dropping queued reads and writes; after `disconnectAfterWriting()` it sends its queued
+/// writes first (for at most two minutes), connecting first if it still was.
 ///
 /// Cost: a connected idle socket owns no buffer; its reads use its loop's buffer.
 public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
@@ -619,7 +621,9 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     /// Closes once every queued read has completed; no reads or writes may be added.
     public func disconnectAfterReading() { disconnectAfter(reading: true, writing: false) }
 
-    /// Closes once every queued write has been written (FIN follows the last byte).
+    /// Closes once every queued write has been written (FIN follows the last byte). A socket
+    /// released afterwards still sends them (a fire-and-forget graceful close), even while
+    /// it is still connecting (within the connect timeout; at most two minutes).
     public func disconnectAfterWriting() { disconnectAfter(reading: false, writing: true) }
 
     /// Closes once both queues have drained.

@@ -82,6 +82,10 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     final class TimeoutState {
         var readTimer: LoopTimer? = nil
         var writeTimer: LoopTimer? = nil
+        /// Bounds a released socket's last writes (`ownerReleased`).
+        var lingerTimer: LoopTimer? = nil
+        /// `TCPSocketCore.lingerSeconds` (tests shorten it).
+        var lingerDuration = TCPSocketCore.lingerSeconds
         /// Each timeout question gets a number never used before by this socket, so an
         /// answer (possibly late: event records) can only ever answer its own question.
         var questions: UInt64 = 0
@@ -106,6 +110,10 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         /// A send failed for good: the error the session ends with, once the bytes that
         /// arrived before the failure have been read (see `sendFailed`).
         var sendFailure: SocketError? = nil
+        /// A released socket's core sending its last writes (`ownerReleased`) keeps itself
+        /// alive until its session ends: while it resolves or connects, nothing else holds it
+        /// (its connection attempts and timers hold it unowned).
+        var lingeringCore: TCPSocketCore? = nil
         var readQueue = FIFO<ReadRequest>()
         var writeQueue = FIFO<WriteRequest>()
 
@@ -186,6 +194,14 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     var writeTimer: LoopTimer? {
         get { timeoutState?.writeTimer }
         set { if timeoutState != nil || newValue != nil { timeouts.writeTimer = newValue } }
+    }
+    var lingerTimer: LoopTimer? {
+        get { timeoutState?.lingerTimer }
+        set { if timeoutState != nil || newValue != nil { timeouts.lingerTimer = newValue } }
+    }
+    var lingerDuration: Double {
+        get { timeoutState?.lingerDuration ?? TCPSocketCore.lingerSeconds }
+        set { timeouts.lingerDuration = newValue }
     }
     var timeoutQuestions: UInt64 {
         get { timeoutState?.questions ?? 0 }
@@ -427,7 +443,9 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     }
 
     /// Nobody is listening any more (the handle was released): accepted children close,
-    /// and timeouts end the session instead of waiting for an answer that never comes.
+    /// and timeouts and trust questions end the session instead of waiting for an answer
+    /// that never comes (a released socket may still be connecting and securing its last
+    /// writes, see `ownerReleased`).
     private func discard(_ event: SocketEvent) {
         switch event {
         case .didAccept(let child):
@@ -437,6 +455,8 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
             loop.execute { [self] in resolveReadTimeout(extension: 0, question: question) }
         case .shouldTimeoutWrite(_, _, _, let question):
             loop.execute { [self] in resolveWriteTimeout(extension: 0, question: question) }
+        case .didReceiveTrust(_, let question):
+            loop.execute { [self] in resolveTrust(accept: false, question: question) }
         default:
             break
         }
@@ -520,21 +540,31 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
 
     // MARK: Ending a session
 
-    /// How long a released socket may keep sending what `disconnectAfterWriting` queued.
+    /// How long a released socket may keep sending what `disconnectAfterWriting` queued
+    /// (connecting first, if it still was).
     static let lingerSeconds = 120.0
 
     /// The user released the handle: close without telling anyone. If the user asked to
-    /// disconnect after writing and writes are still queued, they are sent first (for at
-    /// most `lingerSeconds`), like a transport's graceful close; queued reads are dropped.
+    /// disconnect after writing and writes are still queued, they are sent first, like a
+    /// transport's graceful close, for at most `lingerSeconds` (and within the connect
+    /// timeout): a socket still resolving or connecting goes on connecting for them. Queued
+    /// reads are dropped, except those ahead of a TLS marker not yet passed: the handshake,
+    /// and so the writes queued behind it, waits for them.
     func ownerReleased() {
-        if phase == .connected && disconnectAfterWrites && hasQueuedWrites && fd >= 0 {
-            outOfLineState?.readQueue.removeAll()
-            currentRead = nil
-            currentReadStarted = false
+        let sessionActive = phase == .resolving || phase == .connecting || (phase == .connected && fd >= 0)
+        if sessionActive && disconnectAfterWrites && !queuedWritesDone {
+            let readsAheadOfTLS = tls?.stage == .waiting ? tls!.readsBefore : 0
+            if readsAheadOfTLS == 0 {
+                currentRead = nil
+                currentReadStarted = false
+                cancel(readTimer)
+            }
+            outOfLineState?.readQueue.keepFirst(readsAheadOfTLS - (currentRead == nil ? 0 : 1))
             disconnectAfterReads = false
-            arm(&connectTimer, deadline: deadline(afterSeconds: TCPSocketCore.lingerSeconds)) {
+            arm(&lingerTimer, deadline: deadline(afterSeconds: lingerDuration)) {
                 $0.closeSession(nil, notify: false)
             }
+            outOfLine.lingeringCore = self
             return
         }
         closeSession(nil, notify: false)
@@ -563,9 +593,14 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
             }
             return
         }
+        // A lingering core lets go of itself, but not before this call is over.
+        let lingering = outOfLineState?.lingeringCore
+        outOfLineState?.lingeringCore = nil
+        defer { withExtendedLifetime(lingering) {} }
 
         cancel(readTimer)
         cancel(writeTimer)
+        cancel(lingerTimer)
         cancel(connectTimer)
         cancel(attemptTimer)
         cancel(acceptTimer)
@@ -644,13 +679,17 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         }
     }
 
+    /// A TLS marker not yet passed counts as a queued read and write.
+    private var tlsMarkerPassed: Bool { !hasTLS || tls!.stage == .secure }
+
+    /// Every queued write has reached the kernel.
+    var queuedWritesDone: Bool { !hasQueuedWrites && tlsMarkerPassed && !tlsHasOutbound }
+
     /// The "disconnect after reading/writing" checks, run whenever a queue may have drained.
     func closeIfDisconnectAfterIsDue() {
         guard phase == .connected, disconnectAfterReads || disconnectAfterWrites else { return }
-        // A TLS marker not yet passed counts as a queued read and write.
-        let tlsDone = !hasTLS || tls!.stage == .secure
-        let readsDone = currentRead == nil && !hasQueuedReads && tlsDone
-        let writesDone = !hasQueuedWrites && tlsDone && !tlsHasOutbound
+        let readsDone = currentRead == nil && !hasQueuedReads && tlsMarkerPassed
+        let writesDone = queuedWritesDone
         if disconnectAfterReads && disconnectAfterWrites {
             if readsDone && writesDone { closeSession(nil, graceful: true) }
         } else if disconnectAfterReads {

@@ -7,6 +7,7 @@
     X(tls_client_certificate_required)        \
     X(tls_echo_in_did_read_survives_a_peer_reset) \
     X(tls_alert_then_reset_reports_the_alert) \
+    X(tls_writes_queued_while_connecting_survive_a_release) \
     X(tls_manual_trust)                       \
     X(tls_settings_errors_and_handles)        \
     X(tls_handshake_timeout)                  \
@@ -53,6 +54,7 @@
     X(driven_loop_group_released_elsewhere_stops_in_the_next_run) \
     X(release_stops_writes_into_caller_buffers) \
     X(release_after_disconnect_after_writing_still_delivers) \
+    X(release_while_connecting_after_disconnect_after_writing_still_delivers) \
     X(release_inside_own_callback)            \
     X(graceful_close_in_a_callback_keeps_its_data) \
     X(set_delegate_and_callback_queue)        \

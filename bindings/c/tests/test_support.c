@@ -562,3 +562,27 @@ void loop_hold_end(loop_hold_t *hold) {
     pthread_cond_broadcast(&hold->changed);
     pthread_mutex_unlock(&hold->lock);
 }
+
+/* A listener whose accept queue is full (backlog 0, one connection waiting): the kernel
+ * drops the next SYN, so a connect to it stays in progress until the queue has room and the
+ * SYN comes again (a second later). */
+void stalled_listener_open(stalled_listener_t *stalled) {
+    stalled->port = 0;
+    stalled->listener = raw_listen("127.0.0.1", &stalled->port, 0);
+    stalled->filler = raw_connect("127.0.0.1", stalled->port);
+    /* Until the filler is in the queue: a SYN that came before would still get in. */
+    CHECK(wait_for(stalled->listener, POLLIN));
+}
+
+/* Makes room; returns the next connection, once its SYN has come again. */
+int stalled_listener_admit(stalled_listener_t *stalled) {
+    close(raw_accept(stalled->listener));
+    close(stalled->filler);
+    stalled->filler = -1;
+    return raw_accept(stalled->listener);
+}
+
+void stalled_listener_close(stalled_listener_t *stalled) {
+    if (stalled->filler >= 0) close(stalled->filler);
+    close(stalled->listener);
+}

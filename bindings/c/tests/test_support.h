@@ -173,6 +173,18 @@ typedef struct loop_hold {
 void loop_hold_begin(loop_hold_t *hold, sk_socket_t *sock);
 void loop_hold_end(loop_hold_t *hold);
 
+/* A listener whose accept queue is full: a connect to `port` stays
+ * in progress until stalled_listener_admit() makes room and returns that connection. */
+typedef struct stalled_listener stalled_listener_t;
+struct stalled_listener {
+    int listener;
+    int filler;
+    uint16_t port;
+};
+void stalled_listener_open(stalled_listener_t *stalled);
+int stalled_listener_admit(stalled_listener_t *stalled);
+void stalled_listener_close(stalled_listener_t *stalled);
+
 /* Fills a buffer with a checkable pattern. */
 void fill_pattern(unsigned char *data, size_t length, unsigned seed);
 

@@ -961,3 +961,49 @@ void test_tls_alert_then_reset_reports_the_alert(void) {
     close(listener);
     recorder_destroy(&client);
 }
+
+/* Writes queued behind start_tls while still connecting are sent after a release (with
+ * disconnect-after-writing): the released socket connects, secures and writes first. */
+void test_tls_writes_queued_while_connecting_survive_a_release(void) {
+    stalled_listener_t stalled;
+    stalled_listener_open(&stalled);
+    recorder_t client;
+    recorder_init(&client);
+    sk_socket_t *sock = recorded_socket(&client, NULL);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", stalled.port, NULL, -1, NULL), SK_OK);
+    sk_tls_settings_t *settings = client_settings();
+    CHECK_EQ(sk_tls_settings_set_peer_name(settings, "localhost"), SK_OK);
+    CHECK_EQ(sk_socket_start_tls(sock, settings, NULL), SK_OK);
+    sk_tls_settings_release(settings);
+    size_t length = 100000;
+    unsigned char *data = malloc(length);
+    CHECK(data != NULL);
+    fill_pattern(data, length, 4);
+    CHECK_EQ(sk_socket_write(sock, data, length, -1, 1, NULL), SK_OK);
+    CHECK_EQ(sk_socket_disconnect_after_writing(sock), SK_OK);
+    CHECK_EQ(sk_socket_is_connected(sock), 0); /* still connecting */
+    CHECK_EQ(sk_socket_release(sock), SK_OK);
+
+    recorder_t server;
+    recorder_init(&server);
+    sk_socket_delegate_t delegate = recorder_delegate();
+    sk_socket_t *accepted = NULL;
+    CHECK_EQ(sk_socket_create_from_fd(stalled_listener_admit(&stalled), &delegate, sizeof delegate, &server, NULL,
+                                      NULL, &accepted, NULL), SK_OK);
+    sk_tls_settings_t *serving = server_settings("server");
+    CHECK_EQ(sk_socket_start_tls(accepted, serving, NULL), SK_OK);
+    sk_tls_settings_release(serving);
+    CHECK_EQ(sk_socket_read_to_length(accepted, length, -1, 1, NULL), SK_OK);
+    recorder_expect_bytes(&server, length);
+    CHECK(memcmp(server.bytes, data, length) == 0);
+    /* Then the client's close_notify and FIN. */
+    recorder_expect(&server, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&server, EVENT_DISCONNECT, 0).error_code, SK_ERR_CLOSED);
+    /* Released: no callbacks (a watermark may have come before the release). */
+    CHECK_EQ(recorder_count(&client, EVENT_CONNECT) + recorder_count(&client, EVENT_DISCONNECT), 0);
+    sk_socket_release(accepted);
+    free(data);
+    stalled_listener_close(&stalled);
+    recorder_destroy(&server);
+    recorder_destroy(&client);
+}

@@ -817,8 +817,9 @@ class Socket(_SocketBase):
     (:func:`default_queue`); a :class:`HostQueue` to run them yourself (see
     :mod:`socketkit.aio` for asyncio); ``None`` for SocketKit's loop thread.
 
-    Keep a reference: a socket nobody holds is closed. Use it as a context manager, or
-    call :meth:`close`; afterwards every method raises :class:`InvalidHandleError`.
+    Keep a reference: a socket nobody holds is aborted (queued writes dropped, as
+    :meth:`abort`). Use it as a context manager, or call :meth:`close` (queued writes are
+    still sent); afterwards every method raises :class:`InvalidHandleError`.
     """
 
     def __init__(self, delegate: Any = None, *, queue: Optional[CallbackQueue] = _UNSET,
@@ -908,9 +909,11 @@ class Socket(_SocketBase):
 
     def close(self) -> None:
         """Releases the socket. Writes already queued are still sent before the connection
-        closes (as asyncio's ``transport.close()`` does); queued reads are dropped. No
-        delegate method runs after this returns (one running on another thread is waited
-        for). Idempotent."""
+        closes (as asyncio's ``transport.close()`` does), for at most two minutes, also when
+        the socket is still connecting: it goes on connecting (within its connect timeout)
+        and through a queued :meth:`start_tls` handshake. Queued reads are dropped (except
+        those ahead of such a handshake, which waits for them). No delegate method runs
+        after this returns (one running on another thread is waited for). Idempotent."""
         if self._handle is not None:
             lib.sk_socket_disconnect_after_writing(self._handle)
         self._release()

@@ -204,3 +204,80 @@ def test_a_write_that_meets_a_reset_first_still_lets_the_reads_have_their_bytes(
     assert hold.hung_up
     assert [event[1:] for event in peer.recorder.events if event[0] == "read"] == [(b"ping", 1)]
     assert isinstance(error, socketkit.ConnectionResetError), repr(error)
+
+
+# ---- writes queued before a close, while still connecting -----------------------------
+
+
+class StalledListener:
+    """A listener whose accept queue is full (backlog 0, one connection waiting): the kernel
+    drops the next SYN, so a connect to it stays in progress until the queue has room and
+    the SYN comes again (a second later)."""
+
+    def __init__(self):
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(0)
+        self.listener.settimeout(WAIT)
+        self.port = self.listener.getsockname()[1]
+        self.filler = socket.create_connection(("127.0.0.1", self.port))
+        # Until the filler is in the queue: a SYN that came before would still get in.
+        assert select.select([self.listener], [], [], WAIT)[0]
+
+    def admit(self) -> socket.socket:
+        """Makes room and returns the next connection, once its SYN has come again."""
+        self.listener.accept()[0].close()
+        self.filler.close()
+        connection, _ = self.listener.accept()
+        connection.settimeout(WAIT)
+        return connection
+
+    def close(self):
+        self.filler.close()
+        self.listener.close()
+
+
+def receive_until_end(connection) -> bytes:
+    chunks = []
+    while True:
+        chunk = connection.recv(1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def test_close_while_connecting_still_sends_the_queued_writes():
+    stalled = StalledListener()
+    recorder = Recorder()
+    sock = socketkit.Socket(recorder)
+    try:
+        sock.connect_to_host("127.0.0.1", stalled.port)
+        payload = bytes(range(256)) * 1024
+        sock.write(payload)
+        assert not sock.is_connected  # the connect is still in progress
+        sock.close()  # queued writes are still sent (as asyncio's transport.close())
+        with stalled.admit() as peer:
+            assert receive_until_end(peer) == payload
+        # Closed: no delegate method runs (a watermark may have come before the close).
+        assert recorder.count("connect") == 0 and recorder.count("disconnect") == 0
+    finally:
+        stalled.close()
+
+
+def test_writes_queued_behind_start_tls_while_connecting_are_sent_after_a_close(certs):
+    stalled = StalledListener()
+    recorder = Recorder()
+    sock = socketkit.Socket(recorder)
+    try:
+        sock.connect_to_host("127.0.0.1", stalled.port)
+        sock.start_tls(certs.client(peer_name="localhost"))
+        payload = bytes(range(256)) * 400
+        sock.write(payload)
+        assert not sock.is_connected
+        sock.close()
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(certs.path("server-chain.pem"), certs.path("server.key"))
+        with context.wrap_socket(stalled.admit(), server_side=True) as tls:
+            assert receive_until_end(tls) == payload  # then close_notify
+    finally:
+        stalled.close()
