@@ -105,18 +105,25 @@ extension TCPSocketCore {
     /// under TLS a close_notify, which needs no FIN). As GCDAsyncSocket does, the end is
     /// reported at once when nothing unread is left before it (`handleEndOfStream`, or the
     /// error); bytes still unread wait for reads, and the end is reported once they have
-    /// been read, so none is lost. Finding out reads ahead: a one-byte peek in plaintext;
-    /// under TLS, decryption into the prebuffer (the records a read of the available bytes
-    /// would have taken), up to one read buffer's worth per connection: beyond that the
-    /// socket is not read until a read is queued.
+    /// been read, so none is lost. Finding out takes nothing: a one-byte peek, of the socket
+    /// in plaintext, of OpenSSL's plaintext under TLS (`peekSecure`).
     private func reportEndOfStreamIfNothingUnread() {
-        if let tls, tls.stage != .waiting {
-            if tls.stage == .secure { readAheadSecure(tls) } // a handshake meets the end itself
-            return
-        }
         guard prebuffer.isEmpty else { return }
         if readEOF {
             handleEndOfStream()
+            return
+        }
+        if let tls, tls.stage != .waiting {
+            guard tls.stage == .secure else { return } // a handshake meets the end itself
+            switch peekSecure(tls) {
+            case .bytes, .wouldBlock:
+                break
+            case .endOfStream:
+                readEOF = true
+                handleEndOfStream()
+            case .failed(let error):
+                closeSession(error)
+            }
             return
         }
         var byte: UInt8 = 0
@@ -129,33 +136,6 @@ extension TCPSocketCore {
             let error = errno
             if error != EAGAIN && error != EWOULDBLOCK && error != EINTR {
                 closeSession(SocketError.systemError(error, "read"))
-            }
-        }
-    }
-
-    /// The TLS side of `reportEndOfStreamIfNothingUnread`: an end met behind decrypted bytes
-    /// waits for them (`readEOF`, or `deferredReadEnd` for an error).
-    private func readAheadSecure(_ tls: TLSState) {
-        if readEOF {
-            if prebuffer.isEmpty { handleEndOfStream() }
-            return
-        }
-        let buffer = loop.readBuffer
-        let room = buffer.count - prebuffer.count
-        guard room > 0 else { return }
-        switch readSecure(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<room])) {
-        case .bytes(let count):
-            prebuffer.append(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
-        case .wouldBlock:
-            break
-        case .endOfStream:
-            readEOF = true
-            if prebuffer.isEmpty { handleEndOfStream() }
-        case .failed(let error):
-            if prebuffer.isEmpty {
-                closeSession(error)
-            } else {
-                tls.deferredReadEnd = .failed(error)
             }
         }
     }

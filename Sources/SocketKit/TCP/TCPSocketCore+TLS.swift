@@ -399,6 +399,34 @@ extension TCPSocketCore {
         }
     }
 
+    /// `readSecure` without taking plaintext: `.bytes` when some is waiting (it stays in
+    /// OpenSSL for the next read), else the end or error the stream has reached, or
+    /// `.wouldBlock`. The ciphertext received on the way stays in OpenSSL too.
+    func peekSecure(_ tls: TLSState) -> SecureRead {
+        guard let session = tls.session else { return .wouldBlock }
+        if let end = tls.deferredReadEnd { return end } // left for the read that takes it
+        while true {
+            if !tls.transportEOF && !session.hasBufferedInput {
+                if let end = receiveForRead(session, tls, delivering: 0) { return end }
+            }
+            let step = session.peek()
+            if session.pendingOutput > 0 { guard sendTLSOutput() else { return .wouldBlock } }
+            switch step {
+            case .bytes:
+                return .bytes(0)
+            case .closed:
+                return .endOfStream
+            case .failed(let error):
+                return error.code == .tlsTruncated ? endWithoutCloseNotify(error) : .failed(error)
+            case .wantRead:
+                if tls.transportEOF {
+                    return endWithoutCloseNotify(SocketError(.tlsTruncated, "the peer closed the connection without a TLS close_notify"))
+                }
+                if let end = receiveForRead(session, tls, delivering: 0) { return end }
+            }
+        }
+    }
+
     /// One `recv` of ciphertext for a secure read that has decrypted `total` bytes so far:
     /// nil when some arrived (decrypt on), else what the read returns. Drained is
     /// `.wouldBlock` (`readSecure` decides whether to keep the buffers).

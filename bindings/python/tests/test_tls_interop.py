@@ -6,6 +6,7 @@ waits on process output or on events (no sleeps)."""
 import hashlib
 import queue as queue_module
 import re
+import select
 import shutil
 import socket
 import ssl
@@ -159,9 +160,9 @@ def listeners():
         listener.close()
 
 
-def socketkit_client(port, settings, host="localhost"):
+def socketkit_client(port, settings, host="localhost", **options):
     recorder = TLSRecorder()
-    client = socketkit.Socket(recorder)
+    client = socketkit.Socket(recorder, **options)
     client.ipv6_enabled = False  # the peers listen on 127.0.0.1
     client.connect_to_host(host, port, timeout=10)
     client.start_tls(settings)
@@ -427,6 +428,17 @@ def test_records_that_arrived_before_a_truncation_are_read_at_once_then_the_erro
     raw_descriptor = socket.socket(fileno=tls.detach())
     raw_descriptor.shutdown(socket.SHUT_WR)
     connection = connections.get(timeout=WAIT)
+    # Until the FIN, and so every record before it, is in the server's receive queue.
+    arrived = threading.Event()
+
+    def wait_for_the_fin(descriptors):
+        poller = select.poll()
+        poller.register(descriptors.primary, select.POLLRDHUP)
+        if poller.poll(WAIT * 1000):
+            arrived.set()
+
+    connection.perform(wait_for_the_fin)
+    assert arrived.wait(WAIT)
     connection.read()  # whatever is available
     error = listener.recorder.disconnect_error()
     assert type(error) is socketkit.TruncatedTLSError, repr(error)
@@ -491,7 +503,9 @@ def test_socketkit_client_against_a_python_ssl_server(certs, version, mutual):
     if mutual:
         settings = certs.client(alpn_protocols=["h2"], certificate_chain_file=certs.path("client-chain.pem"),
                                 private_key_file=certs.path("client.key"))
-    client, recorder = socketkit_client(server.port, settings)
+    # Callbacks on the loop: socket_did_secure sees the session's info before the session
+    # can end (the server's close_notify ends it at once once the download is read).
+    client, recorder = socketkit_client(server.port, settings, queue=None)
     try:
         client.write(b"ping\n")
         client.read_to_data(socketkit.LF, tag=1)
