@@ -163,7 +163,11 @@ typedef enum sk_error_code {
     /* The TLS settings cannot be used: an unreadable or invalid certificate, key or trust
      * file, a key that does not match its certificate, a wrong key password, an unknown
      * cipher, a server without a certificate, maximum version below minimum. */
-    SK_ERR_TLS_SETTINGS = -27
+    SK_ERR_TLS_SETTINGS = -27,
+    /* A write would take the socket's queued, unsent bytes above its maximum
+     * (sk_socket_set_maximum_queued_write_bytes): it was refused and nothing of it queued.
+     * The peer is not keeping up; stop writing until the queue drains (watermarks). */
+    SK_ERR_WRITE_QUEUE_FULL = -28
 } sk_error_code_t;
 
 #define SK_ERROR_MESSAGE_CAPACITY 256
@@ -522,9 +526,22 @@ int sk_socket_get_auto_disconnect_on_closed_read_stream(sk_socket_t *sock);
 int sk_socket_set_maximum_read_length(sk_socket_t *sock, size_t length);
 int sk_socket_get_maximum_read_length(sk_socket_t *sock, size_t *out_length);
 
-/* Write-queue watermarks in bytes (32 KiB / 64 KiB by default); needs low <= high. */
+/* Write-queue watermarks in bytes (32 KiB / 64 KiB by default); needs low <= high. When a
+ * peer reads slower than it is written to, stop writing (or reading what you echo) at
+ * did_reach_high_watermark and go on at did_drain_to_low_watermark (see
+ * examples/echo_server.c). */
 int sk_socket_set_write_watermarks(sk_socket_t *sock, size_t low, size_t high, sk_error_t *error);
 int sk_socket_get_write_watermarks(sk_socket_t *sock, size_t *out_low, size_t *out_high);
+
+/* The most bytes the write queue may hold: written, and not yet taken by the kernel
+ * (64 MiB by default; 0: no limit). A write that would take the queue above it fails at
+ * once with SK_ERR_WRITE_QUEUE_FULL and queues nothing, so a peer that stops reading
+ * cannot make the socket's memory grow without bound, even when the watermarks are
+ * ignored. A single write larger than the maximum always fails. Applies from the next
+ * write; accepted sockets inherit the listener's. Errors: SK_ERR_INVALID_HANDLE,
+ * SK_ERR_BAD_PARAM (maximum above SSIZE_MAX, out_maximum NULL). */
+int sk_socket_set_maximum_queued_write_bytes(sk_socket_t *sock, size_t maximum);
+int sk_socket_get_maximum_queued_write_bytes(sk_socket_t *sock, size_t *out_maximum);
 
 /* TCP_NODELAY (off by default). */
 int sk_socket_set_no_delay(sk_socket_t *sock, int enabled);
@@ -637,7 +654,8 @@ int sk_socket_read_progress(sk_socket_t *sock, long *out_tag, size_t *out_done, 
 /* ---- Writing ---------------------------------------------------------------------------
  * Writes are queued and go out in order (several per system call); did_write reports each
  * once the kernel accepted all its bytes. Same synchronous errors as reads; zero-length
- * writes are SK_ERR_BAD_PARAM. */
+ * writes are SK_ERR_BAD_PARAM, and a write that would take the queue above the socket's
+ * maximum (sk_socket_set_maximum_queued_write_bytes) is SK_ERR_WRITE_QUEUE_FULL. */
 
 /* Queues a copy of `length` bytes at `data`. */
 int sk_socket_write(sk_socket_t *sock, const void *data, size_t length, double timeout, long tag, sk_error_t *error);

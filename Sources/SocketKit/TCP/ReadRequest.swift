@@ -221,6 +221,10 @@ struct FIFO<Element> {
         head = 0
     }
 
+    func reduce<Result>(_ initial: Result, _ next: (Result, Element) -> Result) -> Result {
+        storage[head...].reduce(initial, next)
+    }
+
     /// Drops every element after the first `count`.
     mutating func keepFirst(_ count: Int) {
         guard count > 0 else { return removeAll() }

@@ -318,16 +318,7 @@ extension TCPSocketCore {
     /// the read side ends the session).
     private func sendCiphertext(_ bytes: UnsafeRawBufferPointer) -> Int? {
         let sent = skc_send(fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags)
-        if sent < 0 {
-            let error = errno
-            if error == EAGAIN || error == EWOULDBLOCK {
-                writable = false
-            } else if error != EINTR {
-                sendFailed(transportError(error, "write"))
-                return nil
-            }
-            return 0
-        }
+        if sent < 0 { return sendReturnedError(errno) ? 0 : nil }
         if sent < bytes.count { writable = false }
         return sent
     }

@@ -70,12 +70,9 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     var readPumpScheduled = false
 
 
-    /// Bytes queued and not yet accepted by the kernel: kept in the published atomic
-    /// (relaxed: only the loop writes it).
-    var queuedWriteBytes: Int {
-        get { publishedQueuedWriteBytes.load(ordering: .relaxed) }
-        set { publishedQueuedWriteBytes.store(newValue, ordering: .relaxed) }
-    }
+    /// Bytes of accepted writes not yet taken by the kernel, including writes on their way
+    /// to the loop (see `reserveQueuedWriteBytes`).
+    var queuedWriteBytes: Int { publishedQueuedWriteBytes.load(ordering: .relaxed) }
 
     /// Timers and timeout questions, made by the first read or write with a timeout (or
     /// TLS trust question): a socket that uses none never carries them.
@@ -630,8 +627,11 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         currentRead = nil
         currentReadStarted = false
         prebuffer.removeAll()
-        outOfLineState?.writeQueue.removeAll()
-        queuedWriteBytes = 0
+        if let backlog = outOfLineState {
+            // Only what this queue counted: writes on their way to the loop count too.
+            releaseQueuedWriteBytes(backlog.writeQueue.reduce(0) { $0 + $1.remaining })
+            backlog.writeQueue.removeAll()
+        }
         aboveHighWatermark = false
         headWriteStarted = false
         readTimeoutPending = false

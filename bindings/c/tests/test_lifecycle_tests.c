@@ -657,12 +657,9 @@ void test_release_after_disconnect_after_writing_still_delivers(void) {
     /* More than the kernel buffers hold while the peer is not reading: most of it is still
      * queued in SocketKit when the handle goes away. */
     size_t length = 16 * 1024 * 1024;
-    unsigned char *data = malloc(length);
+    unsigned char *data = write_then_disconnect_after_writing(sock, length, 5);
     unsigned char *received = malloc(length + 1);
-    CHECK(data != NULL && received != NULL);
-    fill_pattern(data, length, 5);
-    CHECK_EQ(sk_socket_write(sock, data, length, -1, 1, NULL), SK_OK);
-    CHECK_EQ(sk_socket_disconnect_after_writing(sock), SK_OK);
+    CHECK(received != NULL);
     CHECK_EQ(sk_socket_release(sock), SK_OK);
     CHECK_EQ(raw_receive_until_eof(peer, received, length + 1), length);
     CHECK(memcmp(received, data, length) == 0);
@@ -727,18 +724,13 @@ void test_graceful_close_in_a_callback_keeps_its_data(void) {
 
 void test_release_while_connecting_after_disconnect_after_writing_still_delivers(void) {
     stalled_listener_t stalled;
-    stalled_listener_open(&stalled);
     recorder_t recorder;
     recorder_init(&recorder);
-    sk_socket_t *sock = recorded_socket(&recorder, NULL);
-    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", stalled.port, NULL, -1, NULL), SK_OK);
+    sk_socket_t *sock = stalled_connection(&stalled, &recorder);
     size_t length = 256 * 1024;
-    unsigned char *data = malloc(length);
+    unsigned char *data = write_then_disconnect_after_writing(sock, length, 9);
     unsigned char *received = malloc(length + 1);
-    CHECK(data != NULL && received != NULL);
-    fill_pattern(data, length, 9);
-    CHECK_EQ(sk_socket_write(sock, data, length, -1, 1, NULL), SK_OK);
-    CHECK_EQ(sk_socket_disconnect_after_writing(sock), SK_OK);
+    CHECK(received != NULL);
     CHECK_EQ(sk_socket_is_connected(sock), 0); /* still connecting */
     CHECK_EQ(sk_socket_release(sock), SK_OK);
 

@@ -43,6 +43,7 @@
     X(disconnect_after_reading_waits_for_reads) \
     X(read_timeout_extends_then_fails)        \
     X(watermarks_follow_a_slow_peer)          \
+    X(write_queue_maximum_refuses_what_would_pass_it) \
     X(half_close_keeps_writing_open)          \
     X(peer_reset_is_an_error_not_a_signal)    \
     X(peer_close_on_an_idle_socket_is_reported_at_once) \

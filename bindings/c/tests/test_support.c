@@ -586,3 +586,19 @@ void stalled_listener_close(stalled_listener_t *stalled) {
     if (stalled->filler >= 0) close(stalled->filler);
     close(stalled->listener);
 }
+
+sk_socket_t *stalled_connection(stalled_listener_t *stalled, recorder_t *recorder) {
+    stalled_listener_open(stalled);
+    sk_socket_t *sock = recorded_socket(recorder, NULL);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", stalled->port, NULL, -1, NULL), SK_OK);
+    return sock;
+}
+
+unsigned char *write_then_disconnect_after_writing(sk_socket_t *sock, size_t length, unsigned seed) {
+    unsigned char *data = malloc(length);
+    CHECK(data != NULL);
+    fill_pattern(data, length, seed);
+    CHECK_EQ(sk_socket_write(sock, data, length, -1, 1, NULL), SK_OK);
+    CHECK_EQ(sk_socket_disconnect_after_writing(sock), SK_OK);
+    return data;
+}

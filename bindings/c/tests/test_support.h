@@ -184,6 +184,12 @@ struct stalled_listener {
 void stalled_listener_open(stalled_listener_t *stalled);
 int stalled_listener_admit(stalled_listener_t *stalled);
 void stalled_listener_close(stalled_listener_t *stalled);
+/* Opens `stalled` and a recorded socket connecting to it (in progress until admitted). */
+sk_socket_t *stalled_connection(stalled_listener_t *stalled, recorder_t *recorder);
+
+/* Writes `length` pattern bytes (seed `seed`), then sk_socket_disconnect_after_writing();
+ * returns the bytes (free() them). */
+unsigned char *write_then_disconnect_after_writing(sk_socket_t *sock, size_t length, unsigned seed);
 
 /* Fills a buffer with a checkable pattern. */
 void fill_pattern(unsigned char *data, size_t length, unsigned seed);

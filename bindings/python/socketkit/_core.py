@@ -1048,6 +1048,22 @@ class Socket(_SocketBase):
                                                       byref(error)), error)
 
     @property
+    def maximum_queued_write_bytes(self) -> int:
+        """The most bytes the write queue may hold: written, and not yet taken by the kernel
+        (64 MiB by default; 0: no limit). A write that would take the queue above it raises
+        :class:`WriteQueueFullError` and queues nothing, so a peer that stops reading cannot
+        make the socket's memory grow without bound, even when the watermarks are ignored
+        (heed them first: stop writing, or reading what you echo, at the high one). A single
+        write larger than the maximum always raises."""
+        value = c_size_t()
+        _raise_for(lib.sk_socket_get_maximum_queued_write_bytes(self.handle, byref(value)))
+        return value.value
+
+    @maximum_queued_write_bytes.setter
+    def maximum_queued_write_bytes(self, maximum: int) -> None:
+        _raise_for(lib.sk_socket_set_maximum_queued_write_bytes(self.handle, _size(maximum, "maximum")))
+
+    @property
     def no_delay(self) -> bool:
         return self._flag(lib.sk_socket_get_no_delay)
 
@@ -1230,7 +1246,9 @@ class Socket(_SocketBase):
     def _write_py(self, data: BytesLike, timeout: float = -1, tag: int = 0) -> None:
         """Queues `data` (any bytes-like object); ``socket_did_write(sock, tag)`` follows once
         the kernel accepted it all. Large ``bytes`` objects (immutable) are sent without a
-        copy and kept alive until SocketKit is done with them; anything else is copied."""
+        copy and kept alive until SocketKit is done with them; anything else is copied.
+        Raises :class:`WriteQueueFullError` (nothing queued) when the write would take the
+        queue above :attr:`maximum_queued_write_bytes`."""
         source: Any
         if isinstance(data, bytes) and len(data) >= _NO_COPY_THRESHOLD:
             self._write_no_copy(data, timeout, tag)
