@@ -38,7 +38,10 @@
  *            wrong-kind handle makes a call fail with SK_ERR_INVALID_HANDLE; it never
  *            crashes the process. Objects keep what they use alive internally, so
  *            handles may be released in any order.
- * Memory     Data passed to a callback is borrowed for the duration of the call only.
+ * Memory     Data passed to a callback is borrowed for the duration of the call only,
+ *            and stays valid until it returns whatever the callback does: a call that
+ *            ends the connection (a disconnect, or a write that fails) takes effect once
+ *            the callback has returned.
  *            sk_socket_write() copies; sk_socket_write_no_copy() borrows until its
  *            release function runs. Strings returned by sk_version(), sk_strerror() and
  *            sk_error_name() are static.
@@ -87,7 +90,8 @@
  * SIGNALS
  *
  * SocketKit never raises SIGPIPE: every send uses MSG_NOSIGNAL. A peer that resets reports
- * SK_ERR_SYSTEM with errno EPIPE or ECONNRESET through did_disconnect. SocketKit's threads
+ * SK_ERR_SYSTEM with errno EPIPE or ECONNRESET through did_disconnect, after the bytes that
+ * arrived before the reset (see Reading). SocketKit's threads
  * block asynchronous signals, so the host's signal handlers run on the host's threads.
  *
  * FORK
@@ -205,7 +209,11 @@ typedef enum sk_error_code {
      * file, a key that does not match its certificate, a wrong key password, an unknown
      * cipher, a server without a certificate, maximum version below minimum, an empty peer
      * name, PEM text with a NUL inside, a key-log file that cannot be opened. */
-    SK_ERR_TLS_SETTINGS = -27
+    SK_ERR_TLS_SETTINGS = -27,
+    /* A write would take the socket's queued, unsent bytes above its maximum
+     * (sk_socket_set_maximum_queued_write_bytes): it was refused and nothing of it queued.
+     * The peer is not keeping up; stop writing until the queue drains (watermarks). */
+    SK_ERR_WRITE_QUEUE_FULL = -28
 } sk_error_code_t;
 
 #define SK_ERROR_MESSAGE_CAPACITY 256
@@ -395,7 +403,8 @@ typedef struct sk_socket_delegate {
     double (*should_timeout_write)(sk_socket_t *sock, long tag, double elapsed, size_t bytes_done, void *userdata);
 
     /* The peer closed its side while auto-disconnect-on-closed-read-stream is off: the
-     * socket stays open for writing. */
+     * socket stays open for writing. Called once every byte that arrived before the close
+     * has been read (at once when none is unread, read queued or not). */
     void (*did_close_read_stream)(sk_socket_t *sock, void *userdata);
 
     /* Queued, unwritten bytes reached the high watermark: the peer is not keeping up. */
@@ -447,7 +456,11 @@ int sk_socket_create_from_fd(int fd, const sk_socket_delegate_t *delegate, size_
 
 /* Releases the handle and closes the socket: pending reads and writes are dropped, except
  * after sk_socket_disconnect_after_writing(), when the queued writes are still sent (for
- * at most two minutes) before the connection closes, a graceful fire-and-forget close.
+ * at most two minutes) before the connection closes, a graceful fire-and-forget close. That
+ * holds while the socket is still resolving or connecting too: it goes on connecting
+ * (within its connect timeout) and sends them, through a queued start_tls's handshake if
+ * there is one; of the reads, only those queued ahead of such a start_tls are kept (the
+ * handshake waits for them).
  * Once this returns no callback of the socket starts and its userdata is not touched; a
  * callback running on another thread is waited for (not when called from inside that
  * callback). Callbacks of other sockets are unaffected. Errors: SK_ERR_INVALID_HANDLE. */
@@ -558,8 +571,9 @@ int sk_socket_is_ipv4_preferred_over_ipv6(sk_socket_t *sock);
 int sk_socket_set_alternate_address_delay(sk_socket_t *sock, double seconds);
 int sk_socket_get_alternate_address_delay(sk_socket_t *sock, double *out_seconds);
 
-/* 1 (default): a peer close ends the connection with SK_ERR_CLOSED once a read needs more
- * bytes. 0: the socket stays open for writing and did_close_read_stream is called. */
+/* 1 (default): a peer close ends the connection with SK_ERR_CLOSED. 0: the socket stays
+ * open for writing and did_close_read_stream is called. Either once every byte that arrived
+ * before the close has been read: at once when none is unread, read queued or not. */
 int sk_socket_set_auto_disconnect_on_closed_read_stream(sk_socket_t *sock, int enabled);
 int sk_socket_get_auto_disconnect_on_closed_read_stream(sk_socket_t *sock);
 
@@ -575,9 +589,22 @@ int sk_socket_get_auto_disconnect_on_closed_read_stream(sk_socket_t *sock);
 int sk_socket_set_maximum_read_length(sk_socket_t *sock, size_t length);
 int sk_socket_get_maximum_read_length(sk_socket_t *sock, size_t *out_length);
 
-/* Write-queue watermarks in bytes (32 KiB / 64 KiB by default); needs low <= high. */
+/* Write-queue watermarks in bytes (32 KiB / 64 KiB by default); needs low <= high. When a
+ * peer reads slower than it is written to, stop writing (or reading what you echo) at
+ * did_reach_high_watermark and go on at did_drain_to_low_watermark (see
+ * examples/echo_server.c). */
 int sk_socket_set_write_watermarks(sk_socket_t *sock, size_t low, size_t high, sk_error_t *error);
 int sk_socket_get_write_watermarks(sk_socket_t *sock, size_t *out_low, size_t *out_high);
+
+/* The most bytes the write queue may hold: written, and not yet taken by the kernel
+ * (64 MiB by default; 0: no limit). A write that would take the queue above it fails at
+ * once with SK_ERR_WRITE_QUEUE_FULL and queues nothing, so a peer that stops reading
+ * cannot make the socket's memory grow without bound, even when the watermarks are
+ * ignored. A single write larger than the maximum always fails. Applies from the next
+ * write; accepted sockets inherit the listener's. Errors: SK_ERR_INVALID_HANDLE,
+ * SK_ERR_BAD_PARAM (maximum above SSIZE_MAX). */
+int sk_socket_set_maximum_queued_write_bytes(sk_socket_t *sock, size_t maximum);
+int sk_socket_get_maximum_queued_write_bytes(sk_socket_t *sock, size_t *out_maximum);
 
 /* TCP_NODELAY: small writes leave at once instead of waiting under Nagle's algorithm for
  * earlier data to be acknowledged. On by default (1), as asyncio, Go and curl set it:
@@ -651,8 +678,15 @@ int sk_socket_connect_to_unix_path(sk_socket_t *sock, const char *path, double t
  * They may be queued from the moment connect is called. All return SK_OK or, at once,
  * SK_ERR_BAD_PARAM (invalid arguments), SK_ERR_BAD_CONFIG (not connected or connecting,
  * a listener, after sk_socket_disconnect_after_*), SK_ERR_INVALID_HANDLE.
- * A peer close before a read completes ends the connection with SK_ERR_CLOSED (bytes that
- * arrived earlier are served first). */
+ * The end of the peer's stream, a close or a reset, comes after the bytes that arrived
+ * before it: reads are served those first. It is reported as soon as nothing unread is left
+ * before it, read queued or not: a socket with no read queued and nothing unread reports a
+ * close at once (did_disconnect with SK_ERR_CLOSED, or did_close_read_stream with
+ * auto-disconnect off) and a reset at once (SK_ERR_SYSTEM, ECONNRESET or EPIPE). A read
+ * that needs more bytes than arrived gets no did_read: the connection ends with the close
+ * or reset. Under TLS an alert that came before a reset is the error, and a close_notify
+ * counts as the close. A write whose send meets the reset does not end the connection
+ * itself: the end is reported as above. */
 
 /* Whatever is available (at least one byte), at most `max_length` bytes when it is not 0. */
 int sk_socket_read(sk_socket_t *sock, size_t max_length, double timeout, long tag, sk_error_t *error);
@@ -697,7 +731,8 @@ int sk_socket_read_progress(sk_socket_t *sock, long *out_tag, size_t *out_done, 
 /* ---- Writing ---------------------------------------------------------------------------
  * Writes are queued and go out in order (several per system call); did_write reports each
  * once the kernel accepted all its bytes. Same synchronous errors as reads; zero-length
- * writes are SK_ERR_BAD_PARAM. */
+ * writes are SK_ERR_BAD_PARAM, and a write that would take the queue above the socket's
+ * maximum (sk_socket_set_maximum_queued_write_bytes) is SK_ERR_WRITE_QUEUE_FULL. */
 
 /* Queues a copy of `length` bytes at `data`. */
 int sk_socket_write(sk_socket_t *sock, const void *data, size_t length, double timeout, long tag, sk_error_t *error);
@@ -728,7 +763,8 @@ int sk_socket_disconnect(sk_socket_t *sock);
 /* Closes once every queued read completed; new reads and writes are refused. */
 int sk_socket_disconnect_after_reading(sk_socket_t *sock);
 
-/* Closes once every queued write was written (a FIN follows the last byte). */
+/* Closes once every queued write was written (a FIN follows the last byte). Followed by
+ * sk_socket_release(), the writes are still sent, even while still connecting (see there). */
 int sk_socket_disconnect_after_writing(sk_socket_t *sock);
 
 /* Closes once both queues drained. */
@@ -782,7 +818,9 @@ typedef struct sk_socket_descriptors {
 } sk_socket_descriptors_t;
 
 /* Runs `function` on the socket's loop thread with its descriptors (e.g. for a setsockopt
- * SocketKit does not offer). Do not close them or change their blocking mode.
+ * SocketKit does not offer). Do not close them or change their blocking mode. `function`
+ * runs as a callback of the socket does: callbacks it causes follow it, and a disconnect it
+ * makes takes effect once it returns. Called on the loop thread, it runs before this returns.
  * Errors: SK_ERR_BAD_PARAM (function NULL), SK_ERR_BAD_CONFIG (stopped loop). */
 int sk_socket_perform(sk_socket_t *sock, void (*function)(const sk_socket_descriptors_t *descriptors, void *context),
                       void *context);

@@ -6,19 +6,41 @@ import SocketKit
 
 final class LineEchoServer: SocketDelegate {
     private var connections: [Socket] = []
+    /// Backpressure: connections whose client does not read its echo (write queue above
+    /// the high watermark) are not read from until their queue has drained to the low
+    /// watermark, so the echo cannot pile up without bound.
+    private var pausedConnections: Set<ObjectIdentifier> = []
+    private var readingConnections: Set<ObjectIdentifier> = []
 
     func socket(_ listener: Socket, didAcceptNewSocket newSocket: Socket) {
         connections.append(newSocket)
-        try? newSocket.read(toData: Socket.lf, maxLength: 4096)
+        readLine(newSocket)
+    }
+
+    private func readLine(_ sock: Socket) {
+        readingConnections.insert(ObjectIdentifier(sock))
+        try? sock.read(toData: Socket.lf, maxLength: 4096)
     }
 
     func socket(_ sock: Socket, didRead data: [UInt8], withTag tag: Int) {
+        readingConnections.remove(ObjectIdentifier(sock))
         try? sock.write(data)
-        try? sock.read(toData: Socket.lf, maxLength: 4096)
+        if !pausedConnections.contains(ObjectIdentifier(sock)) { readLine(sock) }
+    }
+
+    func socket(_ sock: Socket, writeQueueDidReachHighWatermark queuedBytes: Int) {
+        pausedConnections.insert(ObjectIdentifier(sock))
+    }
+
+    func socket(_ sock: Socket, writeQueueDidDrainToLowWatermark queuedBytes: Int) {
+        pausedConnections.remove(ObjectIdentifier(sock))
+        if !readingConnections.contains(ObjectIdentifier(sock)) { readLine(sock) }
     }
 
     func socketDidDisconnect(_ sock: Socket, withError error: SocketError?) {
         connections.removeAll { $0 === sock }
+        pausedConnections.remove(ObjectIdentifier(sock))
+        readingConnections.remove(ObjectIdentifier(sock))
     }
 }
 

@@ -54,16 +54,6 @@ struct DisconnectTests {
         #expect(try pair.peer.receiveUntilEndOfStream().isEmpty)
     }
 
-    @Test func aPeerCloseIsNoticedWhenAReadNeedsData() throws {
-        let pair = try ReadTests.RawPair()
-        pair.peer.shutdownWrite()
-        // As upstream: with nothing to read, the close is noticed by the next read.
-        #expect(!pair.recorder.wait(timeout: 0.2) { $0.contains(where: \.isDisconnect) })
-        try pair.socket.read()
-        let error = try #require(pair.recorder.waitForDisconnect())
-        #expect(error?.code == .closed)
-    }
-
     @Test func halfCloseKeepsTheSocketOpenForWriting() throws {
         let pair = try ReadTests.RawPair { $0.autoDisconnectOnClosedReadStream = false }
         try pair.peer.send("last words")
@@ -163,6 +153,105 @@ struct DisconnectTests {
         let received = try peer.receiveUntilEndOfStream(timeout: 30)
         #expect(received.count == payload.count)
         #expect(received == payload)
+    }
+
+    /// A listener whose accept queue is full (backlog 0, one connection waiting): the
+    /// kernel drops the next SYN, so a connect to it stays in progress until the queue has
+    /// room and the SYN is sent again (one second later).
+    final class StalledListener {
+        let listener: RawSocket
+        private let filler: RawSocket
+
+        init() throws {
+            listener = try RawSocket.listen(backlog: 0)
+            filler = try RawSocket.connect(port: listener.localPort)
+            // Until the filler is in the queue: a SYN that came before would still get in.
+            try listener.waitFor(Int16(POLLIN), timeout: 10)
+        }
+
+        var port: UInt16 { listener.localPort }
+
+        /// Makes room: the next connection gets in once its SYN comes again.
+        func admit() throws -> RawSocket {
+            try listener.accept().close()
+            filler.close()
+            return try listener.accept(timeout: 10)
+        }
+
+        deinit {
+            filler.close()
+            listener.close()
+        }
+    }
+
+    @Test func releasingWhileStillConnectingAfterDisconnectAfterWritingStillDelivers() throws {
+        let stalled = try StalledListener()
+        let payload = pattern(256 * 1024, seed: 3)
+        let recorder = Recorder()
+        var socket: Socket? = Socket(delegate: recorder)
+        try socket?.connect(toHost: "127.0.0.1", port: stalled.port)
+        try socket?.write(payload)
+        socket?.disconnectAfterWriting()
+        #expect(socket?.isConnected == false, "the connect should still be in progress")
+        socket = nil
+        let peer = try stalled.admit()
+        defer { peer.close() }
+        #expect(try peer.receiveUntilEndOfStream() == payload)
+        // Released: no callbacks (a watermark may have come before the release).
+        #expect(!recorder.events.contains { $0.isDisconnect || $0 == .connected(host: "127.0.0.1", port: stalled.port) })
+    }
+
+    @Test func writesQueuedBehindStartTLSWhileConnectingAreSentAfterARelease() throws {
+        let stalled = try StalledListener()
+        let payload = pattern(100_000, seed: 4)
+        let recorder = Recorder()
+        var socket: Socket? = Socket(delegate: recorder)
+        try socket?.connect(toHost: "127.0.0.1", port: stalled.port)
+        try socket?.startTLS(TestCertificates.client(peerName: "localhost"))
+        try socket?.write(payload)
+        socket?.disconnectAfterWriting()
+        #expect(socket?.isConnected == false, "the connect should still be in progress")
+        socket = nil
+        let peer = try stalled.admit()
+        let (server, serverRecorder) = recordedSocket("server")
+        try server.adopt(peer.detach())
+        defer { server.disconnect() }
+        try server.startTLS(TestCertificates.server())
+        try server.read(toLength: payload.count)
+        #expect(serverRecorder.waitForBytes(payload.count) == payload)
+        // Then the client's close_notify and FIN.
+        #expect(serverRecorder.waitForDisconnect()??.code == .closed)
+        // Released: no callbacks (a watermark may have come before the release).
+        #expect(!recorder.events.contains { $0.isDisconnect || $0 == .connected(host: "127.0.0.1", port: stalled.port) })
+    }
+
+    @Test func aReleasedSocketStopsSendingAfterTheLingerTime() throws {
+        let rawListener = try RawSocket.listen()
+        defer { rawListener.close() }
+        let recorder = Recorder()
+        var socket: Socket? = Socket(delegate: recorder)
+        // With a connect timeout: its timer exists, and must not stand in for the linger's.
+        try socket?.connect(toHost: "127.0.0.1", port: rawListener.localPort, timeout: 5)
+        let peer = try rawListener.accept()
+        defer { peer.close() }
+        #expect(recorder.waitForConnect())
+        // Far more than the kernel buffers hold while the peer is not reading.
+        let payload = pattern(16 * 1024 * 1024, seed: 6)
+        try socket?.write(payload)
+        socket?.disconnectAfterWriting()
+        let shortened = Latch()
+        socket?.perform { [weak core = socket?.core] _ in
+            core?.lingerDuration = 0.2
+            shortened.open()
+        }
+        #expect(shortened.wait())
+        weak var lingering = socket?.core
+        socket = nil
+        // The linger ends: the core lets go of itself, and what it still held is dropped.
+        let limit = deadline(afterSeconds: 10)
+        while lingering != nil && monotonicNanoseconds() < limit { usleep(10_000) }
+        #expect(lingering == nil, "still lingering after its linger time")
+        #expect(try peer.receiveUntilEndOfStream().count < payload.count)
     }
 
     @Test func releasingFromInsideItsOwnCallbackIsSafe() throws {

@@ -130,6 +130,49 @@ struct WriteTests {
         #expect(throws: SocketError.self) { try pair.socket.setWriteWatermarks(low: 10, high: 5) }
     }
 
+    @Test func aWritePastTheQueueMaximumFailsAndQueuesNothing() throws {
+        let pair = try ReadTests.RawPair() // the peer reads nothing until the end
+        #expect(pair.socket.maximumQueuedWriteBytes == 64 * 1024 * 1024, "on by default")
+        #expect(throws: SocketError(.badParam, "maximumQueuedWriteBytes must be 0 (no limit) or positive")) {
+            try pair.socket.setMaximumQueuedWriteBytes(-1)
+        }
+        try pair.socket.setMaximumQueuedWriteBytes(1024 * 1024)
+        #expect(pair.socket.maximumQueuedWriteBytes == 1024 * 1024)
+        var accepted: [UInt8] = []
+        var refusal: SocketError? = nil
+        for tag in 0..<1000 { // bounded: 250 MiB at most
+            let chunk = pattern(256 * 1024, seed: UInt8(truncatingIfNeeded: tag))
+            do {
+                try pair.socket.write(chunk, tag: tag)
+                accepted += chunk
+            } catch {
+                refusal = error
+                break
+            }
+        }
+        #expect(refusal?.code == .writeQueueFull)
+        #expect(pair.socket.queuedWriteBytes <= 1024 * 1024, "the memory held stays under the maximum")
+        #expect(pair.socket.isConnected, "refused, not disconnected")
+        // Every accepted write arrives intact, and nothing of the refused one.
+        #expect(try pair.peer.receive(exactly: accepted.count) == accepted)
+        #expect(pair.recorder.wait { $0.filter { if case .wrote = $0 { return true }; return false }.count * 256 * 1024 == accepted.count })
+        try pair.socket.write(bytes("after"))
+        #expect(try pair.peer.receive(exactly: 5) == bytes("after"))
+        // A single write above the maximum never fits; 0 lifts the limit.
+        let large = [UInt8](repeating: 7, count: 1024 * 1024 + 1)
+        #expect { try pair.socket.write(large) } throws: { ($0 as? SocketError)?.code == .writeQueueFull }
+        try pair.socket.setMaximumQueuedWriteBytes(0)
+        try pair.socket.write(large)
+        #expect(try pair.peer.receive(exactly: large.count) == large)
+    }
+
+    @Test func theDefaultQueueMaximumRefusesAWriteLargerThanIt() throws {
+        let pair = try ReadTests.RawPair()
+        let tooLarge = [UInt8](repeating: 1, count: 64 * 1024 * 1024 + 1)
+        #expect { try pair.socket.write(tooLarge) } throws: { ($0 as? SocketError)?.code == .writeQueueFull }
+        #expect(pair.socket.queuedWriteBytes == 0)
+    }
+
     @Test func emptyWritesAreRefused() throws {
         let pair = try ReadTests.RawPair()
         let error = #expect(throws: SocketError.self) { try pair.socket.write([]) }

@@ -9,6 +9,10 @@ C callbacks, no ctypes). Echoes
 every TCP byte and (with --udp-port) every UDP datagram back to its sender; prints
 "listening on PORT"; runs until SIGTERM. With --tls CERT KEY every connection starts TLS
 (server side) before its first read.
+
+Backpressure: a client that sends but does not read its echo would make the server queue
+the echo without bound, so each connection stops reading while its write queue is above
+the high watermark and reads again once it has drained to the low one (Connection).
 """
 import argparse
 import asyncio
@@ -23,21 +27,51 @@ class Echo:
         self.connections = set()
         self.tls = tls
 
-    def socket_did_accept(self, listener, connection):
-        self.connections.add(connection)
+    def socket_did_accept(self, listener, sock):
+        self.connections.add(sock)
+        connection = Connection(self)
+        sock.delegate = connection
         if self.tls is not None:
-            connection.start_tls(self.tls)
-        connection.read()
-
-    def socket_did_read(self, sock, data, tag):
-        sock.write(data)
-        sock.read()
-
-    def socket_did_disconnect(self, sock, error):
-        self.connections.discard(sock)
+            sock.start_tls(self.tls)
+        connection.read_next(sock)
 
     def udp_socket_did_receive(self, sock, data, address, context):
         sock.send_to_address(data, address)
+
+
+class Connection:
+    """One client: echoes what it sends, reading no more from it while it does not read
+    what comes back (its write queue above the high watermark) until the queue has drained
+    to the low one."""
+
+    __slots__ = ("server", "read_queued", "above_high_watermark")
+
+    def __init__(self, server):
+        self.server = server
+        self.read_queued = False
+        self.above_high_watermark = False
+
+    def read_next(self, sock):
+        self.read_queued = True
+        sock.read()
+
+    def socket_did_read(self, sock, data, tag):
+        self.read_queued = False
+        sock.write(data)
+        if not self.above_high_watermark:
+            self.read_queued = True
+            sock.read()
+
+    def socket_did_reach_high_watermark(self, sock, queued):
+        self.above_high_watermark = True
+
+    def socket_did_drain_to_low_watermark(self, sock, queued):
+        self.above_high_watermark = False
+        if not self.read_queued:
+            self.read_next(sock)
+
+    def socket_did_disconnect(self, sock, error):
+        self.server.connections.discard(sock)
 
 
 async def main():

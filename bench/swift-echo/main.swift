@@ -8,6 +8,10 @@
 // reports accept back-off on stdout ("accept paused: ..."), and runs until SIGTERM.
 // With --udp-port it also sends every UDP datagram back to its sender. With --tls CERT KEY
 // every connection starts TLS (server side) before its first read.
+//
+// Backpressure: a client that sends but does not read its echo would make the server queue
+// the echo without bound, so each connection stops reading while its write queue is above
+// the high watermark and reads again once it has drained to the low one (`Connection`).
 import Glibc
 import SocketKit
 
@@ -18,23 +22,56 @@ final class EchoServer: SocketDelegate, @unchecked Sendable {
 
     func socket(_ listener: Socket, didAcceptNewSocket newSocket: Socket) {
         lock.withLock { connections[ObjectIdentifier(newSocket)] = newSocket }
+        let connection = Connection(server: self)
+        newSocket.userData = connection // the delegate is held weakly
+        newSocket.delegate = connection
         if let tls {
             do { try newSocket.startTLS(tls) } catch { say("startTLS: \(error)", to: 2) }
         }
-        try? newSocket.read()
+        connection.readNext(newSocket)
     }
 
     func socket(_ listener: Socket, didPauseAcceptingWithError error: SocketError) {
         say("accept paused: \(error)")
     }
 
-    func socket(_ sock: Socket, didRead data: [UInt8], withTag tag: Int) {
-        try? sock.write(data)
+    func remove(_ sock: Socket) {
+        lock.withLock { _ = connections.removeValue(forKey: ObjectIdentifier(sock)) }
+    }
+}
+
+/// One client: echoes what it sends, reading no more from it while it does not read what
+/// comes back (its write queue above the high watermark) until the queue has drained to
+/// the low one. Its callbacks never overlap, so its flags need no lock.
+final class Connection: SocketDelegate, @unchecked Sendable {
+    private unowned let server: EchoServer
+    private var readQueued = false
+    private var aboveHighWatermark = false
+
+    init(server: EchoServer) { self.server = server }
+
+    func readNext(_ sock: Socket) {
+        readQueued = true
         try? sock.read()
     }
 
+    func socket(_ sock: Socket, didRead data: [UInt8], withTag tag: Int) {
+        readQueued = false
+        try? sock.write(data)
+        if !aboveHighWatermark { readNext(sock) }
+    }
+
+    func socket(_ sock: Socket, writeQueueDidReachHighWatermark queuedBytes: Int) {
+        aboveHighWatermark = true
+    }
+
+    func socket(_ sock: Socket, writeQueueDidDrainToLowWatermark queuedBytes: Int) {
+        aboveHighWatermark = false
+        if !readQueued { readNext(sock) }
+    }
+
     func socketDidDisconnect(_ sock: Socket, withError error: SocketError?) {
-        lock.withLock { _ = connections.removeValue(forKey: ObjectIdentifier(sock)) }
+        server.remove(sock)
     }
 }
 

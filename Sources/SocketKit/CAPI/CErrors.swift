@@ -92,6 +92,7 @@ private let errorNames: [Int32: StaticString] = [
     -19: "SK_ERR_TLS_HOSTNAME_MISMATCH", -20: "SK_ERR_TLS_CERT_INVALID", -21: "SK_ERR_TLS_CLIENT_CERT_REQUIRED",
     -22: "SK_ERR_TLS_PROTOCOL_VERSION", -23: "SK_ERR_TLS_PEER_CLOSED", -24: "SK_ERR_TLS_HANDSHAKE_TIMEOUT",
     -25: "SK_ERR_TLS_TRUNCATED", -26: "SK_ERR_TLS_PEER_REJECTED", -27: "SK_ERR_TLS_SETTINGS",
+    -28: "SK_ERR_WRITE_QUEUE_FULL",
 ]
 
 private let errorSummaries: [Int32: StaticString] = [
@@ -123,6 +124,7 @@ private let errorSummaries: [Int32: StaticString] = [
     -25: "the peer closed the connection without a TLS close_notify",
     -26: "manual trust evaluation rejected the peer",
     -27: "the TLS settings cannot be used",
+    -28: "the write would pass the socket's maximum of queued bytes",
 ]
 
 private func cString(_ text: StaticString) -> UnsafePointer<CChar> {

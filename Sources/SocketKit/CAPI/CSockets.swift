@@ -202,6 +202,20 @@ public func sk_socket_get_write_watermarks(_ handle: OpaquePointer?, _ outLow: U
     }
 }
 
+@_cdecl("sk_socket_set_maximum_queued_write_bytes")
+public func sk_socket_set_maximum_queued_write_bytes(_ handle: OpaquePointer?, _ maximum: Int) -> Int32 {
+    withSocket(handle, nil) { (socket) throws(SocketError) in
+        try socket.setMaximumQueuedWriteBytes(try checkedLength(maximum, "maximum"))
+    }
+}
+
+@_cdecl("sk_socket_get_maximum_queued_write_bytes")
+public func sk_socket_get_maximum_queued_write_bytes(_ handle: OpaquePointer?, _ outMaximum: UnsafeMutablePointer<Int>?) -> Int32 {
+    withSocket(handle, nil) { (socket) throws(SocketError) in
+        outMaximum?.pointee = socket.maximumQueuedWriteBytes
+    }
+}
+
 @_cdecl("sk_socket_set_no_delay")
 public func sk_socket_set_no_delay(_ handle: OpaquePointer?, _ enabled: Int32) -> Int32 {
     withSocket(handle, nil) { $0.noDelay = enabled != 0 }

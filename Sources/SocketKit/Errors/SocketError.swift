@@ -75,6 +75,10 @@ public struct SocketError: Error, Hashable, Sendable, CustomStringConvertible {
         /// unknown cipher, a server without a certificate, an empty peer name, text with a
         /// NUL character, a key-log file that cannot be opened.
         public static let tlsSettings = Code(rawValue: -27)
+        /// A write would take the socket's queued, unsent bytes above its
+        /// `maximumQueuedWriteBytes`: it was refused and nothing of it queued. The peer is
+        /// not keeping up; stop writing until the queue drains (watermarks tell when).
+        public static let writeQueueFull = Code(rawValue: -28)
 
         /// Every code, in raw-value order; the C and Python tables are checked against it.
         public static let all: [Code] = [
@@ -83,6 +87,7 @@ public struct SocketError: Error, Hashable, Sendable, CustomStringConvertible {
             .tlsFailed, .tlsCertificateExpired, .tlsCertificateNotYetValid, .tlsSelfSigned, .tlsUnknownIssuer,
             .tlsHostnameMismatch, .tlsCertificateInvalid, .tlsClientCertificateRequired, .tlsProtocolVersion,
             .tlsPeerClosed, .tlsHandshakeTimeout, .tlsTruncated, .tlsPeerRejected, .tlsSettings,
+            .writeQueueFull,
         ]
 
         /// The name of the code, e.g. `"readTimeout"`.
@@ -115,6 +120,7 @@ public struct SocketError: Error, Hashable, Sendable, CustomStringConvertible {
             case .tlsTruncated: return "tlsTruncated"
             case .tlsPeerRejected: return "tlsPeerRejected"
             case .tlsSettings: return "tlsSettings"
+            case .writeQueueFull: return "writeQueueFull"
             default: return "code(\(rawValue))"
             }
         }
@@ -149,6 +155,7 @@ public struct SocketError: Error, Hashable, Sendable, CustomStringConvertible {
             case .tlsTruncated: return "the peer closed the connection without a TLS close_notify"
             case .tlsPeerRejected: return "manual trust evaluation rejected the peer"
             case .tlsSettings: return "the TLS settings cannot be used"
+            case .writeQueueFull: return "the write would pass the socket's maximum of queued bytes"
             default: return "unknown error"
             }
         }

@@ -220,4 +220,15 @@ struct FIFO<Element> {
         storage.removeAll()
         head = 0
     }
+
+    func reduce<Result>(_ initial: Result, _ next: (Result, Element) -> Result) -> Result {
+        storage[head...].reduce(initial, next)
+    }
+
+    /// Drops every element after the first `count`.
+    mutating func keepFirst(_ count: Int) {
+        guard count > 0 else { return removeAll() }
+        let end = head + count
+        if end < storage.count { storage.removeLast(storage.count - end) }
+    }
 }

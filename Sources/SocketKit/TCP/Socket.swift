@@ -8,7 +8,9 @@ import Synchronization
 ///
 /// Threads: every method may be called from any thread. Work runs on the socket's event
 /// loop (inline when the caller is already on it); getters read published state and never
-/// wait for the loop. Keep a reference: a socket nobody holds closes (no callbacks follow).
+/// wait for the loop. Keep a reference: a socket nobody holds closes (no callbacks follow),
+/// dropping queued reads and writes; after `disconnectAfterWriting()` it sends its queued
+/// writes first (for at most two minutes), connecting first if it still was.
 ///
 /// Timeouts are seconds: negative or `.infinity` = none, 0 = fail unless the operation can
 /// complete at once, positive = from when the operation reaches the front of its queue; NaN
@@ -163,9 +165,10 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
         set { configure { $0.alternateAddressDelay = newValue.isNaN ? 0 : max(0, newValue) } }
     }
 
-    /// When the peer closes its side: true (default) ends the connection with `.closed`
-    /// once a read needs more bytes; false keeps it open for writing and reports
-    /// `socketDidCloseReadStream`.
+    /// When the peer closes its side: true (default) ends the connection with `.closed`,
+    /// false keeps it open for writing and reports `socketDidCloseReadStream`; either once
+    /// every byte that arrived before the close has been read (at once when none is
+    /// unread, whether or not a read is queued, as GCDAsyncSocket does).
     public var autoDisconnectOnClosedReadStream: Bool {
         get { configuration.autoDisconnectOnClosedReadStream }
         set { configure { $0.autoDisconnectOnClosedReadStream = newValue } }
@@ -202,6 +205,21 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
             $0.writeLowWatermark = low
             $0.writeHighWatermark = high
         }
+    }
+
+    /// The most bytes the write queue may hold: written, and not yet taken by the kernel
+    /// (64 MiB by default; 0: no limit). A write that would take the queue above it fails
+    /// at once with `.writeQueueFull` and queues nothing, so a peer that stops reading
+    /// cannot make the socket's memory grow without bound, even when the application
+    /// ignores the watermarks (which it should heed first: stop writing, or reading what it
+    /// echoes, at the high one). A single write larger than the maximum always fails.
+    public var maximumQueuedWriteBytes: Int { configuration.maximumQueuedWriteBytes }
+
+    /// Sets `maximumQueuedWriteBytes` (0: no limit); it applies to the next write. Throws
+    /// `.badParam` for a negative value.
+    public func setMaximumQueuedWriteBytes(_ maximum: Int) throws(SocketError) {
+        guard maximum >= 0 else { throw SocketError(.badParam, "maximumQueuedWriteBytes must be 0 (no limit) or positive") }
+        configure { $0.maximumQueuedWriteBytes = maximum }
     }
 
     /// TCP_NODELAY: send small writes at once instead of holding them under Nagle's algorithm
@@ -409,7 +427,7 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     public func read(maxLength: Int = 0, timeout: Double = -1, tag: Int = 0) throws(SocketError) {
         guard maxLength >= 0 else { throw SocketError(.badParam, "negative maxLength") }
         try checkTimeout(timeout)
-        let (session, _) = try sessionForTransfer()
+        let (session, _, _) = try sessionForTransfer()
         try queue(ReadRequest(framing: .available, tag: tag, timeout: timeout,
                               maximumLength: maxLength > 0 ? maxLength : Int.max), session: session)
     }
@@ -423,7 +441,7 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
         guard maxLength >= 0 else { throw SocketError(.badParam, "negative maxLength") }
         try checkTimeout(timeout)
         let room = buffer.count - offset
-        let (session, _) = try sessionForTransfer()
+        let (session, _, _) = try sessionForTransfer()
         try queue(ReadRequest(framing: .available, tag: tag, timeout: timeout,
                               maximumLength: maxLength > 0 ? min(maxLength, room) : room,
                               callerBuffer: buffer, callerOffset: offset,
@@ -437,7 +455,7 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     public func read(toLength length: Int, timeout: Double = -1, tag: Int = 0) throws(SocketError) {
         guard length > 0 else { throw SocketError(.badParam, "length must be positive") }
         try checkTimeout(timeout)
-        let (session, maximumReadLength) = try sessionForTransfer()
+        let (session, maximumReadLength, _) = try sessionForTransfer()
         guard length <= maximumReadLength else {
             throw SocketError(.badParam,
                               "length \(length) is above maximumReadLength (\(maximumReadLength)); raise it to read more at once")
@@ -452,7 +470,7 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
         guard length > 0 else { throw SocketError(.badParam, "length must be positive") }
         try checkBuffer(buffer, offset: offset, needing: length)
         try checkTimeout(timeout)
-        let (session, _) = try sessionForTransfer()
+        let (session, _, _) = try sessionForTransfer()
         try queue(ReadRequest(framing: .length(length), tag: tag, timeout: timeout, maximumLength: length,
                               callerBuffer: buffer, callerOffset: offset, callerBufferGuard: core.callerBuffers),
                   session: session)
@@ -465,7 +483,7 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
                      tag: Int = 0) throws(SocketError) {
         try checkSeparator(separator, maxLength: maxLength)
         try checkTimeout(timeout)
-        let (session, maximumReadLength) = try sessionForTransfer()
+        let (session, maximumReadLength, _) = try sessionForTransfer()
         let limit = maxLength > 0 ? maxLength : max(maximumReadLength, separator.count)
         try queue(ReadRequest(framing: .separator(separator), tag: tag, timeout: timeout, maximumLength: limit),
                   session: session)
@@ -479,7 +497,7 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
         try checkBuffer(buffer, offset: offset, needing: separator.count)
         try checkTimeout(timeout)
         let room = buffer.count - offset
-        let (session, _) = try sessionForTransfer()
+        let (session, _, _) = try sessionForTransfer()
         try queue(ReadRequest(framing: .separator(separator), tag: tag, timeout: timeout,
                               maximumLength: maxLength > 0 ? min(maxLength, room) : room,
                               callerBuffer: buffer, callerOffset: offset, callerBufferGuard: core.callerBuffers),
@@ -504,37 +522,47 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     // MARK: Writing
 
     /// Queues `data`; `didWriteDataWithTag` reports when the kernel has accepted all of it.
-    /// Empty data is refused (`.badParam`).
+    /// Empty data is refused (`.badParam`); so is a write that would take the queue above
+    /// `maximumQueuedWriteBytes` (`.writeQueueFull`: nothing of it is queued).
     public func write(_ data: [UInt8], timeout: Double = -1, tag: Int = 0) throws(SocketError) {
-        guard !data.isEmpty else { throw SocketError(.badParam, "empty write") }
-        try checkTimeout(timeout)
-        let (session, _) = try sessionForTransfer()
+        let (session, limit) = try admitWrite(count: data.count, timeout: timeout)
         let sent = data.withUnsafeBytes { writeInline($0, tag: tag, timeout: timeout, session: session) { .array(data) } }
         if sent { return }
-        try queue(WriteRequest(.array(data), tag: tag, timeout: timeout), session: session)
+        try queue(WriteRequest(.array(data), tag: tag, timeout: timeout), session: session, limit: limit)
     }
 
     /// Writes bytes the caller keeps (the C API's copying write): sent at once when the
     /// fast path allows, so the copy is made only of what the kernel did not take.
     func write(copying bytes: UnsafeRawBufferPointer, timeout: Double, tag: Int) throws(SocketError) {
-        guard bytes.count > 0 else { throw SocketError(.badParam, "empty write") }
-        try checkTimeout(timeout)
-        let (session, _) = try sessionForTransfer()
+        let (session, limit) = try admitWrite(count: bytes.count, timeout: timeout)
         if writeInline(bytes, tag: tag, timeout: timeout, session: session, storage: { .array(Array(bytes)) }) { return }
-        try queue(WriteRequest(.array(Array(bytes)), tag: tag, timeout: timeout), session: session)
+        try queue(WriteRequest(.array(Array(bytes)), tag: tag, timeout: timeout), session: session, limit: limit)
     }
 
     /// Queues caller memory without copying; `external` releases it when done. Takes the
     /// same fast path: a write the kernel took whole is released before this returns, and
     /// only what it did not take waits in the queue, still borrowed.
     func write(external: ExternalBytes, timeout: Double, tag: Int) throws(SocketError) {
-        guard external.bytes.count > 0 else { throw SocketError(.badParam, "empty write") }
-        try checkTimeout(timeout)
-        let (session, _) = try sessionForTransfer()
+        let (session, limit) = try admitWrite(count: external.bytes.count, timeout: timeout)
         if writeInline(external.bytes, tag: tag, timeout: timeout, session: session, storage: { .external(external) }) {
             return
         }
-        try queue(WriteRequest(.external(external), tag: tag, timeout: timeout), session: session)
+        try queue(WriteRequest(.external(external), tag: tag, timeout: timeout), session: session, limit: limit)
+    }
+
+    /// What every write checks before it goes anywhere: bytes, a valid timeout, a session
+    /// that takes writes, room under `maximumQueuedWriteBytes`. The session and that limit.
+    private func admitWrite(count: Int, timeout: Double) throws(SocketError) -> (session: UInt64, limit: Int) {
+        guard count > 0 else { throw SocketError(.badParam, "empty write") }
+        try checkTimeout(timeout)
+        let (session, _, limit) = try sessionForTransfer()
+        guard core.queuedWriteBytesAllow(count, limit: limit) else { throw writeQueueFull(adding: count, limit: limit) }
+        return (session, limit)
+    }
+
+    private func writeQueueFull(adding count: Int, limit: Int) -> SocketError {
+        SocketError(.writeQueueFull, "\(queuedWriteBytes) bytes are queued: \(count) more would pass " +
+                    "maximumQueuedWriteBytes (\(limit)); the peer is not reading as fast as it is written to")
     }
 
     /// The writes' fast path on the loop thread: with nothing queued ahead, `bytes` go to
@@ -556,14 +584,20 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
         return true
     }
 
-    private func queue(_ request: WriteRequest, session: UInt64) throws(SocketError) {
+    /// Counts the request's bytes against `limit` (refusing it when they would pass it),
+    /// then hands it to the loop.
+    private func queue(_ request: WriteRequest, session: UInt64, limit: Int) throws(SocketError) {
         let core = self.core
+        guard core.reserveQueuedWriteBytes(request.remaining, limit: limit) else {
+            throw writeQueueFull(adding: request.remaining, limit: limit)
+        }
         if eventLoop.inEventLoop && core.acceptsInlineOperation {
             core.enqueueWrite(request, session: session)
             return
         }
         let sendable = UncheckedSendable(request)
         guard submit(tearsDown: false, { $0.enqueueWrite(sendable.value, session: session) }) else {
+            core.releaseQueuedWriteBytes(request.remaining)
             throw SocketError(.badConfig, "the socket's event loop has stopped")
         }
     }
@@ -571,8 +605,9 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     /// The current write's progress, or nil when no write is under way.
     public var writeProgress: OperationProgress? { core.writeProgressBox.load()?.cell.read() }
 
-    /// Bytes queued and not yet accepted by the kernel.
-    public var queuedWriteBytes: Int { core.publishedQueuedWriteBytes.load(ordering: .relaxed) }
+    /// Bytes queued and not yet accepted by the kernel (writes on their way to the loop
+    /// included).
+    public var queuedWriteBytes: Int { core.queuedWriteBytes }
 
     // MARK: TLS
 
@@ -649,7 +684,9 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     /// Closes once every queued read has completed; no reads or writes may be added.
     public func disconnectAfterReading() { disconnectAfter(reading: true, writing: false) }
 
-    /// Closes once every queued write has been written (FIN follows the last byte).
+    /// Closes once every queued write has been written (FIN follows the last byte). A socket
+    /// released afterwards still sends them (a fire-and-forget graceful close), even while
+    /// it is still connecting (within the connect timeout; at most two minutes).
     public func disconnectAfterWriting() { disconnectAfter(reading: false, writing: true) }
 
     /// Closes once both queues have drained.
@@ -718,9 +755,11 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     // MARK: Advanced
 
     /// Runs `body` on the socket's loop with its descriptors (e.g. for a `setsockopt`
-    /// SocketKit does not offer). Do not close them or change their blocking mode.
+    /// SocketKit does not offer). Do not close them or change their blocking mode. `body`
+    /// runs as a callback of the socket does: callbacks it causes follow it, and a
+    /// disconnect it makes takes effect once it returns.
     public func perform(_ body: @escaping @Sendable (SocketDescriptors) -> Void) {
-        _ = submit(tearsDown: false) { body($0.descriptors) }
+        _ = submit(tearsDown: false) { core in core.callout(core.owner) { body(core.descriptors) } }
     }
 
     // MARK: Utilities
@@ -804,12 +843,13 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
         }
     }
 
-    /// The session to queue a read or write in, and the socket's read limit.
-    private func sessionForTransfer() throws(SocketError) -> (UInt64, Int) {
+    /// The session to queue a read or write in, and the socket's read and write-queue limits.
+    private func sessionForTransfer() throws(SocketError) -> (UInt64, Int, Int) {
         // The fields under the lock, the checks after it: a throwing closure under the lock
         // stayed an outlined call (~35 instructions per read and per write).
-        let (status, accepted, session, limit) = core.withPublished {
-            ($0.status, $0.acceptsReadsAndWrites, $0.session, $0.configuration.maximumReadLength)
+        let (status, accepted, session, readLimit, writeLimit) = core.withPublished {
+            ($0.status, $0.acceptsReadsAndWrites, $0.session, $0.configuration.maximumReadLength,
+             $0.configuration.maximumQueuedWriteBytes)
         }
         switch status {
         case .connecting, .connected:
@@ -822,7 +862,7 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
         guard accepted else {
             throw SocketError(.badConfig, "no reads or writes after disconnectAfterReading/Writing")
         }
-        return (session, limit)
+        return (session, readLimit, writeLimit)
     }
 
     /// Runs `operation` on the core: inline on the loop thread (after the running callback

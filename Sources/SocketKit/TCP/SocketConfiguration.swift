@@ -32,6 +32,8 @@ struct SocketConfiguration: Sendable {
         var maximumReadLength = 16 * 1024 * 1024
         var writeHighWatermark = 64 * 1024
         var writeLowWatermark = 32 * 1024
+        /// 0: no limit. On by default (see `Socket.maximumQueuedWriteBytes`).
+        var maximumQueuedWriteBytes = 64 * 1024 * 1024
         var tcpOptions = TCPOptions()
     }
 
@@ -82,6 +84,10 @@ struct SocketConfiguration: Sendable {
     var writeLowWatermark: Int {
         get { storage.values.writeLowWatermark }
         set { values.writeLowWatermark = newValue }
+    }
+    var maximumQueuedWriteBytes: Int {
+        get { storage.values.maximumQueuedWriteBytes }
+        set { values.maximumQueuedWriteBytes = newValue }
     }
     var tcpOptions: TCPOptions {
         get { storage.values.tcpOptions }

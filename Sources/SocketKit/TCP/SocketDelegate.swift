@@ -48,7 +48,8 @@ public protocol SocketDelegate: AnyObject {
     func socket(_ sock: Socket, shouldTimeoutWriteWithTag tag: Int, elapsed: Double, bytesDone: Int) -> Double
 
     /// The peer closed its side and `autoDisconnectOnClosedReadStream` is off: the socket
-    /// stays open for writing.
+    /// stays open for writing. Told once every byte that arrived before the close has been
+    /// read: at once on a socket with nothing unread, whether or not a read is queued.
     func socketDidCloseReadStream(_ sock: Socket)
 
     /// The TLS handshake `startTLS` queued has finished: reads and writes queued after it
@@ -72,7 +73,10 @@ public protocol SocketDelegate: AnyObject {
     func socket(_ sock: Socket, writeQueueDidDrainToLowWatermark queuedBytes: Int)
 
     /// The connection (or attempt, or listener) ended: nil after `disconnect` or a
-    /// completed `disconnectAfter…`, otherwise why.
+    /// completed `disconnectAfter…`, otherwise why. The peer's close (`.closed`) or reset
+    /// (`.system`, ECONNRESET or EPIPE) is reported after the bytes that arrived before it
+    /// (under TLS, an alert that came before a reset is the error): at once on a socket
+    /// with nothing unread, read queued or not; unread bytes wait for reads first.
     func socketDidDisconnect(_ sock: Socket, withError error: SocketError?)
 }
 

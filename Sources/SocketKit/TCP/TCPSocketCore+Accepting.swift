@@ -115,21 +115,25 @@ extension TCPSocketCore {
             close(descriptor)
             return
         }
-        let unix = endpoint.address.family == .unix
-        let childLoop = peer.flatMap { owner.eventLoopForAcceptedConnection(from: $0) } ?? loop.group?.next() ?? loop
-        // A listener bound to one address accepts on exactly that address: no system call.
-        let local = unix || !endpoint.address.isUnspecifiedIP ? endpoint.address : SystemCalls.localAddress(descriptor)
-        let child = TCPSocketCore(loop: childLoop, configuration: configuration)
-        child.withPublished { published in
-            published.status = .connected
-            published.session = 1
-            published.localAddress = local
-            published.peerAddress = peer
-            published.isUnixDomain = unix
+        // The loop hook is user code, so this is a callout: a disconnect made in the hook
+        // waits, and its didDisconnect comes after the didAccept of this connection.
+        callout(owner) {
+            let unix = endpoint.address.family == .unix
+            let childLoop = peer.flatMap { owner.eventLoopForAcceptedConnection(from: $0) } ?? loop.group?.next() ?? loop
+            // A listener bound to one address accepts on exactly that address: no system call.
+            let local = unix || !endpoint.address.isUnspecifiedIP ? endpoint.address : SystemCalls.localAddress(descriptor)
+            let child = TCPSocketCore(loop: childLoop, configuration: configuration)
+            child.withPublished { published in
+                published.status = .connected
+                published.session = 1
+                published.localAddress = local
+                published.peerAddress = peer
+                published.isUnixDomain = unix
+            }
+            child.prepareConnected(fd: descriptor, unix: unix, session: 1)
+            // The child starts once its didAccept has been delivered (Socket.activateAccepted).
+            emit(.didAccept(child))
         }
-        child.prepareConnected(fd: descriptor, unix: unix, session: 1)
-        // The child starts once its didAccept has been delivered (Socket.activateAccepted).
-        emit(.didAccept(child))
     }
 
     /// For a socket whose loop has stopped (called once the loop thread has finished, or on

@@ -22,7 +22,8 @@ extension TCPSocketCore {
     /// Serves the read queue: from the prebuffer first, then from the kernel while the
     /// socket is readable. With no read queued the socket is not read at all, so a peer that
     /// sends faster than the application reads fills the kernel buffers and TCP flow control
-    /// slows it down.
+    /// slows it down; once the peer's stream has ended, an idle socket looks for the end
+    /// (`reportEndOfStreamIfNothingUnread`).
     func pumpReads() {
         if hasTLS && tls!.stage != .secure {
             guard tlsPumpBeforeSecure() else { return }
@@ -91,7 +92,52 @@ extension TCPSocketCore {
                 }
             }
         }
+        // Idle, with the peer's stream ended, or (TLS) records waiting that may end it.
+        if currentRead == nil && !hasQueuedReads && phase == .connected && !readStreamClosedReported
+            && (peerHalfClosed || readEOF || (secure && (readable || tls!.hasBufferedInput))) {
+            reportEndOfStreamIfNothingUnread()
+            guard phase == .connected else { return }
+        }
         closeIfDisconnectAfterIsDue()
+    }
+
+    /// No read is queued and the peer's stream has ended (FIN, reset, a failed send, or
+    /// under TLS a close_notify, which needs no FIN). As GCDAsyncSocket does, the end is
+    /// reported at once when nothing unread is left before it (`handleEndOfStream`, or the
+    /// error); bytes still unread wait for reads, and the end is reported once they have
+    /// been read, so none is lost. Finding out takes nothing: a one-byte peek, of the socket
+    /// in plaintext, of OpenSSL's plaintext under TLS (`peekSecure`).
+    private func reportEndOfStreamIfNothingUnread() {
+        guard prebuffer.isEmpty else { return }
+        if readEOF {
+            handleEndOfStream()
+            return
+        }
+        if let tls, tls.stage != .waiting {
+            guard tls.stage == .secure else { return } // a handshake meets the end itself
+            switch peekSecure(tls) {
+            case .bytes, .wouldBlock:
+                break
+            case .endOfStream:
+                readEOF = true
+                handleEndOfStream()
+            case .failed(let error):
+                closeSession(error)
+            }
+            return
+        }
+        var byte: UInt8 = 0
+        let count = recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT))
+        if count == 0 {
+            readEOF = true
+            readable = false
+            handleEndOfStream()
+        } else if count < 0 {
+            let error = errno
+            if error != EAGAIN && error != EWOULDBLOCK && error != EINTR {
+                closeSession(SocketError.systemError(error, "read"))
+            }
+        }
     }
 
     private func startCurrentRead() {
@@ -148,12 +194,15 @@ extension TCPSocketCore {
         }
     }
 
-    /// The peer sent FIN and every buffered byte has been consumed, yet a read wants more.
-    /// As upstream: disconnect with `.closed`, or with `autoDisconnectOnClosedReadStream`
-    /// off report the half-close once and keep the socket open for writing (pending reads
-    /// then wait for their timeout).
+    /// The peer sent FIN and every buffered byte has been consumed (a read wants more, or
+    /// none is queued). As upstream: disconnect with `.closed`, or with
+    /// `autoDisconnectOnClosedReadStream` off report the half-close once and keep the socket
+    /// open for writing (pending reads then wait for their timeout). After a failed send the
+    /// end is the connection's: the session ends with that failure.
     func handleEndOfStream() {
-        if configuration.autoDisconnectOnClosedReadStream {
+        if let failure = sendFailure {
+            closeSession(failure)
+        } else if configuration.autoDisconnectOnClosedReadStream {
             closeSession(SocketError(.closed))
         } else if !readStreamClosedReported {
             readStreamClosedReported = true

@@ -272,7 +272,7 @@ extension TCPSocketCore {
     }
 
     /// Moves OpenSSL's output to the outbound queue and sends what the kernel takes.
-    /// Returns false when the session ended (a send error).
+    /// Returns false when a send failed for good (the read side then ends the session).
     @discardableResult
     func sendTLSOutput() -> Bool {
         guard let tls else { return true }
@@ -318,7 +318,7 @@ extension TCPSocketCore {
     }
 
     /// One `send` from the front of the outbound queue; a short send or EAGAIN clears
-    /// `writable`. Returns false when the session ended (a send error).
+    /// `writable`. Returns false when a send failed for good.
     private func sendOutboundOnce(_ tls: TLSState) -> Bool {
         guard let sent = sendCiphertext(tls.outbound.readableBytes) else { return false }
         tls.outbound.consume(sent)
@@ -326,19 +326,11 @@ extension TCPSocketCore {
     }
 
     /// One `send` of ciphertext: the bytes the kernel took (0 for EAGAIN or EINTR); a short
-    /// send or EAGAIN clears `writable`. nil when a send error ended the session.
+    /// send or EAGAIN clears `writable`. nil when the send failed for good (`sendFailed`:
+    /// the read side ends the session).
     private func sendCiphertext(_ bytes: UnsafeRawBufferPointer) -> Int? {
         let sent = skc_send(fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags)
-        if sent < 0 {
-            let error = errno
-            if error == EAGAIN || error == EWOULDBLOCK {
-                writable = false
-            } else if error != EINTR {
-                closeSession(transportError(error, "write"))
-                return nil
-            }
-            return 0
-        }
+        if sent < 0 { return sendReturnedError(errno) ? 0 : nil }
         if sent < bytes.count { writable = false }
         return sent
     }
@@ -401,12 +393,41 @@ extension TCPSocketCore {
             case .closed:
                 return deliver(total, then: .endOfStream, tls)
             case .failed(let error):
-                return deliver(total, then: .failed(error), tls)
+                return deliver(total, then: error.code == .tlsTruncated ? endWithoutCloseNotify(error) : .failed(error), tls)
             case .wantRead:
                 if tls.transportEOF {
-                    return deliver(total, then: .failed(SocketError(.tlsTruncated, "the peer closed the connection without a TLS close_notify")), tls)
+                    let truncation = SocketError(.tlsTruncated, "the peer closed the connection without a TLS close_notify")
+                    return deliver(total, then: endWithoutCloseNotify(truncation), tls)
                 }
                 if let end = receiveForRead(session, tls, delivering: total) { return end }
+            }
+        }
+    }
+
+    /// `readSecure` without taking plaintext: `.bytes` when some is waiting (it stays in
+    /// OpenSSL for the next read), else the end or error the stream has reached, or
+    /// `.wouldBlock`. The ciphertext received on the way stays in OpenSSL too.
+    func peekSecure(_ tls: TLSState) -> SecureRead {
+        guard let session = tls.session else { return .wouldBlock }
+        if let end = tls.deferredReadEnd { return end } // left for the read that takes it
+        while true {
+            if !tls.transportEOF && !session.hasBufferedInput {
+                if let end = receiveForRead(session, tls, delivering: 0) { return end }
+            }
+            let step = session.peek()
+            if session.pendingOutput > 0 { guard sendTLSOutput() else { return .wouldBlock } }
+            switch step {
+            case .bytes:
+                return .bytes(0)
+            case .closed:
+                return .endOfStream
+            case .failed(let error):
+                return error.code == .tlsTruncated ? endWithoutCloseNotify(error) : .failed(error)
+            case .wantRead:
+                if tls.transportEOF {
+                    return endWithoutCloseNotify(SocketError(.tlsTruncated, "the peer closed the connection without a TLS close_notify"))
+                }
+                if let end = receiveForRead(session, tls, delivering: 0) { return end }
             }
         }
     }
@@ -420,6 +441,12 @@ extension TCPSocketCore {
         case .wouldBlock: return total > 0 ? .bytes(total) : .wouldBlock
         case .failed(let error): return deliver(total, then: .failed(error), tls)
         }
+    }
+
+    /// The end of a stream that stopped without close_notify: a truncation, unless a failed
+    /// send explains it (the connection broke: `handleEndOfStream` reports that failure).
+    private func endWithoutCloseNotify(_ truncation: SocketError) -> SecureRead {
+        sendFailure != nil ? .endOfStream : .failed(truncation)
     }
 
     /// `total` decrypted bytes first, if any, and `end` on the next read.
@@ -487,7 +514,8 @@ extension TCPSocketCore {
             }
         }
         guard taken > 0 else { return nil }
-        // A send error ends the session: the queued path then drops the write, as it would.
+        // A send that failed ends the session later, from the read side: the queued path
+        // then holds the write until the session's end drops it, as it would.
         guard sendTLSOutput(), phase == .connected else { return nil }
         noteTLSBuffersUsed(tls, session)
         return taken

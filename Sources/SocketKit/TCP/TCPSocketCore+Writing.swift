@@ -7,11 +7,45 @@ extension TCPSocketCore {
     /// System calls per flush before yielding to the other sockets of the loop.
     static let systemCallsPerFlush = 16
 
+    /// Whether a write of `count` bytes fits under `limit` (0: no limit) with what is
+    /// queued now.
+    @inline(__always)
+    func queuedWriteBytesAllow(_ count: Int, limit: Int) -> Bool {
+        limit == 0 || queuedWriteBytes <= limit - count
+    }
+
+    /// Counts `count` bytes of a write about to be queued, on any thread before it is handed
+    /// to the loop, so that writes on their way count too and writers on several threads
+    /// cannot pass `limit` together. False (nothing counted) when they would pass it; 0 is
+    /// no limit.
+    func reserveQueuedWriteBytes(_ count: Int, limit: Int) -> Bool {
+        guard limit > 0 else {
+            publishedQueuedWriteBytes.wrappingAdd(count, ordering: .relaxed)
+            return true
+        }
+        var current = queuedWriteBytes
+        while current <= limit - count {
+            let (exchanged, original) = publishedQueuedWriteBytes.compareExchange(
+                expected: current, desired: current + count, ordering: .relaxed)
+            if exchanged { return true }
+            current = original
+        }
+        return false
+    }
+
+    /// Bytes written, or dropped with their request.
+    func releaseQueuedWriteBytes(_ count: Int) {
+        publishedQueuedWriteBytes.wrappingSubtract(count, ordering: .relaxed)
+    }
+
+    /// Queues a write whose bytes were counted (`reserveQueuedWriteBytes`).
     func enqueueWrite(_ request: WriteRequest, session: UInt64) {
         guard session == self.session, phase == .resolving || phase == .connecting || phase == .connected,
-              !disconnectAfterReads, !disconnectAfterWrites else { return }
+              !disconnectAfterReads, !disconnectAfterWrites else {
+            releaseQueuedWriteBytes(request.remaining)
+            return
+        }
         writeQueue.append(request)
-        queuedWriteBytes += request.remaining
         if phase == .connected {
             if !headWriteStarted { startHeadWrite() }
             scheduleWriteFlush()
@@ -23,8 +57,8 @@ extension TCPSocketCore {
     /// socket writable, the bytes go to the kernel at once (as libuv's uv_write does), so
     /// a callback that answers a read costs one `send` and no copy. Returns the bytes the
     /// kernel took, or nil when the write must take the queue (nothing sent: not connected,
-    /// writes queued ahead, a disconnect pending, the socket full, or an error, which the
-    /// queued path then meets and reports).
+    /// writes queued ahead, a disconnect pending, the socket full, or a send that failed for
+    /// good, which `sendFailed` records for the read side to report).
     ///
     /// Taken only where its completion cannot run user code re-entrantly: inside this
     /// socket's own callback (didWrite then follows that callback, as always), or when the
@@ -36,11 +70,38 @@ extension TCPSocketCore {
         if hasTLS { return writeImmediatelySecure(bytes) }
         let written = skc_send(fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags)
         guard written > 0 else {
-            if written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { writable = false }
+            if written < 0 { sendReturnedError(errno) }
             return nil
         }
         if written < bytes.count { writable = false }
         return written
+    }
+
+    /// A send returned -1 with `error`: EAGAIN clears `writable`, EINTR is nothing, anything
+    /// else fails the connection's output (`sendFailed`: the error is the socket's, and this
+    /// send took it, so it is recorded or lost). False in that last case.
+    @discardableResult
+    func sendReturnedError(_ error: Int32) -> Bool {
+        if error == EAGAIN || error == EWOULDBLOCK {
+            writable = false
+        } else if error != EINTR {
+            sendFailed(transportError(error, "write"))
+            return false
+        }
+        return true
+    }
+
+    /// A send failed for good (the peer reset, the connection broke): nothing more goes
+    /// out, but what the peer sent before is still in the kernel. The read side delivers it
+    /// to the queued reads, then ends the session with `error` (`handleEndOfStream`), as for
+    /// a reset epoll reports. Never a teardown inside the send: a write made in a callback,
+    /// on any socket of the loop, ends nothing under its caller.
+    func sendFailed(_ error: SocketError) {
+        if outOfLine.sendFailure == nil { outOfLine.sendFailure = error }
+        writable = false
+        peerHalfClosed = true
+        readable = true
+        scheduleReadPump()
     }
 
     /// Completes a write the fast path sent whole.
@@ -48,9 +109,11 @@ extension TCPSocketCore {
         if ownerWants(.write) { emit(.didWrite(tag: tag)) }
     }
 
-    /// Queues the rest of a write the fast path sent in part (`request.offset` bytes).
+    /// Queues the rest of a write the fast path sent in part (`request.offset` bytes). The
+    /// whole write fitted under the limit before it was sent: the rest is counted as it is.
     func enqueuePartlyWritten(_ request: WriteRequest, session: UInt64) {
         if ownerWants(.writePartial) { emit(.didWritePartial(length: request.offset, tag: request.tag)) }
+        _ = reserveQueuedWriteBytes(request.remaining, limit: 0)
         enqueueWrite(request, session: session)
     }
 
@@ -86,13 +149,7 @@ extension TCPSocketCore {
             systemCalls += 1
             let (written, attempted) = sendQueuedWrites()
             if written < 0 {
-                let error = errno
-                if error == EAGAIN || error == EWOULDBLOCK {
-                    writable = false
-                } else if error != EINTR {
-                    closeSession(SocketError.systemError(error, "write"))
-                    return
-                }
+                guard sendReturnedError(errno) else { return }
                 continue
             }
             if written < attempted { writable = false }
@@ -136,7 +193,7 @@ extension TCPSocketCore {
     func account(written: Int) -> Bool {
         let session = self.session
         var left = written
-        queuedWriteBytes -= written
+        releaseQueuedWriteBytes(written)
         while left > 0, let head = writeQueue.first {
             let chunk = min(head.remaining, left)
             left -= chunk

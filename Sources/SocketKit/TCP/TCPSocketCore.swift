@@ -6,11 +6,14 @@ import Synchronization
 /// a write queue, a prebuffer, timers with extension, disconnect-after flags, Happy Eyeballs
 /// connects and listeners. It lives on one event loop and is touched only there.
 ///
-/// Re-entrancy rule: user code runs only inside `emit`. While it runs (`inCallout`), calls
-/// that would tear the session down wait in `deferredOperations` until it returns, so the
-/// engine never frees memory a callback is looking at (a read's bytes borrow the loop's
-/// buffer or the prebuffer). Reads and writes queued from a callback just join their queues.
-/// After every `emit`, the engine re-checks that its session is still alive.
+/// Re-entrancy rule: user code of a socket (its callbacks, a `perform` body, the listener's
+/// loop hook) runs only inside `callout`. While it runs (`inCallout`), whatever would tear
+/// the session down waits in `deferredOperations` until it returns, so the engine never
+/// frees memory a callback is looking at (a read's bytes borrow the loop's buffer or the
+/// prebuffer). `closeSession` itself enforces this, whoever calls it: a public call made from
+/// a callback, or an engine path it runs inline. Reads and writes queued from a callback
+/// just join their queues. After every `emit`, the engine re-checks that its session is
+/// still alive.
 final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Sendable {
     enum Phase {
         case idle, resolving, connecting, connected, accepting
@@ -36,7 +39,9 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     var writable = false
     /// A read returned 0: the peer will send nothing more.
     var readEOF = false
-    /// epoll reported the peer's FIN (EPOLLRDHUP); a short read does not mean "drained".
+    /// The peer's stream has ended (epoll reported its FIN, a reset or an error, or a send
+    /// failed): a short read does not mean "drained", and the end itself is still to be
+    /// read, after the bytes that came before it.
     var peerHalfClosed = false
     var readStreamClosedReported = false
     var disconnectAfterReads = false
@@ -65,18 +70,19 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     var readPumpScheduled = false
 
 
-    /// Bytes queued and not yet accepted by the kernel: kept in the published atomic
-    /// (relaxed: only the loop writes it).
-    var queuedWriteBytes: Int {
-        get { publishedQueuedWriteBytes.load(ordering: .relaxed) }
-        set { publishedQueuedWriteBytes.store(newValue, ordering: .relaxed) }
-    }
+    /// Bytes of accepted writes not yet taken by the kernel, including writes on their way
+    /// to the loop (see `reserveQueuedWriteBytes`).
+    var queuedWriteBytes: Int { publishedQueuedWriteBytes.load(ordering: .relaxed) }
 
     /// Timers and timeout questions, made by the first read or write with a timeout (or
     /// TLS trust question): a socket that uses none never carries them.
     final class TimeoutState {
         var readTimer: LoopTimer? = nil
         var writeTimer: LoopTimer? = nil
+        /// Bounds a released socket's last writes (`ownerReleased`).
+        var lingerTimer: LoopTimer? = nil
+        /// `TCPSocketCore.lingerSeconds` (tests shorten it).
+        var lingerDuration = TCPSocketCore.lingerSeconds
         /// Each timeout question gets a number never used before by this socket, so an
         /// answer (possibly late: event records) can only ever answer its own question.
         var questions: UInt64 = 0
@@ -98,6 +104,13 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         var firstDeferredEvent: SocketEvent? = nil
         var deferredEvents: [SocketEvent] = []
         var deferredOperations: [(TCPSocketCore) -> Void] = []
+        /// A send failed for good: the error the session ends with, once the bytes that
+        /// arrived before the failure have been read (see `sendFailed`).
+        var sendFailure: SocketError? = nil
+        /// A released socket's core sending its last writes (`ownerReleased`) keeps itself
+        /// alive until its session ends: while it resolves or connects, nothing else holds it
+        /// (its connection attempts and timers hold it unowned).
+        var lingeringCore: TCPSocketCore? = nil
         var readQueue = FIFO<ReadRequest>()
         var writeQueue = FIFO<WriteRequest>()
 
@@ -143,6 +156,8 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     var hasQueuedReads: Bool { outOfLineState.map { !$0.readQueue.isEmpty } ?? false }
     var hasQueuedWrites: Bool { outOfLineState.map { !$0.writeQueue.isEmpty } ?? false }
     var hasTLS: Bool { outOfLineState?.tls != nil }
+    /// See `sendFailed`.
+    var sendFailure: SocketError? { outOfLineState?.sendFailure }
 
     var outOfLine: OutOfLineState {
         if let state = outOfLineState { return state }
@@ -176,6 +191,14 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     var writeTimer: LoopTimer? {
         get { timeoutState?.writeTimer }
         set { if timeoutState != nil || newValue != nil { timeouts.writeTimer = newValue } }
+    }
+    var lingerTimer: LoopTimer? {
+        get { timeoutState?.lingerTimer }
+        set { if timeoutState != nil || newValue != nil { timeouts.lingerTimer = newValue } }
+    }
+    var lingerDuration: Double {
+        get { timeoutState?.lingerDuration ?? TCPSocketCore.lingerSeconds }
+        set { timeouts.lingerDuration = newValue }
     }
     var timeoutQuestions: UInt64 {
         get { timeoutState?.questions ?? 0 }
@@ -393,10 +416,22 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
             outOfLine.deferEvent(event.owned())
             return
         }
+        callout(owner) { owner.deliver(event, from: self) }
+    }
+
+    /// Runs user code of this socket (`body`): events raised meanwhile are delivered to
+    /// `owner` after it, and teardowns wait until it returns (the re-entrancy rule). Inside
+    /// another callout of this socket, `body` is part of that one.
+    @inline(__always)
+    func callout(_ owner: Socket?, _ body: () -> Void) {
+        if inCallout {
+            body()
+            return
+        }
         inCallout = true
-        owner.deliver(event, from: self)
+        body()
         while let event = outOfLineState?.takeDeferredEvent() {
-            owner.deliver(event, from: self)
+            if let owner { owner.deliver(event, from: self) } else { discard(event) }
         }
         inCallout = false
         if hasDeferredOperations {
@@ -405,7 +440,9 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     }
 
     /// Nobody is listening any more (the handle was released): accepted children close,
-    /// and timeouts end the session instead of waiting for an answer that never comes.
+    /// and timeouts and trust questions end the session instead of waiting for an answer
+    /// that never comes (a released socket may still be connecting and securing its last
+    /// writes, see `ownerReleased`).
     private func discard(_ event: SocketEvent) {
         switch event {
         case .didAccept(let child):
@@ -415,6 +452,8 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
             loop.execute { [self] in resolveReadTimeout(extension: 0, question: question) }
         case .shouldTimeoutWrite(_, _, _, let question):
             loop.execute { [self] in resolveWriteTimeout(extension: 0, question: question) }
+        case .didReceiveTrust(_, let question):
+            loop.execute { [self] in resolveTrust(accept: false, question: question) }
         default:
             break
         }
@@ -457,14 +496,11 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
 
     func handleEvents(_ events: UInt32) {
         guard phase == .connected, fd >= 0 else { return }
-        if events & EPOLLERR.rawValue != 0 {
-            let error = SystemCalls.pendingError(fd)
-            if error != 0 {
-                closeSession(transportError(error, "socket error"))
-                return
-            }
-        }
-        if events & (EPOLLRDHUP.rawValue | EPOLLHUP.rawValue) != 0 {
+        // The peer's FIN, or a reset or error: what arrived before it is still in the kernel,
+        // and the end (EOF, or the error from recv) comes after it, so it is read like data
+        // (`pumpReads`). Taking the error with SO_ERROR here would report it first and lose
+        // those bytes (and a TLS alert that explains the reset).
+        if events & (EPOLLRDHUP.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 {
             peerHalfClosed = true
             readable = true
         }
@@ -501,21 +537,31 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
 
     // MARK: Ending a session
 
-    /// How long a released socket may keep sending what `disconnectAfterWriting` queued.
+    /// How long a released socket may keep sending what `disconnectAfterWriting` queued
+    /// (connecting first, if it still was).
     static let lingerSeconds = 120.0
 
     /// The user released the handle: close without telling anyone. If the user asked to
-    /// disconnect after writing and writes are still queued, they are sent first (for at
-    /// most `lingerSeconds`), like a transport's graceful close; queued reads are dropped.
+    /// disconnect after writing and writes are still queued, they are sent first, like a
+    /// transport's graceful close, for at most `lingerSeconds` (and within the connect
+    /// timeout): a socket still resolving or connecting goes on connecting for them. Queued
+    /// reads are dropped, except those ahead of a TLS marker not yet passed: the handshake,
+    /// and so the writes queued behind it, waits for them.
     func ownerReleased() {
-        if phase == .connected && disconnectAfterWrites && hasQueuedWrites && fd >= 0 {
-            outOfLineState?.readQueue.removeAll()
-            currentRead = nil
-            currentReadStarted = false
+        let sessionActive = phase == .resolving || phase == .connecting || (phase == .connected && fd >= 0)
+        if sessionActive && disconnectAfterWrites && !queuedWritesDone {
+            let readsAheadOfTLS = tls?.stage == .waiting ? tls!.readsBefore : 0
+            if readsAheadOfTLS == 0 {
+                currentRead = nil
+                currentReadStarted = false
+                cancel(readTimer)
+            }
+            outOfLineState?.readQueue.keepFirst(readsAheadOfTLS - (currentRead == nil ? 0 : 1))
             disconnectAfterReads = false
-            arm(&connectTimer, deadline: deadline(afterSeconds: TCPSocketCore.lingerSeconds)) {
+            arm(&lingerTimer, deadline: deadline(afterSeconds: lingerDuration)) {
                 $0.closeSession(nil, notify: false)
             }
+            outOfLine.lingeringCore = self
             return
         }
         closeSession(nil, notify: false)
@@ -531,12 +577,27 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     /// "disconnected" and, when `notify`, emits `didDisconnect` as the session's last event.
     /// `graceful` (the disconnect-after variants) sends FIN after the queued bytes and
     /// discards unread input first, so the kernel does not answer our own data with a reset.
+    ///
+    /// Inside a callout it only queues itself (the re-entrancy rule): the running callback
+    /// may be looking at this session's bytes, which the teardown frees.
     func closeSession(_ error: SocketError?, notify: Bool = true, graceful: Bool = false) {
         guard phase != .idle else { return }
         let endedSession = session
+        if inCallout {
+            outOfLine.deferredOperations.append { core in
+                guard core.session == endedSession else { return }
+                core.closeSession(error, notify: notify, graceful: graceful)
+            }
+            return
+        }
+        // A lingering core lets go of itself, but not before this call is over.
+        let lingering = outOfLineState?.lingeringCore
+        outOfLineState?.lingeringCore = nil
+        defer { withExtendedLifetime(lingering) {} }
 
         cancel(readTimer)
         cancel(writeTimer)
+        cancel(lingerTimer)
         cancel(connectTimer)
         cancel(attemptTimer)
         cancel(acceptTimer)
@@ -566,8 +627,11 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         currentRead = nil
         currentReadStarted = false
         prebuffer.removeAll()
-        outOfLineState?.writeQueue.removeAll()
-        queuedWriteBytes = 0
+        if let backlog = outOfLineState {
+            // Only what this queue counted: writes on their way to the loop count too.
+            releaseQueuedWriteBytes(backlog.writeQueue.reduce(0) { $0 + $1.remaining })
+            backlog.writeQueue.removeAll()
+        }
         aboveHighWatermark = false
         headWriteStarted = false
         readTimeoutPending = false
@@ -576,6 +640,7 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         writable = false
         readEOF = false
         peerHalfClosed = false
+        outOfLineState?.sendFailure = nil
         readStreamClosedReported = false
         disconnectAfterReads = false
         disconnectAfterWrites = false
@@ -614,13 +679,17 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         }
     }
 
+    /// A TLS marker not yet passed counts as a queued read and write.
+    private var tlsMarkerPassed: Bool { !hasTLS || tls!.stage == .secure }
+
+    /// Every queued write has reached the kernel.
+    var queuedWritesDone: Bool { !hasQueuedWrites && tlsMarkerPassed && !tlsHasOutbound }
+
     /// The "disconnect after reading/writing" checks, run whenever a queue may have drained.
     func closeIfDisconnectAfterIsDue() {
         guard phase == .connected, disconnectAfterReads || disconnectAfterWrites else { return }
-        // A TLS marker not yet passed counts as a queued read and write.
-        let tlsDone = !hasTLS || tls!.stage == .secure
-        let readsDone = currentRead == nil && !hasQueuedReads && tlsDone
-        let writesDone = !hasQueuedWrites && tlsDone && !tlsHasOutbound
+        let readsDone = currentRead == nil && !hasQueuedReads && tlsMarkerPassed
+        let writesDone = queuedWritesDone
         if disconnectAfterReads && disconnectAfterWrites {
             if readsDone && writesDone { closeSession(nil, graceful: true) }
         } else if disconnectAfterReads {

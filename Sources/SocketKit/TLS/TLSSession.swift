@@ -199,6 +199,20 @@ final class TLSSession {
         clearErrorQueue()
         var count = 0
         let result = SSL_read_ex(ssl, buffer.baseAddress, buffer.count, &count)
+        return readStep(result, count)
+    }
+
+    /// As `read`, for one byte that stays unread: processes the records that arrived (a
+    /// ticket, a key update, a close_notify, an alert) without taking plaintext.
+    func peek() -> ReadStep {
+        clearErrorQueue()
+        var byte: UInt8 = 0
+        var count = 0
+        let result = SSL_peek_ex(ssl, &byte, 1, &count)
+        return readStep(result, count)
+    }
+
+    private func readStep(_ result: Int32, _ count: Int) -> ReadStep {
         if result == 1 { return .bytes(count) }
         let error = SSL_get_error(ssl, 0)
         switch error {

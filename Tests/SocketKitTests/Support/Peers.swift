@@ -87,7 +87,7 @@ final class RawSocket: @unchecked Sendable {
 
     var localPort: UInt16 { SystemCalls.localAddress(fd)?.port ?? 0 }
 
-    private func waitFor(_ events: Int16, timeout: Double) throws {
+    func waitFor(_ events: Int16, timeout: Double) throws {
         var descriptor = pollfd(fd: fd, events: events, revents: 0)
         let result = poll(&descriptor, 1, Int32(timeout * 1000))
         guard result > 0 else { throw TestFailure("raw socket: timed out waiting") }

@@ -10,6 +10,12 @@
  * CERT and key KEY before anything is read. Callbacks run on the event loop thread (no callback queue), the
  * fastest arrangement. Stops on SIGINT or SIGTERM.
  *
+ * Backpressure: a client that sends but does not read its echo would make the server queue
+ * the echo without bound. So the server stops reading from a client while that client's
+ * write queue is above its high watermark, and reads again once the queue has drained to
+ * the low one: the client's own sends then wait in TCP (flow control) instead of piling up
+ * here. Copy this into any server that writes what it reads.
+ *
  *     cc echo_server.c $(pkg-config --cflags --libs socketkit) -o echo_server
  */
 #include <pthread.h>
@@ -24,34 +30,67 @@
 
 static int raw_mode = 0;
 static sk_tls_settings_t *tls_settings = NULL;
+static sk_socket_t *listener = NULL;
+static sk_socket_delegate_t delegate;
+
+/* Each client's state, its socket's userdata. */
+typedef struct connection {
+    int read_queued;            /* one read at a time */
+    int above_high_watermark;   /* from did_reach_high_watermark to did_drain_to_low_watermark */
+} connection_t;
 
 /* Queues the next read: a line, or (raw) whatever arrives. */
-static void read_next(sk_socket_t *sock) {
+static void read_next(sk_socket_t *sock, connection_t *connection) {
+    connection->read_queued = 1;
     if (raw_mode) sk_socket_read(sock, 0, -1, 0, NULL);
     else sk_socket_read_to_data(sock, SK_LF, 1, MAX_LINE, -1, 0, NULL);
 }
 
-static void did_accept(sk_socket_t *listener, sk_socket_t *connection, void *userdata) {
-    (void)listener;
+static void did_accept(sk_socket_t *listening, sk_socket_t *sock, void *userdata) {
+    (void)listening;
     (void)userdata;
-    /* The new socket is ours; it has the listener's delegate. With TLS, the handshake is
-     * queued first: the read below waits for it and runs encrypted. */
+    /* The new socket is ours; it has the listener's delegate, which we keep, with this
+     * client's state as userdata. With TLS, the handshake is queued first: the read below
+     * waits for it and runs encrypted. */
+    connection_t *connection = calloc(1, sizeof *connection);
+    if (!connection) {
+        sk_socket_release(sock);
+        return;
+    }
+    sk_socket_set_delegate(sock, &delegate, sizeof delegate, connection);
     if (tls_settings) {
         sk_error_t error;
-        if (sk_socket_start_tls(connection, tls_settings, &error) != SK_OK) {
+        if (sk_socket_start_tls(sock, tls_settings, &error) != SK_OK) {
             fprintf(stderr, "start_tls: %s\n", error.message);
-            sk_socket_release(connection);
+            sk_socket_release(sock);
+            free(connection);
             return;
         }
     }
-    read_next(connection);
+    read_next(sock, connection);
 }
 
 static void did_read(sk_socket_t *sock, const void *data, size_t length, long tag, void *userdata) {
+    connection_t *connection = userdata;
     (void)tag;
-    (void)userdata;
+    connection->read_queued = 0;
     sk_socket_write(sock, data, length, -1, 0, NULL);
-    read_next(sock);
+    /* Above the high watermark the client is not reading: read no more from it for now. */
+    if (!connection->above_high_watermark) read_next(sock, connection);
+}
+
+static void did_reach_high_watermark(sk_socket_t *sock, size_t queued_bytes, void *userdata) {
+    connection_t *connection = userdata;
+    (void)sock;
+    (void)queued_bytes;
+    connection->above_high_watermark = 1;
+}
+
+static void did_drain_to_low_watermark(sk_socket_t *sock, size_t queued_bytes, void *userdata) {
+    connection_t *connection = userdata;
+    (void)queued_bytes;
+    connection->above_high_watermark = 0;
+    if (!connection->read_queued) read_next(sock, connection);
 }
 
 /* UDP: every datagram goes straight back to where it came from. */
@@ -63,13 +102,14 @@ static void udp_did_receive(sk_udp_socket_t *sock, const void *data, size_t leng
 }
 
 static void did_disconnect(sk_socket_t *sock, const sk_error_t *error, void *userdata) {
-    sk_socket_t *listener = userdata;
     if (sock == listener) {
         if (error) fprintf(stderr, "listener stopped: %s\n", error->message);
         return;
     }
-    /* A client went away (error NULL: it closed cleanly): release its socket. */
+    /* A client went away (error NULL: it closed cleanly): release its socket (no callback
+     * of it follows), then its state. */
     sk_socket_release(sock);
+    free(userdata);
 }
 
 int main(int argc, char **argv) {
@@ -99,9 +139,10 @@ int main(int argc, char **argv) {
     sigaddset(&stop, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
 
-    sk_socket_delegate_t delegate = {0};
     delegate.did_accept = did_accept;
     delegate.did_read = did_read;
+    delegate.did_reach_high_watermark = did_reach_high_watermark;
+    delegate.did_drain_to_low_watermark = did_drain_to_low_watermark;
     delegate.did_disconnect = did_disconnect;
 
     sk_error_t error = {0};
@@ -136,13 +177,10 @@ int main(int argc, char **argv) {
         }
     }
 
-    sk_socket_t *listener = NULL;
-    if (sk_socket_create(NULL, 0, NULL, NULL, group, &listener, &error) != SK_OK) {
+    if (sk_socket_create(&delegate, sizeof delegate, NULL, NULL, group, &listener, &error) != SK_OK) {
         fprintf(stderr, "sk_socket_create: %s\n", error.message);
         return 1;
     }
-    /* The userdata is the listener itself, so did_disconnect can tell it apart. */
-    sk_socket_set_delegate(listener, &delegate, sizeof delegate, listener);
     /* Accepted connections inherit the listener's settings: no Nagle delay for echoes. */
     sk_socket_set_no_delay(listener, 1);
     if (sk_socket_accept_on_interface(listener, host, (uint16_t)port, &error) != SK_OK) {

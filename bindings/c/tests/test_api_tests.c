@@ -28,6 +28,7 @@ void test_every_error_code_has_a_name(void) {
         {SK_ERR_SYSTEM, "SK_ERR_SYSTEM"},
         {SK_ERR_RESOLUTION, "SK_ERR_RESOLUTION"},
         {SK_ERR_INVALID_HANDLE, "SK_ERR_INVALID_HANDLE"},
+        {SK_ERR_WRITE_QUEUE_FULL, "SK_ERR_WRITE_QUEUE_FULL"},
     };
     for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
         CHECK_STR(sk_error_name(codes[i].code), codes[i].name);

@@ -44,6 +44,7 @@ void test_tcp_getters_follow_the_one_rule(void) {
     CHECK_EQ(sk_socket_get_alternate_address_delay(sock, NULL), SK_OK);
     CHECK_EQ(sk_socket_get_maximum_read_length(sock, NULL), SK_OK);
     CHECK_EQ(sk_socket_get_write_watermarks(sock, NULL, NULL), SK_OK);
+    CHECK_EQ(sk_socket_get_maximum_queued_write_bytes(sock, NULL), SK_OK);
     CHECK_EQ(sk_socket_get_keep_alive(sock, NULL, NULL, NULL, NULL), SK_OK);
     CHECK_EQ(sk_socket_get_buffer_sizes(sock, NULL, NULL), SK_OK);
     CHECK_EQ(sk_socket_read_progress(sock, NULL, NULL, NULL), 0);

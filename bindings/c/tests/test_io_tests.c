@@ -614,11 +614,11 @@ void test_half_close_keeps_writing_open(void) {
     recorder_expect(&pair.recorder, EVENT_DISCONNECT, 1);
     CHECK_EQ(recorder_count(&pair.recorder, EVENT_CLOSE_READ_STREAM), 1);
 
-    /* With auto-disconnect (the default) the same close ends the connection. */
+    /* With auto-disconnect (the default) the same close ends the connection (at once: no
+     * read is queued and nothing is unread). */
     raw_pair_t automatic;
     raw_pair_open(&automatic, NULL);
     shutdown(automatic.peer, SHUT_WR);
-    CHECK_EQ(sk_socket_read(automatic.sock, 0, -1, 1, NULL), SK_OK);
     recorder_expect(&automatic.recorder, EVENT_DISCONNECT, 1);
     CHECK_EQ(recorder_event(&automatic.recorder, EVENT_DISCONNECT, 0).error_code, SK_ERR_CLOSED);
     raw_pair_close(&automatic);
@@ -643,6 +643,150 @@ void test_peer_reset_is_an_error_not_a_signal(void) {
     event_t end = recorder_event(&pair.recorder, EVENT_DISCONNECT, 0);
     CHECK_EQ(end.error_code, SK_ERR_SYSTEM);
     CHECK(end.os_error == ECONNRESET || end.os_error == EPIPE);
+    free(data);
+    raw_pair_close(&pair);
+}
+
+/* The end of the peer's stream, a FIN or a reset, is read like data: what arrived before it
+ * is delivered first, and an idle socket with nothing unread reports it at once. */
+void test_peer_close_on_an_idle_socket_is_reported_at_once(void) {
+    raw_pair_t pair;
+    raw_pair_open(&pair, NULL);
+    shutdown(pair.peer, SHUT_WR); /* no read is queued */
+    recorder_expect(&pair.recorder, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&pair.recorder, EVENT_DISCONNECT, 0).error_code, SK_ERR_CLOSED);
+    CHECK_EQ(recorder_count(&pair.recorder, EVENT_READ), 0);
+    raw_pair_close(&pair);
+
+    /* Without auto-disconnect: did_close_read_stream at once, and writing goes on. */
+    raw_pair_t half;
+    raw_pair_open(&half, half_duplex);
+    shutdown(half.peer, SHUT_WR);
+    recorder_expect(&half.recorder, EVENT_CLOSE_READ_STREAM, 1);
+    CHECK_EQ(sk_socket_is_connected(half.sock), 1);
+    CHECK_EQ(sk_socket_write(half.sock, "still here", 10, -1, 1, NULL), SK_OK);
+    char reply[10];
+    raw_receive(half.peer, reply, sizeof reply);
+    CHECK(memcmp(reply, "still here", sizeof reply) == 0);
+    CHECK_EQ(recorder_count(&half.recorder, EVENT_DISCONNECT), 0);
+    raw_pair_close(&half);
+}
+
+void test_bytes_before_a_peer_close_are_read_before_it_is_reported(void) {
+    raw_pair_t pair;
+    raw_pair_open(&pair, NULL);
+    raw_send(pair.peer, "last words", 10);
+    shutdown(pair.peer, SHUT_WR);
+    /* Unread bytes hold the report back (they are never dropped)... */
+    CHECK_EQ(recorder_wait(&pair.recorder, EVENT_DISCONNECT, 1, 0.3), 0);
+    /* ...until reads have taken them: then the close, with no further read queued. */
+    CHECK_EQ(sk_socket_read_to_length(pair.sock, 4, -1, 1, NULL), SK_OK);
+    CHECK_EQ(sk_socket_read_to_length(pair.sock, 6, -1, 2, NULL), SK_OK);
+    recorder_expect(&pair.recorder, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&pair.recorder, EVENT_DISCONNECT, 0).error_code, SK_ERR_CLOSED);
+    CHECK_EQ(pair.recorder.byte_count, 10);
+    CHECK(memcmp(pair.recorder.bytes, "last words", 10) == 0);
+    raw_pair_close(&pair);
+}
+
+static void reset_now(int fd) {
+    struct linger reset = {1, 0};
+    CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset), 0);
+    close(fd);
+}
+
+/* The peer sends `data` and resets while the loop is held (`then`, if set, runs on the
+ * loop once the reset is there); the read queued for `data` gets it, then the reset ends
+ * the connection. */
+static void expect_read_then_reset(const char *data, size_t length, void (*then)(loop_hold_t *hold)) {
+    raw_pair_t pair;
+    raw_pair_open(&pair, NULL);
+    CHECK_EQ(sk_socket_read_to_length(pair.sock, length, -1, 1, NULL), SK_OK);
+    /* The data and the reset reach the loop in one readiness event. */
+    loop_hold_t hold = {.until_hang_up = 1, .then = then, .context = pair.sock};
+    loop_hold_begin(&hold, pair.sock);
+    raw_send(pair.peer, data, length);
+    reset_now(pair.peer);
+    pair.peer = -1;
+    loop_hold_end(&hold);
+    recorder_expect(&pair.recorder, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_count(&pair.recorder, EVENT_READ), 1);
+    CHECK(memcmp(pair.recorder.bytes, data, length) == 0);
+    event_t end = recorder_event(&pair.recorder, EVENT_DISCONNECT, 0);
+    CHECK_EQ(end.error_code, SK_ERR_SYSTEM);
+    /* A send that met the reset first may have taken ECONNRESET: EPIPE after it. */
+    CHECK(end.os_error == ECONNRESET || (then != NULL && end.os_error == EPIPE));
+    raw_pair_close(&pair);
+}
+
+void test_bytes_before_a_reset_are_delivered_before_the_error(void) {
+    expect_read_then_reset("0123456789", 10, NULL);
+}
+
+/* On the loop, once the reset is there and before the loop has looked at the socket. */
+static void write_into_the_reset(loop_hold_t *hold) {
+    CHECK_EQ(sk_socket_write((sk_socket_t *)hold->context, "pong", 4, -1, 9, NULL), SK_OK);
+}
+
+void test_a_write_that_meets_a_reset_first_still_lets_the_reads_have_their_bytes(void) {
+    expect_read_then_reset("ping", 4, write_into_the_reset);
+}
+
+/* A peer that never reads: past the socket's maximum of queued bytes, a write fails with
+ * SK_ERR_WRITE_QUEUE_FULL and queues nothing, so the memory held stays bounded. */
+void test_write_queue_maximum_refuses_what_would_pass_it(void) {
+    raw_pair_t pair;
+    raw_pair_open(&pair, NULL);
+    size_t maximum = 0;
+    CHECK_EQ(sk_socket_get_maximum_queued_write_bytes(pair.sock, &maximum), SK_OK);
+    CHECK_EQ(maximum, 64 * 1024 * 1024); /* on by default */
+    CHECK_EQ(sk_socket_get_maximum_queued_write_bytes(pair.sock, NULL), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_socket_set_maximum_queued_write_bytes(pair.sock, (size_t)-1), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_socket_set_maximum_queued_write_bytes(pair.sock, 1024 * 1024), SK_OK);
+    CHECK_EQ(sk_socket_get_maximum_queued_write_bytes(pair.sock, &maximum), SK_OK);
+    CHECK_EQ(maximum, 1024 * 1024);
+
+    size_t chunk = 256 * 1024, accepted = 0;
+    unsigned char *data = malloc(chunk);
+    CHECK(data != NULL);
+    sk_error_t error;
+    int status = SK_OK;
+    for (int i = 0; i < 1000 && status == SK_OK; i++) { /* bounded: 250 MiB at most */
+        fill_pattern(data, chunk, (unsigned)i);
+        status = sk_socket_write(pair.sock, data, chunk, -1, i, &error);
+        if (status == SK_OK) accepted += chunk;
+    }
+    CHECK_EQ(status, SK_ERR_WRITE_QUEUE_FULL);
+    CHECK_EQ(error.code, SK_ERR_WRITE_QUEUE_FULL);
+    CHECK(strlen(error.message) > 0);
+    size_t queued = 0;
+    CHECK_EQ(sk_socket_get_queued_write_bytes(pair.sock, &queued), SK_OK);
+    CHECK(queued <= 1024 * 1024);
+    CHECK_EQ(sk_socket_is_connected(pair.sock), 1); /* refused, not disconnected */
+
+    /* Every accepted write arrives, intact, and nothing of the refused one. */
+    unsigned char *received = malloc(accepted + 2 * 1024 * 1024);
+    unsigned char *expected = malloc(chunk);
+    CHECK(received != NULL && expected != NULL);
+    raw_receive(pair.peer, received, accepted);
+    for (size_t offset = 0; offset < accepted; offset += chunk) {
+        fill_pattern(expected, chunk, (unsigned)(offset / chunk));
+        CHECK(memcmp(received + offset, expected, chunk) == 0);
+    }
+    /* Drained: writes go through again; a single write above the maximum never does. */
+    recorder_expect(&pair.recorder, EVENT_WRITE, accepted / chunk);
+    CHECK_EQ(sk_socket_write(pair.sock, "after", 5, -1, 0, NULL), SK_OK);
+    raw_receive(pair.peer, received, 5);
+    CHECK(memcmp(received, "after", 5) == 0);
+    unsigned char *large = calloc(1, 1024 * 1024 + 1);
+    CHECK(large != NULL);
+    CHECK_EQ(sk_socket_write(pair.sock, large, 1024 * 1024 + 1, -1, 0, NULL), SK_ERR_WRITE_QUEUE_FULL);
+    CHECK_EQ(sk_socket_set_maximum_queued_write_bytes(pair.sock, 0), SK_OK); /* 0: no limit */
+    CHECK_EQ(sk_socket_write(pair.sock, large, 1024 * 1024 + 1, -1, 0, NULL), SK_OK);
+    raw_receive(pair.peer, received, 1024 * 1024 + 1);
+    free(large);
+    free(expected);
+    free(received);
     free(data);
     raw_pair_close(&pair);
 }

@@ -595,24 +595,6 @@ void test_accept_without_did_accept_closes(void) {
     recorder_destroy(&recorder);
 }
 
-typedef struct {
-    pthread_mutex_t lock;
-    pthread_cond_t changed;
-    int entered;
-    int released;
-} loop_blocker_t;
-
-/* Runs on the socket's loop thread and holds it until the test lets go. */
-static void block_loop(const sk_socket_descriptors_t *descriptors, void *context) {
-    loop_blocker_t *blocker = context;
-    (void)descriptors;
-    pthread_mutex_lock(&blocker->lock);
-    blocker->entered = 1;
-    pthread_cond_broadcast(&blocker->changed);
-    while (!blocker->released) pthread_cond_wait(&blocker->changed, &blocker->lock);
-    pthread_mutex_unlock(&blocker->lock);
-}
-
 void test_release_stops_writes_into_caller_buffers(void) {
     recorder_t recorder;
     recorder_init(&recorder);
@@ -627,19 +609,13 @@ void test_release_stops_writes_into_caller_buffers(void) {
 
     /* Hold the loop, let the data arrive, release, then let the loop go: it sees the data
      * before it runs the close, and must not copy it into the released caller's buffer. */
-    loop_blocker_t blocker = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
-    CHECK_EQ(sk_socket_perform(sock, block_loop, &blocker), SK_OK);
-    pthread_mutex_lock(&blocker.lock);
-    while (!blocker.entered) pthread_cond_wait(&blocker.changed, &blocker.lock);
-    pthread_mutex_unlock(&blocker.lock);
+    loop_hold_t hold = {0};
+    loop_hold_begin(&hold, sock);
     unsigned char payload[64];
     memset(payload, 'x', sizeof payload);
     raw_send(peer, payload, sizeof payload);
     CHECK_EQ(sk_socket_release(sock), SK_OK);
-    pthread_mutex_lock(&blocker.lock);
-    blocker.released = 1;
-    pthread_cond_broadcast(&blocker.changed);
-    pthread_mutex_unlock(&blocker.lock);
+    loop_hold_end(&hold);
 
     raw_wait_closed(peer);
     for (int i = 0; i < 64; i++) CHECK_EQ(buffer[i], 0xEE);
@@ -660,12 +636,9 @@ void test_release_after_disconnect_after_writing_still_delivers(void) {
     /* More than the kernel buffers hold while the peer is not reading: most of it is still
      * queued in SocketKit when the handle goes away. */
     size_t length = 16 * 1024 * 1024;
-    unsigned char *data = malloc(length);
+    unsigned char *data = write_then_disconnect_after_writing(sock, length, 5);
     unsigned char *received = malloc(length + 1);
-    CHECK(data != NULL && received != NULL);
-    fill_pattern(data, length, 5);
-    CHECK_EQ(sk_socket_write(sock, data, length, -1, 1, NULL), SK_OK);
-    CHECK_EQ(sk_socket_disconnect_after_writing(sock), SK_OK);
+    CHECK(received != NULL);
     CHECK_EQ(sk_socket_release(sock), SK_OK);
     CHECK_EQ(raw_receive_until_eof(peer, received, length + 1), length);
     CHECK(memcmp(received, data, length) == 0);
@@ -726,4 +699,28 @@ void test_graceful_close_in_a_callback_keeps_its_data(void) {
     close(listener);
     recorder_destroy(&first);
     recorder_destroy(&second);
+}
+
+void test_release_while_connecting_after_disconnect_after_writing_still_delivers(void) {
+    stalled_listener_t stalled;
+    recorder_t recorder;
+    recorder_init(&recorder);
+    sk_socket_t *sock = stalled_connection(&stalled, &recorder);
+    size_t length = 256 * 1024;
+    unsigned char *data = write_then_disconnect_after_writing(sock, length, 9);
+    unsigned char *received = malloc(length + 1);
+    CHECK(received != NULL);
+    CHECK_EQ(sk_socket_is_connected(sock), 0); /* still connecting */
+    CHECK_EQ(sk_socket_release(sock), SK_OK);
+
+    int peer = stalled_listener_admit(&stalled);
+    CHECK_EQ(raw_receive_until_eof(peer, received, length + 1), length);
+    CHECK(memcmp(received, data, length) == 0);
+    /* Released: no callbacks (a watermark may have come before the release). */
+    CHECK_EQ(recorder_count(&recorder, EVENT_CONNECT) + recorder_count(&recorder, EVENT_DISCONNECT), 0);
+    close(peer);
+    free(data);
+    free(received);
+    stalled_listener_close(&stalled);
+    recorder_destroy(&recorder);
 }

@@ -5,6 +5,9 @@
     X(tls_info_and_certificate_helpers)       \
     X(tls_bad_certificates_have_their_own_codes) \
     X(tls_client_certificate_required)        \
+    X(tls_echo_in_did_read_survives_a_peer_reset) \
+    X(tls_alert_then_reset_reports_the_alert) \
+    X(tls_writes_queued_while_connecting_survive_a_release) \
     X(tls_manual_trust)                       \
     X(tls_handshake_timeout_runs_during_manual_trust) \
     X(tls_settings_errors_and_handles)        \
@@ -63,13 +66,19 @@
     X(disconnect_after_reading_waits_for_reads) \
     X(read_timeout_extends_then_fails)        \
     X(watermarks_follow_a_slow_peer)          \
+    X(write_queue_maximum_refuses_what_would_pass_it) \
     X(half_close_keeps_writing_open)          \
     X(peer_reset_is_an_error_not_a_signal)    \
+    X(peer_close_on_an_idle_socket_is_reported_at_once) \
+    X(bytes_before_a_peer_close_are_read_before_it_is_reported) \
+    X(bytes_before_a_reset_are_delivered_before_the_error) \
+    X(a_write_that_meets_a_reset_first_still_lets_the_reads_have_their_bytes) \
     X(no_callback_after_release)              \
     X(driven_loop_group_runs_on_the_host_thread) \
     X(driven_loop_group_released_elsewhere_stops_in_the_next_run) \
     X(release_stops_writes_into_caller_buffers) \
     X(release_after_disconnect_after_writing_still_delivers) \
+    X(release_while_connecting_after_disconnect_after_writing_still_delivers) \
     X(release_inside_own_callback)            \
     X(graceful_close_in_a_callback_keeps_its_data) \
     X(set_delegate_and_callback_queue)        \

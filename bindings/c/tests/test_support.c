@@ -542,3 +542,103 @@ void raw_wait_closed(int fd) {
         }
     }
 }
+
+static void hold_until_released(const sk_socket_descriptors_t *descriptors, void *context) {
+    loop_hold_t *hold = context;
+    pthread_mutex_lock(&hold->lock);
+    hold->held = 1;
+    pthread_cond_broadcast(&hold->changed);
+    struct timespec limit = deadline_after(WAIT_SECONDS);
+    while (!hold->released) {
+        if (pthread_cond_timedwait(&hold->changed, &hold->lock, &limit) != 0) break;
+    }
+    pthread_mutex_unlock(&hold->lock);
+    struct pollfd entry = {descriptors->primary, 0, 0};
+    double end = now_seconds() + WAIT_SECONDS;
+    while (hold->until_hang_up && now_seconds() < end) {
+        if (poll(&entry, 1, 100) > 0 && (entry.revents & (POLLHUP | POLLERR))) break;
+    }
+    if (hold->then) hold->then(hold);
+}
+
+static void signal_hold(const sk_socket_descriptors_t *descriptors, void *context) {
+    (void)descriptors;
+    loop_hold_t *hold = context;
+    pthread_mutex_lock(&hold->lock);
+    hold->held = 1;
+    pthread_cond_broadcast(&hold->changed);
+    pthread_mutex_unlock(&hold->lock);
+}
+
+/* Waits until a function given to sk_socket_perform has set `held`, then clears it. */
+static void wait_held(loop_hold_t *hold) {
+    pthread_mutex_lock(&hold->lock);
+    struct timespec limit = deadline_after(WAIT_SECONDS);
+    while (!hold->held) CHECK(pthread_cond_timedwait(&hold->changed, &hold->lock, &limit) == 0);
+    hold->held = 0;
+    pthread_mutex_unlock(&hold->lock);
+}
+
+void loop_hold_begin(loop_hold_t *hold, sk_socket_t *sock) {
+    pthread_mutex_init(&hold->lock, NULL);
+    pthread_condattr_t attributes;
+    pthread_condattr_init(&attributes);
+    pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC); /* deadline_after's clock */
+    pthread_cond_init(&hold->changed, &attributes);
+    pthread_condattr_destroy(&attributes);
+    hold->held = 0;
+    hold->released = 0;
+    /* A first round trip: the work earlier calls left for the loop's current iteration
+     * (a read's first pass over the socket) has run before the hold begins. */
+    CHECK_EQ(sk_socket_perform(sock, signal_hold, hold), SK_OK);
+    wait_held(hold);
+    CHECK_EQ(sk_socket_perform(sock, hold_until_released, hold), SK_OK);
+    wait_held(hold);
+}
+
+void loop_hold_end(loop_hold_t *hold) {
+    pthread_mutex_lock(&hold->lock);
+    hold->released = 1;
+    pthread_cond_broadcast(&hold->changed);
+    pthread_mutex_unlock(&hold->lock);
+}
+
+/* A listener whose accept queue is full (backlog 0, one connection waiting): the kernel
+ * drops the next SYN, so a connect to it stays in progress until the queue has room and the
+ * SYN comes again (a second later). */
+void stalled_listener_open(stalled_listener_t *stalled) {
+    stalled->port = 0;
+    stalled->listener = raw_listen("127.0.0.1", &stalled->port, 0);
+    stalled->filler = raw_connect("127.0.0.1", stalled->port);
+    /* Until the filler is in the queue: a SYN that came before would still get in. */
+    CHECK(wait_for(stalled->listener, POLLIN));
+}
+
+/* Makes room; returns the next connection, once its SYN has come again. */
+int stalled_listener_admit(stalled_listener_t *stalled) {
+    close(raw_accept(stalled->listener));
+    close(stalled->filler);
+    stalled->filler = -1;
+    return raw_accept(stalled->listener);
+}
+
+void stalled_listener_close(stalled_listener_t *stalled) {
+    if (stalled->filler >= 0) close(stalled->filler);
+    close(stalled->listener);
+}
+
+sk_socket_t *stalled_connection(stalled_listener_t *stalled, recorder_t *recorder) {
+    stalled_listener_open(stalled);
+    sk_socket_t *sock = recorded_socket(recorder, NULL);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", stalled->port, NULL, -1, NULL), SK_OK);
+    return sock;
+}
+
+unsigned char *write_then_disconnect_after_writing(sk_socket_t *sock, size_t length, unsigned seed) {
+    unsigned char *data = malloc(length);
+    CHECK(data != NULL);
+    fill_pattern(data, length, seed);
+    CHECK_EQ(sk_socket_write(sock, data, length, -1, 1, NULL), SK_OK);
+    CHECK_EQ(sk_socket_disconnect_after_writing(sock), SK_OK);
+    return data;
+}

@@ -233,6 +233,42 @@ size_t raw_receive_until_eof(int fd, void *data, size_t capacity);
 /* Waits until the peer closed: EOF, or a reset (closing with unread input sends RST). */
 void raw_wait_closed(int fd);
 
+/* Holds a socket's event loop: loop_hold_begin() returns once a function of the socket runs
+ * on the loop (sk_socket_perform) and blocks it, until loop_hold_end() (what earlier calls
+ * gave the loop to do has run by then: reads queued before have had their first pass). Then, with
+ * `until_hang_up`, the function also waits (bounded) until the kernel has the peer's close
+ * or reset for the socket, and it runs `then` (if set) on the loop before letting it go on.
+ * What the peer sent meanwhile then reaches the loop in one readiness event. */
+typedef struct loop_hold {
+    int until_hang_up;
+    void (*then)(struct loop_hold *hold);
+    void *context;
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int held;
+    int released;
+} loop_hold_t;
+void loop_hold_begin(loop_hold_t *hold, sk_socket_t *sock);
+void loop_hold_end(loop_hold_t *hold);
+
+/* A listener whose accept queue is full: a connect to `port` stays
+ * in progress until stalled_listener_admit() makes room and returns that connection. */
+typedef struct stalled_listener stalled_listener_t;
+struct stalled_listener {
+    int listener;
+    int filler;
+    uint16_t port;
+};
+void stalled_listener_open(stalled_listener_t *stalled);
+int stalled_listener_admit(stalled_listener_t *stalled);
+void stalled_listener_close(stalled_listener_t *stalled);
+/* Opens `stalled` and a recorded socket connecting to it (in progress until admitted). */
+sk_socket_t *stalled_connection(stalled_listener_t *stalled, recorder_t *recorder);
+
+/* Writes `length` pattern bytes (seed `seed`), then sk_socket_disconnect_after_writing();
+ * returns the bytes (free() them). */
+unsigned char *write_then_disconnect_after_writing(sk_socket_t *sock, size_t length, unsigned seed);
+
 /* Fills a buffer with a checkable pattern. */
 void fill_pattern(unsigned char *data, size_t length, unsigned seed);
 

@@ -5,6 +5,7 @@
  * first test needs them. */
 #include "test_support.h"
 
+#include <errno.h>
 #include <poll.h>
 #include <signal.h>
 #include <time.h>
@@ -331,12 +332,12 @@ void test_tls_client_certificate_required(void) {
     tls_server_start(&server, serving);
 
     /* Without a certificate: the server refuses; a TLS 1.3 client learns it from the
-     * server's alert when it next reads. */
+     * server's alert, which it reads at once (the server closes after it), read queued or
+     * not. */
     recorder_t bare;
     recorder_init(&bare);
     sk_tls_settings_t *settings = client_settings();
     sk_socket_t *sock = tls_client(&bare, "127.0.0.1", server.port, settings);
-    CHECK_EQ(sk_socket_read(sock, 0, -1, 0, NULL), SK_OK);
     recorder_expect(&bare, EVENT_DISCONNECT, 1);
     CHECK_EQ(recorder_event(&bare, EVENT_DISCONNECT, 0).error_code, SK_ERR_TLS_CLIENT_CERT_REQUIRED);
     recorder_expect(&server.server, EVENT_DISCONNECT, 1);
@@ -351,7 +352,6 @@ void test_tls_client_certificate_required(void) {
     CHECK_EQ(sk_tls_settings_set_certificate_chain_file(settings, cert_path("client-untrusted-chain.pem")), SK_OK);
     CHECK_EQ(sk_tls_settings_set_private_key_file(settings, cert_path("client-untrusted.key"), NULL), SK_OK);
     sock = tls_client(&stranger, "127.0.0.1", server.port, settings);
-    CHECK_EQ(sk_socket_read(sock, 0, -1, 0, NULL), SK_OK);
     recorder_expect(&server.server, EVENT_DISCONNECT, 2);
     event_t refused = recorder_event(&server.server, EVENT_DISCONNECT, 1);
     if (refused.error_code != SK_ERR_TLS_SELF_SIGNED) fprintf(stderr, "server: %s\n", refused.text);
@@ -1079,7 +1079,8 @@ void test_tls_error_codes_have_names(void) {
         for (int other = 0; other > codes[i].code; other--)
             CHECK(strcmp(sk_strerror(codes[i].code), sk_strerror(other)) != 0);
     }
-    CHECK_STR(sk_error_name(SK_ERR_TLS_SETTINGS - 1), "SK_ERR_UNKNOWN");
+    CHECK_STR(sk_error_name(SK_ERR_WRITE_QUEUE_FULL), "SK_ERR_WRITE_QUEUE_FULL"); /* the next code */
+    CHECK_STR(sk_error_name(SK_ERR_WRITE_QUEUE_FULL - 1), "SK_ERR_UNKNOWN");
 }
 
 /* A program built against the header before TLS passes a delegate struct without
@@ -1126,4 +1127,169 @@ void test_tls_delegate_from_an_older_header(void) {
     recorder_destroy(&manual);
     sk_tls_settings_release(settings);
     tls_server_stop(&server);
+}
+
+/* Data lent to did_read stays valid until the callback returns, whatever it does: here it
+ * echoes (as the echo example does) bytes served from the prebuffer, on a TLS connection
+ * whose peer has reset, so the TLS send inside sk_socket_write fails. The session must not
+ * end (and free the prebuffer) under the callback; it ends after it, with the reset. */
+typedef struct reset_before_echo {
+    sk_socket_t *client;          /* the peer, on a loop group of its own */
+    recorder_t *client_recorder;
+    int connected_after_echo;     /* the server, right after its failing echo */
+    int bytes_intact_after_echo;
+} reset_before_echo_t;
+
+static void set_linger_zero(const sk_socket_descriptors_t *descriptors, void *context) {
+    (void)context;
+    struct linger reset = {1, 0};
+    CHECK_EQ(setsockopt(descriptors->primary, SOL_SOCKET, SO_LINGER, &reset, sizeof reset), 0);
+}
+
+/* Waits (bounded) until the kernel has the peer's reset for this socket. */
+static void wait_for_hangup(const sk_socket_descriptors_t *descriptors, void *context) {
+    int *hung_up = context;
+    struct pollfd entry = {descriptors->primary, 0, 0};
+    double limit = now_seconds() + WAIT_SECONDS;
+    while (!*hung_up && now_seconds() < limit) {
+        if (poll(&entry, 1, 100) > 0 && (entry.revents & (POLLHUP | POLLERR))) *hung_up = 1;
+    }
+}
+
+static void echo_after_the_peer_reset(recorder_t *recorder, sk_socket_t *sock, const void *data, size_t length, long tag) {
+    reset_before_echo_t *test = recorder->context;
+    if (tag == 1) {
+        /* The peer resets now; the second read, whose bytes wait in the prebuffer, then
+         * runs with the reset already in the kernel. */
+        CHECK_EQ(sk_socket_perform(test->client, set_linger_zero, NULL), SK_OK);
+        CHECK_EQ(sk_socket_disconnect(test->client), SK_OK);
+        recorder_expect(test->client_recorder, EVENT_DISCONNECT, 1);
+        int hung_up = 0;
+        CHECK_EQ(sk_socket_perform(sock, wait_for_hangup, &hung_up), SK_OK); /* runs inline: its loop */
+        CHECK(hung_up);
+        return;
+    }
+    CHECK_EQ(sk_socket_write(sock, data, length, -1, 9, NULL), SK_OK);
+    test->connected_after_echo = sk_socket_is_connected(sock);
+    test->bytes_intact_after_echo = length == 4 && memcmp(data, "pong", 4) == 0;
+}
+
+void test_tls_echo_in_did_read_survives_a_peer_reset(void) {
+    tls_server_t server;
+    tls_server_start(&server, server_settings("server"));
+    sk_loop_group_t *client_group = NULL;
+    CHECK_EQ(sk_loop_group_create(1, &client_group, NULL), SK_OK);
+    recorder_t client;
+    recorder_init(&client);
+    sk_socket_delegate_t delegate = recorder_delegate();
+    sk_socket_t *sock = NULL;
+    CHECK_EQ(sk_socket_create(&delegate, sizeof delegate, &client, NULL, client_group, &sock, NULL), SK_OK);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", server.port, NULL, 10, NULL), SK_OK);
+    sk_tls_settings_t *settings = client_settings();
+    CHECK_EQ(sk_socket_start_tls(sock, settings, NULL), SK_OK);
+    sk_tls_settings_release(settings);
+
+    reset_before_echo_t test = {sock, &client, -1, 0};
+    server.server.context = &test;
+    server.server.on_read = echo_after_the_peer_reset;
+    sk_socket_t *accepted = recorder_accepted(&server.listener_recorder, 0);
+    recorder_expect(&server.server, EVENT_SECURE, 1);
+    CHECK_EQ(sk_socket_read_to_length(accepted, 4, -1, 1, NULL), SK_OK);
+    CHECK_EQ(sk_socket_read_to_length(accepted, 4, -1, 2, NULL), SK_OK);
+    recorder_expect(&client, EVENT_SECURE, 1);
+    /* One record: the first read takes "ping", "pong" waits in the prebuffer. */
+    CHECK_EQ(sk_socket_write(sock, "pingpong", 8, -1, 0, NULL), SK_OK);
+
+    recorder_expect(&server.server, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_count(&server.server, EVENT_READ), 2);
+    CHECK_EQ(test.connected_after_echo, 1);
+    CHECK(test.bytes_intact_after_echo);
+    event_t end = recorder_event(&server.server, EVENT_DISCONNECT, 0);
+    if (end.error_code != SK_ERR_SYSTEM) fprintf(stderr, "server: %s\n", end.text);
+    CHECK_EQ(end.error_code, SK_ERR_SYSTEM);
+    CHECK(end.os_error == ECONNRESET || end.os_error == EPIPE);
+    CHECK_EQ(server.server.after_disconnect, 0);
+
+    sk_socket_release(sock);
+    sk_loop_group_release(client_group);
+    recorder_destroy(&client);
+    tls_server_stop(&server);
+}
+
+/* A TLS alert followed by a reset: the alert is read before the reset is reported, so the
+ * error is the alert's, not "the peer closed during the handshake". */
+void test_tls_alert_then_reset_reports_the_alert(void) {
+    uint16_t port = 0;
+    int listener = raw_listen("127.0.0.1", &port, 8);
+    recorder_t client;
+    recorder_init(&client);
+    sk_tls_settings_t *settings = client_settings();
+    sk_socket_t *sock = tls_client(&client, "127.0.0.1", port, settings);
+    sk_tls_settings_release(settings);
+    int peer = raw_accept(listener);
+    unsigned char header[5];
+    raw_receive(peer, header, sizeof header); /* the ClientHello's record header, then its body */
+    size_t length = (size_t)header[3] << 8 | header[4];
+    unsigned char *hello = malloc(length);
+    CHECK(hello != NULL);
+    raw_receive(peer, hello, length);
+    free(hello);
+
+    loop_hold_t hold = {.until_hang_up = 1};
+    loop_hold_begin(&hold, sock);
+    /* A fatal protocol_version alert, as a server that accepts none of our versions sends. */
+    static const unsigned char alert[] = {0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x46};
+    raw_send(peer, alert, sizeof alert);
+    struct linger reset = {1, 0};
+    CHECK_EQ(setsockopt(peer, SOL_SOCKET, SO_LINGER, &reset, sizeof reset), 0);
+    close(peer);
+    loop_hold_end(&hold);
+
+    recorder_expect(&client, EVENT_DISCONNECT, 1);
+    event_t end = recorder_event(&client, EVENT_DISCONNECT, 0);
+    if (end.error_code != SK_ERR_TLS_PROTOCOL_VERSION) fprintf(stderr, "client: %s\n", end.text);
+    CHECK_EQ(end.error_code, SK_ERR_TLS_PROTOCOL_VERSION);
+    sk_socket_release(sock);
+    close(listener);
+    recorder_destroy(&client);
+}
+
+/* Writes queued behind start_tls while still connecting are sent after a release (with
+ * disconnect-after-writing): the released socket connects, secures and writes first. */
+void test_tls_writes_queued_while_connecting_survive_a_release(void) {
+    stalled_listener_t stalled;
+    recorder_t client;
+    recorder_init(&client);
+    sk_socket_t *sock = stalled_connection(&stalled, &client);
+    sk_tls_settings_t *settings = client_settings();
+    CHECK_EQ(sk_tls_settings_set_peer_name(settings, "localhost"), SK_OK);
+    CHECK_EQ(sk_socket_start_tls(sock, settings, NULL), SK_OK);
+    sk_tls_settings_release(settings);
+    size_t length = 100000;
+    unsigned char *data = write_then_disconnect_after_writing(sock, length, 4);
+    CHECK_EQ(sk_socket_is_connected(sock), 0); /* still connecting */
+    CHECK_EQ(sk_socket_release(sock), SK_OK);
+
+    recorder_t server;
+    recorder_init(&server);
+    sk_socket_delegate_t delegate = recorder_delegate();
+    sk_socket_t *accepted = NULL;
+    CHECK_EQ(sk_socket_create_from_fd(stalled_listener_admit(&stalled), &delegate, sizeof delegate, &server, NULL,
+                                      NULL, &accepted, NULL), SK_OK);
+    sk_tls_settings_t *serving = server_settings("server");
+    CHECK_EQ(sk_socket_start_tls(accepted, serving, NULL), SK_OK);
+    sk_tls_settings_release(serving);
+    CHECK_EQ(sk_socket_read_to_length(accepted, length, -1, 1, NULL), SK_OK);
+    recorder_expect_bytes(&server, length);
+    CHECK(memcmp(server.bytes, data, length) == 0);
+    /* Then the client's close_notify and FIN. */
+    recorder_expect(&server, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&server, EVENT_DISCONNECT, 0).error_code, SK_ERR_CLOSED);
+    /* Released: no callbacks (a watermark may have come before the release). */
+    CHECK_EQ(recorder_count(&client, EVENT_CONNECT) + recorder_count(&client, EVENT_DISCONNECT), 0);
+    sk_socket_release(accepted);
+    free(data);
+    stalled_listener_close(&stalled);
+    recorder_destroy(&server);
+    recorder_destroy(&client);
 }

@@ -1,7 +1,9 @@
 """A line echo server and a client on SocketKit, in one asyncio program.
 
 Delegate methods run on the asyncio loop (socketkit.aio); the client uses the awaitable
-helpers, the server a coroutine per connection.
+helpers, the server a coroutine per connection. The server awaits each write before it reads
+the next line: a client that does not read its echo stops being read from (backpressure),
+instead of making the server queue without bound.
 
     python echo_demo.py
 """

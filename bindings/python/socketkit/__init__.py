@@ -115,6 +115,7 @@ from .errors import (
     TruncatedError,
     TruncatedTLSError,
     UnknownIssuerError,
+    WriteQueueFullError,
     WriteTimeoutError,
 )
 
@@ -133,5 +134,6 @@ __all__ = [
     "SystemCallError",
     "TLSError", "TLSFailedError", "TLSInfo", "TLSPeerClosedError", "TLSRole", "TLSSettings", "TLSSettingsError",
     "TLSTrust", "TLSVerification", "TLSVersion", "TimeoutError", "TruncatedError", "TruncatedTLSError",
-    "UdpSocket", "UnknownIssuerError", "WriteTimeoutError", "ZERO", "default_queue", "lookup_host",
+    "UdpSocket", "UnknownIssuerError", "WriteQueueFullError", "WriteTimeoutError", "ZERO", "default_queue",
+    "lookup_host",
 ]

@@ -843,8 +843,9 @@ class Socket(_SocketBase):
     Without a delegate (None) a socket cannot connect or accept: those raise
     :class:`BadConfigError`, as in C and Swift; set :attr:`delegate` first.
 
-    Keep a reference: a socket nobody holds is closed. Use it as a context manager, or
-    call :meth:`close`; afterwards every method raises :class:`InvalidHandleError`.
+    Keep a reference: a socket nobody holds is aborted (queued writes dropped, as
+    :meth:`abort`). Use it as a context manager, or call :meth:`close` (queued writes are
+    still sent); afterwards every method raises :class:`InvalidHandleError`.
     """
 
     def __init__(self, delegate: Any = None, *, queue: Optional[CallbackQueue] = _UNSET,
@@ -934,9 +935,11 @@ class Socket(_SocketBase):
 
     def close(self) -> None:
         """Releases the socket. Writes already queued are still sent before the connection
-        closes (as asyncio's ``transport.close()`` does); queued reads are dropped. No
-        delegate method runs after this returns (one running on another thread is waited
-        for). Idempotent."""
+        closes (as asyncio's ``transport.close()`` does), for at most two minutes, also when
+        the socket is still connecting: it goes on connecting (within its connect timeout)
+        and through a queued :meth:`start_tls` handshake. Queued reads are dropped (except
+        those ahead of such a handshake, which waits for them). No delegate method runs
+        after this returns (one running on another thread is waited for). Idempotent."""
         if self._handle is not None:
             lib.sk_socket_disconnect_after_writing(self._handle)
         self._release()
@@ -1034,6 +1037,12 @@ class Socket(_SocketBase):
 
     @property
     def auto_disconnect_on_closed_read_stream(self) -> bool:
+        """When the peer closes its side: True (default) ends the connection
+        (``socket_did_disconnect`` with :class:`ClosedError`), False keeps it open for
+        writing and calls ``socket_did_close_read_stream``; either once every byte that
+        arrived before the close has been read (at once when none is unread, whether or not
+        a read is queued). A reset is reported the same way, as
+        :class:`ConnectionResetError`, after the bytes that came before it."""
         return self._flag(lib.sk_socket_get_auto_disconnect_on_closed_read_stream)
 
     @auto_disconnect_on_closed_read_stream.setter
@@ -1072,6 +1081,22 @@ class Socket(_SocketBase):
         error = _ffi.CError()
         _raise_for(lib.sk_socket_set_write_watermarks(self.handle, _size(low, "low"), _size(high, "high"),
                                                       byref(error)), error)
+
+    @property
+    def maximum_queued_write_bytes(self) -> int:
+        """The most bytes the write queue may hold: written, and not yet taken by the kernel
+        (64 MiB by default; 0: no limit). A write that would take the queue above it raises
+        :class:`WriteQueueFullError` and queues nothing, so a peer that stops reading cannot
+        make the socket's memory grow without bound, even when the watermarks are ignored
+        (heed them first: stop writing, or reading what you echo, at the high one). A single
+        write larger than the maximum always raises."""
+        value = c_size_t()
+        _raise_for(lib.sk_socket_get_maximum_queued_write_bytes(self.handle, byref(value)))
+        return value.value
+
+    @maximum_queued_write_bytes.setter
+    def maximum_queued_write_bytes(self, maximum: int) -> None:
+        _raise_for(lib.sk_socket_set_maximum_queued_write_bytes(self.handle, _size(maximum, "maximum")))
 
     @property
     def no_delay(self) -> bool:
@@ -1267,7 +1292,9 @@ class Socket(_SocketBase):
     def _write_py(self, data: BytesLike, timeout: float = -1, tag: int = 0) -> None:
         """Queues `data` (any bytes-like object); ``socket_did_write(sock, tag)`` follows once
         the kernel accepted it all. Large ``bytes`` objects (immutable) are sent without a
-        copy and kept alive until SocketKit is done with them; anything else is copied."""
+        copy and kept alive until SocketKit is done with them; anything else is copied.
+        Raises :class:`WriteQueueFullError` (nothing queued) when the write would take the
+        queue above :attr:`maximum_queued_write_bytes`."""
         source: Any
         if isinstance(data, bytes) and len(data) >= _NO_COPY_THRESHOLD:
             self._write_no_copy(data, timeout, tag)
@@ -1464,7 +1491,10 @@ class Socket(_SocketBase):
     # ---- advanced ------------------------------------------------------------------------
 
     def perform(self, function: Callable[[Descriptors], None]) -> None:
-        """Runs `function(descriptors)` on the socket's loop thread (e.g. for setsockopt)."""
+        """Runs `function(descriptors)` on the socket's loop thread (e.g. for setsockopt).
+        It runs as a delegate method does: methods it causes are called after it, and a
+        disconnect it makes takes effect once it returns. Called on the loop thread (from a
+        delegate method with ``queue=None``), it runs before ``perform`` returns."""
         def trampoline(descriptors, context):
             try:
                 value = descriptors.contents

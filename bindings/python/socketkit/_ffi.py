@@ -291,6 +291,8 @@ PROTOTYPES = {
     "sk_socket_get_maximum_read_length": (c_int, [_handle, POINTER(c_size_t)]),
     "sk_socket_set_write_watermarks": (c_int, [_handle, c_size_t, c_size_t, _error]),
     "sk_socket_get_write_watermarks": (c_int, [_handle, POINTER(c_size_t), POINTER(c_size_t)]),
+    "sk_socket_set_maximum_queued_write_bytes": (c_int, [_handle, c_size_t]),
+    "sk_socket_get_maximum_queued_write_bytes": (c_int, [_handle, POINTER(c_size_t)]),
     "sk_socket_set_no_delay": (c_int, [_handle, c_int]),
     "sk_socket_get_no_delay": (c_int, [_handle]),
     "sk_socket_set_keep_alive": (c_int, [_handle, c_int, c_int, c_int, c_int, _error]),

@@ -43,7 +43,7 @@ from typing import Any, Awaitable, Callable, Deque, Dict, Optional, Tuple, Union
 
 from ._core import HostQueue, IPAddress, LoopGroup, Socket, UdpSocket
 from ._tls import TLSInfo, TLSSettings, TLSTrust
-from .errors import ClosedError, Error, PeerRejectedError
+from .errors import BadConfigError, ClosedError, Error, PeerRejectedError
 
 #: Decides manual trust (``TLSSettings(manual_trust_evaluation=True)``): returns True or
 #: False, or an awaitable of it.
@@ -207,10 +207,26 @@ class AsyncSocket:
         tag, future = self._begin(kind)
         try:
             start(tag)
+        except BadConfigError:
+            self._futures.pop((kind, tag), None)
+            if not self._has_ended():
+                raise
+            # The connection ended (a peer close is reported at once, even with nothing
+            # queued) and its socket_did_disconnect is still on its way: raise what ended it.
+            await asyncio.shield(self._closed)
+            raise self._error if self._error is not None else ClosedError("the connection was closed") from None
         except BaseException:
             self._futures.pop((kind, tag), None)
             raise
         return await future
+
+    def _has_ended(self) -> bool:
+        """A session of the socket ended and its socket_did_disconnect is yet to come."""
+        sock = self.socket
+        try:
+            return sock.is_disconnected and sock._sessions_started > sock._sessions_ended
+        except Error:  # closed by this program
+            return False
 
     async def read(self, max_length: int = 0, timeout: float = -1) -> bytes:
         """Whatever is available (at least one byte)."""

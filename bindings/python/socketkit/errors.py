@@ -44,6 +44,8 @@ or ``except ConnectionRefusedError`` work as in the standard library:
       unreadable or invalid certificate, key or trust file, a wrong key password, a key
       that does not match its certificate, an unknown cipher, an empty peer name, text
       with a NUL character, ...
+  - :class:`WriteQueueFullError` -- a write would take the socket's queued bytes above
+    its ``maximum_queued_write_bytes``: refused, nothing queued
 """
 from __future__ import annotations
 
@@ -79,6 +81,7 @@ TLS_HANDSHAKE_TIMEOUT = -24
 TLS_TRUNCATED = -25
 TLS_PEER_REJECTED = -26
 TLS_SETTINGS = -27
+WRITE_QUEUE_FULL = -28
 
 
 class Error(Exception):
@@ -272,6 +275,14 @@ class TLSSettingsError(TLSError, ValueError):
     code = TLS_SETTINGS
 
 
+class WriteQueueFullError(Error):
+    """A write would take the socket's queued, unsent bytes above its
+    ``maximum_queued_write_bytes``: it was refused and nothing of it queued. The peer is not
+    keeping up; stop writing until the queue drains (the watermark methods tell when)."""
+
+    code = WRITE_QUEUE_FULL
+
+
 #: C code -> exception class (the table tests compare with the C and Swift tables).
 CLASSES: Dict[int, Type[Error]] = {
     BAD_CONFIG: BadConfigError,
@@ -301,6 +312,7 @@ CLASSES: Dict[int, Type[Error]] = {
     TLS_TRUNCATED: TruncatedTLSError,
     TLS_PEER_REJECTED: PeerRejectedError,
     TLS_SETTINGS: TLSSettingsError,
+    WRITE_QUEUE_FULL: WriteQueueFullError,
 }
 
 
