@@ -140,6 +140,12 @@ public final class EventLoop: @unchecked Sendable {
     }
 
     deinit {
+        // Closed only here, not when the loop stops: a thread that decided to wake the loop
+        // writes to it after letting go of the task lock, and by then the loop may have
+        // stopped. While that thread is inside `execute` (or `requestStop`) it holds this
+        // object, so the descriptor is still ours and cannot have been reused for anything
+        // else; the bytes it writes go to an eventfd nobody reads.
+        if wakeupFD >= 0 { close(wakeupFD) }
         events.deallocate()
         readBuffer.deallocate()
         discardBuffer.deallocate()
@@ -483,9 +489,9 @@ public final class EventLoop: @unchecked Sendable {
         body()
     }
 
+    /// The descriptors only the loop thread uses (the eventfd stays until deinit).
     private func closeDescriptors() {
         if timerFD >= 0 { close(timerFD) }
-        if wakeupFD >= 0 { close(wakeupFD) }
         if epollFD >= 0 { close(epollFD) }
     }
 

@@ -65,4 +65,5 @@
     X(ipv6_loopback)                          \
     X(unix_domain_sockets)                    \
     X(create_from_fd)                         \
-    X(pause_accepting_when_out_of_descriptors)
+    X(pause_accepting_when_out_of_descriptors) \
+    X(wake_up_never_writes_to_a_closed_loop_descriptor)

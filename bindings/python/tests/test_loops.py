@@ -1,0 +1,102 @@
+"""Loop groups stopping while other threads still use them (issue 26.3-26.5)."""
+import ctypes
+import gc
+import socket
+import sys
+import threading
+import time
+
+import socketkit
+from socketkit import _ffi
+
+
+class Hammer:
+    """Threads that queue Socket.perform calls on one socket, each at most `budget` times,
+    with at most `backlog` calls queued and not yet run."""
+
+    def __init__(self, sock: socketkit.Socket, budget: int, backlog: int) -> None:
+        self.sock = sock
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.accepted = 0
+        self.ran = 0
+        self.threads = [threading.Thread(target=self._run, args=(budget, backlog)) for _ in range(3)]
+        for thread in self.threads:
+            thread.start()
+
+    def _ran(self, descriptors: socketkit.Descriptors) -> None:
+        with self.lock:
+            self.ran += 1
+
+    def _run(self, budget: int, backlog: int) -> None:
+        for _ in range(budget):
+            if self.stop.is_set():
+                return
+            while self.accepted - self.ran > backlog and not self.stop.is_set():
+                time.sleep(0)
+            try:
+                self.sock.perform(self._ran)
+            except socketkit.BadConfigError:
+                return  # the loop is stopping: calls are refused from now on
+            with self.lock:
+                self.accepted += 1
+
+    def finish(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(20)
+            assert not thread.is_alive()
+
+
+# A perform function in native code (sched_yield, which ignores its arguments): the loop
+# runs it without taking the GIL, so the loop stops as quickly as in a C program.
+_NATIVE_NOTHING = _ffi.PERFORM_FUNCTION(ctypes.cast(ctypes.CDLL(None).sched_yield, ctypes.c_void_p).value)
+
+
+def test_a_wake_up_never_writes_to_a_descriptor_the_loop_closed():
+    """26.3: a thread that decided to wake a loop wrote to its eventfd after letting go of
+    the lock, when the loop may have closed it and the number gone to someone else (here:
+    one of the socket pairs a thread keeps making and reading)."""
+    stop = threading.Event()
+    stray = []
+
+    def reuse_descriptors():
+        while not stop.is_set():
+            pairs = [socket.socketpair() for _ in range(8)]
+            for pair in pairs:
+                for side in pair:
+                    side.setblocking(False)
+                    try:
+                        stray.append(side.recv(64))
+                    except BlockingIOError:
+                        pass
+                for side in pair:
+                    side.close()
+
+    def queue_calls(handle):
+        for _ in range(100):
+            if _ffi.lib.sk_socket_perform(handle, _NATIVE_NOTHING, None) < 0:
+                return
+
+    # The threads hand the GIL to each other often, so that rounds are quick.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.00005)
+    reuser = threading.Thread(target=reuse_descriptors)
+    reuser.start()
+    try:
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline and not stray:
+            group = socketkit.LoopGroup(1)
+            sock = socketkit.Socket(loop_group=group)
+            callers = [threading.Thread(target=queue_calls, args=(sock.handle,)) for _ in range(3)]
+            for caller in callers:
+                caller.start()
+            group.close()
+            for caller in callers:
+                caller.join(20)
+            sock.close()
+    finally:
+        stop.set()
+        reuser.join(20)
+        sys.setswitchinterval(interval)
+    assert stray == []
