@@ -240,8 +240,11 @@ int sk_thread_set_wait_hook(void (*hook)(void *context), void *context);
  * of the group's own loop threads, the stop completes in the background instead. A driven
  * group stops at once when released on its host thread between iterations; released from
  * another thread or from a callback, it stops in the host's next sk_loop_group_run_once(),
- * which the handle stays valid for (the descriptor becomes readable for it). Afterwards
- * the group's sockets' calls fail with SK_ERR_BAD_CONFIG.
+ * which the handle stays valid for (the descriptor becomes readable for it). The stop takes
+ * bounded time: calls made before it on the group's sockets still run, and from the moment
+ * a loop starts stopping, calls other threads make on its sockets fail with
+ * SK_ERR_BAD_CONFIG (so threads that keep calling cannot hold the stop off), as do all
+ * calls once it has stopped.
  * Errors: SK_ERR_INVALID_HANDLE. */
 int sk_loop_group_release(sk_loop_group_t *group);
 

@@ -87,4 +87,62 @@ struct LoopStopTests {
         #expect(reuserDone.wait())
         #expect(strayBytes.load(ordering: .relaxed) == 0, "wake-ups landed in other descriptors (\(rounds) rounds)")
     }
+
+    /// Issue 26.4: the loop stopped only once its task queue was empty, and went on accepting
+    /// tasks after the stop was requested, so callers that kept queueing held `shutdown` off
+    /// for as long as they went on. Each call here takes the loop a little longer than
+    /// queueing it takes a caller (at most 20,000 wait), so the queue never runs empty.
+    @Test(.timeLimit(.minutes(1)))
+    func callersThatKeepQueueingCannotHoldAStopOff() throws {
+        let group = EventLoopGroup(loopCount: 1)
+        let socket = Socket(eventLoop: group.next())
+        let hammer = try Hammer(socket, budget: Int.max, backlog: 20_000) {
+            let until = monotonicNanoseconds() + 2_000
+            while monotonicNanoseconds() < until {}
+        }
+        while hammer.accepted.load(ordering: .relaxed) < 1000 {}
+        // A watchdog ends the calls after 4 s: without a bound the shutdown would last as long
+        // as they do, and fail the check below instead of hanging the run.
+        let shutDown = Latch()
+        try PosixThread.spawnDetached(name: "watchdog") {
+            if !shutDown.wait(timeout: 4) { hammer.stop.store(true, ordering: .relaxed) }
+        }
+        let began = monotonicNanoseconds()
+        try group.shutdown()
+        let seconds = Double(monotonicNanoseconds() - began) / 1e9
+        shutDown.open()
+        #expect(hammer.finish())
+        #expect(seconds < 3, "the shutdown took \(seconds) s")
+        #expect(!socket.eventLoop.isAcceptingTasks)
+        #expect(throws: SocketError.self) { try socket.connect(toHost: "127.0.0.1", port: 9) }
+    }
+
+    /// Refused tasks lose nothing: a socket whose callbacks moved from a serial queue to its
+    /// loop while one ran there still gets the events that arrived meanwhile (its last,
+    /// `socketDidDisconnect`, among them) when its loop stopped in between: the serial
+    /// queue's drain hands them to the loop, which refuses the job, so they run on the
+    /// serial queue's thread once the loop is done.
+    @Test func eventsHandedToAStoppedLoopStillArrive() throws {
+        let group = EventLoopGroup(loopCount: 1)
+        let queue = try SerialCallbackQueue(name: "moving-away")
+        let listener = try RawSocket.listen()
+        defer { listener.close() }
+        let (socket, recorder) = recordedSocket(callbackQueue: queue, eventLoop: group.next())
+        let inside = Latch()
+        let proceed = Latch()
+        recorder.onRead = { _, _, _ in
+            inside.open()
+            proceed.wait()
+        }
+        try socket.connect(toHost: "127.0.0.1", port: listener.localPort)
+        let peer = try listener.accept()
+        defer { peer.close() }
+        try socket.read(tag: 1)
+        try peer.send("x")
+        #expect(inside.wait())
+        socket.callbackQueue = .eventLoop
+        try group.shutdown() // the disconnect waits in the mailbox behind the running read
+        proceed.open()
+        #expect(recorder.waitForDisconnect()??.code == .badConfig)
+    }
 }

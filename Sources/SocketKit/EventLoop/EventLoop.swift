@@ -40,7 +40,16 @@ public final class EventLoop: @unchecked Sendable {
         var tasks: [@Sendable () -> Void] = []
         var wakeupArmed = false
         var stopRequested = false
+        /// The loop took its last batch of tasks (the first after the stop request): from
+        /// here on only its own thread may queue tasks (see `execute`).
+        var closing = false
+        /// Nobody may queue tasks any more: the loop has run its last one.
         var stopped = false
+
+        /// Whether a task may be queued now, by the loop's own thread or by another.
+        func accepts(fromLoopThread: Bool) -> Bool {
+            !stopped && (fromLoopThread || !closing)
+        }
     }
     private let pending = LockedValue(PendingTasks())
     /// Signalled once the loop thread has closed everything and will touch nothing more.
@@ -158,13 +167,18 @@ public final class EventLoop: @unchecked Sendable {
     }
 
     /// Runs `task` on the loop's thread, after the tasks already queued. Returns false (and
-    /// drops the task) when the loop has stopped or never started.
+    /// drops the task) when the loop never started, has stopped, or is stopping: the first
+    /// batch of tasks the loop takes after a stop request is its last, and from then on
+    /// tasks from other threads are refused, so that callers that keep queueing cannot hold
+    /// the stop off. The loop still runs what its own thread queues while it closes its
+    /// sockets.
     @discardableResult
     public func execute(_ task: @escaping @Sendable () -> Void) -> Bool {
+        let loopThread = inEventLoop
         // On a driven loop between iterations nobody would look at the tasks: wake the host.
-        let onLoop = inEventLoop && (!isDriven || iterating)
+        let onLoop = loopThread && (!isDriven || iterating)
         let (accepted, mustWake) = pending.withLock { state -> (Bool, Bool) in
-            if state.stopped { return (false, false) }
+            guard state.accepts(fromLoopThread: loopThread) else { return (false, false) }
             state.tasks.append(task)
             if onLoop || state.wakeupArmed { return (true, false) }
             state.wakeupArmed = true
@@ -184,7 +198,11 @@ public final class EventLoop: @unchecked Sendable {
         return execute(task)
     }
 
-    var isAcceptingTasks: Bool { !pending.withLock { $0.stopped } }
+    /// Whether `execute` would accept a task from the calling thread now.
+    var isAcceptingTasks: Bool {
+        let loopThread = inEventLoop
+        return pending.withLock { $0.accepts(fromLoopThread: loopThread) }
+    }
 
     private func wake() {
         var one: UInt64 = 1
@@ -417,20 +435,34 @@ public final class EventLoop: @unchecked Sendable {
         }
     }
 
-    /// Runs the queued tasks. Returns true when the loop must stop.
+    /// Runs the queued tasks. Returns true when the loop must stop: the batch taken after a
+    /// stop was requested is the last one (it holds everything other threads queued before
+    /// the request, and they can queue nothing after it), so the stop takes bounded time.
     private func runTasks() -> Bool {
         let stop = pending.withLock { state -> Bool in
             swap(&state.tasks, &runningTasks)
             state.wakeupArmed = false
-            if state.stopRequested && state.tasks.isEmpty && runningTasks.isEmpty {
-                state.stopped = true
-                return true
-            }
-            return false
+            if state.stopRequested { state.closing = true }
+            return state.stopRequested
         }
         for task in runningTasks { task() }
         runningTasks.removeAll(keepingCapacity: true)
         return stop
+    }
+
+    /// The last tasks, queued by the loop's own thread while it stopped (callbacks of the
+    /// closing sockets, for instance); then no task is accepted any more.
+    private func runRemainingTasks() {
+        while true {
+            let done = pending.withLock { state -> Bool in
+                swap(&state.tasks, &runningTasks)
+                if runningTasks.isEmpty { state.stopped = true }
+                return state.stopped
+            }
+            if done { return }
+            for task in runningTasks { task() }
+            runningTasks.removeAll(keepingCapacity: true)
+        }
     }
 
     private func runEndOfIterationWork() {
@@ -449,13 +481,14 @@ public final class EventLoop: @unchecked Sendable {
     }
 
     private func shutDownHandlers() {
-        // Tasks submitted while stopping were rejected by `execute`; every registered
-        // descriptor is closed and its owner reports the end.
+        // Other threads' tasks are refused since the last batch; every registered descriptor
+        // is closed and its owner reports the end, then what that queued on this thread runs.
         for slot in handlers.indices {
             if let handler = handlers[slot] {
                 handler.eventLoopWillStop()
             }
         }
+        runRemainingTasks()
         handlers.removeAll()
         timers.removeAll()
         endOfIterationWork.removeAll()

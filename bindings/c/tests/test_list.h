@@ -66,4 +66,6 @@
     X(unix_domain_sockets)                    \
     X(create_from_fd)                         \
     X(pause_accepting_when_out_of_descriptors) \
-    X(wake_up_never_writes_to_a_closed_loop_descriptor)
+    X(wake_up_never_writes_to_a_closed_loop_descriptor) \
+    X(loop_group_release_is_not_held_off_by_callers) \
+    X(events_handed_to_a_stopped_loop_still_arrive)

@@ -118,3 +118,134 @@ void test_wake_up_never_writes_to_a_closed_loop_descriptor(void) {
     CHECK_EQ(atomic_load(&reuser.stray_bytes), 0);
 }
 
+/* Work that takes the loop a little longer than queueing it takes a caller, so that three
+ * callers keep its task queue from running empty. */
+static void count_run(const sk_socket_descriptors_t *descriptors, void *context) {
+    (void)descriptors;
+    hammer_t *hammer = context;
+    double until = now_seconds() + 0.000002;
+    while (now_seconds() < until) {
+    }
+    atomic_fetch_add(&hammer->ran, 1);
+}
+
+/* Ends the hammer's calls once `deadline` passes, unless the test said it is done first. */
+typedef struct {
+    hammer_t *hammer;
+    double deadline;
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int done;
+} watchdog_t;
+
+static void *stop_at_deadline(void *argument) {
+    watchdog_t *watchdog = argument;
+    pthread_mutex_lock(&watchdog->lock);
+    while (!watchdog->done && now_seconds() < watchdog->deadline) {
+        struct timespec limit;
+        clock_gettime(CLOCK_REALTIME, &limit);
+        limit.tv_nsec += 10 * 1000 * 1000;
+        if (limit.tv_nsec >= 1000000000) {
+            limit.tv_sec += 1;
+            limit.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&watchdog->changed, &watchdog->lock, &limit);
+    }
+    pthread_mutex_unlock(&watchdog->lock);
+    atomic_store(&watchdog->hammer->stop, 1);
+    return NULL;
+}
+
+/* 26.4: a group's release finishes in bounded time although threads keep queueing work on
+ * its socket: calls made after the stop was requested are refused, not run. The callers
+ * wait while 20,000 of their calls are queued, so that the queue does not grow unbounded. */
+void test_loop_group_release_is_not_held_off_by_callers(void) {
+    sk_loop_group_t *group = NULL;
+    CHECK_EQ(sk_loop_group_create(1, &group, NULL), SK_OK);
+    sk_socket_t *sock = NULL;
+    CHECK_EQ(sk_socket_create(NULL, 0, NULL, NULL, group, &sock, NULL), SK_OK);
+    hammer_t hammer;
+    hammer_start(&hammer, sock, count_run, 1L << 40, 20000);
+    while (atomic_load(&hammer.accepted) < 1000) {
+    }
+    /* Without a bound the release would wait as long as the calls go on: a watchdog ends
+     * them after 4 s, so the check below fails instead of the test hanging. */
+    double began = now_seconds();
+    watchdog_t watchdog = {&hammer, began + 4, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+    pthread_t watcher;
+    CHECK(pthread_create(&watcher, NULL, stop_at_deadline, &watchdog) == 0);
+    CHECK_EQ(sk_loop_group_release(group), SK_OK);
+    double elapsed = now_seconds() - began;
+    pthread_mutex_lock(&watchdog.lock);
+    watchdog.done = 1;
+    pthread_cond_signal(&watchdog.changed);
+    pthread_mutex_unlock(&watchdog.lock);
+    pthread_join(watcher, NULL);
+    hammer_stop(&hammer);
+    if (elapsed >= 3) fprintf(stderr, "the release took %.1f s\n", elapsed);
+    CHECK(elapsed < 3);
+    CHECK_EQ(sk_socket_perform(sock, nothing, NULL), SK_ERR_BAD_CONFIG);
+    CHECK_EQ(sk_socket_release(sock), SK_OK);
+}
+
+/* A read callback that says it is running, then waits until the test lets it return. */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int inside;
+    int proceed;
+} gate_t;
+
+static void hold_in_read(recorder_t *recorder, sk_socket_t *sock, const void *data, size_t length, long tag) {
+    (void)sock;
+    (void)data;
+    (void)length;
+    (void)tag;
+    gate_t *gate = recorder->context;
+    pthread_mutex_lock(&gate->lock);
+    gate->inside = 1;
+    pthread_cond_broadcast(&gate->changed);
+    while (!gate->proceed) pthread_cond_wait(&gate->changed, &gate->lock);
+    pthread_mutex_unlock(&gate->lock);
+}
+
+/* Refused tasks lose nothing: a socket whose callbacks moved from a serial queue to its
+ * loop while one ran there still gets the events that arrived meanwhile, did_disconnect
+ * among them, although its loop stopped in between (the serial queue hands them to the
+ * stopped loop, which refuses them: they run on the serial queue's thread instead). */
+void test_events_handed_to_a_stopped_loop_still_arrive(void) {
+    recorder_t recorder;
+    recorder_init(&recorder);
+    gate_t gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+    recorder.context = &gate;
+    recorder.on_read = hold_in_read;
+    sk_loop_group_t *group = NULL;
+    CHECK_EQ(sk_loop_group_create(1, &group, NULL), SK_OK);
+    sk_callback_queue_t *queue = NULL;
+    CHECK_EQ(sk_callback_queue_create_serial("moving-away", &queue, NULL), SK_OK);
+    sk_socket_delegate_t delegate = recorder_delegate();
+    sk_socket_t *sock = NULL;
+    CHECK_EQ(sk_socket_create(&delegate, sizeof delegate, &recorder, queue, group, &sock, NULL), SK_OK);
+    uint16_t port = 0;
+    int listener = raw_listen("127.0.0.1", &port, 8);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
+    int peer = raw_accept(listener);
+    CHECK_EQ(sk_socket_read(sock, 0, -1, 1, NULL), SK_OK);
+    raw_send(peer, "x", 1);
+    pthread_mutex_lock(&gate.lock);
+    while (!gate.inside) pthread_cond_wait(&gate.changed, &gate.lock);
+    pthread_mutex_unlock(&gate.lock);
+    CHECK_EQ(sk_socket_set_callback_queue(sock, NULL), SK_OK);
+    CHECK_EQ(sk_loop_group_release(group), SK_OK); /* did_disconnect waits behind the read */
+    pthread_mutex_lock(&gate.lock);
+    gate.proceed = 1;
+    pthread_cond_broadcast(&gate.changed);
+    pthread_mutex_unlock(&gate.lock);
+    recorder_expect(&recorder, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&recorder, EVENT_DISCONNECT, 0).error_code, SK_ERR_BAD_CONFIG);
+    CHECK_EQ(sk_socket_release(sock), SK_OK);
+    CHECK_EQ(sk_callback_queue_release(queue), SK_OK);
+    close(peer);
+    close(listener);
+    recorder_destroy(&recorder);
+}

@@ -336,7 +336,9 @@ class LoopGroup:
     def close(self) -> None:
         """Stops the loops; sockets still open on them disconnect with BadConfigError. A driven
         group closed from another thread, or from a delegate method run by :meth:`run_once`,
-        stops in its thread's next :meth:`run_once` (which still works until then)."""
+        stops in its thread's next :meth:`run_once` (which still works until then). The stop
+        takes bounded time: from the moment a loop starts stopping, calls other threads make
+        on its sockets raise BadConfigError, as they do once it has stopped."""
         handle = self._handle
         if handle is None:
             return

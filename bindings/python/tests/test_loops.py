@@ -100,3 +100,59 @@ def test_a_wake_up_never_writes_to_a_descriptor_the_loop_closed():
         reuser.join(20)
         sys.setswitchinterval(interval)
     assert stray == []
+
+
+def test_callers_that_keep_queueing_cannot_hold_a_loop_group_close_off():
+    """26.4: the loop stopped only once its task queue was empty, and accepted tasks after
+    the stop was requested, so callers that kept queueing held close() off."""
+    group = socketkit.LoopGroup(1)
+    sock = socketkit.Socket(loop_group=group)
+    hammer = Hammer(sock, budget=1 << 40, backlog=2000)
+    while hammer.accepted < 200:
+        time.sleep(0.001)
+    # A watchdog ends the calls after 4 s: without a bound close() would last as long as
+    # they do, and fail the check below instead of hanging the run.
+    closed = threading.Event()
+    watchdog = threading.Thread(target=lambda: closed.wait(4) or hammer.stop.set())
+    watchdog.start()
+    began = time.monotonic()
+    group.close()
+    elapsed = time.monotonic() - began
+    closed.set()
+    watchdog.join()
+    hammer.finish()
+    assert elapsed < 3, "close() took %.1f s" % elapsed
+    sock.close()
+
+
+def test_events_handed_to_a_stopped_loop_still_arrive(recorder):
+    """Refused tasks lose nothing: callbacks moved from a serial queue to the loop while one
+    ran there still arrive (socket_did_disconnect among them) although the loop stopped
+    in between; they run on the serial queue's thread once the loop is done."""
+    group = socketkit.LoopGroup(1)
+    queue = socketkit.SerialQueue()
+    inside = threading.Event()
+    proceed = threading.Event()
+
+    def hold(sock, data, tag):
+        inside.set()
+        proceed.wait(20)
+
+    recorder.on_read = hold
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    sock = socketkit.Socket(recorder, queue=queue, loop_group=group)
+    sock.connect_to_host("127.0.0.1", listener.getsockname()[1])
+    peer, _ = listener.accept()
+    sock.read(tag=1)
+    peer.sendall(b"x")
+    assert inside.wait(20)
+    sock.queue = None
+    group.close()  # the disconnect waits behind the running read
+    proceed.set()
+    assert isinstance(recorder.disconnect_error(), socketkit.BadConfigError)
+    sock.close()
+    queue.close()
+    peer.close()
+    listener.close()
