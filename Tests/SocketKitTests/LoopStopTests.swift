@@ -145,4 +145,71 @@ struct LoopStopTests {
         proceed.open()
         #expect(recorder.waitForDisconnect()??.code == .badConfig)
     }
+
+    /// Issue 26.5: a UDP socket that had a send timer, released after its group, cancelled
+    /// the timer in the stopped loop's timer heap from the releasing thread (a trap in debug
+    /// builds: "loop-confined state touched off its event loop thread").
+    @Test func aUdpSocketWithASendTimerReleasedAfterItsGroupTouchesNoLoopState() throws {
+        let group = EventLoopGroup(loopCount: 1)
+        let receiver = try RawUdpPeer()
+        let recorder = UdpRecorder()
+        var socket: UdpSocket? = UdpSocket(delegate: recorder, eventLoop: group.next())
+        // Sent from this thread: queued, so the head's timeout arms the socket's timer.
+        try socket!.send([1, 2, 3], toAddress: .ipv4Loopback(port: receiver.port), timeout: 5, tag: 7)
+        #expect(recorder.waitFor(.sent(tag: 7)))
+        try group.shutdown()
+        #expect(recorder.waitFor(.closed(.closed)))
+        socket = nil // the core is told on this thread, after the loop has finished
+        #expect(socket == nil)
+    }
+
+    /// The TCP twin: a connection with a read timer (and a socket that never connected),
+    /// released after the group.
+    @Test func tcpSocketsReleasedAfterTheirGroupTouchNoLoopState() throws {
+        let group = EventLoopGroup(loopCount: 1)
+        let listener = try RawSocket.listen()
+        defer { listener.close() }
+        let recorder = Recorder()
+        var connected: Socket? = Socket(delegate: recorder, eventLoop: group.next())
+        var idle: Socket? = Socket(eventLoop: group.next())
+        try connected!.connect(toHost: "127.0.0.1", port: listener.localPort, timeout: 5)
+        let peer = try listener.accept()
+        defer { peer.close() }
+        try connected!.read(timeout: 30, tag: 1)
+        #expect(recorder.waitForConnect())
+        try group.shutdown()
+        #expect(recorder.waitForDisconnect()??.code == .badConfig)
+        connected = nil // each core is told on this thread, after the loop has finished
+        idle = nil
+        #expect(connected == nil && idle == nil)
+    }
+}
+
+/// A plain UDP socket bound to 127.0.0.1 that nobody reads from.
+final class RawUdpPeer {
+    let fd: Int32
+    let port: UInt16
+
+    init() throws {
+        let made = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+        guard made >= 0 else { throw TestFailure("socket") }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = UInt32(0x7f00_0001).bigEndian
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(made, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(made, $0, &length) }
+        }
+        guard bound == 0 else {
+            close(made)
+            throw TestFailure("bind")
+        }
+        fd = made
+        port = UInt16(bigEndian: address.sin_port)
+    }
+
+    deinit { close(fd) }
 }

@@ -58,7 +58,7 @@ public final class UdpSocket: CallbackGateWaits.Holder, @unchecked Sendable {
     deinit {
         let core = UncheckedSendable(self.core)
         if !eventLoop.execute({ core.value.ownerReleased() }) {
-            eventLoop.afterStopping { core.value.ownerReleased() }
+            eventLoop.afterStopping { core.value.abandon() }
         }
     }
 

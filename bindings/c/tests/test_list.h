@@ -68,4 +68,5 @@
     X(pause_accepting_when_out_of_descriptors) \
     X(wake_up_never_writes_to_a_closed_loop_descriptor) \
     X(loop_group_release_is_not_held_off_by_callers) \
-    X(events_handed_to_a_stopped_loop_still_arrive)
+    X(events_handed_to_a_stopped_loop_still_arrive) \
+    X(udp_socket_with_a_send_timer_released_after_its_group)

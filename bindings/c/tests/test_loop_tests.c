@@ -249,3 +249,83 @@ void test_events_handed_to_a_stopped_loop_still_arrive(void) {
     close(listener);
     recorder_destroy(&recorder);
 }
+
+/* Counts a UDP socket's did_send and did_close callbacks. */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int sent;
+    int closed;
+    int close_code;
+} udp_counts_t;
+
+static void count_send(sk_udp_socket_t *sock, long tag, void *userdata) {
+    (void)sock;
+    (void)tag;
+    udp_counts_t *counts = userdata;
+    pthread_mutex_lock(&counts->lock);
+    counts->sent++;
+    pthread_cond_broadcast(&counts->changed);
+    pthread_mutex_unlock(&counts->lock);
+}
+
+static void count_close(sk_udp_socket_t *sock, const sk_error_t *error, void *userdata) {
+    (void)sock;
+    udp_counts_t *counts = userdata;
+    pthread_mutex_lock(&counts->lock);
+    counts->closed++;
+    counts->close_code = error ? error->code : 0;
+    pthread_cond_broadcast(&counts->changed);
+    pthread_mutex_unlock(&counts->lock);
+}
+
+/* Waits until *field reaches `value` (WAIT_SECONDS at most). */
+static int wait_count(udp_counts_t *counts, const int *field, int value) {
+    double deadline = now_seconds() + WAIT_SECONDS;
+    pthread_mutex_lock(&counts->lock);
+    while (*field < value && now_seconds() < deadline) {
+        struct timespec limit;
+        clock_gettime(CLOCK_REALTIME, &limit);
+        limit.tv_nsec += 50 * 1000 * 1000;
+        if (limit.tv_nsec >= 1000000000) {
+            limit.tv_sec += 1;
+            limit.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&counts->changed, &counts->lock, &limit);
+    }
+    int reached = *field >= value;
+    pthread_mutex_unlock(&counts->lock);
+    return reached;
+}
+
+/* 26.5: a UDP socket that had a send timer, released after its loop group, cancelled the
+ * timer in the stopped loop's timer heap from the releasing thread (a trap in debug and
+ * sanitizer builds of the library). Its release now touches nothing of the loop. */
+void test_udp_socket_with_a_send_timer_released_after_its_group(void) {
+    int peer = socket(AF_INET, SOCK_DGRAM, 0);
+    CHECK(peer >= 0);
+    struct sockaddr_in address = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(bind(peer, (struct sockaddr *)&address, sizeof address), 0);
+    socklen_t length = sizeof address;
+    CHECK_EQ(getsockname(peer, (struct sockaddr *)&address, &length), 0);
+
+    sk_loop_group_t *group = NULL;
+    CHECK_EQ(sk_loop_group_create(1, &group, NULL), SK_OK);
+    udp_counts_t counts = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0};
+    sk_udp_socket_delegate_t delegate = {0};
+    delegate.did_send = count_send;
+    delegate.did_close = count_close;
+    sk_udp_socket_t *sock = NULL;
+    CHECK_EQ(sk_udp_socket_create(&delegate, sizeof delegate, &counts, NULL, group, &sock, NULL), SK_OK);
+    /* Sent from this thread, the datagram is queued and its timeout arms the socket's timer. */
+    CHECK_EQ(sk_udp_socket_send_to_address(sock, "abc", 3, (struct sockaddr *)&address, sizeof address, 5, 7, NULL),
+             SK_OK);
+    CHECK(wait_count(&counts, &counts.sent, 1));
+    CHECK_EQ(sk_loop_group_release(group), SK_OK);
+    CHECK(wait_count(&counts, &counts.closed, 1));
+    CHECK_EQ(counts.close_code, SK_ERR_CLOSED);
+    CHECK_EQ(sk_udp_socket_release(sock), SK_OK);
+    char received[8];
+    CHECK_EQ(recv(peer, received, sizeof received, 0), 3);
+    close(peer);
+}

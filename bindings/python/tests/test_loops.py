@@ -156,3 +156,43 @@ def test_events_handed_to_a_stopped_loop_still_arrive(recorder):
     queue.close()
     peer.close()
     listener.close()
+
+
+class _UdpRecorder:
+    def __init__(self) -> None:
+        self.condition = threading.Condition()
+        self.events = []
+
+    def _record(self, *event):
+        with self.condition:
+            self.events.append(event)
+            self.condition.notify_all()
+
+    def udp_socket_did_send(self, sock, tag):
+        self._record("sent", tag)
+
+    def udp_socket_did_close(self, sock, error):
+        self._record("closed", type(error).__name__ if error else None)
+
+    def wait_for(self, event, timeout=20.0):
+        with self.condition:
+            return self.condition.wait_for(lambda: event in self.events, timeout)
+
+
+def test_a_udp_socket_with_a_send_timer_released_after_its_group():
+    """26.5: a UDP socket that had a send timer, released after its group, cancelled the
+    timer in the stopped loop's structures from the releasing thread."""
+    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    peer.bind(("127.0.0.1", 0))
+    group = socketkit.LoopGroup(1)
+    recorder = _UdpRecorder()
+    sock = socketkit.UdpSocket(recorder, loop_group=group)
+    sock.send_to_address(b"abc", peer.getsockname(), timeout=5, tag=7)
+    assert recorder.wait_for(("sent", 7))
+    group.close()
+    assert recorder.wait_for(("closed", "ClosedError"))
+    sock.release()
+    del sock
+    gc.collect()
+    assert peer.recv(16) == b"abc"
+    peer.close()
