@@ -32,13 +32,26 @@
  *
  * Every function may be called from any thread, including from inside callbacks.
  * Each socket lives on one event loop (one thread); calls hop onto it, and run inline
- * when made on that thread. Functions never wait for a loop, except sk_socket_release()
- * and sk_socket_set_delegate(), which wait for a callback of that socket running on
- * another thread to return (not when called from inside that callback), and
- * sk_loop_group_release(), which joins the group's threads (unless called on one of them).
- * A driven group (sk_loop_group_create_driven) has no thread: the thread that created it
- * runs it, and its UDP sockets' synchronous calls made from other threads wait until that
- * thread runs the loop.
+ * when made on that thread. Most calls are requests to the loop: they return at once, and
+ * what follows comes through callbacks. The calls that promise an effect on return wait,
+ * when made on another thread than the socket's loop (these, and no others):
+ *   - every sk_udp_socket_* call but the sends, sk_udp_socket_perform and the getters (bind,
+ *     connect, receiving, filters, multicast, options, close) waits for the loop to run it
+ *     and returns its answer: bound after a bind, closed after a close;
+ *   - sk_socket_release(), sk_socket_set_delegate() and their UDP twins wait for a callback
+ *     of that socket running on another thread to return (not when called from inside it);
+ *   - sk_loop_group_release() joins the group's threads (unless called on one of them).
+ * None of these waits can deadlock: a call never waits for a thread that is, directly or
+ * through other waiting threads, waiting for the caller. When such a cycle would form, a
+ * wait for a running callback in it gives way: that call goes on without waiting (no
+ * callback of that socket starts afterwards, but the running one may still be finishing).
+ * Only when every wait of the cycle is for a loop (two loops' callbacks calling each
+ * other's sockets at the same moment) does the call that would close it not wait: a call
+ * that returns an answer fails with SK_ERR_BAD_CONFIG and errno EDEADLK and has no effect,
+ * and one that does not (sk_udp_socket_pause_receiving, _close, _close_after_sending, the
+ * setters) is queued and takes effect when that loop goes on. A driven group
+ * (sk_loop_group_create_driven) has no thread: the thread that created it runs it, and
+ * calls that wait for its loop from other threads wait until that thread runs it.
  *
  * Callbacks of one socket run on its callback queue, never two at a time, in the order
  * the events happened; did_disconnect is the last callback of a connection (or listener,
@@ -403,7 +416,8 @@ int sk_socket_create_from_fd(int fd, const sk_socket_delegate_t *delegate, size_
  * at most two minutes) before the connection closes, a graceful fire-and-forget close.
  * Once this returns no callback of the socket starts and its userdata is not touched; a
  * callback running on another thread is waited for (not when called from inside that
- * callback). Callbacks of other sockets are unaffected. Errors: SK_ERR_INVALID_HANDLE. */
+ * callback, nor when that would deadlock: see THREADS). Callbacks of other sockets are
+ * unaffected. Errors: SK_ERR_INVALID_HANDLE. */
 int sk_socket_release(sk_socket_t *sock);
 
 /* Replaces the delegate and its userdata, synchronously (see sk_socket_release). */
@@ -854,11 +868,11 @@ int sk_certificate_to_pem(const void *der, size_t length, char *buffer, size_t *
  * did_send / did_not_send; a datagram that cannot be sent fails alone and the socket stays
  * open. Receiving is off until sk_udp_socket_receive_once or _begin_receiving.
  *
- * Threads: every function may be called from any thread. Those that can fail at once
- * (bind, receive, multicast, options, close) run on the socket's event loop and return its
- * answer: the caller waits for the loop (from a callback on the loop thread they run
- * inline). The same lifetime rules as for sk_socket_t apply: after sk_udp_socket_release
- * returns, no callback and no filter call of that socket starts.
+ * Threads: every function may be called from any thread. Sends, sk_udp_socket_perform and
+ * the getters return at once; every other call waits for the socket's event loop to run it
+ * and returns its answer (see THREADS at the top: inline on the loop's thread, and never
+ * a deadlock). The same lifetime rules as for sk_socket_t apply: after
+ * sk_udp_socket_release returns, no callback and no filter call of that socket starts.
  * ====================================================================================== */
 
 /* Which of a host name's addresses a UDP socket uses (one address per send or connect). */

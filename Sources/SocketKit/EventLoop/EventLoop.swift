@@ -7,6 +7,18 @@ import SocketKitC
 /// of its state is touched only on this thread; public calls from other threads arrive as
 /// tasks through `execute`.
 ///
+/// Which calls wait: most are requests and return at once. Those that promise an effect on
+/// return wait for the loop to run them when made on another thread: `UdpSocket`'s calls
+/// other than sends, `perform` and getters (they return the loop's answer). Setting a
+/// delegate waits for a callback running on another thread;
+/// `EventLoopGroup.shutdown()` joins the loops' threads. None of these waits can deadlock:
+/// a call never waits for a thread that is, directly or through other waiting threads,
+/// waiting for the caller (`WaitGraph`). In such a cycle a wait for a running callback gives
+/// way (it goes on without waiting; that callback may still be finishing); only when every
+/// wait of the cycle is for a loop (two loops' callbacks calling each other's sockets at the
+/// same moment) does the call that would close it not wait: it throws `.badConfig` with
+/// `EDEADLK` and has no effect, or, when it returns nothing, is queued.
+///
 /// Cost: one thread, three descriptors (four when driven), a 256 KiB read buffer shared by
 /// all of its sockets (a socket owns no read buffer while idle) and a 64 KiB discard buffer.
 public final class EventLoop: @unchecked Sendable {
@@ -196,6 +208,34 @@ public final class EventLoop: @unchecked Sendable {
             return true
         }
         return execute(task)
+    }
+
+    /// What `runWaiting` did.
+    enum WaitedRun {
+        /// `body` has run.
+        case ran
+        /// The loop is stopping or has stopped (see `execute`): `body` will not run.
+        case refused
+        /// Waiting would deadlock: nothing was queued.
+        case wouldDeadlock
+    }
+
+    /// Runs `body` on the loop and returns once it has run: at once on the loop's thread,
+    /// otherwise as a task the caller waits for (for calls that return their effect). The
+    /// wait is one of `WaitGraph`'s: it is not started when the loop's thread is, through
+    /// others, waiting for the caller and none of those waits can give way.
+    func runWaiting(_ body: @escaping @Sendable () -> Void) -> WaitedRun {
+        if inEventLoop {
+            body()
+            return .ran
+        }
+        let me = currentThreadIdentity()
+        guard WaitGraph.register(me, waitingFor: self, wakeKey: 0) != nil else { return .wouldDeadlock }
+        defer { WaitGraph.unregister(me) }
+        let done = Completion()
+        guard execute({ body(); done.signal() }) else { return .refused }
+        done.wait()
+        return .ran
     }
 
     /// Whether `execute` would accept a task from the calling thread now.
@@ -516,9 +556,14 @@ public final class EventLoop: @unchecked Sendable {
             body()
             return
         }
+        // A wait for the loop's thread, as `runWaiting`'s: a callback the stopping loop runs
+        // may wait for a callback gate this thread holds, and must see this wait to give way.
+        let me = currentThreadIdentity()
+        let registered = WaitGraph.register(me, waitingFor: self, wakeKey: 0) != nil
         finished.withLock {
             while !hasFinished { finished.wait() }
         }
+        if registered { WaitGraph.unregister(me) }
         body()
     }
 
@@ -542,5 +587,30 @@ public final class EventLoop: @unchecked Sendable {
     func joinThread() {
         if let thread { PosixThread.join(thread) }
         thread = nil
+    }
+}
+
+extension EventLoop: WaitGraph.Target {
+    /// The loop's thread: a caller of `runWaiting` waits for it (0 before it started and
+    /// after it stopped).
+    var waitedThread: UInt { threadIdentity.load(ordering: .acquiring) }
+}
+
+/// A one-shot signal that a task has run, for the thread waiting for it.
+private final class Completion: @unchecked Sendable {
+    private let lock = ConditionLock()
+    private var done = false
+
+    func signal() {
+        lock.withLock {
+            done = true
+            lock.signal()
+        }
+    }
+
+    func wait() {
+        lock.withLock {
+            while !done { lock.wait() }
+        }
     }
 }

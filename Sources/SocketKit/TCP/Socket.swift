@@ -8,10 +8,13 @@ import Synchronization
 ///
 /// Threads: every method may be called from any thread. Work runs on the socket's event
 /// loop (inline when the caller is already on it); getters read published state and never
-/// wait for the loop. Keep a reference: a socket nobody holds closes (no callbacks follow).
+/// wait for the loop. Most calls are requests: they return at once. Setting the delegate
+/// waits for a callback running elsewhere (see `EventLoop` for the rule every waiting call
+/// shares, which no deadlock can break). Keep a reference: a socket nobody holds closes
+/// (no callbacks follow).
 ///
 /// Cost: a connected idle socket owns no buffer; its reads use its loop's buffer.
-public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
+public final class Socket: WaitGraph.Target, @unchecked Sendable {
     let core: TCPSocketCore
 
     /// The loop the socket lives on, for its whole life.
@@ -78,7 +81,8 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
 
     /// The delegate, held weakly. Setting it is synchronous: once the setter returns, no
     /// callback reaches the previous delegate (a callback running on another thread is
-    /// waited for; from inside a callback of this socket it takes effect at once).
+    /// waited for; from inside a callback of this socket it takes effect at once; when that
+    /// wait would deadlock, it is not made, and the running callback may still be finishing).
     public var delegate: SocketDelegate? {
         get { (core.withStateLock { routing.receiver } as? SwiftDelegateReceiver)?.delegate }
         set { setReceiver(SwiftDelegateReceiver(newValue), callbackQueue: nil) }
@@ -914,7 +918,8 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     /// Where a thread waiting for the gate sleeps (ParkingLot).
     private var gateKey: UInt { parkingKey(of: self) }
 
-    var callbackGateHolder: UInt { gate.holderThread }
+    /// The thread running one of this socket's callbacks (WaitGraph).
+    var waitedThread: UInt { gate.holderThread }
 
     /// Runs `body` with the callback gate held (see `InlineCallbackGate`): directly when this
     /// thread already holds it, without it when waiting would deadlock.

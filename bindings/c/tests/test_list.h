@@ -69,4 +69,6 @@
     X(wake_up_never_writes_to_a_closed_loop_descriptor) \
     X(loop_group_release_is_not_held_off_by_callers) \
     X(events_handed_to_a_stopped_loop_still_arrive) \
-    X(udp_socket_with_a_send_timer_released_after_its_group)
+    X(udp_socket_with_a_send_timer_released_after_its_group) \
+    X(udp_pause_in_a_serial_callback_while_the_loop_sets_its_delegate) \
+    X(waiting_calls_from_callbacks_on_each_queue_kind)

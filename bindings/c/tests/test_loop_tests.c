@@ -1,4 +1,6 @@
-/* Event loops stopping while other threads use them: wake-ups, bounded stops, teardown. */
+/* Event loops: stopping while other threads use them (wake-ups, bounded stops, teardown:
+ * issue 26.3-26.5), calls that wait for them from callbacks without deadlocking (27.4), and
+ * a listener's disconnect or release returning with its descriptors closed (27.5). */
 #include "test_support.h"
 
 #include <arpa/inet.h>
@@ -6,11 +8,62 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+
+/* A flag set once, that other threads wait for with a deadline. */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int set;
+} flag_t;
+
+#define FLAG_INIT {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0}
+
+static void flag_set(flag_t *flag) {
+    pthread_mutex_lock(&flag->lock);
+    flag->set = 1;
+    pthread_cond_broadcast(&flag->changed);
+    pthread_mutex_unlock(&flag->lock);
+}
+
+static int flag_is_set(flag_t *flag) {
+    pthread_mutex_lock(&flag->lock);
+    int set = flag->set;
+    pthread_mutex_unlock(&flag->lock);
+    return set;
+}
+
+/* Waits up to `seconds` (draining `host` meanwhile when it is not NULL); 1 when set. */
+static int flag_wait(flag_t *flag, double seconds, sk_callback_queue_t *host) {
+    double deadline = now_seconds() + seconds;
+    while (!flag_is_set(flag)) {
+        if (now_seconds() > deadline) return 0;
+        if (host) {
+            struct pollfd descriptor = {.fd = sk_callback_queue_fd(host), .events = POLLIN};
+            poll(&descriptor, 1, 10);
+            sk_callback_queue_drain(host, 0);
+            continue;
+        }
+        pthread_mutex_lock(&flag->lock);
+        struct timespec limit;
+        clock_gettime(CLOCK_REALTIME, &limit);
+        limit.tv_nsec += 10 * 1000 * 1000;
+        if (limit.tv_nsec >= 1000000000) {
+            limit.tv_sec += 1;
+            limit.tv_nsec -= 1000000000;
+        }
+        if (!flag->set) pthread_cond_timedwait(&flag->changed, &flag->lock, &limit);
+        pthread_mutex_unlock(&flag->lock);
+    }
+    return 1;
+}
 
 static void nothing(const sk_socket_descriptors_t *descriptors, void *context) {
     (void)descriptors;
@@ -129,29 +182,16 @@ static void count_run(const sk_socket_descriptors_t *descriptors, void *context)
     atomic_fetch_add(&hammer->ran, 1);
 }
 
-/* Ends the hammer's calls once `deadline` passes, unless the test said it is done first. */
+/* Ends the hammer's calls after `seconds`, unless `done` is set first. */
 typedef struct {
     hammer_t *hammer;
-    double deadline;
-    pthread_mutex_t lock;
-    pthread_cond_t changed;
-    int done;
+    double seconds;
+    flag_t done;
 } watchdog_t;
 
 static void *stop_at_deadline(void *argument) {
     watchdog_t *watchdog = argument;
-    pthread_mutex_lock(&watchdog->lock);
-    while (!watchdog->done && now_seconds() < watchdog->deadline) {
-        struct timespec limit;
-        clock_gettime(CLOCK_REALTIME, &limit);
-        limit.tv_nsec += 10 * 1000 * 1000;
-        if (limit.tv_nsec >= 1000000000) {
-            limit.tv_sec += 1;
-            limit.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&watchdog->changed, &watchdog->lock, &limit);
-    }
-    pthread_mutex_unlock(&watchdog->lock);
+    flag_wait(&watchdog->done, watchdog->seconds, NULL);
     atomic_store(&watchdog->hammer->stop, 1);
     return NULL;
 }
@@ -171,15 +211,12 @@ void test_loop_group_release_is_not_held_off_by_callers(void) {
     /* Without a bound the release would wait as long as the calls go on: a watchdog ends
      * them after 4 s, so the check below fails instead of the test hanging. */
     double began = now_seconds();
-    watchdog_t watchdog = {&hammer, began + 4, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+    watchdog_t watchdog = {&hammer, 4, FLAG_INIT};
     pthread_t watcher;
     CHECK(pthread_create(&watcher, NULL, stop_at_deadline, &watchdog) == 0);
     CHECK_EQ(sk_loop_group_release(group), SK_OK);
     double elapsed = now_seconds() - began;
-    pthread_mutex_lock(&watchdog.lock);
-    watchdog.done = 1;
-    pthread_cond_signal(&watchdog.changed);
-    pthread_mutex_unlock(&watchdog.lock);
+    flag_set(&watchdog.done);
     pthread_join(watcher, NULL);
     hammer_stop(&hammer);
     if (elapsed >= 3) fprintf(stderr, "the release took %.1f s\n", elapsed);
@@ -190,10 +227,8 @@ void test_loop_group_release_is_not_held_off_by_callers(void) {
 
 /* A read callback that says it is running, then waits until the test lets it return. */
 typedef struct {
-    pthread_mutex_t lock;
-    pthread_cond_t changed;
-    int inside;
-    int proceed;
+    flag_t inside;
+    flag_t proceed;
 } gate_t;
 
 static void hold_in_read(recorder_t *recorder, sk_socket_t *sock, const void *data, size_t length, long tag) {
@@ -202,11 +237,8 @@ static void hold_in_read(recorder_t *recorder, sk_socket_t *sock, const void *da
     (void)length;
     (void)tag;
     gate_t *gate = recorder->context;
-    pthread_mutex_lock(&gate->lock);
-    gate->inside = 1;
-    pthread_cond_broadcast(&gate->changed);
-    while (!gate->proceed) pthread_cond_wait(&gate->changed, &gate->lock);
-    pthread_mutex_unlock(&gate->lock);
+    flag_set(&gate->inside);
+    CHECK(flag_wait(&gate->proceed, WAIT_SECONDS, NULL));
 }
 
 /* Refused tasks lose nothing: a socket whose callbacks moved from a serial queue to its
@@ -216,7 +248,7 @@ static void hold_in_read(recorder_t *recorder, sk_socket_t *sock, const void *da
 void test_events_handed_to_a_stopped_loop_still_arrive(void) {
     recorder_t recorder;
     recorder_init(&recorder);
-    gate_t gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+    gate_t gate = {FLAG_INIT, FLAG_INIT};
     recorder.context = &gate;
     recorder.on_read = hold_in_read;
     sk_loop_group_t *group = NULL;
@@ -232,15 +264,10 @@ void test_events_handed_to_a_stopped_loop_still_arrive(void) {
     int peer = raw_accept(listener);
     CHECK_EQ(sk_socket_read(sock, 0, -1, 1, NULL), SK_OK);
     raw_send(peer, "x", 1);
-    pthread_mutex_lock(&gate.lock);
-    while (!gate.inside) pthread_cond_wait(&gate.changed, &gate.lock);
-    pthread_mutex_unlock(&gate.lock);
+    CHECK(flag_wait(&gate.inside, WAIT_SECONDS, NULL));
     CHECK_EQ(sk_socket_set_callback_queue(sock, NULL), SK_OK);
     CHECK_EQ(sk_loop_group_release(group), SK_OK); /* did_disconnect waits behind the read */
-    pthread_mutex_lock(&gate.lock);
-    gate.proceed = 1;
-    pthread_cond_broadcast(&gate.changed);
-    pthread_mutex_unlock(&gate.lock);
+    flag_set(&gate.proceed);
     recorder_expect(&recorder, EVENT_DISCONNECT, 1);
     CHECK_EQ(recorder_event(&recorder, EVENT_DISCONNECT, 0).error_code, SK_ERR_BAD_CONFIG);
     CHECK_EQ(sk_socket_release(sock), SK_OK);
@@ -250,52 +277,25 @@ void test_events_handed_to_a_stopped_loop_still_arrive(void) {
     recorder_destroy(&recorder);
 }
 
-/* Counts a UDP socket's did_send and did_close callbacks. */
+/* A UDP socket's did_send and did_close, as flags. */
 typedef struct {
-    pthread_mutex_t lock;
-    pthread_cond_t changed;
-    int sent;
-    int closed;
+    flag_t sent;
+    flag_t closed;
     int close_code;
-} udp_counts_t;
+} udp_ends_t;
 
-static void count_send(sk_udp_socket_t *sock, long tag, void *userdata) {
+static void note_send(sk_udp_socket_t *sock, long tag, void *userdata) {
     (void)sock;
     (void)tag;
-    udp_counts_t *counts = userdata;
-    pthread_mutex_lock(&counts->lock);
-    counts->sent++;
-    pthread_cond_broadcast(&counts->changed);
-    pthread_mutex_unlock(&counts->lock);
+    udp_ends_t *ends = userdata;
+    flag_set(&ends->sent);
 }
 
-static void count_close(sk_udp_socket_t *sock, const sk_error_t *error, void *userdata) {
+static void note_close(sk_udp_socket_t *sock, const sk_error_t *error, void *userdata) {
     (void)sock;
-    udp_counts_t *counts = userdata;
-    pthread_mutex_lock(&counts->lock);
-    counts->closed++;
-    counts->close_code = error ? error->code : 0;
-    pthread_cond_broadcast(&counts->changed);
-    pthread_mutex_unlock(&counts->lock);
-}
-
-/* Waits until *field reaches `value` (WAIT_SECONDS at most). */
-static int wait_count(udp_counts_t *counts, const int *field, int value) {
-    double deadline = now_seconds() + WAIT_SECONDS;
-    pthread_mutex_lock(&counts->lock);
-    while (*field < value && now_seconds() < deadline) {
-        struct timespec limit;
-        clock_gettime(CLOCK_REALTIME, &limit);
-        limit.tv_nsec += 50 * 1000 * 1000;
-        if (limit.tv_nsec >= 1000000000) {
-            limit.tv_sec += 1;
-            limit.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&counts->changed, &counts->lock, &limit);
-    }
-    int reached = *field >= value;
-    pthread_mutex_unlock(&counts->lock);
-    return reached;
+    udp_ends_t *ends = userdata;
+    ends->close_code = error ? error->code : 0;
+    flag_set(&ends->closed);
 }
 
 /* 26.5: a UDP socket that had a send timer, released after its loop group, cancelled the
@@ -311,21 +311,219 @@ void test_udp_socket_with_a_send_timer_released_after_its_group(void) {
 
     sk_loop_group_t *group = NULL;
     CHECK_EQ(sk_loop_group_create(1, &group, NULL), SK_OK);
-    udp_counts_t counts = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0};
+    udp_ends_t ends = {FLAG_INIT, FLAG_INIT, 0};
     sk_udp_socket_delegate_t delegate = {0};
-    delegate.did_send = count_send;
-    delegate.did_close = count_close;
+    delegate.did_send = note_send;
+    delegate.did_close = note_close;
     sk_udp_socket_t *sock = NULL;
-    CHECK_EQ(sk_udp_socket_create(&delegate, sizeof delegate, &counts, NULL, group, &sock, NULL), SK_OK);
+    CHECK_EQ(sk_udp_socket_create(&delegate, sizeof delegate, &ends, NULL, group, &sock, NULL), SK_OK);
     /* Sent from this thread, the datagram is queued and its timeout arms the socket's timer. */
     CHECK_EQ(sk_udp_socket_send_to_address(sock, "abc", 3, (struct sockaddr *)&address, sizeof address, 5, 7, NULL),
              SK_OK);
-    CHECK(wait_count(&counts, &counts.sent, 1));
+    CHECK(flag_wait(&ends.sent, WAIT_SECONDS, NULL));
     CHECK_EQ(sk_loop_group_release(group), SK_OK);
-    CHECK(wait_count(&counts, &counts.closed, 1));
-    CHECK_EQ(counts.close_code, SK_ERR_CLOSED);
+    CHECK(flag_wait(&ends.closed, WAIT_SECONDS, NULL));
+    CHECK_EQ(ends.close_code, SK_ERR_CLOSED);
     CHECK_EQ(sk_udp_socket_release(sock), SK_OK);
     char received[8];
     CHECK_EQ(recv(peer, received, sizeof received, 0), 3);
     close(peer);
+}
+
+/* Busy for `seconds`: lets the other thread of a race get ahead (not a synchronisation). */
+static void spin(double seconds) {
+    double until = now_seconds() + seconds;
+    while (now_seconds() < until) sched_yield();
+}
+
+static void send_datagram(uint16_t port) {
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons(port),
+                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(sendto(fd, "d", 1, 0, (struct sockaddr *)&address, sizeof address), 1);
+    close(fd);
+}
+
+static uint16_t udp_port(sk_udp_socket_t *sock) {
+    uint16_t port = 0;
+    CHECK_EQ(sk_udp_socket_get_local_port(sock, 0, &port), SK_OK);
+    return port;
+}
+
+static sk_udp_socket_t *udp_socket(const sk_udp_socket_delegate_t *delegate, void *userdata,
+                                   sk_callback_queue_t *queue, sk_loop_group_t *group) {
+    sk_udp_socket_t *sock = NULL;
+    CHECK_EQ(sk_udp_socket_create(delegate, delegate ? sizeof *delegate : 0, userdata, queue, group, &sock, NULL),
+             SK_OK);
+    return sock;
+}
+
+/* ---- 27.4: the deadlock ----------------------------------------------------------------- */
+
+typedef struct {
+    sk_udp_socket_t *udp;
+    int loop_goes_second;     /* which side lets the other get ahead */
+    flag_t serial_inside, loop_inside, serial_returned, loop_returned;
+    int pause_status, set_delegate_status;
+} crossing_t;
+
+static void pause_from_serial(sk_udp_socket_t *sock, const void *data, size_t length, const struct sockaddr *address,
+                              socklen_t address_length, void *context, void *userdata) {
+    (void)data;
+    (void)length;
+    (void)address;
+    (void)address_length;
+    (void)context;
+    crossing_t *crossing = userdata;
+    if (flag_is_set(&crossing->serial_inside)) return;
+    flag_set(&crossing->serial_inside);
+    CHECK(flag_wait(&crossing->loop_inside, WAIT_SECONDS, NULL));
+    if (crossing->loop_goes_second) spin(0.002);
+    crossing->pause_status = sk_udp_socket_pause_receiving(sock); /* waits for the loop */
+    flag_set(&crossing->serial_returned);
+}
+
+static void set_delegate_from_loop(recorder_t *recorder, sk_socket_t *sock, const void *data, size_t length, long tag) {
+    (void)sock;
+    (void)data;
+    (void)length;
+    (void)tag;
+    crossing_t *crossing = recorder->context;
+    flag_set(&crossing->loop_inside);
+    if (!crossing->loop_goes_second) spin(0.002);
+    sk_udp_socket_delegate_t nobody = {0};
+    /* Waits for the UDP callback running on the serial queue. */
+    crossing->set_delegate_status = sk_udp_socket_set_delegate(crossing->udp, &nobody, sizeof nobody, NULL);
+    flag_set(&crossing->loop_returned);
+}
+
+/* A UDP socket's did_receive on a serial queue calls sk_udp_socket_pause_receiving (which
+ * waits for the loop) while a TCP did_read on that loop calls sk_udp_socket_set_delegate on
+ * the UDP socket (which waits for the running UDP callback): both return, in either order. */
+void test_udp_pause_in_a_serial_callback_while_the_loop_sets_its_delegate(void) {
+    for (int round = 0; round < 10; round++) {
+        sk_loop_group_t *group = NULL;
+        CHECK_EQ(sk_loop_group_create(1, &group, NULL), SK_OK);
+        sk_callback_queue_t *serial = NULL;
+        CHECK_EQ(sk_callback_queue_create_serial("udp-callbacks", &serial, NULL), SK_OK);
+        crossing_t crossing = {NULL, round % 2, FLAG_INIT, FLAG_INIT, FLAG_INIT, FLAG_INIT, -1, -1};
+        sk_udp_socket_delegate_t delegate = {0};
+        delegate.did_receive = pause_from_serial;
+        crossing.udp = udp_socket(&delegate, &crossing, serial, group);
+        CHECK_EQ(sk_udp_socket_bind_to_port(crossing.udp, "127.0.0.1", 0, NULL), SK_OK);
+        CHECK_EQ(sk_udp_socket_begin_receiving(crossing.udp, NULL), SK_OK);
+
+        recorder_t recorder;
+        recorder_init(&recorder);
+        recorder.context = &crossing;
+        recorder.on_read = set_delegate_from_loop;
+        sk_socket_delegate_t tcp_delegate = recorder_delegate();
+        sk_socket_t *tcp = NULL;
+        CHECK_EQ(sk_socket_create(&tcp_delegate, sizeof tcp_delegate, &recorder, NULL, group, &tcp, NULL), SK_OK);
+        uint16_t port = 0;
+        int listener = raw_listen("127.0.0.1", &port, 8);
+        CHECK_EQ(sk_socket_connect_to_host(tcp, "127.0.0.1", port, NULL, 5, NULL), SK_OK);
+        int peer = raw_accept(listener);
+        CHECK_EQ(sk_socket_read(tcp, 0, -1, 1, NULL), SK_OK);
+
+        /* The datagram first: its callback must be running before the loop thread enters
+         * the TCP callback (the loop receives the datagram). */
+        send_datagram(udp_port(crossing.udp));
+        CHECK(flag_wait(&crossing.serial_inside, WAIT_SECONDS, NULL));
+        raw_send(peer, "x", 1);
+        int returned = flag_wait(&crossing.serial_returned, 10, NULL) && flag_wait(&crossing.loop_returned, 10, NULL);
+        if (!returned) {
+            /* Deadlocked: nothing here can be released without hanging. */
+            fprintf(stderr, "round %d: the two callbacks deadlocked\n", round);
+            abort();
+        }
+        CHECK_EQ(crossing.pause_status, SK_OK);
+        CHECK_EQ(crossing.set_delegate_status, SK_OK);
+        CHECK_EQ(sk_socket_release(tcp), SK_OK);
+        CHECK_EQ(sk_udp_socket_release(crossing.udp), SK_OK);
+        CHECK_EQ(sk_loop_group_release(group), SK_OK);
+        CHECK_EQ(sk_callback_queue_release(serial), SK_OK);
+        close(peer);
+        close(listener);
+        recorder_destroy(&recorder);
+    }
+}
+
+/* ---- 27.4: the matrix ------------------------------------------------------------------- */
+
+/* What the callbacks of the matrix call, and what they saw. */
+typedef struct {
+    sk_udp_socket_t *same_loop_udp, *other_loop_udp;
+    int same_loop_bound, other_loop_bound, self_closed;
+    flag_t done;
+} matrix_t;
+
+static int bound(sk_udp_socket_t *sock) {
+    uint16_t port = 0;
+    return sk_udp_socket_bind_to_port(sock, "127.0.0.1", 0, NULL) == SK_OK &&
+           sk_udp_socket_get_local_port(sock, 0, &port) == SK_OK && port != 0;
+}
+
+static void call_the_others(matrix_t *matrix) {
+    matrix->same_loop_bound = bound(matrix->same_loop_udp);
+    matrix->other_loop_bound = bound(matrix->other_loop_udp);
+}
+
+static void matrix_receive(sk_udp_socket_t *sock, const void *data, size_t length, const struct sockaddr *address,
+                           socklen_t address_length, void *context, void *userdata) {
+    (void)data;
+    (void)length;
+    (void)address;
+    (void)address_length;
+    (void)context;
+    matrix_t *matrix = userdata;
+    if (flag_is_set(&matrix->done)) return;
+    CHECK_EQ(sk_udp_socket_set_multicast_ttl(sock, 7, NULL), SK_OK);
+    CHECK_EQ(sk_udp_socket_close(sock), SK_OK);
+    matrix->self_closed = sk_udp_socket_is_closed(sock) == 1;
+    call_the_others(matrix);
+    flag_set(&matrix->done);
+}
+
+static void matrix_round(sk_callback_queue_t *queue) {
+    sk_loop_group_t *group = NULL; /* the callback's socket's loop */
+    CHECK_EQ(sk_loop_group_create(1, &group, NULL), SK_OK);
+    sk_loop_group_t *other = NULL;
+    CHECK_EQ(sk_loop_group_create(1, &other, NULL), SK_OK);
+    matrix_t matrix;
+    memset(&matrix, 0, sizeof matrix);
+    pthread_mutex_init(&matrix.done.lock, NULL);
+    pthread_cond_init(&matrix.done.changed, NULL);
+    matrix.same_loop_udp = udp_socket(NULL, NULL, NULL, group);
+    matrix.other_loop_udp = udp_socket(NULL, NULL, NULL, other);
+    sk_callback_queue_t *host = queue && sk_callback_queue_fd(queue) >= 0 ? queue : NULL;
+    sk_udp_socket_delegate_t delegate = {0};
+    delegate.did_receive = matrix_receive;
+    sk_udp_socket_t *source = udp_socket(&delegate, &matrix, queue, group);
+    CHECK_EQ(sk_udp_socket_bind_to_port(source, "127.0.0.1", 0, NULL), SK_OK);
+    CHECK_EQ(sk_udp_socket_begin_receiving(source, NULL), SK_OK);
+    send_datagram(udp_port(source));
+    CHECK(flag_wait(&matrix.done, WAIT_SECONDS, host));
+    CHECK(matrix.same_loop_bound && matrix.other_loop_bound);
+    CHECK(matrix.self_closed);
+    CHECK_EQ(sk_udp_socket_release(source), SK_OK);
+    CHECK_EQ(sk_udp_socket_release(matrix.same_loop_udp), SK_OK);
+    CHECK_EQ(sk_udp_socket_release(matrix.other_loop_udp), SK_OK);
+    CHECK_EQ(sk_loop_group_release(group), SK_OK);
+    CHECK_EQ(sk_loop_group_release(other), SK_OK);
+}
+
+/* Waiting calls (UDP options, close and bind) made from a UDP callback on each kind of
+ * callback queue, against the calling socket, a socket on its loop and one on another
+ * loop: each returns with its effect done. */
+void test_waiting_calls_from_callbacks_on_each_queue_kind(void) {
+    sk_callback_queue_t *serial = NULL;
+    CHECK_EQ(sk_callback_queue_create_serial("matrix", &serial, NULL), SK_OK);
+    sk_callback_queue_t *host = NULL;
+    CHECK_EQ(sk_callback_queue_create_host(&host, NULL), SK_OK);
+    sk_callback_queue_t *queues[3] = {NULL, serial, host};
+    for (int kind = 0; kind < 3; kind++) matrix_round(queues[kind]);
+    CHECK_EQ(sk_callback_queue_release(serial), SK_OK);
+    CHECK_EQ(sk_callback_queue_release(host), SK_OK);
 }

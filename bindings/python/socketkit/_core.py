@@ -821,6 +821,17 @@ class Socket(_SocketBase):
 
     Keep a reference: a socket nobody holds is closed. Use it as a context manager, or
     call :meth:`close`; afterwards every method raises :class:`InvalidHandleError`.
+
+    Most methods are requests: they return at once, and what follows comes to the
+    delegate. The ones that promise an effect on return wait for it: setting
+    :attr:`delegate` and closing wait for a delegate method running on another thread;
+    every :class:`UdpSocket` method
+    but the sends and getters returns the loop's answer. None of these waits can deadlock,
+    whichever thread or delegate method calls them: when the thread waited for is itself
+    waiting for the caller, a wait for a running delegate method gives way (the setter
+    returns while that method may still be finishing); only when two loops' delegate
+    methods call each other's sockets at the same moment does a call not wait: it raises
+    BadConfigError (errno EDEADLK) with no effect, or, when it returns nothing, is queued.
     """
 
     def __init__(self, delegate: Any = None, *, queue: Optional[CallbackQueue] = _UNSET,
@@ -912,7 +923,7 @@ class Socket(_SocketBase):
         """Releases the socket. Writes already queued are still sent before the connection
         closes (as asyncio's ``transport.close()`` does); queued reads are dropped. No
         delegate method runs after this returns (one running on another thread is waited
-        for). Idempotent."""
+        for, unless that would deadlock). Idempotent."""
         if self._handle is not None:
             lib.sk_socket_disconnect_after_writing(self._handle)
         self._release()
@@ -954,7 +965,9 @@ class Socket(_SocketBase):
 
     @delegate.setter
     def delegate(self, delegate: Any) -> None:
-        """Replaces the delegate, synchronously: once set, no method of the old one runs."""
+        """Replaces the delegate, synchronously: once set, no method of the old one runs
+        (one running on another thread is waited for, unless that would deadlock: see
+        :class:`Socket`)."""
         struct_ = _delegate_struct(delegate)
         _raise_for(lib.sk_socket_set_delegate(self.handle, byref(struct_), ctypes.sizeof(struct_), None))
         self._delegate = delegate
@@ -1818,6 +1831,10 @@ class UdpSocket(_UdpSocketBase):
     Keep a reference: a socket nobody holds is released (closed without callbacks). Use it
     as a context manager or call :meth:`release`; afterwards every method raises
     :class:`InvalidHandleError`. :meth:`close` only closes: the socket can be used again.
+
+    Sends and getters return at once; every other method waits for the socket's loop and
+    returns its answer (bound after :meth:`bind_to_port`, closed after :meth:`close`),
+    without ever deadlocking (see :class:`Socket` for the rule).
     """
 
     def __init__(self, delegate: Any = None, *, queue: Optional[CallbackQueue] = _UNSET,
@@ -1897,7 +1914,9 @@ class UdpSocket(_UdpSocketBase):
 
     @delegate.setter
     def delegate(self, delegate: Any) -> None:
-        """Replaces the delegate, synchronously: once set, no method of the old one runs."""
+        """Replaces the delegate, synchronously: once set, no method of the old one runs
+        (one running on another thread is waited for, unless that would deadlock: see
+        :class:`Socket`)."""
         struct_ = _udp_delegate_struct(delegate)
         _raise_for(lib.sk_udp_socket_set_delegate(self.handle, byref(struct_), ctypes.sizeof(struct_), None))
         self._delegate = delegate
