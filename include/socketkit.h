@@ -38,6 +38,10 @@
  *   - every sk_udp_socket_* call but the sends, sk_udp_socket_perform and the getters (bind,
  *     connect, receiving, filters, multicast, options, close) waits for the loop to run it
  *     and returns its answer: bound after a bind, closed after a close;
+ *   - sk_socket_accept_on_*() returns listening; sk_socket_disconnect() and
+ *     sk_socket_release() of a listener return with its descriptors closed and its
+ *     Unix-domain socket file removed (a new listener may take the port or path at once);
+ *     both wait for the loop;
  *   - sk_socket_release(), sk_socket_set_delegate() and their UDP twins wait for a callback
  *     of that socket running on another thread to return (not when called from inside it);
  *   - sk_loop_group_release() joins the group's threads (unless called on one of them).
@@ -49,7 +53,8 @@
  * other's sockets at the same moment) does the call that would close it not wait: a call
  * that returns an answer fails with SK_ERR_BAD_CONFIG and errno EDEADLK and has no effect,
  * and one that does not (sk_udp_socket_pause_receiving, _close, _close_after_sending, the
- * setters) is queued and takes effect when that loop goes on. A driven group
+ * setters; the start of a listener whose address is already bound, its disconnect or
+ * release) is queued and takes effect when that loop goes on. A driven group
  * (sk_loop_group_create_driven) has no thread: the thread that created it runs it, and
  * calls that wait for its loop from other threads wait until that thread runs it.
  *
@@ -330,7 +335,8 @@ typedef struct sk_socket_delegate {
 
     /* Asked on the listener's event loop thread (not the callback queue) before a new
      * connection is wrapped: the index of the loop of the listener's group it should live
-     * on, or -1 for the next one. */
+     * on, or -1 for the next one. It may disconnect the listener: that connection is then
+     * closed unserved, and the listener's did_disconnect follows once this returns. */
     int (*new_socket_loop_for_connection)(sk_socket_t *listener, const struct sockaddr *address,
                                           socklen_t address_length, void *userdata);
 
@@ -414,6 +420,7 @@ int sk_socket_create_from_fd(int fd, const sk_socket_delegate_t *delegate, size_
 /* Releases the handle and closes the socket: pending reads and writes are dropped, except
  * after sk_socket_disconnect_after_writing(), when the queued writes are still sent (for
  * at most two minutes) before the connection closes, a graceful fire-and-forget close.
+ * A listener's descriptors are closed before this returns, as by sk_socket_disconnect().
  * Once this returns no callback of the socket starts and its userdata is not touched; a
  * callback running on another thread is waited for (not when called from inside that
  * callback, nor when that would deadlock: see THREADS). Callbacks of other sockets are
@@ -551,7 +558,7 @@ int sk_socket_get_buffer_sizes(sk_socket_t *sock, int *out_send_size, int *out_r
 
 /* Listens on every interface, IPv4 and IPv6 (as enabled). Port 0 picks one free port for
  * both families (see sk_socket_get_local_port). Accepted connections arrive in did_accept.
- * Needs a delegate. Errors (synchronous): SK_ERR_BAD_CONFIG (already connected or
+ * Returns listening: the loop has taken the listener over (see THREADS). Needs a delegate. Errors (synchronous): SK_ERR_BAD_CONFIG (already connected or
  * accepting, no delegate, no family enabled), SK_ERR_SYSTEM (EADDRINUSE, EACCES, ...). */
 int sk_socket_accept_on_port(sk_socket_t *sock, uint16_t port, sk_error_t *error);
 
@@ -562,7 +569,9 @@ int sk_socket_accept_on_interface(sk_socket_t *sock, const char *interface, uint
 
 /* Listens on a Unix-domain socket at `path`. A stale socket file there is replaced (a file
  * that is not a socket fails with EADDRINUSE); the file is removed when the listener
- * closes. Errors: SK_ERR_BAD_PARAM (empty path, longer than 107 bytes). */
+ * closes, if it is still the file this listener made (device and inode): a newer
+ * listener's file at the same path stays. Errors: SK_ERR_BAD_PARAM (empty path, longer
+ * than 107 bytes). */
 int sk_socket_accept_on_unix_path(sk_socket_t *sock, const char *path, sk_error_t *error);
 
 /* ---- Connecting ----------------------------------------------------------------------- */
@@ -662,7 +671,9 @@ int sk_socket_get_queued_write_bytes(sk_socket_t *sock, size_t *out_bytes);
 
 /* Closes now: pending reads and writes are dropped without callbacks, then did_disconnect
  * (error NULL) follows the callbacks already queued. Does nothing on a disconnected
- * socket. Errors: SK_ERR_INVALID_HANDLE. */
+ * socket. A listener returns with its descriptors closed and its Unix-domain socket file
+ * removed, so a new listener can take the port or the path at once (it waits for the loop:
+ * see THREADS). Errors: SK_ERR_INVALID_HANDLE. */
 int sk_socket_disconnect(sk_socket_t *sock);
 
 /* Closes once every queued read completed; new reads and writes are refused. */

@@ -117,15 +117,30 @@ struct CallbackWaitTests {
         }
     }
 
+    /// Whether a plain listener can take `port` on 127.0.0.1 now.
+    static func portIsFree(_ port: UInt16) -> Bool {
+        guard let probe = try? RawSocket.listen(port: port) else { return false }
+        probe.close()
+        return true
+    }
+
     /// The sockets a callback of the matrix calls: on its own loop and on another one.
     struct Targets {
         let udp: [UdpSocket]
+        let listeners: [Socket]
+        let ports: [UInt16]
 
         init(_ loops: [EventLoop]) throws {
             udp = loops.map { UdpSocket(eventLoop: $0) }
+            listeners = try loops.map { loop in
+                let listener = recordedSocket("unused", eventLoop: loop).0
+                try listener.accept(onInterface: "127.0.0.1", port: 0)
+                return listener
+            }
+            ports = listeners.map(\.localPort)
         }
 
-        /// Binds each UDP socket, and says what each returned with.
+        /// Binds each UDP socket and closes each listener, and says what each returned with.
         func callAll() -> [String] {
             var seen: [String] = []
             for (index, udp) in udp.enumerated() {
@@ -136,15 +151,19 @@ struct CallbackWaitTests {
                     seen.append("udp \(index): \(error)")
                 }
             }
+            for (index, listener) in listeners.enumerated() {
+                listener.disconnect()
+                seen.append("listener \(index): closed \(CallbackWaitTests.portIsFree(ports[index]))")
+            }
             return seen
         }
 
-        static let allDone = ["udp 0: bound true", "udp 1: bound true"]
+        static let allDone = ["udp 0: bound true", "udp 1: bound true", "listener 0: closed true", "listener 1: closed true"]
     }
 
-    /// Waiting calls from a UDP callback, on each kind of callback queue, against the calling
-    /// socket itself, a socket on its loop, and one on another loop: each returns, with its
-    /// effect done.
+    /// Waiting calls from a UDP callback and from a listener's callback, on each kind of
+    /// callback queue, against the calling socket itself, sockets on its loop, and sockets
+    /// on another loop: each returns, with its effect done.
     @Test(.timeLimit(.minutes(1)), arguments: QueueKind.allCases)
     func waitingCallsFromCallbacksReturnWithTheirEffect(kind: QueueKind) throws {
         let group = EventLoopGroup(loopCount: 2)
@@ -178,13 +197,31 @@ struct CallbackWaitTests {
         #expect(waitFor(udpDone), "the UDP callback's calls did not return")
         #expect(results.withLock { $0 } == ["same socket: ttl 7"] + Targets.allDone)
 
+        // From a listener's didAccept.
+        let listenerRecorder = Recorder("listener")
+        let listener = Socket(delegate: listenerRecorder, callbackQueue: queue, eventLoop: loops[0])
+        try listener.accept(onInterface: "127.0.0.1", port: 0)
+        let port = listener.localPort
+        let fromListener = try Targets(loops)
+        let tcpDone = Latch()
+        listenerRecorder.onAccept = { sock, _ in
+            sock.disconnect()
+            let seen = ["same socket: closed \(CallbackWaitTests.portIsFree(port))"]
+            results.withLock { $0 = seen + fromListener.callAll() }
+            tcpDone.open()
+        }
+        let client = try RawSocket.connect(port: port)
+        defer { client.close() }
+        #expect(waitFor(tcpDone), "the listener callback's calls did not return")
+        #expect(results.withLock { $0 } == ["same socket: closed true"] + Targets.allDone)
         try group.shutdown()
     }
 
     /// Two loops' callbacks that wait for each other's loops at the same moment: a cycle of
     /// loop waits, with no gate wait that could give way. The call that would close it does
-    /// not wait: it fails with `EDEADLK` and has no effect (a UDP bind); the other call
-    /// returns with its effect.
+    /// not wait: it fails with `EDEADLK` and has no effect (a UDP bind), or is queued and
+    /// done when the other loop goes on (a listener's disconnect); the other call returns
+    /// with its effect.
     @Test(.timeLimit(.minutes(1)))
     func twoLoopsCallingEachOthersSocketsAtOnce() throws {
         let group = EventLoopGroup(loopCount: 2)
@@ -198,6 +235,9 @@ struct CallbackWaitTests {
             try source.beginReceiving()
         }
         let onFirst = UdpSocket(eventLoop: first)
+        let listenerOnFirst = recordedSocket("unused", eventLoop: first).0
+        try listenerOnFirst.accept(onInterface: "127.0.0.1", port: 0)
+        let listenerPort = listenerOnFirst.localPort
         let onSecond = UdpSocket(eventLoop: second)
         let firstThread = Atomic<UInt>(0)
         let firstInside = Latch()
@@ -227,6 +267,7 @@ struct CallbackWaitTests {
             } catch {
                 secondOutcome.withLock { $0 = "\(error.code) \(error.osError)" }
             }
+            listenerOnFirst.disconnect() // the first loop is still waiting: queued
             done.second.open()
         }
         let sender = try RawUdpPeer()
@@ -239,6 +280,8 @@ struct CallbackWaitTests {
         #expect(onSecond.localPort != 0)
         #expect(secondOutcome.withLock { $0 } == "badConfig \(EDEADLK)")
         #expect(onFirst.isClosed, "the refused bind had an effect")
+        #expect(CallbackWaitTests.spin { CallbackWaitTests.portIsFree(listenerPort) })
+        #expect(listenerOnFirst.isDisconnected)
         try group.shutdown()
     }
 }

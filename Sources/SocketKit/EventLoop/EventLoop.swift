@@ -9,8 +9,9 @@ import SocketKitC
 ///
 /// Which calls wait: most are requests and return at once. Those that promise an effect on
 /// return wait for the loop to run them when made on another thread: `UdpSocket`'s calls
-/// other than sends, `perform` and getters (they return the loop's answer). Setting a
-/// delegate waits for a callback running on another thread;
+/// other than sends, `perform` and getters (they return the loop's answer), `Socket`'s
+/// `accept(on…)` (returns listening) and a listener's `disconnect()` (returns with its
+/// descriptors closed). Setting a delegate waits for a callback running on another thread;
 /// `EventLoopGroup.shutdown()` joins the loops' threads. None of these waits can deadlock:
 /// a call never waits for a thread that is, directly or through other waiting threads,
 /// waiting for the caller (`WaitGraph`). In such a cycle a wait for a running callback gives

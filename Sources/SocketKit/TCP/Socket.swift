@@ -8,10 +8,11 @@ import Synchronization
 ///
 /// Threads: every method may be called from any thread. Work runs on the socket's event
 /// loop (inline when the caller is already on it); getters read published state and never
-/// wait for the loop. Most calls are requests: they return at once. Setting the delegate
-/// waits for a callback running elsewhere (see `EventLoop` for the rule every waiting call
-/// shares, which no deadlock can break). Keep a reference: a socket nobody holds closes
-/// (no callbacks follow).
+/// wait for the loop. Most calls are requests: they return at once. Those that promise an
+/// effect on return wait (see `EventLoop` for the rule they share, which no deadlock can
+/// break): `accept(on…)` returns listening, `disconnect()` of a listener returns with its
+/// descriptors closed, and setting the delegate waits for a callback running elsewhere.
+/// Keep a reference: a socket nobody holds closes (no callbacks follow).
 ///
 /// Cost: a connected idle socket owns no buffer; its reads use its loop's buffer.
 public final class Socket: WaitGraph.Target, @unchecked Sendable {
@@ -228,7 +229,8 @@ public final class Socket: WaitGraph.Target, @unchecked Sendable {
     // MARK: Accepting
 
     /// Listens on every interface, IPv4 and IPv6 (as enabled). Port 0 picks one free port
-    /// for both families. Throws synchronously for a port in use and the like.
+    /// for both families. Throws synchronously for a port in use and the like; returns
+    /// listening (the loop has taken the listener over).
     public func accept(onPort port: UInt16) throws(SocketError) {
         try accept(onInterface: nil, port: port)
     }
@@ -247,11 +249,12 @@ public final class Socket: WaitGraph.Target, @unchecked Sendable {
             revertSession(session)
             throw error
         }
-        try startListening(made, unixPath: nil, session: session, configuration: configuration)
+        try startListening(made, session: session, configuration: configuration)
     }
 
     /// Listens on a Unix-domain socket at `path`. A stale socket file there is replaced;
-    /// the file is removed when the listener closes.
+    /// the file is removed when the listener closes (if it is still the one this listener
+    /// made: a newer listener's file at the same path stays).
     public func accept(onUnixPath path: String) throws(SocketError) {
         let (session, configuration) = try beginSession(.accepting, requireFamilies: false, requireDelegate: true)
         let made: ListenerFactory.Listener
@@ -261,22 +264,32 @@ public final class Socket: WaitGraph.Target, @unchecked Sendable {
             revertSession(session)
             throw error
         }
-        try startListening([made], unixPath: path, session: session, configuration: configuration)
+        try startListening([made], session: session, configuration: configuration)
     }
 
-    private func startListening(_ made: [ListenerFactory.Listener], unixPath: String?, session: UInt64,
+    private func startListening(_ made: [ListenerFactory.Listener], session: UInt64,
                                 configuration: SocketConfiguration) throws(SocketError) {
         core.withPublished { published in
             guard published.session == session else { return }
             published.listenerAddresses = made.map(\.address)
-            published.isUnixDomain = unixPath != nil
+            published.isUnixDomain = made.contains { $0.address.family == .unix }
         }
-        let accepted = submit(tearsDown: true) { core in
-            core.startAccepting(made, unixPath: unixPath, session: session, configuration: configuration)
+        // Waits until the loop has taken the listeners over (inline on the loop's thread),
+        // so that a disconnect that follows, from any thread, finds them to close.
+        let core = self.core
+        let start: @Sendable () -> Void = {
+            core.perform(tearsDown: true) { $0.startAccepting(made, session: session, configuration: configuration) }
         }
-        guard accepted else {
-            for listener in made { close(listener.fd) }
-            if let unixPath { unlink(unixPath) }
+        switch eventLoop.runWaiting(start) {
+        case .ran:
+            return
+        case .wouldDeadlock where eventLoop.execute(start):
+            return // the loop is waiting for this thread: it starts them when it goes on
+        case .refused, .wouldDeadlock:
+            for listener in made {
+                close(listener.fd)
+                listener.unixFile?.unlinkIfStillOurs()
+            }
             revertSession(session)
             throw SocketError(.badConfig, "the socket's event loop has stopped")
         }
@@ -606,17 +619,49 @@ public final class Socket: WaitGraph.Target, @unchecked Sendable {
     /// Closes now: pending reads and writes are dropped without callbacks, and
     /// `socketDidDisconnect` (error nil) follows the callbacks already queued. Does nothing
     /// on a disconnected socket. The socket can connect or accept again afterwards.
+    ///
+    /// A listener's descriptors are closed, and its Unix-domain socket file removed, before
+    /// this returns: a new listener can take the port or the path at once. It waits for the
+    /// socket's loop to close them (inline on the loop's thread), except when the loop is
+    /// waiting for this thread (two loops' callbacks closing each other's listeners at the
+    /// same moment): then the loop closes them as soon as it goes on. Releasing the last
+    /// reference to a listener closes it later, on its loop: call this first to know when.
     public func disconnect() {
-        let session = core.withPublished { published -> UInt64? in
-            guard published.status != .disconnected else { return nil }
+        endSession(listenerOnly: false)
+    }
+
+    /// For the C API's release: a listener closes before the release returns, as with
+    /// `disconnect`; any other socket as the release closes it (see `deinit`).
+    func disconnectIfListening() {
+        endSession(listenerOnly: true)
+    }
+
+    private func endSession(listenerOnly: Bool) {
+        let ended = core.withPublished { published -> (session: UInt64, listening: Bool)? in
+            let listening = published.status == .accepting
+            guard published.status != .disconnected, listening || !listenerOnly else { return nil }
             published.status = .disconnected
             published.peerAddress = nil
             published.localAddress = nil
             published.listenerAddresses = []
-            return published.session
+            return (published.session, listening)
         }
-        guard let session else { return }
-        _ = submit(tearsDown: true) { $0.disconnect(session: session) }
+        guard let ended else { return }
+        let session = ended.session
+        guard ended.listening else {
+            _ = submit(tearsDown: true) { $0.disconnect(session: session) }
+            return
+        }
+        let core = self.core
+        switch eventLoop.runWaiting({ core.disconnectListener(session: session) }) {
+        case .ran:
+            break
+        case .refused:
+            // The loop is stopping: it closes every listener itself. Wait for that.
+            eventLoop.afterStopping {}
+        case .wouldDeadlock:
+            _ = eventLoop.execute { core.disconnectListener(session: session) }
+        }
     }
 
     /// Closes once every queued read has completed; no reads or writes may be added.

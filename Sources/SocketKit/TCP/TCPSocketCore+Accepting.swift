@@ -8,14 +8,13 @@ extension TCPSocketCore {
     static let longestAcceptBackoff: UInt64 = 1_000_000_000
 
     /// Starts a listening session on descriptors made by `ListenerFactory`.
-    func startAccepting(_ made: [ListenerFactory.Listener], unixPath: String?, session: UInt64,
-                        configuration: SocketConfiguration) {
+    func startAccepting(_ made: [ListenerFactory.Listener], session: UInt64, configuration: SocketConfiguration) {
         if phase != .idle { closeSession(nil) }
         self.session = session
         self.configuration = configuration
         phase = .accepting
         listeners = made.map { ListenerEndpoint(core: self, fd: $0.fd, address: $0.address) }
-        unixListenerPath = unixPath
+        unixListenerFile = made.lazy.compactMap(\.unixFile).first
         for endpoint in listeners {
             do {
                 endpoint.registration = try loop.register(fd: endpoint.fd, events: TCPSocketCore.listenerEvents,
@@ -33,9 +32,19 @@ extension TCPSocketCore {
             close(endpoint.fd)
         }
         listeners.removeAll()
-        if let path = unixListenerPath {
-            unlink(path)
-            unixListenerPath = nil
+        unixListenerFile?.unlinkIfStillOurs()
+        unixListenerFile = nil
+    }
+
+    /// Ends the listening `session` now, also from inside one of its callbacks (a listener
+    /// lends a callback no memory that closing would free), so that `Socket.disconnect`
+    /// returns with the descriptors closed. Only operations already waiting for the running
+    /// callback (an accept and a disconnect in one callback) keep it waiting, in order.
+    func disconnectListener(session: UInt64) {
+        if hasDeferredOperations {
+            perform(tearsDown: true) { $0.disconnect(session: session) }
+        } else {
+            disconnect(session: session)
         }
     }
 
@@ -116,7 +125,21 @@ extension TCPSocketCore {
             return
         }
         let unix = endpoint.address.family == .unix
-        let childLoop = peer.flatMap { owner.eventLoopForAcceptedConnection(from: $0) } ?? loop.group?.next() ?? loop
+        let session = self.session
+        // The new-connection hook is user code, so it runs as a callout (see `emit`): what
+        // it raises (a disconnect's didDisconnect) waits until it returns, and closing its
+        // own listener from it frees nothing the loop is using.
+        let wasInCallout = inCallout
+        inCallout = true
+        let chosenLoop = peer.flatMap { owner.eventLoopForAcceptedConnection(from: $0) }
+        if !wasInCallout { finishCallout(owner) }
+        let childLoop = chosenLoop ?? loop.group?.next() ?? loop
+        // The hook may have ended this listening session (and reported that): a connection
+        // accepted meanwhile must not follow the session's didDisconnect.
+        guard phase == .accepting, session == self.session else {
+            close(descriptor)
+            return
+        }
         // A listener bound to one address accepts on exactly that address: no system call.
         let local = unix || !endpoint.address.isUnspecifiedIP ? endpoint.address : SystemCalls.localAddress(descriptor)
         let child = TCPSocketCore(loop: childLoop, configuration: configuration)

@@ -207,7 +207,7 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
 
     final class AcceptingState {
         var listeners: [ListenerEndpoint] = []
-        var unixListenerPath: String? = nil
+        var unixListenerFile: UnixSocketFile? = nil
         var acceptPaused = false
         var acceptBackoff: UInt64 = 0
         var acceptFailureReported = false
@@ -279,9 +279,9 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         get { acceptingState?.listeners ?? [] }
         set { if acceptingState != nil || !(newValue.isEmpty) { accepting.listeners = newValue } }
     }
-    var unixListenerPath: String? {
-        get { acceptingState?.unixListenerPath }
-        set { if acceptingState != nil || !(newValue == nil) { accepting.unixListenerPath = newValue } }
+    var unixListenerFile: UnixSocketFile? {
+        get { acceptingState?.unixListenerFile }
+        set { if acceptingState != nil || newValue != nil { accepting.unixListenerFile = newValue } }
     }
     var acceptPaused: Bool {
         get { acceptingState?.acceptPaused ?? false }
@@ -395,6 +395,13 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         }
         inCallout = true
         owner.deliver(event, from: self)
+        finishCallout(owner)
+    }
+
+    /// Ends a callout (`inCallout` set around user code): the events it raised are
+    /// delivered, then the operations that waited for it run.
+    @inline(__always)
+    func finishCallout(_ owner: Socket) {
         while let event = outOfLineState?.takeDeferredEvent() {
             owner.deliver(event, from: self)
         }

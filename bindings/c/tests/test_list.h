@@ -71,4 +71,8 @@
     X(events_handed_to_a_stopped_loop_still_arrive) \
     X(udp_socket_with_a_send_timer_released_after_its_group) \
     X(udp_pause_in_a_serial_callback_while_the_loop_sets_its_delegate) \
-    X(waiting_calls_from_callbacks_on_each_queue_kind)
+    X(waiting_calls_from_callbacks_on_each_queue_kind) \
+    X(listener_port_is_free_when_disconnect_returns) \
+    X(listener_unix_path_is_free_when_disconnect_returns) \
+    X(listener_leaves_a_newer_listeners_file_alone) \
+    X(listener_disconnected_in_its_new_connection_hook)

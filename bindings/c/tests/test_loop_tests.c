@@ -336,6 +336,19 @@ static void spin(double seconds) {
     while (now_seconds() < until) sched_yield();
 }
 
+/* Whether a plain listener can take 127.0.0.1:`port` now. */
+static int port_is_free(uint16_t port) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons(port),
+                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int free = bind(fd, (struct sockaddr *)&address, sizeof address) == 0 && listen(fd, 1) == 0;
+    close(fd);
+    return free;
+}
+
 static void send_datagram(uint16_t port) {
     int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     CHECK(fd >= 0);
@@ -357,6 +370,16 @@ static sk_udp_socket_t *udp_socket(const sk_udp_socket_delegate_t *delegate, voi
     CHECK_EQ(sk_udp_socket_create(delegate, delegate ? sizeof *delegate : 0, userdata, queue, group, &sock, NULL),
              SK_OK);
     return sock;
+}
+
+static sk_socket_t *listener_in(sk_loop_group_t *group, recorder_t *recorder, sk_callback_queue_t *queue,
+                                uint16_t *port) {
+    sk_socket_delegate_t delegate = recorder_delegate();
+    sk_socket_t *listener = NULL;
+    CHECK_EQ(sk_socket_create(&delegate, sizeof delegate, recorder, queue, group, &listener, NULL), SK_OK);
+    CHECK_EQ(sk_socket_accept_on_interface(listener, "127.0.0.1", 0, NULL), SK_OK);
+    CHECK_EQ(sk_socket_get_local_port(listener, port), SK_OK);
+    return listener;
 }
 
 /* ---- 27.4: the deadlock ----------------------------------------------------------------- */
@@ -455,7 +478,12 @@ void test_udp_pause_in_a_serial_callback_while_the_loop_sets_its_delegate(void) 
 /* What the callbacks of the matrix call, and what they saw. */
 typedef struct {
     sk_udp_socket_t *same_loop_udp, *other_loop_udp;
-    int same_loop_bound, other_loop_bound, self_closed;
+    sk_socket_t *same_loop_listener, *other_loop_listener;
+    uint16_t same_loop_port, other_loop_port;
+    sk_socket_t *self_listener;
+    uint16_t self_port;
+    int same_loop_bound, other_loop_bound;
+    int same_loop_closed, other_loop_closed, self_closed;
     flag_t done;
 } matrix_t;
 
@@ -468,6 +496,10 @@ static int bound(sk_udp_socket_t *sock) {
 static void call_the_others(matrix_t *matrix) {
     matrix->same_loop_bound = bound(matrix->same_loop_udp);
     matrix->other_loop_bound = bound(matrix->other_loop_udp);
+    CHECK_EQ(sk_socket_disconnect(matrix->same_loop_listener), SK_OK);
+    matrix->same_loop_closed = port_is_free(matrix->same_loop_port);
+    CHECK_EQ(sk_socket_disconnect(matrix->other_loop_listener), SK_OK);
+    matrix->other_loop_closed = port_is_free(matrix->other_loop_port);
 }
 
 static void matrix_receive(sk_udp_socket_t *sock, const void *data, size_t length, const struct sockaddr *address,
@@ -486,44 +518,216 @@ static void matrix_receive(sk_udp_socket_t *sock, const void *data, size_t lengt
     flag_set(&matrix->done);
 }
 
-static void matrix_round(sk_callback_queue_t *queue) {
+static void matrix_accept(recorder_t *recorder, sk_socket_t *listener, sk_socket_t *new_socket) {
+    (void)new_socket;
+    matrix_t *matrix = recorder->context;
+    CHECK_EQ(sk_socket_disconnect(listener), SK_OK);
+    matrix->self_closed = port_is_free(matrix->self_port);
+    call_the_others(matrix);
+    flag_set(&matrix->done);
+}
+
+static void matrix_round(sk_callback_queue_t *queue, int from_udp) {
     sk_loop_group_t *group = NULL; /* the callback's socket's loop */
     CHECK_EQ(sk_loop_group_create(1, &group, NULL), SK_OK);
     sk_loop_group_t *other = NULL;
     CHECK_EQ(sk_loop_group_create(1, &other, NULL), SK_OK);
+    recorder_t unused;
+    recorder_init(&unused);
     matrix_t matrix;
     memset(&matrix, 0, sizeof matrix);
     pthread_mutex_init(&matrix.done.lock, NULL);
     pthread_cond_init(&matrix.done.changed, NULL);
     matrix.same_loop_udp = udp_socket(NULL, NULL, NULL, group);
     matrix.other_loop_udp = udp_socket(NULL, NULL, NULL, other);
+    matrix.same_loop_listener = listener_in(group, &unused, NULL, &matrix.same_loop_port);
+    matrix.other_loop_listener = listener_in(other, &unused, NULL, &matrix.other_loop_port);
+    recorder_t recorder;
+    recorder_init(&recorder);
+    recorder.context = &matrix;
+    sk_udp_socket_t *source = NULL;
+    int client = -1;
     sk_callback_queue_t *host = queue && sk_callback_queue_fd(queue) >= 0 ? queue : NULL;
-    sk_udp_socket_delegate_t delegate = {0};
-    delegate.did_receive = matrix_receive;
-    sk_udp_socket_t *source = udp_socket(&delegate, &matrix, queue, group);
-    CHECK_EQ(sk_udp_socket_bind_to_port(source, "127.0.0.1", 0, NULL), SK_OK);
-    CHECK_EQ(sk_udp_socket_begin_receiving(source, NULL), SK_OK);
-    send_datagram(udp_port(source));
+    if (from_udp) {
+        sk_udp_socket_delegate_t delegate = {0};
+        delegate.did_receive = matrix_receive;
+        source = udp_socket(&delegate, &matrix, queue, group);
+        CHECK_EQ(sk_udp_socket_bind_to_port(source, "127.0.0.1", 0, NULL), SK_OK);
+        CHECK_EQ(sk_udp_socket_begin_receiving(source, NULL), SK_OK);
+        send_datagram(udp_port(source));
+    } else {
+        recorder.on_accept = matrix_accept;
+        matrix.self_listener = listener_in(group, &recorder, queue, &matrix.self_port);
+        client = raw_connect("127.0.0.1", matrix.self_port);
+    }
     CHECK(flag_wait(&matrix.done, WAIT_SECONDS, host));
     CHECK(matrix.same_loop_bound && matrix.other_loop_bound);
+    CHECK(matrix.same_loop_closed && matrix.other_loop_closed);
     CHECK(matrix.self_closed);
-    CHECK_EQ(sk_udp_socket_release(source), SK_OK);
+    if (source) CHECK_EQ(sk_udp_socket_release(source), SK_OK);
+    if (matrix.self_listener) CHECK_EQ(sk_socket_release(matrix.self_listener), SK_OK);
+    if (client >= 0) close(client);
     CHECK_EQ(sk_udp_socket_release(matrix.same_loop_udp), SK_OK);
     CHECK_EQ(sk_udp_socket_release(matrix.other_loop_udp), SK_OK);
+    CHECK_EQ(sk_socket_release(matrix.same_loop_listener), SK_OK);
+    CHECK_EQ(sk_socket_release(matrix.other_loop_listener), SK_OK);
     CHECK_EQ(sk_loop_group_release(group), SK_OK);
     CHECK_EQ(sk_loop_group_release(other), SK_OK);
+    recorder_destroy(&recorder);
+    recorder_destroy(&unused);
 }
 
-/* Waiting calls (UDP options, close and bind) made from a UDP callback on each kind of
- * callback queue, against the calling socket, a socket on its loop and one on another
- * loop: each returns with its effect done. */
+/* Waiting calls (UDP bind and options, a listener's disconnect) made from a UDP callback
+ * and from a listener's callback, on each kind of callback queue, against the calling
+ * socket, sockets on its loop's group and sockets of another group: each returns with its
+ * effect done. */
 void test_waiting_calls_from_callbacks_on_each_queue_kind(void) {
     sk_callback_queue_t *serial = NULL;
     CHECK_EQ(sk_callback_queue_create_serial("matrix", &serial, NULL), SK_OK);
     sk_callback_queue_t *host = NULL;
     CHECK_EQ(sk_callback_queue_create_host(&host, NULL), SK_OK);
     sk_callback_queue_t *queues[3] = {NULL, serial, host};
-    for (int kind = 0; kind < 3; kind++) matrix_round(queues[kind]);
+    for (int kind = 0; kind < 3; kind++) {
+        matrix_round(queues[kind], 1);
+        matrix_round(queues[kind], 0);
+    }
     CHECK_EQ(sk_callback_queue_release(serial), SK_OK);
     CHECK_EQ(sk_callback_queue_release(host), SK_OK);
+}
+
+/* ---- 27.5: a listener's disconnect or release returns with its descriptors closed ------- */
+
+/* Listening again on the port right after sk_socket_disconnect(), or sk_socket_release(),
+ * never finds it in use (IPv4 and IPv6: "localhost"). */
+void test_listener_port_is_free_when_disconnect_returns(void) {
+    recorder_t recorder;
+    recorder_init(&recorder);
+    sk_socket_t *again = recorded_socket(&recorder, NULL);
+    uint16_t port = 0;
+    for (int round = 0; round < 200; round++) {
+        sk_socket_t *listener = recorded_socket(&recorder, NULL);
+        sk_error_t error;
+        CHECK_EQ(sk_socket_accept_on_interface(listener, "localhost", port, &error), SK_OK);
+        CHECK_EQ(sk_socket_get_local_port(listener, &port), SK_OK);
+        if (round % 2) {
+            CHECK_EQ(sk_socket_disconnect(listener), SK_OK);
+            CHECK_EQ(sk_socket_release(listener), SK_OK);
+        } else {
+            CHECK_EQ(sk_socket_release(listener), SK_OK);
+        }
+        int status = sk_socket_accept_on_interface(again, "localhost", port, &error);
+        if (status != SK_OK) fprintf(stderr, "round %d: %s\n", round, error.message);
+        CHECK_EQ(status, SK_OK);
+        CHECK_EQ(sk_socket_disconnect(again), SK_OK);
+    }
+    CHECK_EQ(sk_socket_release(again), SK_OK);
+    recorder_destroy(&recorder);
+}
+
+static int connect_unix(const char *path) {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    struct sockaddr_un address = {.sun_family = AF_UNIX};
+    strncpy(address.sun_path, path, sizeof address.sun_path - 1);
+    if (connect(fd, (struct sockaddr *)&address, sizeof address) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static void unix_path(char *path, size_t capacity, const char *name) {
+    snprintf(path, capacity, "/tmp/sk-c-%d-%s.sock", (int)getpid(), name);
+    unlink(path);
+}
+
+/* The same for a Unix-domain path: the socket file is gone when disconnect (or release)
+ * returns, and a new listener at the path stays reachable. */
+void test_listener_unix_path_is_free_when_disconnect_returns(void) {
+    char path[96];
+    unix_path(path, sizeof path, "relisten");
+    recorder_t recorder;
+    recorder_init(&recorder);
+    for (int round = 0; round < 200; round++) {
+        sk_socket_t *old = recorded_socket(&recorder, NULL);
+        CHECK_EQ(sk_socket_accept_on_unix_path(old, path, NULL), SK_OK);
+        if (round % 2) {
+            CHECK_EQ(sk_socket_disconnect(old), SK_OK);
+        }
+        CHECK_EQ(sk_socket_release(old), SK_OK);
+        struct stat status;
+        CHECK(lstat(path, &status) != 0);
+        sk_socket_t *new_listener = recorded_socket(&recorder, NULL);
+        CHECK_EQ(sk_socket_accept_on_unix_path(new_listener, path, NULL), SK_OK);
+        int client = connect_unix(path);
+        if (client < 0) fprintf(stderr, "round %d: the new listener is not reachable\n", round);
+        CHECK(client >= 0);
+        close(client);
+        CHECK_EQ(sk_socket_release(new_listener), SK_OK);
+    }
+    recorder_destroy(&recorder);
+}
+
+/* A listener removes its socket file only while it is still the one its bind made: a newer
+ * listener that replaced it at the same path keeps its file when the older one closes. */
+void test_listener_leaves_a_newer_listeners_file_alone(void) {
+    char path[96];
+    unix_path(path, sizeof path, "replaced");
+    recorder_t old_recorder, recorder;
+    recorder_init(&old_recorder);
+    recorder_init(&recorder);
+    sk_socket_t *old = recorded_socket(&old_recorder, NULL);
+    CHECK_EQ(sk_socket_accept_on_unix_path(old, path, NULL), SK_OK);
+    sk_socket_t *new_listener = recorded_socket(&recorder, NULL);
+    CHECK_EQ(sk_socket_accept_on_unix_path(new_listener, path, NULL), SK_OK); /* replaces the file */
+    CHECK_EQ(sk_socket_disconnect(old), SK_OK);
+    recorder_expect(&old_recorder, EVENT_DISCONNECT, 1); /* its close (and unlink) are done */
+    int client = connect_unix(path);
+    CHECK(client >= 0);
+    recorder_expect(&recorder, EVENT_ACCEPT, 1);
+    close(client);
+    CHECK_EQ(sk_socket_release(old), SK_OK);
+    CHECK_EQ(sk_socket_release(new_listener), SK_OK);
+    struct stat status;
+    CHECK(lstat(path, &status) != 0);
+    recorder_destroy(&old_recorder);
+    recorder_destroy(&recorder);
+}
+
+static int disconnect_in_hook(sk_socket_t *listener, const struct sockaddr *address, socklen_t length,
+                              void *userdata) {
+    (void)address;
+    (void)length;
+    (void)userdata;
+    CHECK_EQ(sk_socket_disconnect(listener), SK_OK);
+    return -1;
+}
+
+/* The new-connection hook may disconnect its listener (it used to hang: the disconnect
+ * waited for the callback gate its own thread held): the connection asked about is closed
+ * unserved, and no did_accept follows the listener's did_disconnect. */
+void test_listener_disconnected_in_its_new_connection_hook(void) {
+    recorder_t recorder;
+    recorder_init(&recorder);
+    sk_loop_group_t *group = NULL; /* never released on failure: its loop may be stuck */
+    CHECK_EQ(sk_loop_group_create(1, &group, NULL), SK_OK);
+    sk_socket_delegate_t delegate = recorder_delegate();
+    delegate.new_socket_loop_for_connection = disconnect_in_hook;
+    sk_socket_t *listener = NULL;
+    CHECK_EQ(sk_socket_create(&delegate, sizeof delegate, &recorder, NULL, group, &listener, NULL), SK_OK);
+    CHECK_EQ(sk_socket_accept_on_interface(listener, "127.0.0.1", 0, NULL), SK_OK);
+    uint16_t port = 0;
+    CHECK_EQ(sk_socket_get_local_port(listener, &port), SK_OK);
+    int client = raw_connect("127.0.0.1", port);
+    if (!recorder_wait(&recorder, EVENT_DISCONNECT, 1, 10)) {
+        fprintf(stderr, "the disconnect made in the hook did not finish\n");
+        abort();
+    }
+    char nothing[4];
+    CHECK_EQ(raw_receive_until_eof(client, nothing, sizeof nothing), 0);
+    CHECK_EQ(recorder_count(&recorder, EVENT_ACCEPT), 0);
+    close(client);
+    CHECK_EQ(sk_socket_release(listener), SK_OK);
+    CHECK_EQ(sk_loop_group_release(group), SK_OK);
+    recorder_destroy(&recorder);
 }

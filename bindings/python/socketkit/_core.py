@@ -823,9 +823,11 @@ class Socket(_SocketBase):
     call :meth:`close`; afterwards every method raises :class:`InvalidHandleError`.
 
     Most methods are requests: they return at once, and what follows comes to the
-    delegate. The ones that promise an effect on return wait for it: setting
-    :attr:`delegate` and closing wait for a delegate method running on another thread;
-    every :class:`UdpSocket` method
+    delegate. The ones that promise an effect on return wait for it: :meth:`accept_on_port`
+    and its twins return listening; :meth:`disconnect`, :meth:`close` and :meth:`abort` of a
+    listener return with its descriptors closed and its Unix-domain socket file removed (a
+    new listener can take the port or path at once); setting :attr:`delegate` and closing
+    wait for a delegate method running on another thread; every :class:`UdpSocket` method
     but the sends and getters returns the loop's answer. None of these waits can deadlock,
     whichever thread or delegate method calls them: when the thread waited for is itself
     waiting for the caller, a wait for a running delegate method gives way (the setter
@@ -921,9 +923,10 @@ class Socket(_SocketBase):
 
     def close(self) -> None:
         """Releases the socket. Writes already queued are still sent before the connection
-        closes (as asyncio's ``transport.close()`` does); queued reads are dropped. No
-        delegate method runs after this returns (one running on another thread is waited
-        for, unless that would deadlock). Idempotent."""
+        closes (as asyncio's ``transport.close()`` does); queued reads are dropped. A
+        listener's descriptors are closed before this returns. No delegate method runs after
+        this returns (one running on another thread is waited for, unless that would
+        deadlock). Idempotent."""
         if self._handle is not None:
             lib.sk_socket_disconnect_after_writing(self._handle)
         self._release()
@@ -1108,7 +1111,8 @@ class Socket(_SocketBase):
         self._sessions_started += 1
 
     def accept_on_unix_path(self, path: str) -> None:
-        """Listens on a Unix-domain socket (a stale socket file there is replaced)."""
+        """Listens on a Unix-domain socket (a stale socket file there is replaced). The file
+        is removed when the listener closes, unless a newer listener replaced it."""
         error = _ffi.CError()
         _raise_for(lib.sk_socket_accept_on_unix_path(self.handle, path.encode(), byref(error)), error)
         self._sessions_started += 1
@@ -1296,7 +1300,9 @@ class Socket(_SocketBase):
 
     def disconnect(self) -> None:
         """Closes the connection now; ``socket_did_disconnect(sock, None)`` follows. The
-        socket may connect or accept again."""
+        socket may connect or accept again. A listener returns with its descriptors closed
+        and its Unix-domain socket file removed: a new listener can take the port or path
+        at once."""
         _raise_for(lib.sk_socket_disconnect(self.handle))
 
     def disconnect_after_reading(self) -> None:

@@ -1,8 +1,10 @@
 """Calls that wait for their effect: made from delegate methods they never deadlock (issue
-27.4)."""
+27.4), and a listener's disconnect or close returns with its descriptors closed (27.5)."""
+import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 
 import pytest
@@ -84,15 +86,32 @@ def test_udp_pause_in_a_serial_callback_while_the_loop_sets_its_delegate():
     assert result.stdout.strip() == "ok"
 
 
+def _port_is_free(port: int) -> bool:
+    probe = socket.socket()
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        probe.bind(("127.0.0.1", port))
+        probe.listen(1)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
 @pytest.mark.parametrize("kind", ["loop", "serial", "host"])
 def test_waiting_calls_from_delegate_methods_return_with_their_effect(kind):
-    """UDP binds made from a UDP delegate method, on each kind of queue, against the calling
-    socket, a socket on its loop and one on another loop: each returns with its effect."""
+    """UDP binds and listeners' disconnects made from a UDP delegate method, on each kind of
+    queue, against sockets on its loop and on another loop: each returns with its effect."""
     queue = {"loop": None, "serial": socketkit.SerialQueue(), "host": socketkit.HostQueue()}[kind]
     here = socketkit.LoopGroup(1)
     there = socketkit.LoopGroup(1)
     targets = {"same loop": here, "other loop": there}
     udp = {name: socketkit.UdpSocket(loop_group=group) for name, group in targets.items()}
+    listeners = {name: socketkit.Socket(object(), loop_group=group) for name, group in targets.items()}
+    for listener in listeners.values():
+        listener.accept_on_interface("127.0.0.1", 0)
+    ports = {name: listener.local_port for name, listener in listeners.items()}
     seen = {}
     done = threading.Event()
 
@@ -105,6 +124,8 @@ def test_waiting_calls_from_delegate_methods_return_with_their_effect(kind):
             for name in targets:
                 udp[name].bind_to_port(0, "127.0.0.1")
                 seen[name + " bound"] = udp[name].local_port != 0
+                listeners[name].disconnect()
+                seen[name + " closed"] = _port_is_free(ports[name])
             done.set()
 
     source = socketkit.UdpSocket(Delegate(), queue=queue, loop_group=here)
@@ -116,9 +137,115 @@ def test_waiting_calls_from_delegate_methods_return_with_their_effect(kind):
         from conftest import pump
         pump(queue, done.is_set)
     assert done.wait(20)
-    assert seen == {"same socket": True, "same loop bound": True, "other loop bound": True}
+    assert seen == {"same socket": True, "same loop bound": True, "same loop closed": True,
+                    "other loop bound": True, "other loop closed": True}
     sender.close()
     for sock in [source, *udp.values()]:
         sock.release()
+    for listener in listeners.values():
+        listener.close()
     here.close()
     there.close()
+
+
+@pytest.mark.parametrize("how", ["disconnect", "close", "abort"])
+def test_a_listener_port_is_free_when_disconnect_or_close_returns(how):
+    """Listening again on the port right after disconnect(), close() or abort() never finds
+    it in use."""
+    port = 0
+    for _ in range(100):
+        listener = socketkit.Socket(object())
+        listener.accept_on_interface("localhost", port)
+        port = listener.local_port
+        getattr(listener, how)()
+        again = socketkit.Socket(object())
+        again.accept_on_interface("localhost", port)
+        again.close()
+
+
+@pytest.mark.parametrize("how", ["disconnect", "close"])
+def test_a_unix_listener_path_is_free_when_disconnect_or_close_returns(how):
+    """The same for a Unix-domain path; the new listener stays reachable."""
+    path = os.path.join(tempfile.mkdtemp(prefix="sk-py-"), "relisten.sock")
+    for _ in range(100):
+        old = socketkit.Socket(object())
+        old.accept_on_unix_path(path)
+        getattr(old, how)()
+        assert not os.path.lexists(path)
+        new = socketkit.Socket(object())
+        new.accept_on_unix_path(path)
+        client = socket.socket(socket.AF_UNIX)
+        client.connect(path)  # refused or missing if the old listener removed the new file
+        client.close()
+        new.close()
+    os.rmdir(os.path.dirname(path))
+
+
+def test_a_listener_leaves_a_newer_listeners_file_alone(recorder):
+    """A listener removes its socket file only while it is still the one it made."""
+    from conftest import Recorder
+
+    path = os.path.join(tempfile.mkdtemp(prefix="sk-py-"), "replaced.sock")
+    old_recorder = Recorder()
+    old = socketkit.Socket(old_recorder)
+    old.accept_on_unix_path(path)
+    new = socketkit.Socket(recorder)
+    new.accept_on_unix_path(path)  # replaces the old listener's file
+    old.disconnect()
+    old_recorder.expect("disconnect")  # its close, and removal of its file, are done
+    old.close()
+    client = socket.socket(socket.AF_UNIX)
+    client.connect(path)
+    recorder.expect("accept")
+    client.close()
+    new.close()
+    assert not os.path.lexists(path)
+    os.rmdir(os.path.dirname(path))
+
+
+_DISCONNECT_IN_THE_NEW_CONNECTION_HOOK = r"""
+import socket
+import threading
+
+import socketkit
+
+disconnected = threading.Event()
+events = []
+
+
+class Listener:
+    def socket_new_loop_for_connection(self, listener, address):
+        listener.disconnect()
+        return -1
+
+    def socket_did_accept(self, listener, new_socket):
+        events.append("accept")
+
+    def socket_did_disconnect(self, sock, error):
+        events.append("disconnect")
+        disconnected.set()
+
+
+group = socketkit.LoopGroup(1)
+listener = socketkit.Socket(Listener(), queue=None, loop_group=group)  # callbacks on the loop
+listener.accept_on_interface("127.0.0.1", 0)
+client = socket.create_connection(("127.0.0.1", listener.local_port))
+assert disconnected.wait(10), "the disconnect made in the hook did not finish"
+client.settimeout(10)
+assert client.recv(1) == b""  # closed unserved
+assert events == ["disconnect"], events
+client.close()
+listener.close()
+group.close()
+print("ok")
+"""
+
+
+def test_a_listener_disconnected_in_its_new_connection_hook():
+    """The new-connection hook may disconnect its listener: the connection asked about is
+    closed unserved, and no accept follows the disconnect. In a subprocess: this used to
+    hang the listener's loop."""
+    result = subprocess.run([sys.executable, "-c", _DISCONNECT_IN_THE_NEW_CONNECTION_HOOK],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
