@@ -69,13 +69,31 @@
  *
  * Every function may be called from any thread, including from inside callbacks.
  * Each socket lives on one event loop (one thread); calls hop onto it, and run inline
- * when made on that thread. Functions never wait for a loop, except sk_socket_release()
- * and sk_socket_set_delegate(), which wait for a callback of that socket running on
- * another thread to return (not when called from inside that callback), and
- * sk_loop_group_release(), which joins the group's threads (unless called on one of them).
- * A driven group (sk_loop_group_create_driven) has no thread: the thread that created it
- * runs it, and its UDP sockets' synchronous calls made from other threads wait until that
- * thread runs the loop.
+ * when made on that thread. Most calls are requests to the loop: they return at once, and
+ * what follows comes through callbacks. The calls that promise an effect on return wait,
+ * when made on another thread than the socket's loop (these, and no others):
+ *   - every sk_udp_socket_* call but the sends, sk_udp_socket_perform and the getters (bind,
+ *     connect, receiving, filters, multicast, options, close) waits for the loop to run it
+ *     and returns its answer: bound after a bind, closed after a close;
+ *   - sk_socket_accept_on_*() returns listening; sk_socket_disconnect() and
+ *     sk_socket_release() of a listener return with its descriptors closed and its
+ *     Unix-domain socket file removed (a new listener may take the port or path at once);
+ *     both wait for the loop;
+ *   - sk_socket_release(), sk_socket_set_delegate() and their UDP twins wait for a callback
+ *     of that socket running on another thread to return (not when called from inside it);
+ *   - sk_loop_group_release() joins the group's threads (unless called on one of them).
+ * None of these waits can deadlock: a call never waits for a thread that is, directly or
+ * through other waiting threads, waiting for the caller. When such a cycle would form, a
+ * wait for a running callback in it gives way: that call goes on without waiting (no
+ * callback of that socket starts afterwards, but the running one may still be finishing).
+ * Only when every wait of the cycle is for a loop (two loops' callbacks calling each
+ * other's sockets at the same moment) does the call that would close it not wait: a call
+ * that returns an answer fails with SK_ERR_BAD_CONFIG and errno EDEADLK and has no effect,
+ * and one that does not (sk_udp_socket_pause_receiving, _close, _close_after_sending, the
+ * setters; the start of a listener whose address is already bound, its disconnect or
+ * release) is queued and takes effect when that loop goes on. A driven group
+ * (sk_loop_group_create_driven) has no thread: the thread that created it runs it, and
+ * calls that wait for its loop from other threads wait until that thread runs it.
  *
  * Callbacks of one socket run on its callback queue, never two at a time, in the order
  * the events happened; did_disconnect is the last callback of a connection (or listener,
@@ -294,8 +312,11 @@ int sk_thread_set_wait_hook(void (*hook)(void *context), void *context);
  * of the group's own loop threads, the stop completes in the background instead. A driven
  * group stops at once when released on its host thread between iterations; released from
  * another thread or from a callback, it stops in the host's next sk_loop_group_run_once(),
- * which the handle stays valid for (the descriptor becomes readable for it). Afterwards
- * the group's sockets' calls fail with SK_ERR_BAD_CONFIG.
+ * which the handle stays valid for (the descriptor becomes readable for it). The stop takes
+ * bounded time: calls made before it on the group's sockets still run, and from the moment
+ * a loop starts stopping, calls other threads make on its sockets fail with
+ * SK_ERR_BAD_CONFIG (so threads that keep calling cannot hold the stop off), as do all
+ * calls once it has stopped.
  * Errors: SK_ERR_INVALID_HANDLE. */
 int sk_loop_group_release(sk_loop_group_t *group);
 
@@ -368,7 +389,8 @@ typedef struct sk_socket_delegate {
 
     /* Asked on the listener's event loop thread (not the callback queue) before a new
      * connection is wrapped: the index of the loop of the listener's group it should live
-     * on, or -1 for the next one. */
+     * on, or -1 for the next one. It may disconnect the listener: that connection is then
+     * closed unserved, and the listener's did_disconnect follows once this returns. */
     int (*new_socket_loop_for_connection)(sk_socket_t *listener, const struct sockaddr *address,
                                           socklen_t address_length, void *userdata);
 
@@ -461,9 +483,11 @@ int sk_socket_create_from_fd(int fd, const sk_socket_delegate_t *delegate, size_
  * (within its connect timeout) and sends them, through a queued start_tls's handshake if
  * there is one; of the reads, only those queued ahead of such a start_tls are kept (the
  * handshake waits for them).
+ * A listener's descriptors are closed before this returns, as by sk_socket_disconnect().
  * Once this returns no callback of the socket starts and its userdata is not touched; a
  * callback running on another thread is waited for (not when called from inside that
- * callback). Callbacks of other sockets are unaffected. Errors: SK_ERR_INVALID_HANDLE. */
+ * callback, nor when that would deadlock: see THREADS). Callbacks of other sockets are
+ * unaffected. Errors: SK_ERR_INVALID_HANDLE. */
 int sk_socket_release(sk_socket_t *sock);
 
 /* Replaces the delegate and its userdata, synchronously (see sk_socket_release);
@@ -631,7 +655,7 @@ int sk_socket_get_buffer_sizes(sk_socket_t *sock, int *out_send_size, int *out_r
 
 /* Listens on every interface, IPv4 and IPv6 (as enabled). Port 0 picks one free port for
  * both families (see sk_socket_get_local_port). Accepted connections arrive in did_accept.
- * Needs a delegate. Errors (synchronous): SK_ERR_BAD_CONFIG (already connected or
+ * Returns listening: the loop has taken the listener over (see THREADS). Needs a delegate. Errors (synchronous): SK_ERR_BAD_CONFIG (already connected or
  * accepting, no delegate, no family enabled), SK_ERR_SYSTEM (EADDRINUSE, EACCES, ...). */
 int sk_socket_accept_on_port(sk_socket_t *sock, uint16_t port, sk_error_t *error);
 
@@ -642,7 +666,9 @@ int sk_socket_accept_on_interface(sk_socket_t *sock, const char *interface, uint
 
 /* Listens on a Unix-domain socket at `path`. A stale socket file there is replaced (a file
  * that is not a socket fails with EADDRINUSE); the file is removed when the listener
- * closes. Errors: SK_ERR_BAD_PARAM (empty path, longer than 107 bytes). */
+ * closes, if it is still the file this listener made (device and inode): a newer
+ * listener's file at the same path stays. Errors: SK_ERR_BAD_PARAM (empty path, longer
+ * than 107 bytes). */
 int sk_socket_accept_on_unix_path(sk_socket_t *sock, const char *path, sk_error_t *error);
 
 /* ---- Connecting ----------------------------------------------------------------------- */
@@ -757,7 +783,9 @@ int sk_socket_get_queued_write_bytes(sk_socket_t *sock, size_t *out_bytes);
 
 /* Closes now: pending reads and writes are dropped without callbacks, then did_disconnect
  * (error NULL) follows the callbacks already queued. Does nothing on a disconnected
- * socket. Errors: SK_ERR_INVALID_HANDLE. */
+ * socket. A listener returns with its descriptors closed and its Unix-domain socket file
+ * removed, so a new listener can take the port or the path at once (it waits for the loop:
+ * see THREADS). Errors: SK_ERR_INVALID_HANDLE. */
 int sk_socket_disconnect(sk_socket_t *sock);
 
 /* Closes once every queued read completed; new reads and writes are refused. */
@@ -1016,11 +1044,11 @@ int sk_certificate_to_pem(const void *der, size_t length, char *buffer, size_t *
  * did_send / did_not_send; a datagram that cannot be sent fails alone and the socket stays
  * open. Receiving is off until sk_udp_socket_receive_once or _begin_receiving.
  *
- * Threads: every function may be called from any thread. Those that can fail at once
- * (bind, receive, multicast, options, close) run on the socket's event loop and return its
- * answer: the caller waits for the loop (from a callback on the loop thread they run
- * inline). The same lifetime rules as for sk_socket_t apply: after sk_udp_socket_release
- * returns, no callback and no filter call of that socket starts.
+ * Threads: every function may be called from any thread. Sends, sk_udp_socket_perform and
+ * the getters return at once; every other call waits for the socket's event loop to run it
+ * and returns its answer (see THREADS at the top: inline on the loop's thread, and never
+ * a deadlock). The same lifetime rules as for sk_socket_t apply: after
+ * sk_udp_socket_release returns, no callback and no filter call of that socket starts.
  * ====================================================================================== */
 
 /* Which of a host name's addresses a UDP socket uses (one address per send or connect). */

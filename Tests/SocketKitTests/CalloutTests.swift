@@ -135,34 +135,4 @@ final class Box<Value>: @unchecked Sendable {
         #expect(pair.recorder.waitForDisconnect() == .some(nil))
         #expect(disconnectedInside.value == 0)
     }
-
-    /// A receiver whose loop hook ends the listening session.
-    final class DisconnectingHook: SocketDelegate, @unchecked Sendable {
-        let recorder = Recorder("listener")
-        nonisolated(unsafe) var listener: Socket? = nil
-
-        func newEventLoop(forConnectionFrom address: SocketAddress, on listener: Socket) -> EventLoop? {
-            listener.disconnect()
-            return nil
-        }
-        func socket(_ listener: Socket, didAcceptNewSocket newSocket: Socket) {
-            recorder.socket(listener, didAcceptNewSocket: newSocket)
-        }
-        func socketDidDisconnect(_ sock: Socket, withError error: SocketError?) {
-            recorder.socketDidDisconnect(sock, withError: error)
-        }
-    }
-
-    @Test func aListenerDisconnectedInItsLoopHookStillEndsWithDidDisconnect() throws {
-        let hook = DisconnectingHook()
-        let listener = Socket(delegate: hook)
-        defer { listener.disconnect() }
-        try listener.accept(onInterface: "127.0.0.1", port: 0)
-        let peer = try RawSocket.connect(port: listener.localPort)
-        defer { peer.close() }
-        #expect(hook.recorder.waitForDisconnect() == .some(nil))
-        // didAccept of the connection the hook was asked about, then didDisconnect, last.
-        #expect(hook.recorder.wait { $0 == [.accepted, .disconnected(nil)] })
-        #expect(hook.recorder.callbacksAfterDisconnect == 0)
-    }
 }

@@ -245,7 +245,7 @@ struct DisconnectTests {
             shortened.open()
         }
         #expect(shortened.wait())
-        weak var lingering = socket?.core
+        weak let lingering = socket?.core
         socket = nil
         // The linger ends: the core lets go of itself, and what it still held is dropped.
         let limit = deadline(afterSeconds: 10)

@@ -95,6 +95,8 @@ public func sk_socket_release(_ handle: OpaquePointer?) -> Int32 {
     // loop no longer writes into the caller's read buffers.
     socket.setReceiver(nil, callbackQueue: nil)
     socket.revokeCallerBuffers()
+    // A listener's descriptors are closed before this returns, as by sk_socket_disconnect.
+    socket.disconnectIfListening()
     // After the wait above: ends CallbackScope's fast path for this handle.
     socket.cHandle.store(0, ordering: .releasing)
     return 0

@@ -29,7 +29,12 @@ public class CallbackQueue: @unchecked Sendable {
 
     /// Hands a job to the queue. `loop` is the socket's loop, used by `.eventLoop`.
     func enqueue(_ job: @escaping Job, loop: EventLoop) {
-        loop.execute { _ = job(Int.max) }
+        // A stopping loop refuses other threads' tasks (a drain job handed over by the queue
+        // the socket used before): its callbacks, the socket's last ones among them, run
+        // here once the loop is done, instead of being lost.
+        if !loop.execute({ _ = job(Int.max) }) {
+            loop.afterStopping { _ = job(Int.max) }
+        }
     }
 }
 

@@ -7,6 +7,19 @@ import SocketKitC
 /// of its state is touched only on this thread; public calls from other threads arrive as
 /// tasks through `execute`.
 ///
+/// Which calls wait: most are requests and return at once. Those that promise an effect on
+/// return wait for the loop to run them when made on another thread: `UdpSocket`'s calls
+/// other than sends, `perform` and getters (they return the loop's answer), `Socket`'s
+/// `accept(on…)` (returns listening) and a listener's `disconnect()` (returns with its
+/// descriptors closed). Setting a delegate waits for a callback running on another thread;
+/// `EventLoopGroup.shutdown()` joins the loops' threads. None of these waits can deadlock:
+/// a call never waits for a thread that is, directly or through other waiting threads,
+/// waiting for the caller (`WaitGraph`). In such a cycle a wait for a running callback gives
+/// way (it goes on without waiting; that callback may still be finishing); only when every
+/// wait of the cycle is for a loop (two loops' callbacks calling each other's sockets at the
+/// same moment) does the call that would close it not wait: it throws `.badConfig` with
+/// `EDEADLK` and has no effect, or, when it returns nothing, is queued.
+///
 /// Cost: one thread, three descriptors (four when driven), a 256 KiB read buffer shared by
 /// all of its sockets (a socket owns no read buffer while idle) and a 64 KiB discard buffer.
 public final class EventLoop: @unchecked Sendable {
@@ -40,7 +53,16 @@ public final class EventLoop: @unchecked Sendable {
         var tasks: [@Sendable () -> Void] = []
         var wakeupArmed = false
         var stopRequested = false
+        /// The loop took its last batch of tasks (the first after the stop request): from
+        /// here on only its own thread may queue tasks (see `execute`).
+        var closing = false
+        /// Nobody may queue tasks any more: the loop has run its last one.
         var stopped = false
+
+        /// Whether a task may be queued now, by the loop's own thread or by another.
+        func accepts(fromLoopThread: Bool) -> Bool {
+            !stopped && (fromLoopThread || !closing)
+        }
     }
     private let pending = LockedValue(PendingTasks())
     /// Signalled once the loop thread has closed everything and will touch nothing more.
@@ -140,6 +162,12 @@ public final class EventLoop: @unchecked Sendable {
     }
 
     deinit {
+        // Closed only here, not when the loop stops: a thread that decided to wake the loop
+        // writes to it after letting go of the task lock, and by then the loop may have
+        // stopped. While that thread is inside `execute` (or `requestStop`) it holds this
+        // object, so the descriptor is still ours and cannot have been reused for anything
+        // else; the bytes it writes go to an eventfd nobody reads.
+        if wakeupFD >= 0 { close(wakeupFD) }
         events.deallocate()
         readBuffer.deallocate()
         discardBuffer.deallocate()
@@ -152,13 +180,18 @@ public final class EventLoop: @unchecked Sendable {
     }
 
     /// Runs `task` on the loop's thread, after the tasks already queued. Returns false (and
-    /// drops the task) when the loop has stopped or never started.
+    /// drops the task) when the loop never started, has stopped, or is stopping: the first
+    /// batch of tasks the loop takes after a stop request is its last, and from then on
+    /// tasks from other threads are refused, so that callers that keep queueing cannot hold
+    /// the stop off. The loop still runs what its own thread queues while it closes its
+    /// sockets.
     @discardableResult
     public func execute(_ task: @escaping @Sendable () -> Void) -> Bool {
+        let loopThread = inEventLoop
         // On a driven loop between iterations nobody would look at the tasks: wake the host.
-        let onLoop = inEventLoop && (!isDriven || iterating)
+        let onLoop = loopThread && (!isDriven || iterating)
         let (accepted, mustWake) = pending.withLock { state -> (Bool, Bool) in
-            if state.stopped { return (false, false) }
+            guard state.accepts(fromLoopThread: loopThread) else { return (false, false) }
             state.tasks.append(task)
             if onLoop || state.wakeupArmed { return (true, false) }
             state.wakeupArmed = true
@@ -178,7 +211,39 @@ public final class EventLoop: @unchecked Sendable {
         return execute(task)
     }
 
-    var isAcceptingTasks: Bool { !pending.withLock { $0.stopped } }
+    /// What `runWaiting` did.
+    enum WaitedRun {
+        /// `body` has run.
+        case ran
+        /// The loop is stopping or has stopped (see `execute`): `body` will not run.
+        case refused
+        /// Waiting would deadlock: nothing was queued.
+        case wouldDeadlock
+    }
+
+    /// Runs `body` on the loop and returns once it has run: at once on the loop's thread,
+    /// otherwise as a task the caller waits for (for calls that return their effect). The
+    /// wait is one of `WaitGraph`'s: it is not started when the loop's thread is, through
+    /// others, waiting for the caller and none of those waits can give way.
+    func runWaiting(_ body: @escaping @Sendable () -> Void) -> WaitedRun {
+        if inEventLoop {
+            body()
+            return .ran
+        }
+        let me = currentThreadIdentity()
+        guard WaitGraph.register(me, waitingFor: self, wakeKey: 0) != nil else { return .wouldDeadlock }
+        defer { WaitGraph.unregister(me) }
+        let done = Completion()
+        guard execute({ body(); done.signal() }) else { return .refused }
+        done.wait()
+        return .ran
+    }
+
+    /// Whether `execute` would accept a task from the calling thread now.
+    var isAcceptingTasks: Bool {
+        let loopThread = inEventLoop
+        return pending.withLock { $0.accepts(fromLoopThread: loopThread) }
+    }
 
     private func wake() {
         var one: UInt64 = 1
@@ -414,20 +479,34 @@ public final class EventLoop: @unchecked Sendable {
         }
     }
 
-    /// Runs the queued tasks. Returns true when the loop must stop.
+    /// Runs the queued tasks. Returns true when the loop must stop: the batch taken after a
+    /// stop was requested is the last one (it holds everything other threads queued before
+    /// the request, and they can queue nothing after it), so the stop takes bounded time.
     private func runTasks() -> Bool {
         let stop = pending.withLock { state -> Bool in
             swap(&state.tasks, &runningTasks)
             state.wakeupArmed = false
-            if state.stopRequested && state.tasks.isEmpty && runningTasks.isEmpty {
-                state.stopped = true
-                return true
-            }
-            return false
+            if state.stopRequested { state.closing = true }
+            return state.stopRequested
         }
         for task in runningTasks { task() }
         runningTasks.removeAll(keepingCapacity: true)
         return stop
+    }
+
+    /// The last tasks, queued by the loop's own thread while it stopped (callbacks of the
+    /// closing sockets, for instance); then no task is accepted any more.
+    private func runRemainingTasks() {
+        while true {
+            let done = pending.withLock { state -> Bool in
+                swap(&state.tasks, &runningTasks)
+                if runningTasks.isEmpty { state.stopped = true }
+                return state.stopped
+            }
+            if done { return }
+            for task in runningTasks { task() }
+            runningTasks.removeAll(keepingCapacity: true)
+        }
     }
 
     private func runEndOfIterationWork() {
@@ -446,13 +525,14 @@ public final class EventLoop: @unchecked Sendable {
     }
 
     private func shutDownHandlers() {
-        // Tasks submitted while stopping were rejected by `execute`; every registered
-        // descriptor is closed and its owner reports the end.
+        // Other threads' tasks are refused since the last batch; every registered descriptor
+        // is closed and its owner reports the end, then what that queued on this thread runs.
         for slot in handlers.indices {
             if let handler = handlers[slot] {
                 handler.eventLoopWillStop()
             }
         }
+        runRemainingTasks()
         handlers.removeAll()
         timers.removeAll()
         endOfIterationWork.removeAll()
@@ -480,15 +560,20 @@ public final class EventLoop: @unchecked Sendable {
             body()
             return
         }
+        // A wait for the loop's thread, as `runWaiting`'s: a callback the stopping loop runs
+        // may wait for a callback gate this thread holds, and must see this wait to give way.
+        let me = currentThreadIdentity()
+        let registered = WaitGraph.register(me, waitingFor: self, wakeKey: 0) != nil
         finished.withLock {
             while !hasFinished { finished.wait() }
         }
+        if registered { WaitGraph.unregister(me) }
         body()
     }
 
+    /// The descriptors only the loop thread uses (the eventfd stays until deinit).
     private func closeDescriptors() {
         if timerFD >= 0 { close(timerFD) }
-        if wakeupFD >= 0 { close(wakeupFD) }
         if epollFD >= 0 { close(epollFD) }
     }
 
@@ -506,5 +591,30 @@ public final class EventLoop: @unchecked Sendable {
     func joinThread() {
         if let thread { PosixThread.join(thread) }
         thread = nil
+    }
+}
+
+extension EventLoop: WaitGraph.Target {
+    /// The loop's thread: a caller of `runWaiting` waits for it (0 before it started and
+    /// after it stopped).
+    var waitedThread: UInt { threadIdentity.load(ordering: .acquiring) }
+}
+
+/// A one-shot signal that a task has run, for the thread waiting for it.
+private final class Completion: @unchecked Sendable {
+    private let lock = ConditionLock()
+    private var done = false
+
+    func signal() {
+        lock.withLock {
+            done = true
+            lock.signal()
+        }
+    }
+
+    func wait() {
+        lock.withLock {
+            while !done { lock.wait() }
+        }
     }
 }

@@ -90,6 +90,9 @@ public final class EventLoopGroup: @unchecked Sendable {
 
     /// Stops every loop: sockets still open on them are closed and told so through
     /// `socketDidDisconnect` with a `.badConfig` error; then the loop threads are joined.
+    /// The stop takes bounded time: work queued before it still runs, and from the moment a
+    /// loop starts stopping, calls other threads make on its sockets are refused (they throw
+    /// `.badConfig`, as on a stopped loop), so callers that keep calling cannot hold it off.
     /// Throws `.badConfig` for the default group, or when called on one of the group's own
     /// loop threads (it would wait for itself).
     public func shutdown() throws(SocketError) {

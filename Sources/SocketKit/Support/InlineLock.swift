@@ -96,37 +96,6 @@ struct InlineLock: ~Copyable {
     }
 }
 
-/// The thread-to-gate wait-for graph of every callback gate: which gate holder each blocked
-/// thread waits for. Used to refuse a wait that would close a cycle (see InlineCallbackGate).
-enum CallbackGateWaits {
-    /// Anything with a callback gate: reports the thread holding it (0 when free).
-    protocol Holder: AnyObject {
-        var callbackGateHolder: UInt { get }
-    }
-
-    private static let waiting = LockedValue<[UInt: any Holder]>([:])
-
-    /// Registers `me` as waiting for `gate`, unless the chain of holders and the gates they
-    /// wait for leads back to `me`: then returns false (waiting would deadlock).
-    static func registerUnlessDeadlocked(_ me: UInt, waitingFor gate: any Holder) -> Bool {
-        waiting.withLock { waiting -> Bool in
-            var current: any Holder = gate
-            for _ in 0..<64 {
-                let owner = current.callbackGateHolder
-                if owner == me { return false }
-                guard owner != 0, let next = waiting[owner] else { break }
-                current = next
-            }
-            waiting[me] = gate
-            return true
-        }
-    }
-
-    static func unregister(_ me: UInt) {
-        _ = waiting.withLock { $0.removeValue(forKey: me) }
-    }
-}
-
 /// The parking-lot key of an object's inline lock or gate: the object's address.
 @inline(__always)
 func parkingKey(of object: AnyObject) -> UInt {
@@ -137,11 +106,13 @@ func parkingKey(of object: AnyObject) -> UInt {
 /// the socket) can wait for a running callback and guarantee that none starts afterwards.
 /// The thread running a callback may change its own socket's delegate: it already holds it.
 ///
-/// Waiting is refused when it would deadlock: two callbacks on two threads that release
-/// each other's sockets would each wait for the other forever. A global wait-for graph
-/// (which gate each blocked thread waits for) catches the cycle; the thread that would close
-/// it goes on without waiting (no callback of that socket starts afterwards, but the one
-/// running on the other thread may still be finishing).
+/// Waiting is given up when it would deadlock: two callbacks on two threads that release
+/// each other's sockets would each wait for the other forever, and so would a callback on a
+/// serial queue that waits for its loop while a callback on that loop changes the first
+/// socket's delegate. The wait-for graph (`WaitGraph`: which gate or loop each blocked
+/// thread waits for) catches the cycle; the gate wait in it goes on without the gate (no
+/// callback of that socket starts afterwards, but the one running on the other thread may
+/// still be finishing).
 ///
 /// Two words inside the socket that owns it: the holding thread, and how many threads wait
 /// to enter. The owner passes its own address as `key` (for the parking lot) and itself as
@@ -168,7 +139,7 @@ struct InlineCallbackGate: ~Copyable {
     @inline(__always)
     func enter(key: UInt) {
         let me = currentThreadIdentity()
-        if !tryEnter(me) { enterContended(me, key: key) }
+        if !tryEnter(me) { _ = enterContended(me, key: key) }
     }
 
     @inline(__always)
@@ -181,31 +152,35 @@ struct InlineCallbackGate: ~Copyable {
         }
     }
 
+    /// Waits until entered (true), or until `givesWay` says to stop waiting (false).
     @inline(never)
-    private func enterContended(_ me: UInt, key: UInt) {
+    private func enterContended(_ me: UInt, key: UInt, givesWay: () -> Bool = { false }) -> Bool {
         // Counted as a waiter from before the first try until entered, so that a leave
         // after that try sees us (see `leave`).
         _ = waiters.wrappingAdd(1, ordering: .sequentiallyConsistent)
+        var entered = false
         ParkingLot.wait(key: key) {
-            holder.compareExchange(expected: 0, desired: me, ordering: .sequentiallyConsistent).exchanged
+            entered = holder.compareExchange(expected: 0, desired: me, ordering: .sequentiallyConsistent).exchanged
+            return entered || givesWay()
         }
         _ = waiters.wrappingSubtract(1, ordering: .sequentiallyConsistent)
+        return entered
     }
 
-    /// Enters, unless waiting would close a cycle of threads waiting for each other's gates:
-    /// then returns false without entering.
-    func enterUnlessDeadlocked(key: UInt, holder owner: any CallbackGateWaits.Holder) -> Bool {
+    /// Enters, unless waiting would close a cycle of threads waiting for each other (see
+    /// `WaitGraph`), or a thread that waits for a loop needs this wait to give way: then
+    /// returns false without entering.
+    func enterUnlessDeadlocked(key: UInt, holder owner: any WaitGraph.Target) -> Bool {
         let me = currentThreadIdentity()
         if tryEnter(me) { return true }
-        guard CallbackGateWaits.registerUnlessDeadlocked(me, waitingFor: owner) else { return false }
-        enterContended(me, key: key)
-        CallbackGateWaits.unregister(me)
-        return true
+        guard let wait = WaitGraph.register(me, waitingFor: owner, wakeKey: key) else { return false }
+        defer { WaitGraph.unregister(me) }
+        return enterContended(me, key: key) { wait.mustGiveWay }
     }
 
     /// Runs `body` with the gate held: directly when this thread already holds it, without
     /// it when waiting would deadlock (see `enterUnlessDeadlocked`).
-    func withEntry<Result>(key: UInt, holder owner: any CallbackGateWaits.Holder,
+    func withEntry<Result>(key: UInt, holder owner: any WaitGraph.Target,
                            _ body: () throws -> Result) rethrows -> Result {
         if isHeldByCurrentThread { return try body() }
         guard enterUnlessDeadlocked(key: key, holder: owner) else { return try body() }

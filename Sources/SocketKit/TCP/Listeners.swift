@@ -31,6 +31,8 @@ enum ListenerFactory {
         let fd: Int32
         /// The bound address (with the port the kernel picked, for port 0).
         let address: SocketAddress
+        /// For a Unix-domain listener: the socket file its bind created.
+        var unixFile: UnixSocketFile? = nil
     }
 
     static let backlog = SOMAXCONN
@@ -115,10 +117,37 @@ enum ListenerFactory {
         do throws(SocketError) {
             try SystemCalls.bind(fd, to: address)
             guard Glibc.listen(fd, backlog) == 0 else { throw SocketError.lastSystemError("listen") }
-            return Listener(fd: fd, address: address)
+            return Listener(fd: fd, address: address, unixFile: UnixSocketFile(boundAt: path))
         } catch {
             close(fd)
             throw error
         }
+    }
+}
+
+/// The socket file a Unix-domain listener's bind created, and which file it is (device and
+/// inode): the listener removes it when it closes, but only while it is still that file. A
+/// new listener may have replaced it at the same path meanwhile (it removes a stale socket
+/// file before its bind), and its file must not go with the old listener.
+struct UnixSocketFile {
+    let path: String
+    private let device: UInt64
+    private let inode: UInt64
+
+    /// The file at `path` just after the bind; nil if it cannot be looked at (then it is
+    /// never removed: better a stale file than someone else's gone).
+    init?(boundAt path: String) {
+        var status = stat()
+        guard lstat(path, &status) == 0 else { return nil }
+        self.path = path
+        device = UInt64(status.st_dev)
+        inode = UInt64(status.st_ino)
+    }
+
+    /// Removes the file if it is still the one the bind created.
+    func unlinkIfStillOurs() {
+        var status = stat()
+        guard lstat(path, &status) == 0, UInt64(status.st_dev) == device, UInt64(status.st_ino) == inode else { return }
+        unlink(path)
     }
 }

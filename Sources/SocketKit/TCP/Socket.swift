@@ -8,9 +8,13 @@ import Synchronization
 ///
 /// Threads: every method may be called from any thread. Work runs on the socket's event
 /// loop (inline when the caller is already on it); getters read published state and never
-/// wait for the loop. Keep a reference: a socket nobody holds closes (no callbacks follow),
-/// dropping queued reads and writes; after `disconnectAfterWriting()` it sends its queued
-/// writes first (for at most two minutes), connecting first if it still was.
+/// wait for the loop. Most calls are requests: they return at once. Those that promise an
+/// effect on return wait (see `EventLoop` for the rule they share, which no deadlock can
+/// break): `accept(on…)` returns listening, `disconnect()` of a listener returns with its
+/// descriptors closed, and setting the delegate waits for a callback running elsewhere.
+/// Keep a reference: a socket nobody holds closes (no callbacks follow), dropping queued
+/// reads and writes; after `disconnectAfterWriting()` it sends its queued writes first (for
+/// at most two minutes), connecting first if it still was.
 ///
 /// Timeouts are seconds: negative or `.infinity` = none, 0 = fail unless the operation can
 /// complete at once, positive = from when the operation reaches the front of its queue; NaN
@@ -21,7 +25,7 @@ import Synchronization
 ///
 /// Text: a host, interface or Unix path holding a NUL character is refused (`.badParam`):
 /// the system calls would see only the text before it.
-public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
+public final class Socket: WaitGraph.Target, @unchecked Sendable {
     let core: TCPSocketCore
 
     /// The loop the socket lives on, for its whole life.
@@ -88,7 +92,8 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
 
     /// The delegate, held weakly. Setting it is synchronous: once the setter returns, no
     /// callback reaches the previous delegate (a callback running on another thread is
-    /// waited for; from inside a callback of this socket it takes effect at once).
+    /// waited for; from inside a callback of this socket it takes effect at once; when that
+    /// wait would deadlock, it is not made, and the running callback may still be finishing).
     public var delegate: SocketDelegate? {
         get { (core.withStateLock { routing.receiver } as? SwiftDelegateReceiver)?.delegate }
         set { setReceiver(SwiftDelegateReceiver(newValue), callbackQueue: nil) }
@@ -266,7 +271,8 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     // MARK: Accepting
 
     /// Listens on every interface, IPv4 and IPv6 (as enabled). Port 0 picks one free port
-    /// for both families. Throws synchronously for a port in use and the like.
+    /// for both families. Throws synchronously for a port in use and the like; returns
+    /// listening (the loop has taken the listener over).
     public func accept(onPort port: UInt16) throws(SocketError) {
         try accept(onInterface: nil, port: port)
     }
@@ -285,11 +291,12 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
             revertSession(session)
             throw error
         }
-        try startListening(made, unixPath: nil, session: session, configuration: configuration)
+        try startListening(made, session: session, configuration: configuration)
     }
 
     /// Listens on a Unix-domain socket at `path`. A stale socket file there is replaced;
-    /// the file is removed when the listener closes.
+    /// the file is removed when the listener closes (if it is still the one this listener
+    /// made: a newer listener's file at the same path stays).
     public func accept(onUnixPath path: String) throws(SocketError) {
         let (session, configuration) = try beginSession(.accepting, requireFamilies: false, requireDelegate: true)
         let made: ListenerFactory.Listener
@@ -299,22 +306,32 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
             revertSession(session)
             throw error
         }
-        try startListening([made], unixPath: path, session: session, configuration: configuration)
+        try startListening([made], session: session, configuration: configuration)
     }
 
-    private func startListening(_ made: [ListenerFactory.Listener], unixPath: String?, session: UInt64,
+    private func startListening(_ made: [ListenerFactory.Listener], session: UInt64,
                                 configuration: SocketConfiguration) throws(SocketError) {
         core.withPublished { published in
             guard published.session == session else { return }
             published.listenerAddresses = made.map(\.address)
-            published.isUnixDomain = unixPath != nil
+            published.isUnixDomain = made.contains { $0.address.family == .unix }
         }
-        let accepted = submit(tearsDown: true) { core in
-            core.startAccepting(made, unixPath: unixPath, session: session, configuration: configuration)
+        // Waits until the loop has taken the listeners over (inline on the loop's thread),
+        // so that a disconnect that follows, from any thread, finds them to close.
+        let core = self.core
+        let start: @Sendable () -> Void = {
+            core.perform(tearsDown: true) { $0.startAccepting(made, session: session, configuration: configuration) }
         }
-        guard accepted else {
-            for listener in made { close(listener.fd) }
-            if let unixPath { unlink(unixPath) }
+        switch eventLoop.runWaiting(start) {
+        case .ran:
+            return
+        case .wouldDeadlock where eventLoop.execute(start):
+            return // the loop is waiting for this thread: it starts them when it goes on
+        case .refused, .wouldDeadlock:
+            for listener in made {
+                close(listener.fd)
+                listener.unixFile?.unlinkIfStillOurs()
+            }
             revertSession(session)
             throw SocketError(.badConfig, "the socket's event loop has stopped")
         }
@@ -668,17 +685,49 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     /// Closes now: pending reads and writes are dropped without callbacks, and
     /// `socketDidDisconnect` (error nil) follows the callbacks already queued. Does nothing
     /// on a disconnected socket. The socket can connect or accept again afterwards.
+    ///
+    /// A listener's descriptors are closed, and its Unix-domain socket file removed, before
+    /// this returns: a new listener can take the port or the path at once. It waits for the
+    /// socket's loop to close them (inline on the loop's thread), except when the loop is
+    /// waiting for this thread (two loops' callbacks closing each other's listeners at the
+    /// same moment): then the loop closes them as soon as it goes on. Releasing the last
+    /// reference to a listener closes it later, on its loop: call this first to know when.
     public func disconnect() {
-        let session = core.withPublished { published -> UInt64? in
-            guard published.status != .disconnected else { return nil }
+        endSession(listenerOnly: false)
+    }
+
+    /// For the C API's release: a listener closes before the release returns, as with
+    /// `disconnect`; any other socket as the release closes it (see `deinit`).
+    func disconnectIfListening() {
+        endSession(listenerOnly: true)
+    }
+
+    private func endSession(listenerOnly: Bool) {
+        let ended = core.withPublished { published -> (session: UInt64, listening: Bool)? in
+            let listening = published.status == .accepting
+            guard published.status != .disconnected, listening || !listenerOnly else { return nil }
             published.status = .disconnected
             published.peerAddress = nil
             published.localAddress = nil
             published.listenerAddresses = []
-            return published.session
+            return (published.session, listening)
         }
-        guard let session else { return }
-        _ = submit(tearsDown: true) { $0.disconnect(session: session) }
+        guard let ended else { return }
+        let session = ended.session
+        guard ended.listening else {
+            _ = submit(tearsDown: true) { $0.disconnect(session: session) }
+            return
+        }
+        let core = self.core
+        switch eventLoop.runWaiting({ core.disconnectListener(session: session) }) {
+        case .ran:
+            break
+        case .refused:
+            // The loop is stopping: it closes every listener itself. Wait for that.
+            eventLoop.afterStopping {}
+        case .wouldDeadlock:
+            _ = eventLoop.execute { core.disconnectListener(session: session) }
+        }
     }
 
     /// Closes once every queued read has completed; no reads or writes may be added.
@@ -985,7 +1034,8 @@ public final class Socket: CallbackGateWaits.Holder, @unchecked Sendable {
     /// Where a thread waiting for the gate sleeps (ParkingLot).
     private var gateKey: UInt { parkingKey(of: self) }
 
-    var callbackGateHolder: UInt { gate.holderThread }
+    /// The thread running one of this socket's callbacks (WaitGraph).
+    var waitedThread: UInt { gate.holderThread }
 
     /// Runs `body` with the callback gate held (see `InlineCallbackGate`): directly when this
     /// thread already holds it, without it when waiting would deadlock.

@@ -6,6 +6,8 @@
 public protocol SocketDelegate: AnyObject {
     /// Asked on the listener's event loop thread (not the callback queue) before a new
     /// connection is wrapped: the loop it should live on, or nil for the group's next loop.
+    /// It may disconnect the listener: that connection is then closed unserved, and the
+    /// listener's `socketDidDisconnect` follows once this returns.
     func newEventLoop(forConnectionFrom address: SocketAddress, on listener: Socket) -> EventLoop?
 
     /// A listener accepted a connection. Keep a reference to `newSocket`: a socket nobody

@@ -8,14 +8,13 @@ extension TCPSocketCore {
     static let longestAcceptBackoff: UInt64 = 1_000_000_000
 
     /// Starts a listening session on descriptors made by `ListenerFactory`.
-    func startAccepting(_ made: [ListenerFactory.Listener], unixPath: String?, session: UInt64,
-                        configuration: SocketConfiguration) {
+    func startAccepting(_ made: [ListenerFactory.Listener], session: UInt64, configuration: SocketConfiguration) {
         if phase != .idle { closeSession(nil) }
         self.session = session
         self.configuration = configuration
         phase = .accepting
         listeners = made.map { ListenerEndpoint(core: self, fd: $0.fd, address: $0.address) }
-        unixListenerPath = unixPath
+        unixListenerFile = made.lazy.compactMap(\.unixFile).first
         for endpoint in listeners {
             do {
                 endpoint.registration = try loop.register(fd: endpoint.fd, events: TCPSocketCore.listenerEvents,
@@ -33,9 +32,19 @@ extension TCPSocketCore {
             close(endpoint.fd)
         }
         listeners.removeAll()
-        if let path = unixListenerPath {
-            unlink(path)
-            unixListenerPath = nil
+        unixListenerFile?.unlinkIfStillOurs()
+        unixListenerFile = nil
+    }
+
+    /// Ends the listening `session` now, also from inside one of its callbacks (a listener
+    /// lends a callback no memory that closing would free), so that `Socket.disconnect`
+    /// returns with the descriptors closed. Only operations already waiting for the running
+    /// callback (an accept and a disconnect in one callback) keep it waiting, in order.
+    func disconnectListener(session: UInt64) {
+        if hasDeferredOperations {
+            perform(tearsDown: true) { $0.disconnect(session: session) }
+        } else {
+            disconnect(session: session)
         }
     }
 
@@ -115,25 +124,33 @@ extension TCPSocketCore {
             close(descriptor)
             return
         }
-        // The loop hook is user code, so this is a callout: a disconnect made in the hook
-        // waits, and its didDisconnect comes after the didAccept of this connection.
-        callout(owner) {
-            let unix = endpoint.address.family == .unix
-            let childLoop = peer.flatMap { owner.eventLoopForAcceptedConnection(from: $0) } ?? loop.group?.next() ?? loop
-            // A listener bound to one address accepts on exactly that address: no system call.
-            let local = unix || !endpoint.address.isUnspecifiedIP ? endpoint.address : SystemCalls.localAddress(descriptor)
-            let child = TCPSocketCore(loop: childLoop, configuration: configuration)
-            child.withPublished { published in
-                published.status = .connected
-                published.session = 1
-                published.localAddress = local
-                published.peerAddress = peer
-                published.isUnixDomain = unix
-            }
-            child.prepareConnected(fd: descriptor, unix: unix, session: 1)
-            // The child starts once its didAccept has been delivered (Socket.activateAccepted).
-            emit(.didAccept(child))
+        let unix = endpoint.address.family == .unix
+        let session = self.session
+        // The new-connection hook is user code, so it runs as a callout: what it raises (a
+        // disconnect's didDisconnect) waits until it returns, and closing its own listener
+        // from it frees nothing the loop is using.
+        var chosenLoop: EventLoop? = nil
+        callout(owner) { chosenLoop = peer.flatMap { owner.eventLoopForAcceptedConnection(from: $0) } }
+        // The hook may have ended this listening session (and reported that): a connection
+        // accepted meanwhile must not follow the session's didDisconnect.
+        guard phase == .accepting, session == self.session else {
+            close(descriptor)
+            return
         }
+        let childLoop = chosenLoop ?? loop.group?.next() ?? loop
+        // A listener bound to one address accepts on exactly that address: no system call.
+        let local = unix || !endpoint.address.isUnspecifiedIP ? endpoint.address : SystemCalls.localAddress(descriptor)
+        let child = TCPSocketCore(loop: childLoop, configuration: configuration)
+        child.withPublished { published in
+            published.status = .connected
+            published.session = 1
+            published.localAddress = local
+            published.peerAddress = peer
+            published.isUnixDomain = unix
+        }
+        child.prepareConnected(fd: descriptor, unix: unix, session: 1)
+        // The child starts once its didAccept has been delivered (Socket.activateAccepted).
+        emit(.didAccept(child))
     }
 
     /// For a socket whose loop has stopped (called once the loop thread has finished, or on

@@ -230,7 +230,7 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
 
     final class AcceptingState {
         var listeners: [ListenerEndpoint] = []
-        var unixListenerPath: String? = nil
+        var unixListenerFile: UnixSocketFile? = nil
         var acceptPaused = false
         var acceptBackoff: UInt64 = 0
         var acceptFailureReported = false
@@ -302,9 +302,9 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         get { acceptingState?.listeners ?? [] }
         set { if acceptingState != nil || !(newValue.isEmpty) { accepting.listeners = newValue } }
     }
-    var unixListenerPath: String? {
-        get { acceptingState?.unixListenerPath }
-        set { if acceptingState != nil || !(newValue == nil) { accepting.unixListenerPath = newValue } }
+    var unixListenerFile: UnixSocketFile? {
+        get { acceptingState?.unixListenerFile }
+        set { if acceptingState != nil || newValue != nil { accepting.unixListenerFile = newValue } }
     }
     var acceptPaused: Bool {
         get { acceptingState?.acceptPaused ?? false }
@@ -579,11 +579,15 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     /// discards unread input first, so the kernel does not answer our own data with a reset.
     ///
     /// Inside a callout it only queues itself (the re-entrancy rule): the running callback
-    /// may be looking at this session's bytes, which the teardown frees.
+    /// may be looking at this session's bytes, which the teardown frees. A listening session
+    /// lends its callbacks no memory that the teardown frees, so it ends at once, also from
+    /// inside one of its callbacks: `Socket.disconnect` of a listener returns with its
+    /// descriptors closed (its didDisconnect still waits for the callback, as every event
+    /// raised in a callout does).
     func closeSession(_ error: SocketError?, notify: Bool = true, graceful: Bool = false) {
         guard phase != .idle else { return }
         let endedSession = session
-        if inCallout {
+        if inCallout && phase != .accepting {
             outOfLine.deferredOperations.append { core in
                 guard core.session == endedSession else { return }
                 core.closeSession(error, notify: notify, graceful: graceful)

@@ -1162,6 +1162,24 @@ final class UDPSocketCore {
         closeSocket(error: SocketError(.closed, "the event loop stopped"), announce: true)
     }
 
+    /// The owner was released after the loop stopped (called once the loop thread has
+    /// finished, or on it). The loop closed the registered descriptors (`loopWillStop`) and
+    /// dropped its timers and scratch memory: those belong to nobody now, so this touches
+    /// none of the loop's structures (`closeSocket` would: it cancels the send timer) and
+    /// lets go of what is left, which only this core holds.
+    func abandon() {
+        released = true
+        for case let channel? in [v4, v6] {
+            channel.core = nil
+            close(channel.fd)
+        }
+        v4 = nil
+        v6 = nil
+        queue.removeAll()
+        head = 0
+        timer = nil
+    }
+
     private func report(_ event: UdpSocketEvent) {
         guard !released else { return }
         owner?.deliver(event)

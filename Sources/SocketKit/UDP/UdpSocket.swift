@@ -12,14 +12,17 @@ import Synchronization
 /// errors and oversized datagrams are reported (`didReceiveError`), both families can join
 /// groups side by side, and empty datagrams can be sent and received.
 ///
-/// Threads: every method may be called from any thread. Calls that can fail at once (bind,
-/// receive, multicast, options, close) run on the socket's loop and return its answer (the
-/// caller waits for the loop; from the loop thread they run inline); sends and connects are
-/// queued and answered through the delegate. Getters read published state.
+/// Threads: every method may be called from any thread. Sends and `perform` are queued and
+/// answered through the delegate; getters read published state; every other call runs on
+/// the socket's loop and returns its answer (bound after `bind`, closed after `close`): the
+/// caller waits for the loop, inline on the loop's thread. No such wait can deadlock (see
+/// `EventLoop`): when the loop's thread is itself waiting for the caller through a loop of
+/// its own, a call that returns an answer throws `.badConfig` with `EDEADLK` and has no
+/// effect, and one that does not is queued.
 ///
 /// Text: a host, interface or multicast group holding a NUL character is refused
 /// (`.badParam`): the system calls would see only the text before it.
-public final class UdpSocket: CallbackGateWaits.Holder, @unchecked Sendable {
+public final class UdpSocket: WaitGraph.Target, @unchecked Sendable {
     /// The loop the socket lives on.
     public let eventLoop: EventLoop
     let core: UDPSocketCore
@@ -61,7 +64,7 @@ public final class UdpSocket: CallbackGateWaits.Holder, @unchecked Sendable {
     deinit {
         let core = UncheckedSendable(self.core)
         if !eventLoop.execute({ core.value.ownerReleased() }) {
-            eventLoop.afterStopping { core.value.ownerReleased() }
+            eventLoop.afterStopping { core.value.abandon() }
         }
     }
 
@@ -118,7 +121,7 @@ public final class UdpSocket: CallbackGateWaits.Holder, @unchecked Sendable {
     private func configure(_ change: (inout UdpConfiguration) -> Void) {
         core.withPublished { change(&$0.configuration) }
         // Applied before the setter returns: a datagram arriving next sees the new value.
-        try? onLoop { core throws(SocketError) in core.updateConfiguration() }
+        onLoopOrQueued { core throws(SocketError) in core.updateConfiguration() }
     }
 
     /// Whether IPv4 is used (default true). Set before the first bind, connect or send.
@@ -294,7 +297,7 @@ public final class UdpSocket: CallbackGateWaits.Holder, @unchecked Sendable {
     /// Stops reading from the kernel (datagrams wait there); callbacks already queued may
     /// still arrive.
     public func pauseReceiving() {
-        try? onLoop { core throws(SocketError) in try core.setReceiveMode(.off) }
+        onLoopOrQueued { core throws(SocketError) in try core.setReceiveMode(.off) }
     }
 
     /// Sets (or removes) the receive filter; threads as for `setSendFilter`. In receive-once
@@ -364,12 +367,12 @@ public final class UdpSocket: CallbackGateWaits.Holder, @unchecked Sendable {
     /// Closes now: queued datagrams are dropped without callbacks; `udpSocketDidClose`
     /// (nil) follows if the socket had descriptors. The socket can be used again.
     public func close() {
-        try? onLoop { core throws(SocketError) in core.closeSocket(error: nil, announce: true) }
+        onLoopOrQueued { core throws(SocketError) in core.closeSocket(error: nil, announce: true) }
     }
 
     /// Closes once every queued datagram (and any queued after this call) has been sent.
     public func closeAfterSending() {
-        try? onLoop { core throws(SocketError) in core.setCloseAfterSending() }
+        onLoopOrQueued { core throws(SocketError) in core.setCloseAfterSending() }
     }
 
     // MARK: Diagnostics
@@ -406,36 +409,44 @@ public final class UdpSocket: CallbackGateWaits.Holder, @unchecked Sendable {
     // MARK: Plumbing
 
     /// Runs `body` on the loop and returns its outcome: inline on the loop thread, else the
-    /// caller waits (the loop never waits for another thread, so this cannot deadlock).
+    /// caller waits for the loop (`EventLoop.runWaiting`). Throws `.badConfig` when the loop
+    /// has stopped, and `.badConfig` with `EDEADLK` when the wait would deadlock (this thread
+    /// runs a callback the loop's thread is waiting for, through a loop of its own: see
+    /// `WaitGraph`); the call then has no effect.
     func onLoop(_ body: @escaping (UDPSocketCore) throws(SocketError) -> Void) throws(SocketError) {
         if let error = eventLoop.startupError { throw error }
-        if eventLoop.inEventLoop {
-            try body(core)
-            return
-        }
         final class Outcome: @unchecked Sendable {
-            let lock = ConditionLock()
-            var done = false
             var error: SocketError? = nil
         }
         let outcome = Outcome()
         let core = UncheckedSendable(self.core)
         let work = UncheckedSendable(body)
-        let accepted = eventLoop.execute {
-            var failure: SocketError? = nil
-            do throws(SocketError) { try work.value(core.value) } catch { failure = error }
-            outcome.lock.withLock {
-                outcome.error = failure
-                outcome.done = true
-                outcome.lock.signal()
-            }
+        switch eventLoop.runWaiting({
+            do throws(SocketError) { try work.value(core.value) } catch { outcome.error = error }
+        }) {
+        case .ran:
+            if let error = outcome.error { throw error }
+        case .refused:
+            throw SocketError(.badConfig, "the socket's event loop has stopped")
+        case .wouldDeadlock:
+            throw SocketError(.badConfig, osError: EDEADLK,
+                              "the socket's event loop is waiting for this thread: waiting for it would deadlock")
         }
-        guard accepted else { throw SocketError(.badConfig, "the socket's event loop has stopped") }
-        outcome.lock.lock()
-        while !outcome.done { outcome.lock.wait() }
-        let error = outcome.error
-        outcome.lock.unlock()
-        if let error { throw error }
+    }
+
+    /// `onLoop` for the calls that return nothing (pause, close, settings): when waiting
+    /// would deadlock, the call is queued for the loop instead, and takes effect when the
+    /// loop gets to it.
+    private func onLoopOrQueued(_ body: @escaping (UDPSocketCore) throws(SocketError) -> Void) {
+        do throws(SocketError) {
+            try onLoop(body)
+        } catch where error.osError == EDEADLK {
+            let core = UncheckedSendable(self.core)
+            let work = UncheckedSendable(body)
+            _ = eventLoop.execute { try? work.value(core.value) }
+        } catch {
+            // The loop has stopped (the socket is closed), or the call itself failed.
+        }
     }
 
     /// Hands an event to the callback queue (see `Socket.deliver`).
@@ -520,7 +531,8 @@ public final class UdpSocket: CallbackGateWaits.Holder, @unchecked Sendable {
     /// Where a thread waiting for the gate sleeps (ParkingLot).
     private var gateKey: UInt { parkingKey(of: self) }
 
-    var callbackGateHolder: UInt { gate.holderThread }
+    /// The thread running one of this socket's callbacks (WaitGraph).
+    var waitedThread: UInt { gate.holderThread }
 
     /// Runs `body` with the callback gate held (see `InlineCallbackGate`): directly when this
     /// thread already holds it, without it when waiting would deadlock.

@@ -101,4 +101,14 @@
     X(unix_domain_sockets)                    \
     X(unix_address_with_an_embedded_nul)      \
     X(create_from_fd)                         \
-    X(pause_accepting_when_out_of_descriptors)
+    X(pause_accepting_when_out_of_descriptors) \
+    X(wake_up_never_writes_to_a_closed_loop_descriptor) \
+    X(loop_group_release_is_not_held_off_by_callers) \
+    X(events_handed_to_a_stopped_loop_still_arrive) \
+    X(udp_socket_with_a_send_timer_released_after_its_group) \
+    X(udp_pause_in_a_serial_callback_while_the_loop_sets_its_delegate) \
+    X(waiting_calls_from_callbacks_on_each_queue_kind) \
+    X(listener_port_is_free_when_disconnect_returns) \
+    X(listener_unix_path_is_free_when_disconnect_returns) \
+    X(listener_leaves_a_newer_listeners_file_alone) \
+    X(listener_disconnected_in_its_new_connection_hook)

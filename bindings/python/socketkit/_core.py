@@ -336,7 +336,9 @@ class LoopGroup:
     def close(self) -> None:
         """Stops the loops; sockets still open on them disconnect with BadConfigError. A driven
         group closed from another thread, or from a delegate method run by :meth:`run_once`,
-        stops in its thread's next :meth:`run_once` (which still works until then)."""
+        stops in its thread's next :meth:`run_once` (which still works until then). The stop
+        takes bounded time: from the moment a loop starts stopping, calls other threads make
+        on its sockets raise BadConfigError, as they do once it has stopped."""
         handle = self._handle
         if handle is None:
             return
@@ -846,6 +848,19 @@ class Socket(_SocketBase):
     Keep a reference: a socket nobody holds is aborted (queued writes dropped, as
     :meth:`abort`). Use it as a context manager, or call :meth:`close` (queued writes are
     still sent); afterwards every method raises :class:`InvalidHandleError`.
+
+    Most methods are requests: they return at once, and what follows comes to the
+    delegate. The ones that promise an effect on return wait for it: :meth:`accept_on_port`
+    and its twins return listening; :meth:`disconnect`, :meth:`close` and :meth:`abort` of a
+    listener return with its descriptors closed and its Unix-domain socket file removed (a
+    new listener can take the port or path at once); setting :attr:`delegate` and closing
+    wait for a delegate method running on another thread; every :class:`UdpSocket` method
+    but the sends and getters returns the loop's answer. None of these waits can deadlock,
+    whichever thread or delegate method calls them: when the thread waited for is itself
+    waiting for the caller, a wait for a running delegate method gives way (the setter
+    returns while that method may still be finishing); only when two loops' delegate
+    methods call each other's sockets at the same moment does a call not wait: it raises
+    BadConfigError (errno EDEADLK) with no effect, or, when it returns nothing, is queued.
     """
 
     def __init__(self, delegate: Any = None, *, queue: Optional[CallbackQueue] = _UNSET,
@@ -938,8 +953,9 @@ class Socket(_SocketBase):
         closes (as asyncio's ``transport.close()`` does), for at most two minutes, also when
         the socket is still connecting: it goes on connecting (within its connect timeout)
         and through a queued :meth:`start_tls` handshake. Queued reads are dropped (except
-        those ahead of such a handshake, which waits for them). No delegate method runs
-        after this returns (one running on another thread is waited for). Idempotent."""
+        those ahead of such a handshake, which waits for them). A listener's descriptors are
+        closed before this returns. No delegate method runs after this returns (one running
+        on another thread is waited for, unless that would deadlock). Idempotent."""
         if self._handle is not None:
             lib.sk_socket_disconnect_after_writing(self._handle)
         self._release()
@@ -981,7 +997,9 @@ class Socket(_SocketBase):
 
     @delegate.setter
     def delegate(self, delegate: Any) -> None:
-        """Replaces the delegate, synchronously: once set, no method of the old one runs."""
+        """Replaces the delegate, synchronously: once set, no method of the old one runs
+        (one running on another thread is waited for, unless that would deadlock: see
+        :class:`Socket`)."""
         struct_ = _delegate_struct(delegate)
         _raise_for(lib.sk_socket_set_delegate(self.handle, struct_, _DELEGATE_SIZE, None))
         self._delegate = delegate
@@ -1159,7 +1177,8 @@ class Socket(_SocketBase):
         self._sessions_started += 1
 
     def accept_on_unix_path(self, path: str) -> None:
-        """Listens on a Unix-domain socket (a stale socket file there is replaced)."""
+        """Listens on a Unix-domain socket (a stale socket file there is replaced). The file
+        is removed when the listener closes, unless a newer listener replaced it."""
         error = _ffi.CError()
         _raise_for(lib.sk_socket_accept_on_unix_path(self.handle, _unix_path(path), byref(error)), error)
         self._sessions_started += 1
@@ -1354,7 +1373,9 @@ class Socket(_SocketBase):
 
     def disconnect(self) -> None:
         """Closes the connection now; ``socket_did_disconnect(sock, None)`` follows. The
-        socket may connect or accept again."""
+        socket may connect or accept again. A listener returns with its descriptors closed
+        and its Unix-domain socket file removed: a new listener can take the port or path
+        at once."""
         _raise_for(lib.sk_socket_disconnect(self.handle))
 
     def disconnect_after_reading(self) -> None:
@@ -1896,6 +1917,10 @@ class UdpSocket(_UdpSocketBase):
     Keep a reference: a socket nobody holds is released (closed without callbacks). Use it
     as a context manager or call :meth:`release`; afterwards every method raises
     :class:`InvalidHandleError`. :meth:`close` only closes: the socket can be used again.
+
+    Sends and getters return at once; every other method waits for the socket's loop and
+    returns its answer (bound after :meth:`bind_to_port`, closed after :meth:`close`),
+    without ever deadlocking (see :class:`Socket` for the rule).
     """
 
     def __init__(self, delegate: Any = None, *, queue: Optional[CallbackQueue] = _UNSET,
@@ -1975,7 +2000,9 @@ class UdpSocket(_UdpSocketBase):
 
     @delegate.setter
     def delegate(self, delegate: Any) -> None:
-        """Replaces the delegate, synchronously: once set, no method of the old one runs."""
+        """Replaces the delegate, synchronously: once set, no method of the old one runs
+        (one running on another thread is waited for, unless that would deadlock: see
+        :class:`Socket`)."""
         struct_ = _udp_delegate_struct(delegate)
         _raise_for(lib.sk_udp_socket_set_delegate(self.handle, byref(struct_), ctypes.sizeof(struct_), None))
         self._delegate = delegate
