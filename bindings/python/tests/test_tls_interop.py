@@ -592,6 +592,11 @@ class HttpsResponder:
                 sock.disconnect_after_writing()
 
         def serve(connection):
+            # On the loop thread, the response and disconnect_after_writing happen in one
+            # turn of the loop: from a serial queue, a client that has the whole response
+            # may close before the disconnect arrives, and an idle socket reports the peer's
+            # close at once (ClosedError), as GCDAsyncSocket does.
+            connection.queue = None
             connection.delegate = self.recorder
             connection.start_tls(settings)
             connection.read_to_data(b"\r\n\r\n", max_length=65536, timeout=WAIT)
