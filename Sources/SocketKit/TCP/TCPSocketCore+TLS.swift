@@ -62,7 +62,8 @@ extension TCPSocketCore {
 
     // MARK: Starting
 
-    /// The loop side of `Socket.startTLS`: sets the marker (the first call of a session only).
+    /// The loop side of `Socket.startTLS`: the marker joins the queues (the first call of a
+    /// session only: see `tlsClaim`).
     func startTLS(context: TLSContext, session: UInt64) {
         guard session == self.session, phase == .resolving || phase == .connecting || phase == .connected,
               !disconnectAfterReads, !disconnectAfterWrites, !hasTLS else { return }
@@ -122,7 +123,7 @@ extension TCPSocketCore {
     private func startHandshake() {
         guard let tls, tls.stage == .waiting, phase == .connected, fd >= 0 else { return }
         let settings = tls.context.settings
-        let peer = withPublished { $0.peerAddress } ?? SystemCalls.peerAddress(fd)
+        let peer = publishedState.peerAddress ?? SystemCalls.peerAddress(fd)
         var name = settings.peerName
         if settings.role == .client && name == nil {
             name = connectHost ?? peer?.host
@@ -223,9 +224,8 @@ extension TCPSocketCore {
         session.releaseIdleBuffers(threshold: 0) // idle from here on, typically: keep nothing
         let info = TLSInfoBox(session.info)
         let current = self.session
-        withPublished { published in
-            guard published.session == current else { return }
-            published.tls = info
+        if publishedState.status != .disconnected {
+            publish { $0.tls = info }
         }
         emit(.didSecure)
         guard current == self.session, phase == .connected else { return }
