@@ -736,7 +736,8 @@ public final class Socket: SocketFront, @unchecked Sendable {
     /// The session to queue a read or write in, and the socket's read and write-queue limits.
     private func sessionForTransfer() throws(SocketError) -> (UInt64, Int, Int) {
         // The fields under the lock, the checks after it: a throwing closure under the lock
-        // stayed an outlined call (~35 instructions per read and per write).
+        // stays an outlined call on every read and write (bench/README.md, "Figures behind
+        // the engine's comments").
         let (status, accepted, session, readLimit, writeLimit) = core.readPublished {
             ($0.status, $0.acceptsReadsAndWrites, $0.session, $0.configuration.maximumReadLength,
              $0.configuration.maximumQueuedWriteBytes)

@@ -51,8 +51,8 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
     var readTimeoutPending = false
     var currentReadStarted = false
     /// `pumpReads` is running its loop: a read queued now (by a callback it made) is picked
-    /// up by that loop, so queueing it schedules no second pump. (Here it fits the padding
-    /// before `prebuffer`; after `readPumpScheduled` it made every core 16 bytes bigger.)
+    /// up by that loop, so queueing it schedules no second pump. (Declared here, it fits
+    /// the padding before `prebuffer`.)
     var pumpingReads = false
     /// The descriptor came from the user (`Socket(adopting:)`): its options are unknown and
     /// it may have duplicates, so closing it also removes it from epoll explicitly.

@@ -1173,9 +1173,9 @@ final class UDPSocketCore: SocketCore {
 
 /// A received batch's direct delivery (`SocketFront.directReceiver`): the owner and its
 /// receiver are looked up at the batch's first datagram and held (one retain each) until
-/// `drop`, and each datagram calls them without reference counting. Per datagram, that was
-/// a `swift_tryRetain` of the owner, the state lock and a retain of the receiver, and their
-/// releases (bench/callgrind.sh udp). Loop thread only.
+/// `drop`, and each datagram calls them without reference counting, instead of a
+/// `swift_tryRetain` of the owner, the state lock and a retain of the receiver, and their
+/// releases, per datagram. Loop thread only.
 struct DirectDelivery {
     private var owner: Unmanaged<UdpSocket>? = nil
     private var target: Unmanaged<UdpSocketEventReceiver>? = nil
@@ -1287,9 +1287,9 @@ struct DatagramHeaders {
 /// a callback run from the receive path may send, through the queue or staged.
 ///
 /// One pointer, not a class: the hot path reads it from the loop once per datagram (a send
-/// from a receive callback), and a class reference read from the loop's `var` cost a retain
-/// and a release each time (bench/callgrind.sh udp). Copies share the memory; the loop
-/// deallocates it once, in deinit.
+/// from a receive callback), and a class reference read from the loop's `var` costs a
+/// retain and a release each time. Copies share the memory; the loop deallocates it once,
+/// in deinit.
 struct UDPScratch {
     static let capacity = Int(SKC_MAX_DATAGRAM_BATCH)
     static let receiveSlots = 16
@@ -1344,8 +1344,7 @@ struct UDPScratch {
     /// Readies the first `count` receive headers for one `recvmmsg` into the slots of
     /// `receiveLayout(limit:)`. The headers keep their layout from call to call (it changes
     /// only with the socket's receive limit): a call resets just the address lengths the
-    /// kernel overwrote, not every header of the batch (most batches are a few datagrams;
-    /// bench/callgrind.sh udp).
+    /// kernel overwrote, not every header of the batch (most batches are a few datagrams).
     func prepareReceive(count: Int, limit: Int) {
         let receive = parts.pointee.receive
         if parts.pointee.receiveLimit != limit {
