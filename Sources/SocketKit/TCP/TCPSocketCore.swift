@@ -115,6 +115,10 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         var lingeringCore: TCPSocketCore? = nil
         var readQueue = FIFO<ReadRequest>()
         var writeQueue = FIFO<WriteRequest>()
+        /// A session begun from a callback whose start waits for it (`beginSession`), and
+        /// how to release at once what its call made (a listener's descriptors, an adopted
+        /// one) when it ends before it starts.
+        var unstartedSession: (session: UInt64, release: () -> Void)? = nil
 
         func deferEvent(_ event: SocketEvent) {
             if firstDeferredEvent == nil && deferredEvents.isEmpty {
@@ -389,13 +393,16 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
     }
 
     /// Runs `operation` now, or after the running callback of this socket if it tears the
-    /// session down (or if such an operation is already waiting: order is kept).
-    func perform(tearsDown: Bool, _ operation: @escaping (TCPSocketCore) -> Void) {
+    /// session down (or if such an operation is already waiting: order is kept). True when
+    /// it waits.
+    @discardableResult
+    func perform(tearsDown: Bool, _ operation: @escaping (TCPSocketCore) -> Void) -> Bool {
         if (inCallout || runningDeferredOperations) && (tearsDown || hasDeferredOperations) {
             outOfLine.deferredOperations.append(operation)
-            return
+            return true
         }
         operation(self)
+        return false
     }
 
     /// Operations wait for the running callback (see `perform`).
@@ -722,8 +729,9 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
     /// addresses), so that the caller's next call (a read, a write) sees it; then starts it
     /// (`start`): now, or after the running callback when the session before it is still
     /// being torn down (the re-entrancy rule), in order with what waits there. A session
-    /// ended (or replaced) from that callback before it started does not start: `unused`
-    /// releases what the call made for it, and its didDisconnect is its only event.
+    /// ended from that callback before it started does not start: `unused` releases what
+    /// the call made for it, at once (`requestDisconnect`: a listener's descriptors are
+    /// closed when its disconnect returns), and its didDisconnect is its only event.
     /// `requireFamilies`: fails unless IPv4 or IPv6 is enabled.
     func beginSession(_ status: SocketStatus, requireFamilies: Bool = false,
                       setUp: (inout SocketPublishedState) -> Void = { _ in },
@@ -734,9 +742,10 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
             setUp(&published)
         }
         let begun = session
-        perform(tearsDown: phase != .idle) { core in
+        let waits = perform(tearsDown: phase != .idle) { core in
+            let release = core.takeUnstartedSession(begun)
             guard core.session == begun, core.publishedState.status != .disconnected else {
-                unused()
+                release?()
                 core.emit(.didDisconnect(nil))
                 return
             }
@@ -745,6 +754,14 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
             if core.phase != .idle { core.closeSession(nil, of: begun &- 1) }
             start(core)
         }
+        if waits { outOfLine.unstartedSession = (begun, unused) }
+    }
+
+    /// What to release of `session` if it has not started (see `beginSession`), taken.
+    private func takeUnstartedSession(_ session: UInt64) -> (() -> Void)? {
+        guard let unstarted = outOfLineState?.unstartedSession, unstarted.session == session else { return nil }
+        outOfLineState?.unstartedSession = nil
+        return unstarted.release
     }
 
     /// Throws unless a session may begin: the socket is disconnected (and, with
@@ -766,6 +783,7 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         guard status != .disconnected, status == .accepting || !listenerOnly else { return }
         let ended = session
         publish { $0.endSession() }
+        takeUnstartedSession(ended)?()
         perform(tearsDown: status != .accepting) { $0.closeSession(nil, of: ended) }
     }
 
