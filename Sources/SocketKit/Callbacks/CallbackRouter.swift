@@ -99,18 +99,10 @@ extension SocketFront {
             let key = gateKey
             router.gate.enter(key: key)
             var onLoop = false
-            let answer: Answer?
-            // Bound with `if let` from the lock's result and not used after the call: passed
-            // on, or with `.map`, the receiver was retained and released again around it.
-            if let receiver = core.withStateLock({ () -> Receiver? in
+            let answer = callReceiver(with: event, key: key) {
                 onLoop = routing.queue.runsOnEventLoop
                 return onLoop ? routing.receiver : nil
-            }) {
-                answer = call(receiver, with: event)
-            } else {
-                answer = nil
             }
-            router.gate.leave(key: key)
             if onLoop {
                 finishDelivery(of: event, answer: answer)
                 return
@@ -123,14 +115,20 @@ extension SocketFront {
     private func deliverNow(_ event: Event) {
         let key = gateKey
         router.gate.enter(key: key)
-        let answer: Answer?
-        if let receiver = core.withStateLock({ routing.receiver }) {
-            answer = call(receiver, with: event)
-        } else {
-            answer = nil
+        finishDelivery(of: event, answer: callReceiver(with: event, key: key) { routing.receiver })
+    }
+
+    /// With the gate held: calls the receiver that `take` reads under the state lock (if
+    /// any), then leaves the gate. What the receiver answered; nil without one.
+    @inline(__always)
+    private func callReceiver(with event: Event, key: UInt, _ take: () -> Receiver?) -> Answer? {
+        defer { router.gate.leave(key: key) }
+        // Bound with `if let` from the lock's result and not used after the call: passed on,
+        // or with `.map`, the receiver was retained and released again around it.
+        if let receiver = core.withStateLock(take) {
+            return call(receiver, with: event)
         }
-        router.gate.leave(key: key)
-        finishDelivery(of: event, answer: answer)
+        return nil
     }
 
     private func post(_ event: Event) {

@@ -546,15 +546,8 @@ public final class Socket: SocketFront, @unchecked Sendable {
         // Queued like a read or a write (the marker's place in the queues is what counts),
         // after the same checks against the published state.
         let (status, accepted, session) = core.readPublished { ($0.status, $0.acceptsReadsAndWrites, $0.session) }
-        switch status {
-        case .connecting, .connected:
-            break
-        case .disconnected:
-            throw SocketError(.badConfig, "not connected: connect or accept first")
-        case .accepting:
-            throw SocketError(.badConfig, "a listening socket does not start TLS; start it on each accepted socket")
-        }
-        guard accepted else { throw SocketError(.badConfig, "no startTLS after disconnectAfterReading/Writing") }
+        try checkSessionTakes("startTLS", status: status, accepted: accepted,
+                              listener: "a listening socket does not start TLS; start it on each accepted socket")
         guard core.tlsClaim.exchange(session, ordering: .relaxed) != session else {
             throw SocketError(.badConfig, "TLS was already started on this connection")
         }
@@ -742,18 +735,25 @@ public final class Socket: SocketFront, @unchecked Sendable {
             ($0.status, $0.acceptsReadsAndWrites, $0.session, $0.configuration.maximumReadLength,
              $0.configuration.maximumQueuedWriteBytes)
         }
+        try checkSessionTakes("reads or writes", status: status, accepted: accepted,
+                              listener: "a listening socket does not read or write")
+        return (session, readLimit, writeLimit)
+    }
+
+    /// Throws unless the published session takes `what` (reads and writes, startTLS): it is
+    /// connecting or connected, and `disconnectAfter…` was not called in it.
+    @inline(__always)
+    private func checkSessionTakes(_ what: String, status: SocketStatus, accepted: Bool,
+                                   listener: @autoclosure () -> String) throws(SocketError) {
         switch status {
         case .connecting, .connected:
             break
         case .disconnected:
             throw SocketError(.badConfig, "not connected: connect or accept first")
         case .accepting:
-            throw SocketError(.badConfig, "a listening socket does not read or write")
+            throw SocketError(.badConfig, listener())
         }
-        guard accepted else {
-            throw SocketError(.badConfig, "no reads or writes after disconnectAfterReading/Writing")
-        }
-        return (session, readLimit, writeLimit)
+        guard accepted else { throw SocketError(.badConfig, "no \(what) after disconnectAfterReading/Writing") }
     }
 
     /// Queues `operation` (a read, a write, a `perform`) for the core without waiting:

@@ -244,11 +244,17 @@ public final class UdpSocket: SocketFront, @unchecked Sendable {
     /// is dropped and still reported as sent (as upstream).
     public func setSendFilter(_ filter: UdpSendFilter?, queue: CallbackQueue? = nil,
                               isAsynchronous: Bool = true) throws(SocketError) {
+        let entry = try filterEntry(filter, queue: queue, isAsynchronous: isAsynchronous)
+        try onLoop { core throws(SocketError) in core.setSendFilter(entry) }
+    }
+
+    /// A filter as the core keeps it; a synchronous one runs on the loop and takes no queue.
+    private func filterEntry<Filter>(_ filter: Filter?, queue: CallbackQueue?,
+                                     isAsynchronous: Bool) throws(SocketError) -> (filter: Filter, queue: CallbackQueue?, async: Bool)? {
         if !isAsynchronous, let queue, !queue.runsOnEventLoop {
             throw SocketError(.badParam, "a synchronous filter runs on the socket's loop: pass no queue")
         }
-        let entry = filter.map { (filter: $0, queue: queue, async: isAsynchronous) }
-        try onLoop { core throws(SocketError) in core.setSendFilter(entry) }
+        return filter.map { (filter: $0, queue: queue, async: isAsynchronous) }
     }
 
     // MARK: Receiving
@@ -275,10 +281,7 @@ public final class UdpSocket: SocketFront, @unchecked Sendable {
     /// verdict is pending.
     public func setReceiveFilter(_ filter: UdpReceiveFilter?, queue: CallbackQueue? = nil,
                                  isAsynchronous: Bool = true) throws(SocketError) {
-        if !isAsynchronous, let queue, !queue.runsOnEventLoop {
-            throw SocketError(.badParam, "a synchronous filter runs on the socket's loop: pass no queue")
-        }
-        let entry = filter.map { (filter: $0, queue: queue, async: isAsynchronous) }
+        let entry = try filterEntry(filter, queue: queue, isAsynchronous: isAsynchronous)
         try onLoop { core throws(SocketError) in core.setReceiveFilter(entry) }
     }
 
