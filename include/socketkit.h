@@ -68,17 +68,23 @@
  * THREADS
  *
  * Every function may be called from any thread, including from inside callbacks.
- * Each socket lives on one event loop (one thread); calls hop onto it, and run inline
- * when made on that thread. Most calls are requests to the loop: they return at once, and
- * what follows comes through callbacks. The calls that promise an effect on return wait,
- * when made on another thread than the socket's loop (these, and no others):
- *   - every sk_udp_socket_* call but the sends, sk_udp_socket_perform and the getters (bind,
- *     connect, receiving, filters, multicast, options, close) waits for the loop to run it
- *     and returns its answer: bound after a bind, closed after a close;
- *   - sk_socket_accept_on_*() returns listening; sk_socket_disconnect() and
- *     sk_socket_release() of a listener return with its descriptors closed and its
- *     Unix-domain socket file removed (a new listener may take the port or path at once);
- *     both wait for the loop;
+ * Each socket lives on one event loop (one thread), the only writer of the socket's
+ * state; calls run on it, inline when made on that thread. The rule, for TCP and UDP alike:
+ *   - a call that changes the socket's state waits for the loop to make the change and
+ *     returns its answer, when made on another thread: sk_socket_connect_*(),
+ *     sk_socket_accept_on_*(), sk_socket_create_from_fd(), sk_socket_disconnect() and
+ *     sk_socket_disconnect_after_*(), the configuration setters
+ *     (sk_socket_set_ipv4_enabled() to sk_socket_set_buffer_sizes()), and every
+ *     sk_udp_socket_* call but the sends, sk_udp_socket_perform and the getters (bind,
+ *     connect, receiving, filters, multicast, options, close). So a read queued right after
+ *     a connect is taken, an accept returns listening, a disconnect returns disconnected (a
+ *     listener's descriptors closed and its Unix-domain socket file removed: a new listener
+ *     may take the port or path at once; sk_socket_release() of a listener waits likewise),
+ *     a bind returns bound and a close closed;
+ *   - reads, writes, sk_socket_start_tls() (a marker in the queues), sends, sk_*_perform()
+ *     and the answers to timeout and trust questions are queued without waiting, after
+ *     checks against what the loop last published; what follows comes through callbacks;
+ *   - getters read what the loop last published and never wait;
  *   - sk_socket_release(), sk_socket_set_delegate() and their UDP twins wait for a callback
  *     of that socket running on another thread to return (not when called from inside it);
  *   - sk_loop_group_release() joins the group's threads (unless called on one of them).
@@ -88,12 +94,14 @@
  * callback of that socket starts afterwards, but the running one may still be finishing).
  * Only when every wait of the cycle is for a loop (two loops' callbacks calling each
  * other's sockets at the same moment) does the call that would close it not wait: a call
- * that returns an answer fails with SK_ERR_BAD_CONFIG and errno EDEADLK and has no effect,
- * and one that does not (sk_udp_socket_pause_receiving, _close, _close_after_sending, the
- * setters; the start of a listener whose address is already bound, its disconnect or
- * release) is queued and takes effect when that loop goes on. A driven group
- * (sk_loop_group_create_driven) has no thread: the thread that created it runs it, and
- * calls that wait for its loop from other threads wait until that thread runs it.
+ * that returns an answer (a connect, an accept, a bind) fails with SK_ERR_BAD_CONFIG
+ * and errno EDEADLK and has no effect, and one that does not (the disconnects,
+ * sk_udp_socket_pause_receiving, _close, _close_after_sending, the setters, a listener's
+ * release) is queued and takes effect when that loop goes on. On a loop that is stopping
+ * or has stopped, the first kind fail with SK_ERR_BAD_CONFIG and the second return once
+ * the loop has closed its sockets. A driven group (sk_loop_group_create_driven) has no
+ * thread: the thread that created it runs it, and calls that wait for its loop from other
+ * threads wait until that thread runs it.
  *
  * Callbacks of one socket run on its callback queue, never two at a time, in the order
  * the events happened; did_disconnect is the last callback of a connection (or listener,
@@ -469,7 +477,8 @@ int sk_socket_create(const sk_socket_delegate_t *delegate, size_t delegate_size,
                      sk_error_t *error);
 
 /* Wraps an already connected TCP or Unix-domain stream socket. On success the socket owns
- * `fd` (made non-blocking) and did_connect follows. On failure the caller keeps `fd`.
+ * `fd` (made non-blocking), returns connected (see THREADS) and did_connect follows. On
+ * failure the caller keeps `fd`.
  * Errors: as sk_socket_create, plus SK_ERR_BAD_PARAM (not a stream socket of a supported
  * family) and SK_ERR_SYSTEM (ENOTCONN: not connected; EBADF, ENOTSOCK). */
 int sk_socket_create_from_fd(int fd, const sk_socket_delegate_t *delegate, size_t delegate_size,
@@ -578,7 +587,8 @@ int sk_socket_answer_timeout(const sk_event_t *event, double extension);
 
 /* Setters and getters of this section return SK_OK (the is_* questions 1/0), or
  * SK_ERR_INVALID_HANDLE, or SK_ERR_BAD_PARAM for a value a setter refuses; a getter's
- * out-pointers may each be NULL (see Getters at the top). */
+ * out-pointers may each be NULL (see Getters at the top). A setter returns once the loop
+ * has the new value (see THREADS): a getter or a connect that follows sees it. */
 
 /* Address families used to connect and accept (both on by default). */
 int sk_socket_set_ipv4_enabled(sk_socket_t *sock, int enabled);
@@ -680,7 +690,8 @@ int sk_socket_accept_on_unix_path(sk_socket_t *sock, const char *path, sk_error_
  * for a local port only. `timeout` covers resolution and connecting; with 0 the connect
  * succeeds only if it completes at once (a Unix-domain path does; a TCP handshake over
  * loopback normally does), and a name the resolver must look up always ends with
- * SK_ERR_CONNECT_TIMEOUT. Reads and writes may be queued at once. The result:
+ * SK_ERR_CONNECT_TIMEOUT. Returns connecting (see THREADS): reads and writes may be queued
+ * at once. The result:
  * did_connect, or did_disconnect with SK_ERR_SYSTEM (ECONNREFUSED, ...),
  * SK_ERR_RESOLUTION, SK_ERR_CONNECT_TIMEOUT, or SK_ERR_OTHER (no resolved address is of
  * an enabled family).
@@ -783,9 +794,10 @@ int sk_socket_get_queued_write_bytes(sk_socket_t *sock, size_t *out_bytes);
 
 /* Closes now: pending reads and writes are dropped without callbacks, then did_disconnect
  * (error NULL) follows the callbacks already queued. Does nothing on a disconnected
- * socket. A listener returns with its descriptors closed and its Unix-domain socket file
- * removed, so a new listener can take the port or the path at once (it waits for the loop:
- * see THREADS). Errors: SK_ERR_INVALID_HANDLE. */
+ * socket. Returns disconnected (it waits for the loop: see THREADS): the socket may
+ * connect or accept again at once. A listener returns with its descriptors closed and its
+ * Unix-domain socket file removed, so a new listener can take the port or the path at
+ * once. Errors: SK_ERR_INVALID_HANDLE. */
 int sk_socket_disconnect(sk_socket_t *sock);
 
 /* Closes once every queued read completed; new reads and writes are refused. */

@@ -124,104 +124,384 @@ struct CallbackWaitTests {
         return true
     }
 
-    /// The sockets a callback of the matrix calls: on its own loop and on another one.
-    struct Targets {
-        let udp: [UdpSocket]
-        let listeners: [Socket]
-        let ports: [UInt16]
-
-        init(_ loops: [EventLoop]) throws {
-            udp = loops.map { UdpSocket(eventLoop: $0) }
-            listeners = try loops.map { loop in
-                let listener = recordedSocket("unused", eventLoop: loop).0
-                try listener.accept(onInterface: "127.0.0.1", port: 0)
-                return listener
-            }
-            ports = listeners.map(\.localPort)
-        }
-
-        /// Binds each UDP socket and closes each listener, and says what each returned with.
-        func callAll() -> [String] {
-            var seen: [String] = []
-            for (index, udp) in udp.enumerated() {
-                do throws(SocketError) {
-                    try udp.bind(toPort: 0, interface: "127.0.0.1")
-                    seen.append("udp \(index): bound \(udp.localPort != 0)")
-                } catch {
-                    seen.append("udp \(index): \(error)")
-                }
-            }
-            for (index, listener) in listeners.enumerated() {
-                listener.disconnect()
-                seen.append("listener \(index): closed \(CallbackWaitTests.portIsFree(ports[index]))")
-            }
-            return seen
-        }
-
-        static let allDone = ["udp 0: bound true", "udp 1: bound true", "listener 0: closed true", "listener 1: closed true"]
+    /// "ok", or what `condition` says went wrong.
+    static func check(_ condition: Bool, _ otherwise: @autoclosure () -> String) -> String {
+        condition ? "ok" : otherwise()
     }
 
-    /// Waiting calls from a UDP callback and from a listener's callback, on each kind of
-    /// callback queue, against the calling socket itself, sockets on its loop, and sockets
-    /// on another loop: each returns, with its effect done.
-    @Test(.timeLimit(.minutes(1)), arguments: QueueKind.allCases)
-    func waitingCallsFromCallbacksReturnWithTheirEffect(kind: QueueKind) throws {
-        let group = EventLoopGroup(loopCount: 2)
-        let loops = group.loops // the callback's socket's loop first
-        let (queue, waitFor) = try CallbackWaitTests.queue(kind)
+    /// Runs `body`, a waiting call and the check of its effect: "ok", what the check found,
+    /// or what the call threw.
+    static func attempt(_ body: () throws -> String) -> String {
+        do { return try body() } catch { return "threw \(error)" }
+    }
 
-        // From a UDP socket's didReceive.
-        let udpRecorder = UdpRecorder()
-        let source = UdpSocket(delegate: udpRecorder, callbackQueue: queue, eventLoop: loops[0])
-        try source.bind(toPort: 0, interface: "127.0.0.1")
-        try source.beginReceiving()
-        let fromUdp = try Targets(loops)
-        let results = Mutex<[String]>([])
-        let udpDone = Latch()
-        udpRecorder.onReceive = { sock, _, _ in
-            var seen: [String] = []
-            do throws(SocketError) {
+    /// One call that waits (for its socket's loop, or for a callback of its socket), made
+    /// from inside a callback on a socket prepared beforehand: `prepare` makes the target on
+    /// a loop (on the test's thread), `call` makes the call and checks its effect.
+    struct WaitingCall: Sendable {
+        let name: String
+        let prepare: @Sendable (EventLoop, Peers) throws -> any Sendable
+        let call: @Sendable (any Sendable) -> String
+    }
+
+    /// What the targets connect, send or listen to, and what must outlive the calls.
+    final class Peers: @unchecked Sendable {
+        let listener: RawSocket
+        let udpPeer: RawUdpPeer
+        let lock = ConditionLock()
+        var kept: [AnyObject] = []
+
+        init() throws {
+            listener = try RawSocket.listen()
+            udpPeer = try RawUdpPeer()
+        }
+
+        func keep(_ object: AnyObject) { lock.withLock { kept.append(object) } }
+
+        func close() {
+            listener.close()
+            lock.withLock { kept.removeAll() }
+        }
+    }
+
+    /// A TCP socket with a delegate (recorded nowhere) on `loop`.
+    static func tcp(_ loop: EventLoop, _ peers: Peers) -> Socket {
+        let recorder = Recorder("target")
+        peers.keep(recorder)
+        return Socket(delegate: recorder, eventLoop: loop)
+    }
+
+    /// A TCP socket on `loop` connected to the peers' listener.
+    static func connected(_ loop: EventLoop, _ peers: Peers) throws -> Socket {
+        let sock = tcp(loop, peers)
+        try sock.connect(toHost: "127.0.0.1", port: peers.listener.localPort)
+        return sock
+    }
+
+    /// Every call that waits, TCP and UDP alike (EventLoop: the rule they share).
+    static let waitingCalls: [WaitingCall] = [
+        WaitingCall(name: "accept", prepare: { loop, peers in tcp(loop, peers) }, call: { target in
+            let sock = target as! Socket
+            return attempt {
+                try sock.accept(onInterface: "127.0.0.1", port: 0)
+                return check(sock.isAccepting && !portIsFree(sock.localPort), "not listening")
+            }
+        }),
+        WaitingCall(name: "disconnect a listener", prepare: { loop, peers in
+            let sock = tcp(loop, peers)
+            try sock.accept(onInterface: "127.0.0.1", port: 0)
+            return sock
+        }, call: { target in
+            let sock = target as! Socket
+            let port = sock.localPort
+            sock.disconnect()
+            return check(sock.isDisconnected && portIsFree(port), "the port is still taken")
+        }),
+        WaitingCall(name: "connect", prepare: { loop, peers in (tcp(loop, peers), peers.listener.localPort) }, call: { target in
+            let (sock, port) = target as! (Socket, UInt16)
+            return attempt {
+                try sock.connect(toHost: "127.0.0.1", port: port)
+                try sock.read(tag: 1) // taken: the session is published on return
+                return check(!sock.isDisconnected, "disconnected")
+            }
+        }),
+        WaitingCall(name: "connect to an address", prepare: { loop, peers in
+            (tcp(loop, peers), SocketAddress.ipv4Loopback(port: peers.listener.localPort))
+        }, call: { target in
+            let (sock, address) = target as! (Socket, SocketAddress)
+            return attempt {
+                try sock.connect(to: address)
+                try sock.write([1])
+                return check(!sock.isDisconnected, "disconnected")
+            }
+        }),
+        WaitingCall(name: "connect to a Unix path", prepare: { loop, peers in
+            let listener = tcp(loop, peers)
+            let path = temporaryUnixPath("matrix")
+            try listener.accept(onUnixPath: path)
+            peers.keep(listener)
+            return (tcp(loop, peers), path)
+        }, call: { target in
+            let (sock, path) = target as! (Socket, String)
+            return attempt {
+                try sock.connect(toUnixPath: path)
+                try sock.read(tag: 1)
+                return check(!sock.isDisconnected, "disconnected")
+            }
+        }),
+        WaitingCall(name: "adopt a descriptor", prepare: { loop, peers in
+            var descriptors: [Int32] = [-1, -1]
+            guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &descriptors) == 0 else { throw TestFailure("socketpair") }
+            peers.keep(RawSocket(fd: descriptors[1]))
+            return (loop, descriptors[0], peers)
+        }, call: { target in
+            let (loop, descriptor, peers) = target as! (EventLoop, Int32, Peers)
+            return attempt {
+                let recorder = Recorder("adopted")
+                let sock = try Socket(connectedSocketDescriptor: descriptor, delegate: recorder, eventLoop: loop)
+                peers.keep(sock)
+                peers.keep(recorder)
+                return check(sock.isConnected && sock.isUnixDomain, "not connected")
+            }
+        }),
+        WaitingCall(name: "disconnect a connection", prepare: connected, call: { target in
+            let sock = target as! Socket
+            sock.disconnect()
+            let refused = (try? sock.read(tag: 1)) == nil
+            return check(sock.isDisconnected && refused, "still connected")
+        }),
+        WaitingCall(name: "disconnect after writing", prepare: connected, call: { target in
+            let sock = target as! Socket
+            sock.disconnectAfterWriting()
+            return check((try? sock.write([1])) == nil, "a write was still taken")
+        }),
+        WaitingCall(name: "setters", prepare: { loop, peers in tcp(loop, peers) }, call: { target in
+            let sock = target as! Socket
+            return attempt {
+                sock.noDelay = false
+                try sock.setMaximumReadLength(100)
+                return check(!sock.noDelay && sock.maximumReadLength == 100, "the getters did not see the setters")
+            }
+        }),
+        WaitingCall(name: "set the delegate", prepare: { loop, peers in tcp(loop, peers) }, call: { target in
+            let sock = target as! Socket
+            let replacement = Recorder("replacement")
+            sock.delegate = replacement
+            return check(sock.delegate === replacement, "the delegate did not change")
+        }),
+        WaitingCall(name: "UDP bind", prepare: { loop, _ in UdpSocket(eventLoop: loop) }, call: { target in
+            let sock = target as! UdpSocket
+            return attempt {
+                try sock.bind(toPort: 0, interface: "127.0.0.1")
+                return check(sock.localPort != 0, "not bound")
+            }
+        }),
+        WaitingCall(name: "UDP connect", prepare: { loop, peers in (UdpSocket(eventLoop: loop), peers.udpPeer.port) }, call: { target in
+            let (sock, port) = target as! (UdpSocket, UInt16)
+            return attempt {
+                try sock.connect(toAddress: .ipv4Loopback(port: port))
+                return "ok" // queued behind earlier sends: didConnect follows
+            }
+        }),
+        WaitingCall(name: "UDP receiving", prepare: { loop, _ in
+            let sock = UdpSocket(eventLoop: loop)
+            try sock.bind(toPort: 0, interface: "127.0.0.1")
+            return sock
+        }, call: { target in
+            let sock = target as! UdpSocket
+            return attempt {
+                try sock.beginReceiving()
+                sock.pauseReceiving()
+                try sock.receiveOnce()
+                return "ok"
+            }
+        }),
+        WaitingCall(name: "UDP options", prepare: { loop, _ in
+            let sock = UdpSocket(eventLoop: loop)
+            try sock.bind(toPort: 0, interface: "127.0.0.1")
+            return sock
+        }, call: { target in
+            let sock = target as! UdpSocket
+            return attempt {
                 try sock.setMulticastTTL(7)
+                sock.maxReceiveIPv4BufferSize = 1000
                 var ttl: Int32 = 0
                 var length = socklen_t(4)
                 getsockopt(sock.descriptors.ipv4, Int32(IPPROTO_IP), IP_MULTICAST_TTL, &ttl, &length)
-                seen.append("same socket: ttl \(ttl)")
-            } catch {
-                seen.append("same socket: \(error)")
+                return check(ttl == 7 && sock.maxReceiveIPv4BufferSize == 1000, "ttl \(ttl), limit \(sock.maxReceiveIPv4BufferSize)")
             }
-            results.withLock { $0 = seen + fromUdp.callAll() }
-            udpDone.open()
-        }
-        let sender = try RawUdpPeer()
-        try sender.send([1], toPort: source.localPort)
-        #expect(waitFor(udpDone), "the UDP callback's calls did not return")
-        #expect(results.withLock { $0 } == ["same socket: ttl 7"] + Targets.allDone)
+        }),
+        WaitingCall(name: "UDP close", prepare: { loop, _ in
+            let sock = UdpSocket(eventLoop: loop)
+            try sock.bind(toPort: 0, interface: "127.0.0.1")
+            return sock
+        }, call: { target in
+            let sock = target as! UdpSocket
+            sock.close()
+            return check(sock.isClosed, "not closed")
+        }),
+        WaitingCall(name: "set the UDP delegate", prepare: { loop, _ in UdpSocket(eventLoop: loop) }, call: { target in
+            let sock = target as! UdpSocket
+            let replacement = UdpRecorder()
+            sock.delegate = replacement
+            return check(sock.delegate === replacement, "the delegate did not change")
+        }),
+    ]
 
-        // From a listener's didAccept.
-        let listenerRecorder = Recorder("listener")
-        let listener = Socket(delegate: listenerRecorder, callbackQueue: queue, eventLoop: loops[0])
-        try listener.accept(onInterface: "127.0.0.1", port: 0)
-        let port = listener.localPort
-        let fromListener = try Targets(loops)
-        let tcpDone = Latch()
-        listenerRecorder.onAccept = { sock, _ in
-            sock.disconnect()
-            let seen = ["same socket: closed \(CallbackWaitTests.portIsFree(port))"]
-            results.withLock { $0 = seen + fromListener.callAll() }
-            tcpDone.open()
+    /// The targets of every waiting call, on the callback's own loop and on another one.
+    struct Targets: @unchecked Sendable {
+        let made: [(name: String, target: any Sendable, call: @Sendable (any Sendable) -> String)]
+
+        init(_ loops: [EventLoop], _ peers: Peers) throws {
+            var made: [(String, any Sendable, @Sendable (any Sendable) -> String)] = []
+            for (place, loop) in zip(["same loop", "other loop"], loops) {
+                for waiting in CallbackWaitTests.waitingCalls {
+                    made.append(("\(waiting.name), \(place)", try waiting.prepare(loop, peers), waiting.call))
+                }
+            }
+            self.made = made
         }
-        let client = try RawSocket.connect(port: port)
-        defer { client.close() }
-        #expect(waitFor(tcpDone), "the listener callback's calls did not return")
-        #expect(results.withLock { $0 } == ["same socket: closed true"] + Targets.allDone)
+
+        /// Makes every call; what each returned with, when not with its effect.
+        func callAll() -> [String] {
+            made.compactMap { name, target, call in
+                let outcome = call(target)
+                return outcome == "ok" ? nil : "\(name): \(outcome)"
+            }
+        }
+    }
+
+    /// The waiting calls a socket makes on itself from inside its own callback: every one
+    /// that applies to it, one after the other (the state each leaves is the next one's).
+    static func ownCalls(_ sock: Socket, peers: Peers) -> [String] {
+        var seen: [String] = []
+        func note(_ name: String, _ outcome: String) {
+            if outcome != "ok" { seen.append("same socket, \(name): \(outcome)") }
+        }
+        if sock.isAccepting {
+            let port = sock.localPort
+            sock.disconnect()
+            note("disconnect a listener", check(portIsFree(port), "the port is still taken"))
+        } else {
+            note("setters", attempt {
+                sock.noDelay = false
+                try sock.setMaximumReadLength(100)
+                return check(!sock.noDelay && sock.maximumReadLength == 100, "the getters did not see the setters")
+            })
+            sock.disconnectAfterWriting()
+            note("disconnect after writing", check((try? sock.write([1])) == nil, "a write was still taken"))
+            sock.disconnect()
+            note("disconnect a connection", check(sock.isDisconnected, "still connected"))
+        }
+        note("connect", attempt {
+            try sock.connect(toHost: "127.0.0.1", port: peers.listener.localPort)
+            try sock.read(tag: 1)
+            sock.disconnect()
+            return check(sock.isDisconnected, "still connected")
+        })
+        note("accept", attempt {
+            try sock.accept(onInterface: "127.0.0.1", port: 0)
+            let port = sock.localPort
+            let listening = !portIsFree(port)
+            sock.disconnect()
+            return check(listening && portIsFree(port), "listening \(listening)")
+        })
+        let delegate = sock.delegate
+        sock.delegate = Recorder("replacement")
+        sock.delegate = delegate
+        note("set the delegate", check(sock.delegate === delegate, "the delegate did not change"))
+        return seen
+    }
+
+    /// The same for a UDP socket.
+    static func ownCalls(_ sock: UdpSocket, peers: Peers) -> [String] {
+        var seen: [String] = []
+        func note(_ name: String, _ outcome: String) {
+            if outcome != "ok" { seen.append("same socket, \(name): \(outcome)") }
+        }
+        note("UDP options", attempt {
+            try sock.setMulticastTTL(7)
+            sock.maxReceiveIPv4BufferSize = 1000
+            return check(sock.maxReceiveIPv4BufferSize == 1000, "the getter did not see the setter")
+        })
+        sock.pauseReceiving()
+        note("UDP receiving", attempt {
+            try sock.receiveOnce()
+            return "ok"
+        })
+        sock.close()
+        note("UDP close", check(sock.isClosed, "not closed"))
+        note("UDP bind", attempt {
+            try sock.bind(toPort: 0, interface: "127.0.0.1")
+            return check(sock.localPort != 0, "not bound")
+        })
+        note("UDP connect", attempt {
+            try sock.connect(toAddress: .ipv4Loopback(port: peers.udpPeer.port))
+            return "ok"
+        })
+        let delegate = sock.delegate
+        sock.delegate = UdpRecorder()
+        sock.delegate = delegate
+        note("set the UDP delegate", check(sock.delegate === delegate, "the delegate did not change"))
+        sock.close()
+        return seen
+    }
+
+    /// The callbacks the matrix calls from: a UDP socket's didReceive, a TCP connection's
+    /// didRead, a listener's didAccept.
+    enum Source: String, CaseIterable, Sendable {
+        case udp, connection, listener
+    }
+
+    /// Every waiting call (TCP and UDP), made from a callback of each kind of socket on each
+    /// kind of callback queue, against the calling socket itself, sockets on its loop and
+    /// sockets on another loop: each returns, with its effect done.
+    @Test(.timeLimit(.minutes(2)), arguments: QueueKind.allCases, Source.allCases)
+    func waitingCallsFromCallbacksReturnWithTheirEffect(kind: QueueKind, source: Source) throws {
+        let group = EventLoopGroup(loopCount: 2)
+        let loops = group.loops // the callback's socket's loop first
+        let (queue, waitFor) = try CallbackWaitTests.queue(kind)
+        let peers = try Peers()
+        defer { peers.close() }
+        let targets = try Targets(loops, peers)
+        let results = Mutex<[String]>([])
+        let done = Latch()
+        let once = Atomic<Bool>(false)
+        func finish(_ own: [String]) {
+            results.withLock { $0 = own + targets.callAll() }
+            done.open()
+        }
+        var keep: [AnyObject] = []
+        var peer: RawSocket? = nil
+        switch source {
+        case .udp:
+            let recorder = UdpRecorder()
+            let sock = UdpSocket(delegate: recorder, callbackQueue: queue, eventLoop: loops[0])
+            try sock.bind(toPort: 0, interface: "127.0.0.1")
+            try sock.beginReceiving()
+            recorder.onReceive = { sock, _, _ in
+                guard !once.exchange(true, ordering: .relaxed) else { return }
+                finish(CallbackWaitTests.ownCalls(sock, peers: peers))
+            }
+            try peers.udpPeer.send([1], toPort: sock.localPort)
+            keep = [sock, recorder]
+        case .connection:
+            let recorder = Recorder("source")
+            let sock = Socket(delegate: recorder, callbackQueue: queue, eventLoop: loops[0])
+            let listener = try RawSocket.listen() // the targets' connections wait in the peers' backlog
+            defer { listener.close() }
+            try sock.connect(toHost: "127.0.0.1", port: listener.localPort)
+            peer = try listener.accept()
+            recorder.onRead = { sock, _, _ in
+                guard !once.exchange(true, ordering: .relaxed) else { return }
+                finish(CallbackWaitTests.ownCalls(sock, peers: peers))
+            }
+            try sock.read(tag: 1)
+            try peer?.send("x")
+            keep = [sock, recorder]
+        case .listener:
+            let recorder = Recorder("source")
+            let sock = Socket(delegate: recorder, callbackQueue: queue, eventLoop: loops[0])
+            try sock.accept(onInterface: "127.0.0.1", port: 0)
+            recorder.onAccept = { sock, _ in
+                guard !once.exchange(true, ordering: .relaxed) else { return }
+                finish(CallbackWaitTests.ownCalls(sock, peers: peers))
+            }
+            peer = try RawSocket.connect(port: sock.localPort)
+            keep = [sock, recorder]
+        }
+        defer { peer?.close() }
+        #expect(waitFor(done), "the callback's calls did not return")
+        #expect(results.withLock { $0 } == [])
+        withExtendedLifetime(keep) {}
         try group.shutdown()
     }
 
     /// Two loops' callbacks that wait for each other's loops at the same moment: a cycle of
-    /// loop waits, with no gate wait that could give way. The call that would close it does
-    /// not wait: it fails with `EDEADLK` and has no effect (a UDP bind), or is queued and
-    /// done when the other loop goes on (a listener's disconnect); the other call returns
-    /// with its effect.
+    /// loop waits, with no gate wait that could give way. The calls that would close it do
+    /// not wait: they fail with `EDEADLK` and have no effect (a UDP bind, a TCP connect), or
+    /// are queued and done when the other loop goes on (the disconnects of a listener and of
+    /// a connection); the other call returns with its effect.
     @Test(.timeLimit(.minutes(1)))
     func twoLoopsCallingEachOthersSocketsAtOnce() throws {
         let group = EventLoopGroup(loopCount: 2)
@@ -239,6 +519,11 @@ struct CallbackWaitTests {
         try listenerOnFirst.accept(onInterface: "127.0.0.1", port: 0)
         let listenerPort = listenerOnFirst.localPort
         let onSecond = UdpSocket(eventLoop: second)
+        let peer = try RawSocket.listen()
+        defer { peer.close() }
+        let unconnectedOnFirst = recordedSocket("unused", eventLoop: first).0
+        let connectionOnFirst = recordedSocket("unused", eventLoop: first).0
+        try connectionOnFirst.connect(toHost: "127.0.0.1", port: peer.localPort)
         let firstThread = Atomic<UInt>(0)
         let firstInside = Latch()
         let secondInside = Latch()
@@ -261,13 +546,22 @@ struct CallbackWaitTests {
             secondInside.open()
             firstInside.wait()
             _ = CallbackWaitTests.spin { WaitGraph.isWaiting(firstThread.load(ordering: .acquiring)) }
+            var outcomes: [String] = []
             do throws(SocketError) {
                 try onFirst.bind(toPort: 0, interface: "127.0.0.1") // would wait for the first loop
-                secondOutcome.withLock { $0 = "bound" }
+                outcomes.append("bound")
             } catch {
-                secondOutcome.withLock { $0 = "\(error.code) \(error.osError)" }
+                outcomes.append("\(error.code) \(error.osError)")
             }
+            do throws(SocketError) {
+                try unconnectedOnFirst.connect(toHost: "127.0.0.1", port: peer.localPort)
+                outcomes.append("connecting")
+            } catch {
+                outcomes.append("\(error.code) \(error.osError)")
+            }
+            secondOutcome.withLock { $0 = outcomes.joined(separator: ", ") }
             listenerOnFirst.disconnect() // the first loop is still waiting: queued
+            connectionOnFirst.disconnect() // queued too
             done.second.open()
         }
         let sender = try RawUdpPeer()
@@ -278,10 +572,12 @@ struct CallbackWaitTests {
         guard returned else { return }
         #expect(firstOutcome.withLock { $0 } == "bound")
         #expect(onSecond.localPort != 0)
-        #expect(secondOutcome.withLock { $0 } == "badConfig \(EDEADLK)")
+        #expect(secondOutcome.withLock { $0 } == "badConfig \(EDEADLK), badConfig \(EDEADLK)")
         #expect(onFirst.isClosed, "the refused bind had an effect")
+        #expect(unconnectedOnFirst.isDisconnected, "the refused connect had an effect")
         #expect(CallbackWaitTests.spin { CallbackWaitTests.portIsFree(listenerPort) })
         #expect(listenerOnFirst.isDisconnected)
+        #expect(CallbackWaitTests.spin { connectionOnFirst.isDisconnected })
         try group.shutdown()
     }
 }

@@ -137,6 +137,44 @@ func checksum(_ bytes: [UInt8]) -> UInt64 {
         }
     }
 
+    /// A session begun after a secure one starts with none of its TLS: not secure, no TLS
+    /// info, and startTLS counts again. The loop is the only writer of what is published,
+    /// and a session's end and the next one's start share one reset. Made from inside a
+    /// callback of the secure session (where the old session's teardown follows the
+    /// callback, and the new one is already published) and from the test's own thread.
+    @Test(arguments: [true, false])
+    func aNewSessionStartsWithNoneOfTheLastOnesTLS(fromItsCallback: Bool) throws {
+        let pair = try securePair()
+        defer { pair.close() }
+        #expect(pair.clientRecorder.waitForSecure())
+        #expect(pair.client.isSecure)
+        let other = try RawSocket.listen()
+        defer { other.close() }
+        let seen = Mutex<[String]>([])
+        let done = Latch()
+        let reconnect: @Sendable (Socket) -> Void = { sock in
+            sock.disconnect()
+            do throws(SocketError) {
+                try sock.connect(toHost: "127.0.0.1", port: other.localPort)
+                seen.withLock { $0.append("secure \(sock.isSecure), info \(sock.tlsInfo != nil)") }
+                try sock.startTLS(TestCertificates.client())
+                seen.withLock { $0.append("startTLS taken") }
+            } catch {
+                seen.withLock { $0.append("\(error)") }
+            }
+            done.open()
+        }
+        if fromItsCallback {
+            pair.clientRecorder.onRead = { sock, _, _ in reconnect(sock) }
+            try pair.client.read(tag: 1)
+            try pair.server.write(bytes("x"))
+        } else {
+            reconnect(pair.client)
+        }
+        #expect(done.wait())
+        #expect(seen.withLock { $0 } == ["secure false, info false", "startTLS taken"])
+    }
+
     @Test func aMebibyteEachWayArrivesIntact() throws {
         let pair = try securePair()
         defer { pair.close() }

@@ -29,21 +29,6 @@ final class EventMailbox<Event>: @unchecked Sendable {
         return mustSchedule
     }
 
-    /// Takes up to `limit` events, oldest first.
-    func take(upTo limit: Int) -> [Event] {
-        let taken = state.withLock { state -> UncheckedSendable<[Event]> in
-            var taken: [Event] = []
-            if limit >= state.events.count {
-                swap(&taken, &state.events)
-            } else {
-                taken = Array(state.events.prefix(limit))
-                state.events.removeFirst(limit)
-            }
-            return UncheckedSendable(taken)
-        }
-        return taken.value
-    }
-
     /// The drain job the owner enqueues each time `post` says so: made once, with the
     /// mailbox, instead of a closure (and its allocation) per scheduled drain. Set before
     /// the mailbox is shared.
@@ -54,7 +39,7 @@ final class EventMailbox<Event>: @unchecked Sendable {
     private nonisolated(unsafe) var spare: [Event] = []
 
     /// Hands up to `limit` events, oldest first, to `deliver` (outside the lock) and
-    /// returns how many. One drainer at a time, as for `take`.
+    /// returns how many. One drainer at a time (the single drain job).
     func drain(upTo limit: Int, _ deliver: (Event) -> Void) -> Int {
         var batch: [Event] = []
         swap(&batch, &spare)

@@ -7,18 +7,23 @@ import SocketKitC
 /// of its state is touched only on this thread; public calls from other threads arrive as
 /// tasks through `execute`.
 ///
-/// Which calls wait: most are requests and return at once. Those that promise an effect on
-/// return wait for the loop to run them when made on another thread: `UdpSocket`'s calls
-/// other than sends, `perform` and getters (they return the loop's answer), `Socket`'s
-/// `accept(on…)` (returns listening) and a listener's `disconnect()` (returns with its
-/// descriptors closed). Setting a delegate waits for a callback running on another thread;
+/// Which calls wait (the rule `Socket` and `UdpSocket` share): the loop is the only writer
+/// of its sockets' state, and a call that changes that state is a request the loop runs
+/// and the caller waits for when made on another thread, so that its effect is visible on
+/// return: `Socket`'s connects, accepts, adoption, disconnects and setters, and
+/// `UdpSocket`'s calls other than sends, `perform` and getters (`SocketFront.onLoop`): a
+/// read queued right after `connect` is taken, `accept` returns listening, a listener's
+/// `disconnect()` returns with its descriptors closed, `bind` returns bound. Reads, writes,
+/// `startTLS`, sends and `perform` are queued without waiting; getters read what the loop
+/// last published. Setting a delegate waits for a callback running on another thread;
 /// `EventLoopGroup.shutdown()` joins the loops' threads. None of these waits can deadlock:
 /// a call never waits for a thread that is, directly or through other waiting threads,
 /// waiting for the caller (`WaitGraph`). In such a cycle a wait for a running callback gives
 /// way (it goes on without waiting; that callback may still be finishing); only when every
 /// wait of the cycle is for a loop (two loops' callbacks calling each other's sockets at the
 /// same moment) does the call that would close it not wait: it throws `.badConfig` with
-/// `EDEADLK` and has no effect, or, when it returns nothing, is queued.
+/// `EDEADLK` and has no effect, or, when it returns nothing (a disconnect, a close, a
+/// setter), is queued.
 ///
 /// Cost: one thread, three descriptors (four when driven), a 256 KiB read buffer shared by
 /// all of its sockets (a socket owns no read buffer while idle) and a 64 KiB discard buffer.

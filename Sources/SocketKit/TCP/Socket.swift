@@ -6,12 +6,14 @@ import Synchronization
 /// separator), listeners whose connections arrive as new sockets, and a delegate told of
 /// everything on the callback queue you choose.
 ///
-/// Threads: every method may be called from any thread. Work runs on the socket's event
-/// loop (inline when the caller is already on it); getters read published state and never
-/// wait for the loop. Most calls are requests: they return at once. Those that promise an
-/// effect on return wait (see `EventLoop` for the rule they share, which no deadlock can
-/// break): `accept(on…)` returns listening, `disconnect()` of a listener returns with its
-/// descriptors closed, and setting the delegate waits for a callback running elsewhere.
+/// Threads: every method may be called from any thread. The socket's state has one
+/// writer, its event loop: the calls that change it (connecting, accepting, adopting, the
+/// disconnects and the setters) run there and return once they have had their effect (a
+/// read queued right after `connect` is accepted), waiting for the loop when made on
+/// another thread (see `EventLoop` for the rule they share, which no deadlock can break);
+/// reads, writes, `startTLS` and `perform` are queued and answered through the delegate;
+/// getters read the state the loop last published and never wait. Setting the delegate
+/// waits for a callback running elsewhere.
 /// Keep a reference: a socket nobody holds closes (no callbacks follow), dropping queued
 /// reads and writes; after `disconnectAfterWriting()` it sends its queued writes first (for
 /// at most two minutes), connecting first if it still was.
@@ -25,26 +27,17 @@ import Synchronization
 ///
 /// Text: a host, interface or Unix path holding a NUL character is refused (`.badParam`):
 /// the system calls would see only the text before it.
-public final class Socket: WaitGraph.Target, @unchecked Sendable {
+public final class Socket: SocketFront, @unchecked Sendable {
     let core: TCPSocketCore
 
     /// The loop the socket lives on, for its whole life.
     public var eventLoop: EventLoop { core.loop }
 
-    private struct Routing {
-        var queue: CallbackQueue
-        var receiver: SocketEventReceiver?
-        var userData: AnyObject?
-    }
-    /// Guarded by the core's state lock (`core.withStateLock`).
-    private nonisolated(unsafe) var routing: Routing
-    /// Made on the first event that waits for a queue (a socket whose callbacks run on its
-    /// loop never needs one). Set on the loop thread before any drain job exists; a drain
-    /// job reads it after the queue handed it over (the queue's lock orders the two).
-    private nonisolated(unsafe) var mailboxStorage: EventMailbox<SocketEvent>? = nil
+    let router = CallbackRouter()
+    nonisolated(unsafe) var routing: CallbackRouting<SocketEventReceiver>
+    nonisolated(unsafe) var mailbox: EventMailbox<SocketEvent>? = nil
     /// The C API's handle for this socket (0 when it has none).
     let cHandle = Atomic<UInt>(0)
-    private let gate = InlineCallbackGate()
 
     /// A socket with a delegate and a callback queue, on `eventLoop` (default: the next loop
     /// of `EventLoopGroup.default`).
@@ -53,18 +46,16 @@ public final class Socket: WaitGraph.Target, @unchecked Sendable {
         self.init(receiver: SwiftDelegateReceiver(delegate), callbackQueue: callbackQueue, eventLoop: eventLoop)
     }
 
-    init(receiver: SocketEventReceiver?, callbackQueue: CallbackQueue, eventLoop: EventLoop?) {
+    convenience init(receiver: SocketEventReceiver?, callbackQueue: CallbackQueue, eventLoop: EventLoop?) {
         let loop = eventLoop ?? EventLoopGroup.default.next()
-        core = TCPSocketCore(loop: loop, configuration: SocketConfiguration())
-        routing = Routing(queue: callbackQueue, receiver: receiver, userData: nil)
-        core.ownerInterests.store(receiver?.interests.rawValue ?? 0, ordering: .relaxed)
-        core.attach(owner: self)
+        self.init(core: TCPSocketCore(loop: loop, configuration: SocketConfiguration()), receiver: receiver,
+                  callbackQueue: callbackQueue)
     }
 
-    /// A socket for a connection a listener accepted (created on the listener's loop).
-    private init(acceptedCore: TCPSocketCore, receiver: SocketEventReceiver?, callbackQueue: CallbackQueue) {
-        core = acceptedCore
-        routing = Routing(queue: callbackQueue, receiver: receiver, userData: nil)
+    /// A socket around `core` (for an accepted connection: made on the listener's loop).
+    private init(core: TCPSocketCore, receiver: SocketEventReceiver?, callbackQueue: CallbackQueue) {
+        self.core = core
+        routing = CallbackRouting(queue: callbackQueue, receiver: receiver)
         core.ownerInterests.store(receiver?.interests.rawValue ?? 0, ordering: .relaxed)
         core.attach(owner: self)
     }
@@ -82,10 +73,7 @@ public final class Socket: WaitGraph.Target, @unchecked Sendable {
     deinit {
         core.ownerInterests.store(0, ordering: .relaxed)
         core.revokeCallerBuffers()
-        let core = self.core
-        if !eventLoop.execute({ core.ownerReleased() }) {
-            eventLoop.afterStopping { core.abandon() }
-        }
+        releaseCore()
     }
 
     // MARK: Delegate and callback queue
@@ -95,15 +83,15 @@ public final class Socket: WaitGraph.Target, @unchecked Sendable {
     /// waited for; from inside a callback of this socket it takes effect at once; when that
     /// wait would deadlock, it is not made, and the running callback may still be finishing).
     public var delegate: SocketDelegate? {
-        get { (core.withStateLock { routing.receiver } as? SwiftDelegateReceiver)?.delegate }
+        get { (receiver as? SwiftDelegateReceiver)?.delegate }
         set { setReceiver(SwiftDelegateReceiver(newValue), callbackQueue: nil) }
     }
 
     /// Where callbacks run. Changing it keeps callbacks in order: those already queued on the
     /// old queue run there first.
     public var callbackQueue: CallbackQueue {
-        get { core.withStateLock { routing.queue } }
-        set { core.withStateLock { routing.queue = newValue } }
+        get { routedQueue }
+        set { routedQueue = newValue }
     }
 
     /// Sets both, synchronously (see `delegate`).
@@ -116,34 +104,20 @@ public final class Socket: WaitGraph.Target, @unchecked Sendable {
         core.revokeCallerBuffers()
     }
 
-    func setReceiver(_ receiver: SocketEventReceiver?, callbackQueue: CallbackQueue?) {
-        withGate {
-            core.withStateLock {
-                routing.receiver = receiver
-                if let callbackQueue { routing.queue = callbackQueue }
-            }
-            core.ownerInterests.store(receiver?.interests.rawValue ?? 0, ordering: .relaxed)
-        }
-    }
-
-    var receiver: SocketEventReceiver? { core.withStateLock { routing.receiver } }
-
     /// Anything you want to keep with the socket; never touched by SocketKit.
     public var userData: AnyObject? {
-        get { core.withStateLock { routing.userData } }
-        set { core.withStateLock { routing.userData = newValue } }
+        get { routedUserData }
+        set { routedUserData = newValue }
     }
 
     // MARK: Configuration
 
-    private func configure(_ change: (inout SocketConfiguration) -> Void) {
-        core.withPublished { change(&$0.configuration) }
-        // The core reads the configuration when the task runs: concurrent setters cannot be
-        // applied out of order.
-        _ = submit(tearsDown: false) { $0.updateConfiguration($0.withPublished { $0.configuration }) }
+    /// A setter: the loop changes the configuration (see `onLoopOrQueued`).
+    private func configure(_ change: @escaping @Sendable (inout SocketConfiguration) -> Void) {
+        onLoopOrQueued { $0.configure(change) }
     }
 
-    private var configuration: SocketConfiguration { core.withPublished { $0.configuration } }
+    private var configuration: SocketConfiguration { core.readPublished { $0.configuration } }
 
     /// Whether IPv4 is used when connecting and accepting (default true).
     public var isIPv4Enabled: Bool {
@@ -281,59 +255,23 @@ public final class Socket: WaitGraph.Target, @unchecked Sendable {
     /// (`"eth0"`) or an IP address, optionally with a port (`"eth0:8080"`, used when `port`
     /// is 0).
     public func accept(onInterface interface: String?, port: UInt16) throws(SocketError) {
-        let (session, configuration) = try beginSession(.accepting, requireFamilies: true, requireDelegate: true)
-        let made: [ListenerFactory.Listener]
-        do {
-            made = try ListenerFactory.makeIPListeners(interface: interface, port: port,
-                                                       ipv4Enabled: configuration.isIPv4Enabled,
-                                                       ipv6Enabled: configuration.isIPv6Enabled)
-        } catch {
-            revertSession(session)
-            throw error
+        try checkDelegate()
+        try onLoop { core throws(SocketError) in
+            try core.requestListen(requireFamilies: true) { ipv4, ipv6 throws(SocketError) in
+                try ListenerFactory.makeIPListeners(interface: interface, port: port, ipv4Enabled: ipv4, ipv6Enabled: ipv6)
+            }
         }
-        try startListening(made, session: session, configuration: configuration)
     }
 
     /// Listens on a Unix-domain socket at `path`. A stale socket file there is replaced;
     /// the file is removed when the listener closes (if it is still the one this listener
     /// made: a newer listener's file at the same path stays).
     public func accept(onUnixPath path: String) throws(SocketError) {
-        let (session, configuration) = try beginSession(.accepting, requireFamilies: false, requireDelegate: true)
-        let made: ListenerFactory.Listener
-        do {
-            made = try ListenerFactory.makeUnixListener(path: path)
-        } catch {
-            revertSession(session)
-            throw error
-        }
-        try startListening([made], session: session, configuration: configuration)
-    }
-
-    private func startListening(_ made: [ListenerFactory.Listener], session: UInt64,
-                                configuration: SocketConfiguration) throws(SocketError) {
-        core.withPublished { published in
-            guard published.session == session else { return }
-            published.listenerAddresses = made.map(\.address)
-            published.isUnixDomain = made.contains { $0.address.family == .unix }
-        }
-        // Waits until the loop has taken the listeners over (inline on the loop's thread),
-        // so that a disconnect that follows, from any thread, finds them to close.
-        let core = self.core
-        let start: @Sendable () -> Void = {
-            core.perform(tearsDown: true) { $0.startAccepting(made, session: session, configuration: configuration) }
-        }
-        switch eventLoop.runWaiting(start) {
-        case .ran:
-            return
-        case .wouldDeadlock where eventLoop.execute(start):
-            return // the loop is waiting for this thread: it starts them when it goes on
-        case .refused, .wouldDeadlock:
-            for listener in made {
-                close(listener.fd)
-                listener.unixFile?.unlinkIfStillOurs()
+        try checkDelegate()
+        try onLoop { core throws(SocketError) in
+            try core.requestListen(requireFamilies: false) { _, _ throws(SocketError) in
+                [try ListenerFactory.makeUnixListener(path: path)]
             }
-            revertSession(session)
-            throw SocketError(.badConfig, "the socket's event loop has stopped")
         }
     }
 
@@ -353,9 +291,7 @@ public final class Socket: WaitGraph.Target, @unchecked Sendable {
         try AddressResolver.checkHost(host)
         try checkTimeout(timeout)
         let local = try interface.map { (description: String) throws(SocketError) in try Socket.localEndpoints(description) }
-        let (session, configuration) = try beginSession(.connecting, requireFamilies: true, requireDelegate: true)
-        try startConnecting(.host(host, port: port), local: local, timeout: timeout, session: session,
-                            configuration: configuration)
+        try connect(.host(host, port: port), local: local, timeout: timeout)
     }
 
     /// Connects to a raw address (IPv4, IPv6 or Unix-domain), without resolution.
@@ -363,26 +299,14 @@ public final class Socket: WaitGraph.Target, @unchecked Sendable {
                         timeout: Double = -1) throws(SocketError) {
         try checkTimeout(timeout)
         let address = try address.checkedPathname()
-        let configuration = self.configuration
-        if address.family == .ipv4 && !configuration.isIPv4Enabled {
-            throw SocketError(.badConfig, "IPv4 is disabled")
-        }
-        if address.family == .ipv6 && !configuration.isIPv6Enabled {
-            throw SocketError(.badConfig, "IPv6 is disabled")
-        }
         let local = try interface.map { (description: String) throws(SocketError) in try Socket.localEndpoints(description) }
-        let (session, sessionConfiguration) = try beginSession(.connecting, requireFamilies: false, requireDelegate: true)
-        try startConnecting(.address(address), local: local, timeout: timeout, session: session,
-                            configuration: sessionConfiguration)
+        try connect(.address(address), local: local, timeout: timeout)
     }
 
     /// Connects to a Unix-domain socket at `path`; `didConnectToUnixPath` reports success.
     public func connect(toUnixPath path: String, timeout: Double = -1) throws(SocketError) {
         try checkTimeout(timeout)
-        let address = try SocketAddress(unixPath: path)
-        let (session, configuration) = try beginSession(.connecting, requireFamilies: false, requireDelegate: true)
-        try startConnecting(.address(address), local: nil, timeout: timeout, session: session,
-                            configuration: configuration)
+        try connect(.address(try SocketAddress(unixPath: path)), local: nil, timeout: timeout)
     }
 
     private static func localEndpoints(_ description: String) throws(SocketError) -> Interfaces.Endpoints {
@@ -390,16 +314,9 @@ public final class Socket: WaitGraph.Target, @unchecked Sendable {
         return try Interfaces.endpoints(for: parts.name, port: parts.port ?? 0)
     }
 
-    private func startConnecting(_ target: ConnectTarget, local: Interfaces.Endpoints?, timeout: Double,
-                                 session: UInt64, configuration: SocketConfiguration) throws(SocketError) {
-        let started = submit(tearsDown: true) { core in
-            core.startConnect(to: target, localEndpoints: local, timeout: timeout, session: session,
-                              configuration: configuration)
-        }
-        guard started else {
-            revertSession(session)
-            throw SocketError(.badConfig, "the socket's event loop has stopped")
-        }
+    private func connect(_ target: ConnectTarget, local: Interfaces.Endpoints?, timeout: Double) throws(SocketError) {
+        try checkDelegate()
+        try onLoop { core throws(SocketError) in try core.requestConnect(to: target, localEndpoints: local, timeout: timeout) }
     }
 
     func adopt(_ descriptor: Int32) throws(SocketError) {
@@ -417,23 +334,9 @@ public final class Socket: WaitGraph.Target, @unchecked Sendable {
             throw SocketError.lastSystemError("getpeername")
         }
         try SystemCalls.makeNonBlocking(descriptor)
-        let (session, _) = try beginSession(.connected, requireFamilies: false, requireDelegate: false)
         let local = SystemCalls.localAddress(descriptor)
-        let unix = family == AF_UNIX
-        core.withPublished { published in
-            published.peerAddress = peer
-            published.localAddress = local
-            published.isUnixDomain = unix
-        }
-        let started = submit(tearsDown: true) { core in
-            if core.phase != .idle { core.closeSession(nil) }
-            core.prepareConnected(fd: descriptor, unix: unix, session: session)
-            core.adoptedDescriptor = true
-            core.activatePrepared(announce: true)
-        }
-        guard started else {
-            revertSession(session)
-            throw SocketError(.badConfig, "the socket's event loop has stopped")
+        try onLoop { core throws(SocketError) in
+            try core.requestAdopt(descriptor, peer: peer, local: local, unix: family == AF_UNIX)
         }
     }
 
@@ -531,7 +434,7 @@ public final class Socket: WaitGraph.Target, @unchecked Sendable {
             return
         }
         let sendable = UncheckedSendable(request)
-        guard submit(tearsDown: false, { $0.enqueueRead(sendable.value, session: session) }) else {
+        guard submit({ $0.enqueueRead(sendable.value, session: session) }) else {
             throw SocketError(.badConfig, "the socket's event loop has stopped")
         }
     }
@@ -613,7 +516,7 @@ public final class Socket: WaitGraph.Target, @unchecked Sendable {
             return
         }
         let sendable = UncheckedSendable(request)
-        guard submit(tearsDown: false, { $0.enqueueWrite(sendable.value, session: session) }) else {
+        guard submit({ $0.enqueueWrite(sendable.value, session: session) }) else {
             core.releaseQueuedWriteBytes(request.remaining)
             throw SocketError(.badConfig, "the socket's event loop has stopped")
         }
@@ -640,37 +543,27 @@ public final class Socket: WaitGraph.Target, @unchecked Sendable {
     /// their own code (`.tlsCertificateExpired`, `.tlsHostnameMismatch`, ...).
     public func startTLS(_ settings: TLSSettings = TLSSettings()) throws(SocketError) {
         let context = try TLSContext.forSettings(settings)
-        let session = try core.withPublished { published throws(SocketError) -> UInt64 in
-            switch published.status {
-            case .connecting, .connected:
-                break
-            case .disconnected:
-                throw SocketError(.badConfig, "not connected: connect or accept first")
-            case .accepting:
-                throw SocketError(.badConfig, "a listening socket does not start TLS; start it on each accepted socket")
-            }
-            guard published.acceptsReadsAndWrites else {
-                throw SocketError(.badConfig, "no startTLS after disconnectAfterReading/Writing")
-            }
-            guard !published.tlsRequested else {
-                throw SocketError(.badConfig, "TLS was already started on this connection")
-            }
-            published.tlsRequested = true
-            return published.session
+        // Queued like a read or a write (the marker's place in the queues is what counts),
+        // after the same checks against the published state.
+        let (status, accepted, session) = core.readPublished { ($0.status, $0.acceptsReadsAndWrites, $0.session) }
+        try checkSessionTakes("startTLS", status: status, accepted: accepted,
+                              listener: "a listening socket does not start TLS; start it on each accepted socket")
+        guard core.tlsClaim.exchange(session, ordering: .relaxed) != session else {
+            throw SocketError(.badConfig, "TLS was already started on this connection")
         }
-        guard submit(tearsDown: false, { $0.startTLS(context: context, session: session) }) else {
+        guard submit({ $0.startTLS(context: context, session: session) }) else {
             throw SocketError(.badConfig, "the socket's event loop has stopped")
         }
     }
 
     /// True once the TLS handshake has finished (and manual trust said yes).
-    public var isSecure: Bool { published.tls != nil }
+    public var isSecure: Bool { core.readPublished { $0.tls != nil } }
 
     /// What the TLS handshake settled (version, cipher, ALPN, the peer's certificates,
     /// resumption), or nil while not secure. One consistent snapshot; the session can end
     /// at any moment (even while `socketDidSecure` runs), so read it once rather than after
     /// checking `isSecure`.
-    public var tlsInfo: TLSConnectionInfo? { published.tls?.info }
+    public var tlsInfo: TLSConnectionInfo? { core.readPublished { $0.tls?.info } }
 
     /// The answer to the `didReceiveTrust` event that carried `question` (the Swift
     /// delegate's completion handler calls this; so does the C API). Any thread; only the
@@ -684,50 +577,23 @@ public final class Socket: WaitGraph.Target, @unchecked Sendable {
 
     /// Closes now: pending reads and writes are dropped without callbacks, and
     /// `socketDidDisconnect` (error nil) follows the callbacks already queued. Does nothing
-    /// on a disconnected socket. The socket can connect or accept again afterwards.
+    /// on a disconnected socket. Returns disconnected: the socket can connect or accept again
+    /// at once (from inside one of its callbacks, the teardown itself follows the callback).
     ///
     /// A listener's descriptors are closed, and its Unix-domain socket file removed, before
-    /// this returns: a new listener can take the port or the path at once. It waits for the
-    /// socket's loop to close them (inline on the loop's thread), except when the loop is
-    /// waiting for this thread (two loops' callbacks closing each other's listeners at the
-    /// same moment): then the loop closes them as soon as it goes on. Releasing the last
-    /// reference to a listener closes it later, on its loop: call this first to know when.
+    /// this returns: a new listener can take the port or the path at once. When the loop is
+    /// waiting for this thread (two loops' callbacks disconnecting each other's sockets at
+    /// the same moment), the loop does it as soon as it goes on. Releasing the last reference
+    /// to a listener closes it later, on its loop: call this first to know when.
     public func disconnect() {
-        endSession(listenerOnly: false)
+        onLoopOrQueued { $0.requestDisconnect(listenerOnly: false) }
     }
 
     /// For the C API's release: a listener closes before the release returns, as with
     /// `disconnect`; any other socket as the release closes it (see `deinit`).
     func disconnectIfListening() {
-        endSession(listenerOnly: true)
-    }
-
-    private func endSession(listenerOnly: Bool) {
-        let ended = core.withPublished { published -> (session: UInt64, listening: Bool)? in
-            let listening = published.status == .accepting
-            guard published.status != .disconnected, listening || !listenerOnly else { return nil }
-            published.status = .disconnected
-            published.peerAddress = nil
-            published.localAddress = nil
-            published.listenerAddresses = []
-            return (published.session, listening)
-        }
-        guard let ended else { return }
-        let session = ended.session
-        guard ended.listening else {
-            _ = submit(tearsDown: true) { $0.disconnect(session: session) }
-            return
-        }
-        let core = self.core
-        switch eventLoop.runWaiting({ core.disconnectListener(session: session) }) {
-        case .ran:
-            break
-        case .refused:
-            // The loop is stopping: it closes every listener itself. Wait for that.
-            eventLoop.afterStopping {}
-        case .wouldDeadlock:
-            _ = eventLoop.execute { core.disconnectListener(session: session) }
-        }
+        guard core.readPublished({ $0.status }) == .accepting else { return }
+        onLoopOrQueued { $0.requestDisconnect(listenerOnly: true) }
     }
 
     /// Closes once every queued read has completed; no reads or writes may be added.
@@ -742,18 +608,13 @@ public final class Socket: WaitGraph.Target, @unchecked Sendable {
     public func disconnectAfterReadingAndWriting() { disconnectAfter(reading: true, writing: true) }
 
     private func disconnectAfter(reading: Bool, writing: Bool) {
-        let session = core.withPublished { published -> UInt64? in
-            guard published.status == .connecting || published.status == .connected else { return nil }
-            published.acceptsReadsAndWrites = false
-            return published.session
-        }
-        guard let session else { return }
-        _ = submit(tearsDown: true) { $0.setDisconnectAfter(reading: reading, writing: writing, session: session) }
+        onLoopOrQueued { $0.requestDisconnectAfter(reading: reading, writing: writing) }
     }
 
     // MARK: Diagnostics
 
-    private var published: SocketPublishedState { core.withPublished { $0 } }
+    /// One snapshot of what the loop last published.
+    private var published: SocketPublishedState { core.snapshot }
 
     /// True when neither connecting, connected nor accepting.
     public var isDisconnected: Bool { published.status == .disconnected }
@@ -808,7 +669,7 @@ public final class Socket: WaitGraph.Target, @unchecked Sendable {
     /// runs as a callback of the socket does: callbacks it causes follow it, and a
     /// disconnect it makes takes effect once it returns.
     public func perform(_ body: @escaping @Sendable (SocketDescriptors) -> Void) {
-        _ = submit(tearsDown: false) { core in core.callout(core.owner) { body(core.descriptors) } }
+        _ = submit { core in core.callout(core.owner) { body(core.descriptors) } }
     }
 
     // MARK: Utilities
@@ -854,30 +715,9 @@ public final class Socket: WaitGraph.Target, @unchecked Sendable {
         }
     }
 
-    /// Starts a session in the published state: the status changes before this returns, so
-    /// the caller's next call (a read, a write) sees it.
-    private func beginSession(_ status: SocketStatus, requireFamilies: Bool,
-                              requireDelegate: Bool) throws(SocketError) -> (UInt64, SocketConfiguration) {
-        if let error = eventLoop.startupError { throw error }
-        if requireDelegate && !hasDelegate {
-            throw SocketError(.badConfig, "set a delegate before connecting or accepting")
-        }
-        return try core.withPublished { published throws(SocketError) -> (UInt64, SocketConfiguration) in
-            guard published.status == .disconnected else {
-                throw SocketError(.badConfig, "the socket is already connected, connecting or accepting")
-            }
-            if requireFamilies && !published.configuration.isIPv4Enabled && !published.configuration.isIPv6Enabled {
-                throw SocketError(.badConfig, "both IPv4 and IPv6 are disabled")
-            }
-            published.session += 1
-            published.status = status
-            published.acceptsReadsAndWrites = true
-            published.peerAddress = nil
-            published.localAddress = nil
-            published.listenerAddresses = []
-            published.isUnixDomain = false
-            return (published.session, published.configuration)
-        }
+    /// Connecting and accepting need a delegate to report to.
+    private func checkDelegate() throws(SocketError) {
+        guard hasDelegate else { throw SocketError(.badConfig, "set a delegate before connecting or accepting") }
     }
 
     var hasDelegate: Bool {
@@ -886,128 +726,89 @@ public final class Socket: WaitGraph.Target, @unchecked Sendable {
         return true
     }
 
-    private func revertSession(_ session: UInt64) {
-        core.withPublished { published in
-            if published.session == session { published.status = .disconnected }
-        }
-    }
-
     /// The session to queue a read or write in, and the socket's read and write-queue limits.
     private func sessionForTransfer() throws(SocketError) -> (UInt64, Int, Int) {
         // The fields under the lock, the checks after it: a throwing closure under the lock
-        // stayed an outlined call (~35 instructions per read and per write).
-        let (status, accepted, session, readLimit, writeLimit) = core.withPublished {
+        // stays an outlined call on every read and write (bench/README.md, "Figures behind
+        // the engine's comments").
+        let (status, accepted, session, readLimit, writeLimit) = core.readPublished {
             ($0.status, $0.acceptsReadsAndWrites, $0.session, $0.configuration.maximumReadLength,
              $0.configuration.maximumQueuedWriteBytes)
         }
+        try checkSessionTakes("reads or writes", status: status, accepted: accepted,
+                              listener: "a listening socket does not read or write")
+        return (session, readLimit, writeLimit)
+    }
+
+    /// Throws unless the published session takes `what` (reads and writes, startTLS): it is
+    /// connecting or connected, and `disconnectAfter…` was not called in it.
+    @inline(__always)
+    private func checkSessionTakes(_ what: String, status: SocketStatus, accepted: Bool,
+                                   listener: @autoclosure () -> String) throws(SocketError) {
         switch status {
         case .connecting, .connected:
             break
         case .disconnected:
             throw SocketError(.badConfig, "not connected: connect or accept first")
         case .accepting:
-            throw SocketError(.badConfig, "a listening socket does not read or write")
+            throw SocketError(.badConfig, listener())
         }
-        guard accepted else {
-            throw SocketError(.badConfig, "no reads or writes after disconnectAfterReading/Writing")
-        }
-        return (session, readLimit, writeLimit)
+        guard accepted else { throw SocketError(.badConfig, "no \(what) after disconnectAfterReading/Writing") }
     }
 
-    /// Runs `operation` on the core: inline on the loop thread (after the running callback
-    /// when it tears the session down), else as a task. False if the loop has stopped.
-    private func submit(tearsDown: Bool, _ operation: @escaping @Sendable (TCPSocketCore) -> Void) -> Bool {
+    /// Queues `operation` (a read, a write, a `perform`) for the core without waiting:
+    /// inline on the loop thread (after the running callback if a teardown waits for it),
+    /// else as a task. False if the loop has stopped.
+    private func submit(_ operation: @escaping @Sendable (TCPSocketCore) -> Void) -> Bool {
         let core = self.core
         if eventLoop.inEventLoop {
-            core.perform(tearsDown: tearsDown, operation)
+            core.perform(tearsDown: false, operation)
             return true
         }
-        return eventLoop.execute { core.perform(tearsDown: tearsDown, operation) }
+        return eventLoop.execute { core.perform(tearsDown: false, operation) }
     }
 
-    // MARK: Delivery (called by the core on the loop thread)
+    // MARK: Delivery (called by the core on the loop thread; see CallbackRouter.swift)
 
-    /// Hands an event to the callback queue. On `.eventLoop` it runs now (borrowed bytes
-    /// stay borrowed); otherwise it goes to the socket's mailbox, which one job at a time
-    /// drains on the queue — so callbacks never overlap and keep their order, even across a
-    /// change of queue.
+    static var coreRaisesEventsInsideCallbacks: Bool { false }
+
+    /// Hands an event to the callback queue (`route`); an accepted connection becomes its
+    /// Socket first, with the listener's receiver and queue.
     func deliver(_ event: SocketEvent, from core: TCPSocketCore) {
         if case .didAccept(let childCore) = event {
             let (queue, receiver) = core.withStateLock { (routing.queue, routing.receiver) }
-            let child = Socket(acceptedCore: childCore, receiver: receiver?.receiverForAcceptedSocket(),
-                               callbackQueue: queue)
+            let child = Socket(core: childCore, receiver: receiver?.receiverForAcceptedSocket(), callbackQueue: queue)
             route(.didAcceptSocket(child))
             return
         }
         route(event)
     }
 
-    /// `deliver` for every event but `.didAccept`. The common case, callbacks on the loop
-    /// with none waiting, copies and retains nothing: the event goes straight on.
-    private func route(_ event: SocketEvent) {
-        let onLoop = core.withStateLock { routing.queue.runsOnEventLoop }
-        if onLoop && !(mailboxStorage?.isBusy ?? false) {
-            deliverNow(event)
-            return
-        }
-        let queue = core.withStateLock { routing.queue }
-        let mailbox: EventMailbox<SocketEvent>
-        if let existing = mailboxStorage {
-            mailbox = existing
-        } else {
-            mailbox = EventMailbox()
-            mailbox.drainJob = { [weak self] budget in self?.drainMailbox(budget: budget) ?? 0 }
-            mailboxStorage = mailbox
-        }
-        if mailbox.post(event.owned()), let job = mailbox.drainJob {
-            queue.enqueue(job, loop: eventLoop)
-        }
+    func call(_ receiver: SocketEventReceiver, with event: SocketEvent) -> Double {
+        receiver.receive(event, on: self)
     }
 
-    /// One drain job: delivers up to `budget` events, then goes to the back of the
-    /// (possibly new) queue if more are waiting, to be fair to other sockets sharing it.
-    private func drainMailbox(budget: Int) -> Int {
-        guard let mailbox = mailboxStorage else { return 0 }
-        let count = mailbox.drain(upTo: max(1, budget)) { deliverNow($0) }
-        if mailbox.finishDrain(), let job = mailbox.drainJob {
-            let queue = core.withStateLock { routing.queue }
-            queue.enqueue(job, loop: eventLoop)
-        }
-        return count
-    }
-
-    private func deliverNow(_ event: SocketEvent) {
-        gate.enter(key: gateKey)
-        // Bound with `if let` and not used after the call: `receiver?.receive(...)` with a
-        // later `receiver == nil` retained and released it a second time around the call.
-        let answer: Double
-        let hasReceiver: Bool
-        if let receiver = core.withStateLock({ routing.receiver }) {
-            answer = receiver.receive(event, on: self)
-            hasReceiver = true
-        } else {
-            answer = 0
-            hasReceiver = false
-        }
-        gate.leave(key: gateKey)
-        if !hasReceiver, case .didReceiveTrust(_, let question) = event {
-            // No delegate to judge the peer: reject at once rather than wait for the timeout.
-            answerTrust(question: question, accept: false)
-        }
+    @inline(__always)
+    func finishDelivery(of event: SocketEvent, answer: Double?) {
         switch event {
         case .didAcceptSocket(let child):
             // Only now does the child start: none of its callbacks can precede didAccept,
             // whatever queues the listener and the child use.
             child.activateAccepted()
-        case .shouldTimeoutRead(_, _, _, let question) where !answer.isNaN:
-            let core = self.core
-            eventLoop.execute { core.resolveReadTimeout(extension: answer, question: question) }
-        case .shouldTimeoutWrite(_, _, _, let question) where !answer.isNaN:
-            let core = self.core
-            eventLoop.execute { core.resolveWriteTimeout(extension: answer, question: question) }
+        case .didReceiveTrust(_, let question) where answer == nil:
+            // No delegate to judge the peer: reject at once rather than wait for the timeout.
+            answerTrust(question: question, accept: false)
+        case .shouldTimeoutRead(_, _, _, let question) where !(answer ?? 0).isNaN:
+            answerTimeout(ofRead: true, question: question, extension: answer ?? 0)
+        case .shouldTimeoutWrite(_, _, _, let question) where !(answer ?? 0).isNaN:
+            answerTimeout(ofRead: false, question: question, extension: answer ?? 0)
         default:
             break // a NaN answer: the receiver answers later, with `answerTimeout`
         }
+    }
+
+    func receiverChanged(to receiver: SocketEventReceiver?) {
+        core.ownerInterests.store(receiver?.interests.rawValue ?? 0, ordering: .relaxed)
     }
 
     /// A receiver's later answer to the `shouldTimeoutRead`/`shouldTimeoutWrite` event that
@@ -1024,23 +825,7 @@ public final class Socket: WaitGraph.Target, @unchecked Sendable {
     /// The listener's hook for placing a new connection (on the listener's loop thread),
     /// under the gate like any callback: a release or delegate change waits for it.
     func eventLoopForAcceptedConnection(from address: SocketAddress) -> EventLoop? {
-        withGate {
-            core.withStateLock { routing.receiver }?.eventLoopForConnection(from: address, on: self)
-        }
-    }
-
-    // MARK: The callback gate
-
-    /// Where a thread waiting for the gate sleeps (ParkingLot).
-    private var gateKey: UInt { parkingKey(of: self) }
-
-    /// The thread running one of this socket's callbacks (WaitGraph).
-    var waitedThread: UInt { gate.holderThread }
-
-    /// Runs `body` with the callback gate held (see `InlineCallbackGate`): directly when this
-    /// thread already holds it, without it when waiting would deadlock.
-    private func withGate<Result>(_ body: () throws -> Result) rethrows -> Result {
-        try gate.withEntry(key: gateKey, holder: self, body)
+        withGate { receiver?.eventLoopForConnection(from: address, on: self) }
     }
 
     /// Starts an accepted connection's I/O on its loop.
@@ -1050,11 +835,4 @@ public final class Socket: WaitGraph.Target, @unchecked Sendable {
             eventLoop.afterStopping { core.abandon() }
         }
     }
-}
-
-/// Moves a value that is not `Sendable` onto the socket's loop; the engine's confinement
-/// rules (only the loop touches it afterwards) make that safe.
-struct UncheckedSendable<Value>: @unchecked Sendable {
-    let value: Value
-    init(_ value: Value) { self.value = value }
 }

@@ -11,7 +11,7 @@ enum ReadPayload {
 
 /// Everything a socket reports to its user, in the order it happened. The engine produces
 /// these on the loop thread; `Socket` hands them to the delegate on its callback queue.
-enum SocketEvent {
+enum SocketEvent: RoutedEvent {
     case didConnect(peer: SocketAddress)
     /// Produced by the engine; `Socket` turns it into `didAcceptSocket` before delivery.
     case didAccept(TCPSocketCore)

@@ -1,13 +1,15 @@
 import Synchronization
 
-/// The part of a socket's state that any thread may read without waiting for its loop:
-/// the status, addresses and configuration (changed only on transitions). It lives in the
-/// socket's `TCPSocketCore`, guarded by the core's `stateLock`, beside the queued-write byte
-/// count and the progress of the current read and write (atomics the loop updates as it
-/// goes): one object per socket instead of three, and no separately allocated mutex.
+/// A socket's state as its user sees it: the session, its status and addresses, the
+/// configuration, what TLS settled. The loop is its only writer (`publish`, under the core's
+/// state lock); the loop reads it directly, and every other thread reads one consistent copy
+/// (`snapshot`) without waiting for the loop, so getters cannot deadlock whatever thread
+/// calls them. It lives in the socket's `TCPSocketCore`: one object per socket, and no
+/// separately allocated mutex.
 ///
-/// Getters never hop onto the loop, so they cannot deadlock whatever thread calls them,
-/// including another loop's thread or a callback that holds a lock of its own.
+/// It may run ahead of the engine's own progress (`TCPSocketCore.phase`) for as long as a
+/// callback of the socket runs: a disconnect or a new session asked for there is published
+/// at once, and the teardown or start follows the callback (the re-entrancy rule).
 struct SocketPublishedState: Sendable {
     /// Increments each time a session starts (connect, accept, adopt); operations carry
     /// the session they were issued in and the loop drops those of an ended session.
@@ -20,13 +22,8 @@ struct SocketPublishedState: Sendable {
     var acceptsReadsAndWrites = true
     private var storedPeerAddress: CompactSocketAddress? = nil
     var isUnixDomain = false
-    var callerBuffersRevoked = false
-    /// `startTLS` was called in this session (only the first call counts).
-    var tlsRequested = false
     var listenerAddresses: [SocketAddress] = []
     var configuration: SocketConfiguration
-    /// Made on the first read into a caller's buffer (most sockets never need one).
-    var callerBuffers: CallerBufferGuard? = nil
     /// What the TLS handshake settled, once the connection is secure.
     var tls: TLSInfoBox? = nil
 
@@ -43,49 +40,54 @@ struct SocketPublishedState: Sendable {
         get { storedPeerAddress?.address }
         set { storedPeerAddress = newValue.map(CompactSocketAddress.init) }
     }
+
+    /// Starts the next session with `status`.
+    mutating func beginSession(_ status: SocketStatus) {
+        session += 1
+        reset(to: status)
+    }
+
+    /// What a session leaves behind: nothing of it is published any more.
+    mutating func endSession() {
+        reset(to: .disconnected)
+    }
+
+    private mutating func reset(to newStatus: SocketStatus) {
+        status = newStatus
+        acceptsReadsAndWrites = true
+        tls = nil
+        localAddress = nil
+        peerAddress = nil
+        listenerAddresses = []
+        isUnixDomain = false
+    }
 }
 
 extension TCPSocketCore {
-    /// This core's address: where a thread waiting for `stateLock` sleeps (ParkingLot).
+    /// The session reads and writes are queued in (loop thread; other threads: `snapshot`).
     @inline(__always)
-    var lockKey: UInt { parkingKey(of: self) }
+    var session: UInt64 { publishedState.session }
 
-    /// Runs `body` with the state lock held: the lock of the published state, and of the
-    /// owning `Socket`'s routing (delegate, queue, user data). Never around user code.
+    /// The socket's settings (loop thread; other threads: `snapshot`).
     @inline(__always)
-    func withStateLock<Result>(_ body: () throws -> Result) rethrows -> Result {
-        let key = lockKey
-        stateLock.lock(key: key)
-        defer { stateLock.unlock(key: key) }
-        return try body()
-    }
-
-    @inline(__always)
-    func withPublished<Result, Failure: Error>(
-        _ body: (inout SocketPublishedState) throws(Failure) -> Result
-    ) throws(Failure) -> Result {
-        let key = lockKey
-        stateLock.lock(key: key)
-        defer { stateLock.unlock(key: key) }
-        return try body(&publishedState)
-    }
+    var configuration: SocketConfiguration { publishedState.configuration }
 
     /// The guard for reads into callers' buffers (revoked from birth once the handle was
-    /// released).
+    /// released). Any thread.
     var callerBuffers: CallerBufferGuard {
-        withPublished { published in
-            if let existing = published.callerBuffers { return existing }
-            let made = CallerBufferGuard(revoked: published.callerBuffersRevoked)
-            published.callerBuffers = made
+        withStateLock {
+            if let existing = callerBufferGuard { return existing }
+            let made = CallerBufferGuard(revoked: callerBuffersRevoked)
+            callerBufferGuard = made
             return made
         }
     }
 
-    /// Once this returns, the loop writes into no caller buffer of this socket.
+    /// Once this returns, the loop writes into no caller buffer of this socket. Any thread.
     func revokeCallerBuffers() {
-        let existing = withPublished { published -> CallerBufferGuard? in
-            published.callerBuffersRevoked = true
-            return published.callerBuffers
+        let existing = withStateLock { () -> CallerBufferGuard? in
+            callerBuffersRevoked = true
+            return callerBufferGuard
         }
         existing?.revoke()
     }

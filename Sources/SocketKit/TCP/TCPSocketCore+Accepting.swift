@@ -7,11 +7,29 @@ extension TCPSocketCore {
     static let firstAcceptBackoff: UInt64 = 50_000_000
     static let longestAcceptBackoff: UInt64 = 1_000_000_000
 
+    /// The loop side of `Socket.accept`: makes the listeners (`make`, told which families
+    /// are enabled), publishes their addresses and starts listening on them. Until the
+    /// session starts they are bound and listening, so a connection made meanwhile waits in
+    /// the kernel's backlog.
+    func requestListen(requireFamilies: Bool,
+                       _ make: (_ ipv4: Bool, _ ipv6: Bool) throws(SocketError) -> [ListenerFactory.Listener]) throws(SocketError) {
+        try checkSessionMayBegin(requireFamilies: requireFamilies)
+        let made = try make(configuration.isIPv4Enabled, configuration.isIPv6Enabled)
+        try beginSession(.accepting, setUp: { published in
+            published.listenerAddresses = made.map(\.address)
+            published.isUnixDomain = made.contains { $0.address.family == .unix }
+        }, start: { core in
+            core.startAccepting(made)
+        }, unused: {
+            for listener in made {
+                close(listener.fd)
+                listener.unixFile?.unlinkIfStillOurs()
+            }
+        })
+    }
+
     /// Starts a listening session on descriptors made by `ListenerFactory`.
-    func startAccepting(_ made: [ListenerFactory.Listener], session: UInt64, configuration: SocketConfiguration) {
-        if phase != .idle { closeSession(nil) }
-        self.session = session
-        self.configuration = configuration
+    private func startAccepting(_ made: [ListenerFactory.Listener]) {
         phase = .accepting
         listeners = made.map { ListenerEndpoint(core: self, fd: $0.fd, address: $0.address) }
         unixListenerFile = made.lazy.compactMap(\.unixFile).first
@@ -34,18 +52,6 @@ extension TCPSocketCore {
         listeners.removeAll()
         unixListenerFile?.unlinkIfStillOurs()
         unixListenerFile = nil
-    }
-
-    /// Ends the listening `session` now, also from inside one of its callbacks (a listener
-    /// lends a callback no memory that closing would free), so that `Socket.disconnect`
-    /// returns with the descriptors closed. Only operations already waiting for the running
-    /// callback (an accept and a disconnect in one callback) keep it waiting, in order.
-    func disconnectListener(session: UInt64) {
-        if hasDeferredOperations {
-            perform(tearsDown: true) { $0.disconnect(session: session) }
-        } else {
-            disconnect(session: session)
-        }
     }
 
     /// Accepts pending connections on `endpoint`. Out of descriptors (EMFILE, ENFILE) or
@@ -141,14 +147,15 @@ extension TCPSocketCore {
         // A listener bound to one address accepts on exactly that address: no system call.
         let local = unix || !endpoint.address.isUnspecifiedIP ? endpoint.address : SystemCalls.localAddress(descriptor)
         let child = TCPSocketCore(loop: childLoop, configuration: configuration)
-        child.withPublished { published in
-            published.status = .connected
-            published.session = 1
+        // The child's first session, published before anyone else knows the child: from here
+        // on its own loop is its only writer.
+        child.publish { published in
+            published.beginSession(.connected)
             published.localAddress = local
             published.peerAddress = peer
             published.isUnixDomain = unix
         }
-        child.prepareConnected(fd: descriptor, unix: unix, session: 1)
+        child.prepareConnected(fd: descriptor, unix: unix)
         // The child starts once its didAccept has been delivered (Socket.activateAccepted).
         emit(.didAccept(child))
     }

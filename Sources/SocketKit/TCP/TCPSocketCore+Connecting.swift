@@ -8,16 +8,50 @@ enum ConnectTarget: Sendable {
 }
 
 extension TCPSocketCore {
+    /// The loop side of `Socket.connect`: begins a connecting session and starts it.
+    func requestConnect(to target: ConnectTarget, localEndpoints: Interfaces.Endpoints?,
+                        timeout: Double) throws(SocketError) {
+        switch target {
+        case .address(let address):
+            if address.family == .ipv4 && !configuration.isIPv4Enabled {
+                throw SocketError(.badConfig, "IPv4 is disabled")
+            }
+            if address.family == .ipv6 && !configuration.isIPv6Enabled {
+                throw SocketError(.badConfig, "IPv6 is disabled")
+            }
+            try beginSession(.connecting, start: {
+                $0.startConnect(to: target, localEndpoints: localEndpoints, timeout: timeout)
+            })
+        case .host:
+            try beginSession(.connecting, requireFamilies: true, start: {
+                $0.startConnect(to: target, localEndpoints: localEndpoints, timeout: timeout)
+            })
+        }
+    }
+
+    /// The loop side of adopting a connected descriptor (`Socket.adopt`): from here on the
+    /// socket owns `descriptor`, also if the session ends before it starts.
+    func requestAdopt(_ descriptor: Int32, peer: SocketAddress, local: SocketAddress?, unix: Bool) throws(SocketError) {
+        try beginSession(.connected, setUp: { published in
+            published.peerAddress = peer
+            published.localAddress = local
+            published.isUnixDomain = unix
+        }, start: { core in
+            core.prepareConnected(fd: descriptor, unix: unix)
+            core.adoptedDescriptor = true
+            core.activatePrepared(announce: true)
+        }, unused: {
+            close(descriptor)
+        })
+    }
+
     /// Starts a session that connects to `target`: resolution (off the loop, for names),
     /// then Happy Eyeballs over every address: the preferred family first, the families
     /// alternating, the next attempt started `alternateAddressDelay` after the previous one
     /// or at once when it fails. The first to connect wins; the others are closed.
     /// The connect timeout covers resolution and connecting.
-    func startConnect(to target: ConnectTarget, localEndpoints: Interfaces.Endpoints?, timeout: Double,
-                      session: UInt64, configuration: SocketConfiguration) {
-        if phase != .idle { closeSession(nil) }
-        self.session = session
-        self.configuration = configuration
+    func startConnect(to target: ConnectTarget, localEndpoints: Interfaces.Endpoints?, timeout: Double) {
+        let session = self.session
         self.localEndpoints = localEndpoints
         if case .host(let host, _) = target {
             connectHost = host
@@ -176,15 +210,16 @@ extension TCPSocketCore {
         applyTCPOptions(initial: true)
         let session = self.session
         // Accepted and adopted connections published their local address already.
-        let local = withPublished { $0.session == session ? $0.localAddress : nil } ?? SystemCalls.localAddress(fd)
+        let local = publishedState.localAddress ?? SystemCalls.localAddress(fd)
         let remote = peer ?? SystemCalls.peerAddress(fd)
         let unix = isUnixDomain
-        withPublished { published in
-            guard published.session == session else { return }
-            published.status = .connected
-            published.localAddress = local
-            published.peerAddress = remote
-            published.isUnixDomain = unix
+        if publishedState.status != .disconnected {
+            publish { published in
+                published.status = .connected
+                published.localAddress = local
+                published.peerAddress = remote
+                published.isUnixDomain = unix
+            }
         }
         if announce, let remote {
             emit(.didConnect(peer: remote))
@@ -201,8 +236,7 @@ extension TCPSocketCore {
     /// core's session, without touching the loop yet: an accepted child is prepared on the
     /// listener's thread, handed to the user in `didAccept` (where reads and writes may
     /// already be queued), and activated on its own loop afterwards.
-    func prepareConnected(fd descriptor: Int32, unix: Bool, session: UInt64) {
-        self.session = session
+    func prepareConnected(fd descriptor: Int32, unix: Bool) {
         fd = descriptor
         isUnixDomain = unix
         connectHost = nil
@@ -222,8 +256,6 @@ extension TCPSocketCore {
             return
         }
         // The peer was published when the descriptor was prepared (accept, adopt).
-        let session = self.session
-        let peer = withPublished { $0.session == session ? $0.peerAddress : nil }
-        becomeConnected(peer: peer, announce: announce)
+        becomeConnected(peer: publishedState.peerAddress, announce: announce)
     }
 }

@@ -62,7 +62,8 @@ extension TCPSocketCore {
 
     // MARK: Starting
 
-    /// The loop side of `Socket.startTLS`: sets the marker (the first call of a session only).
+    /// The loop side of `Socket.startTLS`: the marker joins the queues (the first call of a
+    /// session only: see `tlsClaim`).
     func startTLS(context: TLSContext, session: UInt64) {
         guard session == self.session, phase == .resolving || phase == .connecting || phase == .connected,
               !disconnectAfterReads, !disconnectAfterWrites, !hasTLS else { return }
@@ -122,7 +123,7 @@ extension TCPSocketCore {
     private func startHandshake() {
         guard let tls, tls.stage == .waiting, phase == .connected, fd >= 0 else { return }
         let settings = tls.context.settings
-        let peer = withPublished { $0.peerAddress } ?? SystemCalls.peerAddress(fd)
+        let peer = publishedState.peerAddress ?? SystemCalls.peerAddress(fd)
         var name = settings.peerName
         if settings.role == .client && name == nil {
             name = connectHost ?? peer?.host
@@ -223,9 +224,8 @@ extension TCPSocketCore {
         session.releaseIdleBuffers(threshold: 0) // idle from here on, typically: keep nothing
         let info = TLSInfoBox(session.info)
         let current = self.session
-        withPublished { published in
-            guard published.session == current else { return }
-            published.tls = info
+        if publishedState.status != .disconnected {
+            publish { $0.tls = info }
         }
         emit(.didSecure)
         guard current == self.session, phase == .connected else { return }
@@ -300,8 +300,8 @@ extension TCPSocketCore {
 
     /// The usual case of a small message: OpenSSL's records go to the kernel through the
     /// loop's scratch buffer in one `send`, and only what the kernel does not take goes to
-    /// the outbound queue (which frees its block whenever it drains: queueing every
-    /// message cost a malloc and a free, ~600 instructions of a 64-byte TLS echo).
+    /// the outbound queue (which frees its block whenever it drains, so queueing every
+    /// message would cost a malloc and a free each).
     /// `.useQueue`: more than the scratch holds, or not writable now.
     private func sendTLSOutputDirectly(_ tls: TLSState, _ session: TLSSession) -> DirectSend {
         let scratch = loop.discardBuffer // transient use: nothing runs until it is empty again
@@ -374,8 +374,8 @@ extension TCPSocketCore {
         var total = 0
         while true {
             if !tls.transportEOF && !session.hasBufferedInput {
-                // Nothing inside OpenSSL: SSL_read would only say "want read" (with
-                // SSL_get_error, ~700 instructions a message). Receive first.
+                // Nothing inside OpenSSL: SSL_read would only say "want read" (and cost an
+                // SSL_get_error besides). Receive first.
                 if let end = receiveForRead(session, tls, delivering: total) { return end }
             }
             let step = session.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[total...]))
@@ -528,10 +528,11 @@ extension TCPSocketCore {
     static let tlsBusyUses = 4
     static let tlsIdleSeconds = 1.0
 
-    /// After a secure read or write. OpenSSL allocates a ~17 KB buffer for each direction
-    /// when it first needs it; SSL_MODE_RELEASE_BUFFERS would free both after every record
-    /// (a free and a malloc of each per message, ~2,200 instructions of a 64-byte echo),
-    /// keeping them for good would cost an idle connection ~34 KB. So: a connection
+    /// After a secure read or write. OpenSSL allocates a record-sized buffer for each
+    /// direction when it first needs it; SSL_MODE_RELEASE_BUFFERS would free both after
+    /// every record (a free and a malloc of each per message), keeping them for good would
+    /// cost every idle connection both buffers (bench/README.md, "Figures behind the
+    /// engine's comments"). So: a connection
     /// that has said little lately frees them after each use, as RELEASE_BUFFERS would; once
     /// it uses them more than `tlsBusyUses` times within `tlsIdleSeconds`, it keeps them
     /// until a whole period passes without a use (`tlsIdleTimerFired`). A connection that

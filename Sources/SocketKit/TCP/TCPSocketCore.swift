@@ -14,7 +14,11 @@ import Synchronization
 /// a callback, or an engine path it runs inline. Reads and writes queued from a callback
 /// just join their queues. After every `emit`, the engine re-checks that its session is
 /// still alive.
-final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Sendable {
+///
+/// One writer: the loop's thread is the only one that changes this state, the published
+/// part (`publishedState`: session, status, addresses, configuration) included. Public calls
+/// are requests that run here (`Socket` waits for those that promise an effect on return).
+final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @unchecked Sendable {
     enum Phase {
         case idle, resolving, connecting, connected, accepting
     }
@@ -26,8 +30,6 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     let loop: EventLoop
     /// The user-facing Socket (see `owner`).
     private var ownerReference = OwnerReference<Socket>()
-    var session: UInt64 = 0
-    var configuration: SocketConfiguration
 
     // The connection.
     var registration: RegistrationID? = nil
@@ -49,8 +51,8 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     var readTimeoutPending = false
     var currentReadStarted = false
     /// `pumpReads` is running its loop: a read queued now (by a callback it made) is picked
-    /// up by that loop, so queueing it schedules no second pump. (Here it fits the padding
-    /// before `prebuffer`; after `readPumpScheduled` it made every core 16 bytes bigger.)
+    /// up by that loop, so queueing it schedules no second pump. (Declared here, it fits
+    /// the padding before `prebuffer`.)
     var pumpingReads = false
     /// The descriptor came from the user (`Socket(adopting:)`): its options are unknown and
     /// it may have duplicates, so closing it also removes it from epoll explicitly.
@@ -113,6 +115,10 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         var lingeringCore: TCPSocketCore? = nil
         var readQueue = FIFO<ReadRequest>()
         var writeQueue = FIFO<WriteRequest>()
+        /// A session begun from a callback whose start waits for it (`beginSession`), and
+        /// how to release at once what its call made (a listener's descriptors, an adopted
+        /// one) when it ends before it starts.
+        var unstartedSession: (session: UInt64, release: () -> Void)? = nil
 
         func deferEvent(_ event: SocketEvent) {
             if firstDeferredEvent == nil && deferredEvents.isEmpty {
@@ -324,13 +330,24 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     }
 
     // Shared with other threads (SocketSharedState.swift): everything else is loop-only.
+    /// Guards `publishedState`, the owner's routing and the caller-buffer guard.
     let stateLock = InlineLock()
     // Loop-only flags, in the padding after the lock.
     var writeFlushScheduled = false
     var acceptContinuationScheduled = false
-    /// Guarded by `stateLock` (`withPublished`).
+    /// Set by the C API's release (guarded by `stateLock`): a caller-buffer guard made
+    /// afterwards is revoked from birth.
+    nonisolated(unsafe) var callerBuffersRevoked = false
+    /// Written by the loop only, under `stateLock` (`publish`).
     nonisolated(unsafe) var publishedState: SocketPublishedState
+    /// Made on the first read into a caller's buffer, by the calling thread (most sockets
+    /// never need one). Guarded by `stateLock`.
+    nonisolated(unsafe) var callerBufferGuard: CallerBufferGuard? = nil
     let publishedQueuedWriteBytes = Atomic<Int>(0)
+    /// The session in which `startTLS` was called: the calling thread claims it, so that
+    /// only the first call of a session counts, however close the second follows (the
+    /// marker is queued like a read or a write, and the loop learns of it later).
+    let tlsClaim = Atomic<UInt64>(0)
     let readProgress = ProgressCell()
     /// Made by the first write that has to wait in the queue (a write the kernel takes at
     /// once never shows progress), so most connections never carry one.
@@ -342,7 +359,6 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
 
     init(loop: EventLoop, configuration: SocketConfiguration) {
         self.loop = loop
-        self.configuration = configuration
         publishedState = SocketPublishedState(configuration: configuration)
     }
 
@@ -377,13 +393,16 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
     }
 
     /// Runs `operation` now, or after the running callback of this socket if it tears the
-    /// session down (or if such an operation is already waiting: order is kept).
-    func perform(tearsDown: Bool, _ operation: @escaping (TCPSocketCore) -> Void) {
+    /// session down (or if such an operation is already waiting: order is kept). True when
+    /// it waits.
+    @discardableResult
+    func perform(tearsDown: Bool, _ operation: @escaping (TCPSocketCore) -> Void) -> Bool {
         if (inCallout || runningDeferredOperations) && (tearsDown || hasDeferredOperations) {
             outOfLine.deferredOperations.append(operation)
-            return
+            return true
         }
         operation(self)
+        return false
     }
 
     /// Operations wait for the running callback (see `perform`).
@@ -572,25 +591,27 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         }
     }
 
-    /// Ends the session: cancels timers, connect attempts and resolution, closes the
-    /// descriptors, drops queued reads and writes without callbacks (as upstream), publishes
-    /// "disconnected" and, when `notify`, emits `didDisconnect` as the session's last event.
-    /// `graceful` (the disconnect-after variants) sends FIN after the queued bytes and
-    /// discards unread input first, so the kernel does not answer our own data with a reset.
+    /// Ends the session the engine runs: cancels timers, connect attempts and resolution,
+    /// closes the descriptors, drops queued reads and writes without callbacks (as upstream),
+    /// publishes "disconnected" (unless the user has begun a newer session meanwhile) and,
+    /// when `notify`, emits `didDisconnect` as the session's last event. `graceful` (the
+    /// disconnect-after variants) sends FIN after the queued bytes and discards unread input
+    /// first, so the kernel does not answer our own data with a reset. `ended`: the session
+    /// this call ends (default: the current one).
     ///
     /// Inside a callout it only queues itself (the re-entrancy rule): the running callback
-    /// may be looking at this session's bytes, which the teardown frees. A listening session
-    /// lends its callbacks no memory that the teardown frees, so it ends at once, also from
-    /// inside one of its callbacks: `Socket.disconnect` of a listener returns with its
-    /// descriptors closed (its didDisconnect still waits for the callback, as every event
-    /// raised in a callout does).
-    func closeSession(_ error: SocketError?, notify: Bool = true, graceful: Bool = false) {
+    /// may be looking at this session's bytes, which the teardown frees. Queued operations
+    /// run in order, so a teardown queued for a session always runs before the start of a
+    /// newer one. A listening session lends its callbacks no memory that the teardown frees,
+    /// so it ends at once, also from inside one of its callbacks: `Socket.disconnect` of a
+    /// listener returns with its descriptors closed (its didDisconnect still waits for the
+    /// callback, as every event raised in a callout does).
+    func closeSession(_ error: SocketError?, notify: Bool = true, graceful: Bool = false, of ended: UInt64? = nil) {
         guard phase != .idle else { return }
-        let endedSession = session
+        let endedSession = ended ?? session
         if inCallout && phase != .accepting {
             outOfLine.deferredOperations.append { core in
-                guard core.session == endedSession else { return }
-                core.closeSession(error, notify: notify, graceful: graceful)
+                core.closeSession(error, notify: notify, graceful: graceful, of: endedSession)
             }
             return
         }
@@ -655,16 +676,8 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
 
         readProgress.clear()
         writeProgressBox.load()?.cell.clear()
-        withPublished { published in
-            guard published.session == endedSession else { return }
-            published.status = .disconnected
-            published.acceptsReadsAndWrites = true
-            published.localAddress = nil
-            published.peerAddress = nil
-            published.listenerAddresses = []
-            published.isUnixDomain = false
-            published.tls = nil
-            published.tlsRequested = false
+        if publishedState.session == endedSession && publishedState.status != .disconnected {
+            publish { $0.endSession() }
         }
         if notify {
             emit(.didDisconnect(error))
@@ -710,9 +723,76 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         closeIfDisconnectAfterIsDue()
     }
 
-    func disconnect(session: UInt64) {
-        guard session == self.session else { return }
-        closeSession(nil)
+    // MARK: Sessions: the loop side of Socket's calls
+
+    /// Begins a session of `status` in the published state, which `setUp` may complete (its
+    /// addresses), so that the caller's next call (a read, a write) sees it; then starts it
+    /// (`start`): now, or after the running callback when the session before it is still
+    /// being torn down (the re-entrancy rule), in order with what waits there. A session
+    /// ended from that callback before it started does not start: `unused` releases what
+    /// the call made for it, at once (`requestDisconnect`: a listener's descriptors are
+    /// closed when its disconnect returns), and its didDisconnect is its only event.
+    /// `requireFamilies`: fails unless IPv4 or IPv6 is enabled.
+    func beginSession(_ status: SocketStatus, requireFamilies: Bool = false,
+                      setUp: (inout SocketPublishedState) -> Void = { _ in },
+                      start: @escaping (TCPSocketCore) -> Void, unused: @escaping () -> Void = {}) throws(SocketError) {
+        try checkSessionMayBegin(requireFamilies: requireFamilies)
+        publish { published in
+            published.beginSession(status)
+            setUp(&published)
+        }
+        let begun = session
+        let waits = perform(tearsDown: phase != .idle) { core in
+            let release = core.takeUnstartedSession(begun)
+            guard core.session == begun, core.publishedState.status != .disconnected else {
+                release?()
+                core.emit(.didDisconnect(nil))
+                return
+            }
+            // What is left of the session before it (queued teardowns run first, so normally
+            // nothing) ends here, without touching what is published for this one.
+            if core.phase != .idle { core.closeSession(nil, of: begun &- 1) }
+            start(core)
+        }
+        if waits { outOfLine.unstartedSession = (begun, unused) }
+    }
+
+    /// What to release of `session` if it has not started (see `beginSession`), taken.
+    private func takeUnstartedSession(_ session: UInt64) -> (() -> Void)? {
+        guard let unstarted = outOfLineState?.unstartedSession, unstarted.session == session else { return nil }
+        outOfLineState?.unstartedSession = nil
+        return unstarted.release
+    }
+
+    /// Throws unless a session may begin: the socket is disconnected (and, with
+    /// `requireFamilies`, IPv4 or IPv6 is enabled).
+    func checkSessionMayBegin(requireFamilies: Bool) throws(SocketError) {
+        guard publishedState.status == .disconnected else {
+            throw SocketError(.badConfig, "the socket is already connected, connecting or accepting")
+        }
+        if requireFamilies && !configuration.isIPv4Enabled && !configuration.isIPv6Enabled {
+            throw SocketError(.badConfig, "both IPv4 and IPv6 are disabled")
+        }
+    }
+
+    /// The loop side of `Socket.disconnect()` (of a listener only, with `listenerOnly`): the
+    /// session ends in the published state at once, also from inside one of its callbacks,
+    /// and its teardown follows the callback (a listener's does not wait: see `closeSession`).
+    func requestDisconnect(listenerOnly: Bool) {
+        let status = publishedState.status
+        guard status != .disconnected, status == .accepting || !listenerOnly else { return }
+        let ended = session
+        publish { $0.endSession() }
+        takeUnstartedSession(ended)?()
+        perform(tearsDown: status != .accepting) { $0.closeSession(nil, of: ended) }
+    }
+
+    /// The loop side of `Socket.disconnectAfter…`: no reads or writes are taken from now on.
+    func requestDisconnectAfter(reading: Bool, writing: Bool) {
+        guard publishedState.status == .connecting || publishedState.status == .connected else { return }
+        publish { $0.acceptsReadsAndWrites = false }
+        let current = session
+        perform(tearsDown: true) { $0.setDisconnectAfter(reading: reading, writing: writing, session: current) }
     }
 
     // MARK: Options
@@ -743,11 +823,13 @@ final class TCPSocketCore: EventLoopHandler, EndOfIterationWork, @unchecked Send
         }
     }
 
-    func updateConfiguration(_ newConfiguration: SocketConfiguration) {
-        let optionsChanged = newConfiguration.tcpOptions != configuration.tcpOptions
-        configuration = newConfiguration
-        if optionsChanged && phase == .connected { applyTCPOptions() }
-        if phase == .connected { checkWatermarks() }
+    /// The loop side of `Socket`'s setters: the TCP options apply at once to a connection.
+    func configure(_ change: (inout SocketConfiguration) -> Void) {
+        let previousOptions = configuration.tcpOptions
+        publish { change(&$0.configuration) }
+        guard phase == .connected else { return }
+        if configuration.tcpOptions != previousOptions { applyTCPOptions() }
+        checkWatermarks()
     }
 
     /// The descriptors, for `Socket.perform`.

@@ -78,23 +78,22 @@ final class DatagramBytes {
     deinit { bytes.deallocate() }
 }
 
-/// The UDP engine of one socket. Loop-confined: every method runs on `loop`'s thread,
-/// except `withStateLock` / `withPublished` (the state other threads may read) and the
-/// atomics.
-final class UDPSocketCore {
+/// The UDP engine of one socket. Loop-confined: every method runs on `loop`'s thread, the
+/// only writer of its state, the published part included (`publishState`); other threads
+/// read that through `snapshot`, and touch only the atomics.
+final class UDPSocketCore: SocketCore {
     let loop: EventLoop
     /// The user-facing UdpSocket (see `owner`).
     private var ownerReference = OwnerReference<UdpSocket>()
     /// Guards `publishedState` and the owning UdpSocket's routing (delegate, queue, user
     /// data). Never held around user code.
     let stateLock = InlineLock()
-    /// Guarded by `stateLock` (`withPublished`).
+    /// Written by the loop only, under `stateLock` (`publishState`, `configure`).
     nonisolated(unsafe) var publishedState = UdpPublished()
     /// Whether the owner's receiver listens for `didSend`: read by the loop without a lock
     /// or a reference to the owner.
     let ownerWantsSendCompletions = Atomic<Bool>(false)
 
-    private var configuration = UdpConfiguration()
     private var v4: UDPChannel? = nil
     private var v6: UDPChannel? = nil
     /// Families given up by a bind to one family or by a connect (until close).
@@ -166,30 +165,14 @@ final class UDPSocketCore {
     /// Called once, by the UdpSocket's initializer.
     func attach(owner: UdpSocket) { ownerReference.attach(owner) }
 
-    /// This core's address: where a thread waiting for `stateLock` sleeps (ParkingLot).
-    @inline(__always)
-    var lockKey: UInt { parkingKey(of: self) }
-
-    @inline(__always)
-    func withStateLock<Result>(_ body: () throws -> Result) rethrows -> Result {
-        let key = lockKey
-        stateLock.lock(key: key)
-        defer { stateLock.unlock(key: key) }
-        return try body()
-    }
-
-    @inline(__always)
-    func withPublished<Result>(_ body: (inout UdpPublished) throws -> Result) rethrows -> Result {
-        let key = lockKey
-        stateLock.lock(key: key)
-        defer { stateLock.unlock(key: key) }
-        return try body(&publishedState)
-    }
-
     // MARK: Configuration
 
-    func updateConfiguration() {
-        configuration = withPublished { $0.configuration }
+    /// The settings (loop thread; other threads: `snapshot`).
+    private var configuration: UdpConfiguration { publishedState.configuration }
+
+    /// The loop side of `UdpSocket`'s setters.
+    func configure(_ change: (inout UdpConfiguration) -> Void) {
+        publish { change(&$0.configuration) }
     }
 
     // MARK: Descriptors
@@ -217,7 +200,7 @@ final class UDPSocketCore {
         }
         let made = try makeChannel(family)
         if family == .ipv4 { v4 = made } else { v6 = made }
-        publish()
+        publishState()
         return made
     }
 
@@ -303,11 +286,13 @@ final class UDPSocketCore {
         }
     }
 
-    private func publish() {
+    /// Publishes the descriptors, local addresses and connection: the one place that
+    /// writes them (closing included).
+    private func publishState() {
         if let v4, !v4.hasLocalPort { v4.local = SystemCalls.localAddress(v4.fd) }
         if let v6, !v6.hasLocalPort { v6.local = SystemCalls.localAddress(v6.fd) }
         let snapshot = (v4?.local, v6?.local, v4?.fd ?? -1, v6?.fd ?? -1)
-        withPublished { state in
+        publish { state in
             state.local4 = snapshot.0
             state.local6 = snapshot.1
             state.has4 = snapshot.2 >= 0
@@ -353,14 +338,14 @@ final class UDPSocketCore {
                 closeChannel(.ipv6)
                 // Port 0: the port the kernel gave IPv4 may be taken on IPv6; try another.
                 if port == 0 && use4 && use6 && error.osError == EADDRINUSE && attempt < 8 { continue }
-                publish()
+                publishState()
                 throw error
             }
         }
         if !use4 { closeChannel(.ipv4); deactivated4 = true }
         if !use6 { closeChannel(.ipv6); deactivated6 = true }
         bound = true
-        publish()
+        publishState()
     }
 
     func bind(address: SocketAddress) throws(SocketError) {
@@ -374,14 +359,14 @@ final class UDPSocketCore {
             try SystemCalls.bind(made.fd, to: address)
         } catch {
             closeChannel(address.family)
-            publish()
+            publishState()
             throw error
         }
         let other: SocketAddress.Family = address.family == .ipv4 ? .ipv6 : .ipv4
         closeChannel(other)
         if other == .ipv4 { deactivated4 = true } else { deactivated6 = true }
         bound = true
-        publish()
+        publishState()
     }
 
     private func checkBindable() throws(SocketError) {
@@ -493,7 +478,7 @@ final class UDPSocketCore {
             report(.didNotSend(tag: tag, SocketError.systemError(number, "sendto(\(destination))")))
             return true
         }
-        if !(channel(family)?.hasLocalPort ?? true) { publish() }
+        if !(channel(family)?.hasLocalPort ?? true) { publishState() }
         if ownerWantsSendCompletions.load(ordering: .relaxed) { report(.didSend(tag: tag)) }
         return true
     }
@@ -560,7 +545,7 @@ final class UDPSocketCore {
                 index += 1
             }
             scratch.resetStaging()
-            if !target.hasLocalPort { publish() }
+            if !target.hasLocalPort { publishState() }
             if !leftovers.isEmpty { queue.insert(contentsOf: leftovers, at: head) }
             for position in 0..<count {
                 guard session == generation else { return } // a callback closed the socket
@@ -754,7 +739,7 @@ final class UDPSocketCore {
             let result = address.withSockAddr { Glibc.connect(target.fd, $0, $1) }
             guard result == 0 else { throw SocketError.lastSystemError("connect(\(address))") }
         } catch {
-            publish()
+            publishState()
             report(.didNotConnect(error))
             return
         }
@@ -764,7 +749,7 @@ final class UDPSocketCore {
         connected = true
         connectedAddress = address
         channel(address.family)?.local = nil
-        publish()
+        publishState()
         report(.didConnect(address))
     }
 
@@ -850,7 +835,7 @@ final class UDPSocketCore {
             report(.didNotSend(tag: batch[0].2, SocketError.systemError(number, "sendmsg(\(batch[0].1))")))
             return 1
         }
-        if !target.hasLocalPort { publish() }
+        if !target.hasLocalPort { publishState() }
         if ownerWantsSendCompletions.load(ordering: .relaxed) {
             for entry in batch.prefix(Int(sent)) {
                 report(.didSend(tag: entry.2))
@@ -1148,7 +1133,7 @@ final class UDPSocketCore {
         deactivated6 = false
         closeChannel(.ipv4)
         closeChannel(.ipv6)
-        publish()
+        publishState()
         if hadDescriptors && announce { report(.didClose(error)) }
     }
 
@@ -1182,15 +1167,15 @@ final class UDPSocketCore {
 
     private func report(_ event: UdpSocketEvent) {
         guard !released else { return }
-        owner?.deliver(event)
+        owner?.route(event)
     }
 }
 
-/// A received batch's direct delivery (`UdpSocket.directReceiver`): the owner and its
+/// A received batch's direct delivery (`SocketFront.directReceiver`): the owner and its
 /// receiver are looked up at the batch's first datagram and held (one retain each) until
-/// `drop`, and each datagram calls them without reference counting. Per datagram, that was
-/// a `swift_tryRetain` of the owner, the state lock and a retain of the receiver, and their
-/// releases (bench/callgrind.sh udp). Loop thread only.
+/// `drop`, and each datagram calls them without reference counting, instead of a
+/// `swift_tryRetain` of the owner, the state lock and a retain of the receiver, and their
+/// releases, per datagram. Loop thread only.
 struct DirectDelivery {
     private var owner: Unmanaged<UdpSocket>? = nil
     private var target: Unmanaged<UdpSocketEventReceiver>? = nil
@@ -1302,9 +1287,9 @@ struct DatagramHeaders {
 /// a callback run from the receive path may send, through the queue or staged.
 ///
 /// One pointer, not a class: the hot path reads it from the loop once per datagram (a send
-/// from a receive callback), and a class reference read from the loop's `var` cost a retain
-/// and a release each time (bench/callgrind.sh udp). Copies share the memory; the loop
-/// deallocates it once, in deinit.
+/// from a receive callback), and a class reference read from the loop's `var` costs a
+/// retain and a release each time. Copies share the memory; the loop deallocates it once,
+/// in deinit.
 struct UDPScratch {
     static let capacity = Int(SKC_MAX_DATAGRAM_BATCH)
     static let receiveSlots = 16
@@ -1359,8 +1344,7 @@ struct UDPScratch {
     /// Readies the first `count` receive headers for one `recvmmsg` into the slots of
     /// `receiveLayout(limit:)`. The headers keep their layout from call to call (it changes
     /// only with the socket's receive limit): a call resets just the address lengths the
-    /// kernel overwrote, not every header of the batch (most batches are a few datagrams;
-    /// bench/callgrind.sh udp).
+    /// kernel overwrote, not every header of the batch (most batches are a few datagrams).
     func prepareReceive(count: Int, limit: Int) {
         let receive = parts.pointee.receive
         if parts.pointee.receiveLimit != limit {

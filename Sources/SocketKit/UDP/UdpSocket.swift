@@ -12,33 +12,24 @@ import Synchronization
 /// errors and oversized datagrams are reported (`didReceiveError`), both families can join
 /// groups side by side, and empty datagrams can be sent and received.
 ///
-/// Threads: every method may be called from any thread. Sends and `perform` are queued and
-/// answered through the delegate; getters read published state; every other call runs on
-/// the socket's loop and returns its answer (bound after `bind`, closed after `close`): the
-/// caller waits for the loop, inline on the loop's thread. No such wait can deadlock (see
-/// `EventLoop`): when the loop's thread is itself waiting for the caller through a loop of
-/// its own, a call that returns an answer throws `.badConfig` with `EDEADLK` and has no
-/// effect, and one that does not is queued.
+/// Threads: every method may be called from any thread. The socket's state has one
+/// writer, its event loop: every call that changes it (bind, connect, receiving, filters,
+/// multicast, options, close, the setters) runs there and returns its answer (bound after
+/// `bind`, closed after `close`), waiting for the loop when made on another thread (see
+/// `EventLoop` for the rule they share, which no deadlock can break); sends and `perform`
+/// are queued and answered through the delegate; getters read the state the loop last
+/// published and never wait.
 ///
 /// Text: a host, interface or multicast group holding a NUL character is refused
 /// (`.badParam`): the system calls would see only the text before it.
-public final class UdpSocket: WaitGraph.Target, @unchecked Sendable {
+public final class UdpSocket: SocketFront, @unchecked Sendable {
     /// The loop the socket lives on.
     public let eventLoop: EventLoop
     let core: UDPSocketCore
 
-    private struct Routing {
-        var queue: CallbackQueue
-        var receiver: UdpSocketEventReceiver?
-        var userData: AnyObject?
-    }
-    /// Guarded by the core's state lock (`core.withStateLock`).
-    private nonisolated(unsafe) var routing: Routing
-    /// Bumped, under the state lock, whenever the receiver or the callback queue changes: a
-    /// receive batch that took the receiver once (`directReceiver`) sees it at its next datagram.
-    private let routingVersion = Atomic<UInt32>(0)
-    private let gate = InlineCallbackGate()
-    private nonisolated(unsafe) var mailboxStorage: EventMailbox<UdpSocketEvent>? = nil
+    let router = CallbackRouter()
+    nonisolated(unsafe) var routing: CallbackRouting<UdpSocketEventReceiver>
+    nonisolated(unsafe) var mailbox: EventMailbox<UdpSocketEvent>? = nil
     /// The C API's handle for this socket (0 when it has none).
     let cHandle = Atomic<UInt>(0)
     /// Set by the C API: its filters run under it and stop once the handle is released
@@ -56,72 +47,51 @@ public final class UdpSocket: WaitGraph.Target, @unchecked Sendable {
         let loop = eventLoop ?? EventLoopGroup.default.next()
         self.eventLoop = loop
         core = UDPSocketCore(loop: loop)
-        routing = Routing(queue: callbackQueue, receiver: receiver, userData: nil)
+        routing = CallbackRouting(queue: callbackQueue, receiver: receiver)
         core.ownerWantsSendCompletions.store(receiver?.wantsSendCompletions ?? false, ordering: .relaxed)
         core.attach(owner: self)
     }
 
     deinit {
-        let core = UncheckedSendable(self.core)
-        if !eventLoop.execute({ core.value.ownerReleased() }) {
-            eventLoop.afterStopping { core.value.abandon() }
-        }
+        releaseCore()
     }
 
     // MARK: Delegate and queue
 
     /// The delegate, held weakly. Setting it is synchronous, as for `Socket.delegate`.
     public var delegate: UdpSocketDelegate? {
-        get { (core.withStateLock { routing.receiver } as? SwiftUdpDelegateReceiver)?.delegate }
+        get { (receiver as? SwiftUdpDelegateReceiver)?.delegate }
         set { setReceiver(SwiftUdpDelegateReceiver(newValue), callbackQueue: nil) }
     }
 
     /// Where callbacks run (and asynchronous filters given no queue of their own).
     public var callbackQueue: CallbackQueue {
-        get { core.withStateLock { routing.queue } }
-        set {
-            core.withStateLock {
-                routing.queue = newValue
-                routingVersion.add(1, ordering: .relaxed)
-            }
-        }
+        get { routedQueue }
+        set { routedQueue = newValue }
     }
 
     public func setDelegate(_ delegate: UdpSocketDelegate?, callbackQueue: CallbackQueue) {
         setReceiver(SwiftUdpDelegateReceiver(delegate), callbackQueue: callbackQueue)
     }
 
-    func setReceiver(_ receiver: UdpSocketEventReceiver?, callbackQueue: CallbackQueue?) {
-        withGate {
-            core.withStateLock {
-                routing.receiver = receiver
-                if let callbackQueue { routing.queue = callbackQueue }
-                routingVersion.add(1, ordering: .relaxed)
-            }
-            core.ownerWantsSendCompletions.store(receiver?.wantsSendCompletions ?? false, ordering: .relaxed)
-        }
-    }
-
     /// Whether `didSend` events are wanted at all (loop thread; a receiver set meanwhile
     /// is seen by the next datagram).
     var wantsSendCompletions: Bool { core.ownerWantsSendCompletions.load(ordering: .relaxed) }
 
-    var receiver: UdpSocketEventReceiver? { core.withStateLock { routing.receiver } }
-
     /// Anything you want to keep with the socket; never touched by SocketKit.
     public var userData: AnyObject? {
-        get { core.withStateLock { routing.userData } }
-        set { core.withStateLock { routing.userData = newValue } }
+        get { routedUserData }
+        set { routedUserData = newValue }
     }
 
     // MARK: Configuration (read when descriptors are made, names resolved, datagrams received)
 
-    private var configuration: UdpConfiguration { core.withPublished { $0.configuration } }
+    private var configuration: UdpConfiguration { core.readPublished { $0.configuration } }
 
-    private func configure(_ change: (inout UdpConfiguration) -> Void) {
-        core.withPublished { change(&$0.configuration) }
-        // Applied before the setter returns: a datagram arriving next sees the new value.
-        onLoopOrQueued { core throws(SocketError) in core.updateConfiguration() }
+    /// A setter: the loop changes the configuration before this returns, so a datagram
+    /// arriving next sees the new value (see `onLoopOrQueued`).
+    private func configure(_ change: @escaping @Sendable (inout UdpConfiguration) -> Void) {
+        onLoopOrQueued { $0.configure(change) }
     }
 
     /// Whether IPv4 is used (default true). Set before the first bind, connect or send.
@@ -274,11 +244,17 @@ public final class UdpSocket: WaitGraph.Target, @unchecked Sendable {
     /// is dropped and still reported as sent (as upstream).
     public func setSendFilter(_ filter: UdpSendFilter?, queue: CallbackQueue? = nil,
                               isAsynchronous: Bool = true) throws(SocketError) {
+        let entry = try filterEntry(filter, queue: queue, isAsynchronous: isAsynchronous)
+        try onLoop { core throws(SocketError) in core.setSendFilter(entry) }
+    }
+
+    /// A filter as the core keeps it; a synchronous one runs on the loop and takes no queue.
+    private func filterEntry<Filter>(_ filter: Filter?, queue: CallbackQueue?,
+                                     isAsynchronous: Bool) throws(SocketError) -> (filter: Filter, queue: CallbackQueue?, async: Bool)? {
         if !isAsynchronous, let queue, !queue.runsOnEventLoop {
             throw SocketError(.badParam, "a synchronous filter runs on the socket's loop: pass no queue")
         }
-        let entry = filter.map { (filter: $0, queue: queue, async: isAsynchronous) }
-        try onLoop { core throws(SocketError) in core.setSendFilter(entry) }
+        return filter.map { (filter: $0, queue: queue, async: isAsynchronous) }
     }
 
     // MARK: Receiving
@@ -297,7 +273,7 @@ public final class UdpSocket: WaitGraph.Target, @unchecked Sendable {
     /// Stops reading from the kernel (datagrams wait there); callbacks already queued may
     /// still arrive.
     public func pauseReceiving() {
-        onLoopOrQueued { core throws(SocketError) in try core.setReceiveMode(.off) }
+        onLoopOrQueued { try? $0.setReceiveMode(.off) }
     }
 
     /// Sets (or removes) the receive filter; threads as for `setSendFilter`. In receive-once
@@ -305,10 +281,7 @@ public final class UdpSocket: WaitGraph.Target, @unchecked Sendable {
     /// verdict is pending.
     public func setReceiveFilter(_ filter: UdpReceiveFilter?, queue: CallbackQueue? = nil,
                                  isAsynchronous: Bool = true) throws(SocketError) {
-        if !isAsynchronous, let queue, !queue.runsOnEventLoop {
-            throw SocketError(.badParam, "a synchronous filter runs on the socket's loop: pass no queue")
-        }
-        let entry = filter.map { (filter: $0, queue: queue, async: isAsynchronous) }
+        let entry = try filterEntry(filter, queue: queue, isAsynchronous: isAsynchronous)
         try onLoop { core throws(SocketError) in core.setReceiveFilter(entry) }
     }
 
@@ -367,17 +340,18 @@ public final class UdpSocket: WaitGraph.Target, @unchecked Sendable {
     /// Closes now: queued datagrams are dropped without callbacks; `udpSocketDidClose`
     /// (nil) follows if the socket had descriptors. The socket can be used again.
     public func close() {
-        onLoopOrQueued { core throws(SocketError) in core.closeSocket(error: nil, announce: true) }
+        onLoopOrQueued { $0.closeSocket(error: nil, announce: true) }
     }
 
     /// Closes once every queued datagram (and any queued after this call) has been sent.
     public func closeAfterSending() {
-        onLoopOrQueued { core throws(SocketError) in core.setCloseAfterSending() }
+        onLoopOrQueued { $0.setCloseAfterSending() }
     }
 
     // MARK: Diagnostics
 
-    private var state: UdpPublished { core.withPublished { $0 } }
+    /// One snapshot of what the loop last published.
+    private var state: UdpPublished { core.snapshot }
 
     /// The IPv4 local address if the socket has one, else the IPv6 one.
     public var localAddress: SocketAddress? { let s = state; return s.local4 ?? s.local6 }
@@ -406,138 +380,27 @@ public final class UdpSocket: WaitGraph.Target, @unchecked Sendable {
         _ = eventLoop.execute { body(core.value.descriptors) }
     }
 
-    // MARK: Plumbing
+    // MARK: Delivery (called by the core on the loop thread; see CallbackRouter.swift)
 
-    /// Runs `body` on the loop and returns its outcome: inline on the loop thread, else the
-    /// caller waits for the loop (`EventLoop.runWaiting`). Throws `.badConfig` when the loop
-    /// has stopped, and `.badConfig` with `EDEADLK` when the wait would deadlock (this thread
-    /// runs a callback the loop's thread is waiting for, through a loop of its own: see
-    /// `WaitGraph`); the call then has no effect.
-    func onLoop(_ body: @escaping (UDPSocketCore) throws(SocketError) -> Void) throws(SocketError) {
-        if let error = eventLoop.startupError { throw error }
-        final class Outcome: @unchecked Sendable {
-            var error: SocketError? = nil
-        }
-        let outcome = Outcome()
-        let core = UncheckedSendable(self.core)
-        let work = UncheckedSendable(body)
-        switch eventLoop.runWaiting({
-            do throws(SocketError) { try work.value(core.value) } catch { outcome.error = error }
-        }) {
-        case .ran:
-            if let error = outcome.error { throw error }
-        case .refused:
-            throw SocketError(.badConfig, "the socket's event loop has stopped")
-        case .wouldDeadlock:
-            throw SocketError(.badConfig, osError: EDEADLK,
-                              "the socket's event loop is waiting for this thread: waiting for it would deadlock")
-        }
+    /// A send made in one of this socket's callbacks on the loop may fail at once: its
+    /// event waits for a task after that callback.
+    static var coreRaisesEventsInsideCallbacks: Bool { true }
+
+    func call(_ receiver: UdpSocketEventReceiver, with event: UdpSocketEvent) {
+        receiver.receive(event, on: self)
     }
 
-    /// `onLoop` for the calls that return nothing (pause, close, settings): when waiting
-    /// would deadlock, the call is queued for the loop instead, and takes effect when the
-    /// loop gets to it.
-    private func onLoopOrQueued(_ body: @escaping (UDPSocketCore) throws(SocketError) -> Void) {
-        do throws(SocketError) {
-            try onLoop(body)
-        } catch where error.osError == EDEADLK {
-            let core = UncheckedSendable(self.core)
-            let work = UncheckedSendable(body)
-            _ = eventLoop.execute { try? work.value(core.value) }
-        } catch {
-            // The loop has stopped (the socket is closed), or the call itself failed.
-        }
-    }
-
-    /// Hands an event to the callback queue (see `Socket.deliver`).
-    func deliver(_ event: UdpSocketEvent) {
-        let queue = core.withStateLock { routing.queue }
-        // Inside one of this socket's callbacks on the loop (it sent, say), the event waits
-        // for a task after it: callbacks never nest.
-        if queue.runsOnEventLoop && !(mailboxStorage?.isBusy ?? false) && !gate.isHeldByCurrentThread {
-            deliverNow(event)
-            return
-        }
-        let mailbox: EventMailbox<UdpSocketEvent>
-        if let existing = mailboxStorage {
-            mailbox = existing
-        } else {
-            mailbox = EventMailbox()
-            mailboxStorage = mailbox
-        }
-        if mailbox.post(event.owned()) {
-            queue.enqueue({ [weak self] budget in self?.drainMailbox(budget: budget) ?? 0 }, loop: eventLoop)
-        }
-    }
-
-    /// The receiver a batch of received datagrams may hand them to directly
-    /// (`deliverReceived`), and the routing version it belongs to: the callbacks run on the
-    /// loop, none is waiting or running, and there is a receiver. nil: each datagram takes
-    /// the general path (`deliver`). Taken once per batch, not per datagram: that was a
-    /// retain and a release of the owner and of the receiver, and the state lock, for each
-    /// (bench/callgrind.sh udp). Loop thread only.
-    func directReceiver() -> (receiver: UdpSocketEventReceiver, version: UInt32)? {
-        guard !(mailboxStorage?.isBusy ?? false), !gate.isHeldByCurrentThread else { return nil }
-        return core.withStateLock {
-            guard routing.queue.runsOnEventLoop, let receiver = routing.receiver else { return nil }
-            return (receiver, routingVersion.load(ordering: .relaxed))
-        }
+    func receiverChanged(to receiver: UdpSocketEventReceiver?) {
+        core.ownerWantsSendCompletions.store(receiver?.wantsSendCompletions ?? false, ordering: .relaxed)
     }
 
     /// Delivers a received datagram to `receiver` (from `directReceiver`) now, as
-    /// `deliver(.didReceive(...))` would (see `UdpSocketEventReceiver.receiveDatagram`);
-    /// false, with nothing done, when the routing has changed since (the caller asks
-    /// `directReceiver` again) or an event waits for delivery (this one must follow it).
-    /// Loop thread only.
+    /// `route(.didReceive(...))` would (see `UdpSocketEventReceiver.receiveDatagram` and
+    /// `deliverDirectly`). Loop thread only.
     @inline(__always)
     func deliverReceived(_ bytes: UnsafeRawBufferPointer, from name: UnsafeRawPointer, length: socklen_t,
                          to receiver: UdpSocketEventReceiver, version: UInt32) -> Bool {
-        guard !(mailboxStorage?.isBusy ?? false) else { return false }
-        let key = gateKey
-        gate.enter(key: key)
-        // Read with the gate held: a receiver replaced from another thread (`setReceiver`
-        // holds the gate while it does) is seen here, and the old one is not called.
-        guard routingVersion.load(ordering: .relaxed) == version else {
-            gate.leave(key: key)
-            return false
-        }
-        receiver.receiveDatagram(bytes, from: name, length: length, on: self)
-        gate.leave(key: key)
-        return true
-    }
-
-    private func drainMailbox(budget: Int) -> Int {
-        guard let mailbox = mailboxStorage else { return 0 }
-        let events = mailbox.take(upTo: max(1, budget))
-        for event in events {
-            deliverNow(event)
-        }
-        if mailbox.finishDrain() {
-            let queue = core.withStateLock { routing.queue }
-            queue.enqueue({ [weak self] budget in self?.drainMailbox(budget: budget) ?? 0 }, loop: eventLoop)
-        }
-        return events.count
-    }
-
-    private func deliverNow(_ event: UdpSocketEvent) {
-        let key = gateKey
-        gate.enter(key: key)
-        if let receiver = core.withStateLock({ routing.receiver }) { receiver.receive(event, on: self) }
-        gate.leave(key: key)
-    }
-
-    // MARK: The callback gate
-
-    /// Where a thread waiting for the gate sleeps (ParkingLot).
-    private var gateKey: UInt { parkingKey(of: self) }
-
-    /// The thread running one of this socket's callbacks (WaitGraph).
-    var waitedThread: UInt { gate.holderThread }
-
-    /// Runs `body` with the callback gate held (see `InlineCallbackGate`): directly when this
-    /// thread already holds it, without it when waiting would deadlock.
-    private func withGate<Result>(_ body: () throws -> Result) rethrows -> Result {
-        try gate.withEntry(key: gateKey, holder: self, body)
+        deliverDirectly(version: version) { receiver.receiveDatagram(bytes, from: name, length: length, on: self) }
     }
 
     // MARK: Utilities

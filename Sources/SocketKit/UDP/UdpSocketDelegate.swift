@@ -62,7 +62,7 @@ enum DatagramPayload {
 }
 
 /// Everything a UDP socket reports, in order.
-enum UdpSocketEvent {
+enum UdpSocketEvent: RoutedEvent {
     case didConnect(SocketAddress)
     case didNotConnect(SocketError)
     case didSend(tag: Int)

@@ -17,6 +17,7 @@
     X(tls_client_over_a_unix_socket_needs_a_peer_name) \
     X(tls_cipher_list_cannot_lower_the_security_level) \
     X(tls_getters_after_the_session_ended)    \
+    X(tls_a_new_session_starts_with_none_of_the_last_ones_tls) \
     X(tls_first_echo_does_not_wait_for_a_delayed_ack) \
     X(tls_host_queue_records)                 \
     X(tls_error_codes_have_names)             \

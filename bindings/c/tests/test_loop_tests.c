@@ -474,33 +474,145 @@ void test_udp_pause_in_a_serial_callback_while_the_loop_sets_its_delegate(void) 
     }
 }
 
-/* ---- 27.4: the matrix ------------------------------------------------------------------- */
+/* ---- 27.4 and 28.1: the matrix ---------------------------------------------------------- */
 
-/* What the callbacks of the matrix call, and what they saw. */
+/* The targets of every waiting call on one loop (the callback's own, or another group's). */
 typedef struct {
-    sk_udp_socket_t *same_loop_udp, *other_loop_udp;
-    sk_socket_t *same_loop_listener, *other_loop_listener;
-    uint16_t same_loop_port, other_loop_port;
-    sk_socket_t *self_listener;
+    sk_loop_group_t *group;
+    sk_udp_socket_t *udp;        /* bound */
+    sk_socket_t *listener;       /* disconnected */
+    uint16_t listener_port;
+    sk_socket_t *fresh;          /* made to accept */
+    sk_socket_t *connecting;     /* made to connect */
+    sk_socket_t *connected;      /* disconnected */
+    sk_socket_t *draining;       /* disconnected after writing */
+    sk_socket_t *configured;     /* a setter */
+    sk_socket_t *delegated;      /* given a delegate */
+    sk_socket_t *adopted;        /* made from `pair[0]` */
+    int pair[2];
+} targets_t;
+
+/* What the callbacks of the matrix call, and what did not have its effect. */
+typedef struct {
+    targets_t targets[2];        /* the callback's socket's loop, another group's */
+    int peer;                    /* a plain listener the connects reach */
+    uint16_t peer_port;
+    recorder_t *unused;
     uint16_t self_port;
-    int same_loop_bound, other_loop_bound;
-    int same_loop_closed, other_loop_closed, self_closed;
+    char failures[2048];
     flag_t done;
 } matrix_t;
 
-static int bound(sk_udp_socket_t *sock) {
-    uint16_t port = 0;
-    return sk_udp_socket_bind_to_port(sock, "127.0.0.1", 0, NULL) == SK_OK &&
-           sk_udp_socket_get_local_port(sock, 0, &port) == SK_OK && port != 0;
+static void failed(matrix_t *matrix, const char *what, const char *where) {
+    size_t used = strlen(matrix->failures);
+    snprintf(matrix->failures + used, sizeof matrix->failures - used, "%s (%s); ", what, where);
 }
 
+static sk_socket_t *target_socket(targets_t *targets, recorder_t *recorder) {
+    sk_socket_delegate_t delegate = recorder_delegate();
+    sk_socket_t *sock = NULL;
+    CHECK_EQ(sk_socket_create(&delegate, sizeof delegate, recorder, NULL, targets->group, &sock, NULL), SK_OK);
+    return sock;
+}
+
+static void targets_make(targets_t *targets, sk_loop_group_t *group, matrix_t *matrix) {
+    memset(targets, 0, sizeof *targets);
+    targets->group = group;
+    targets->udp = udp_socket(NULL, NULL, NULL, group);
+    targets->listener = listener_in(group, matrix->unused, NULL, &targets->listener_port);
+    targets->fresh = target_socket(targets, matrix->unused);
+    targets->connecting = target_socket(targets, matrix->unused);
+    targets->connected = target_socket(targets, matrix->unused);
+    CHECK_EQ(sk_socket_connect_to_host(targets->connected, "127.0.0.1", matrix->peer_port, NULL, 10, NULL), SK_OK);
+    targets->draining = target_socket(targets, matrix->unused);
+    CHECK_EQ(sk_socket_connect_to_host(targets->draining, "127.0.0.1", matrix->peer_port, NULL, 10, NULL), SK_OK);
+    targets->configured = target_socket(targets, matrix->unused);
+    targets->delegated = target_socket(targets, matrix->unused);
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, targets->pair), 0);
+}
+
+static void targets_release(targets_t *targets) {
+    sk_socket_t *sockets[] = {targets->listener, targets->fresh, targets->connecting, targets->connected,
+                              targets->draining, targets->configured, targets->delegated, targets->adopted};
+    for (size_t i = 0; i < sizeof sockets / sizeof *sockets; i++) {
+        if (sockets[i]) CHECK_EQ(sk_socket_release(sockets[i]), SK_OK);
+    }
+    if (!targets->adopted) close(targets->pair[0]);
+    close(targets->pair[1]);
+    CHECK_EQ(sk_udp_socket_release(targets->udp), SK_OK);
+}
+
+/* Every call that waits for a loop (or for a callback, set_delegate), on sockets of the
+ * callback's loop and of another group: each returns with its effect. */
 static void call_the_others(matrix_t *matrix) {
-    matrix->same_loop_bound = bound(matrix->same_loop_udp);
-    matrix->other_loop_bound = bound(matrix->other_loop_udp);
-    CHECK_EQ(sk_socket_disconnect(matrix->same_loop_listener), SK_OK);
-    matrix->same_loop_closed = port_is_free(matrix->same_loop_port);
-    CHECK_EQ(sk_socket_disconnect(matrix->other_loop_listener), SK_OK);
-    matrix->other_loop_closed = port_is_free(matrix->other_loop_port);
+    for (int index = 0; index < 2; index++) {
+        targets_t *t = &matrix->targets[index];
+        const char *where = index == 0 ? "same loop" : "other loop";
+        uint16_t port = 0;
+        if (sk_udp_socket_bind_to_port(t->udp, "127.0.0.1", 0, NULL) != SK_OK ||
+            sk_udp_socket_get_local_port(t->udp, 0, &port) != SK_OK || port == 0) {
+            failed(matrix, "UDP bind", where);
+        }
+        CHECK_EQ(sk_socket_disconnect(t->listener), SK_OK);
+        if (!port_is_free(t->listener_port)) failed(matrix, "disconnect a listener", where);
+        if (sk_socket_accept_on_interface(t->fresh, "127.0.0.1", 0, NULL) != SK_OK || sk_socket_is_accepting(t->fresh) != 1) {
+            failed(matrix, "accept", where);
+        }
+        if (sk_socket_connect_to_host(t->connecting, "127.0.0.1", matrix->peer_port, NULL, 10, NULL) != SK_OK ||
+            sk_socket_read(t->connecting, 0, -1, 1, NULL) != SK_OK) { /* taken: published on return */
+            failed(matrix, "connect", where);
+        }
+        CHECK_EQ(sk_socket_disconnect(t->connected), SK_OK);
+        if (sk_socket_is_disconnected(t->connected) != 1 || sk_socket_read(t->connected, 0, -1, 1, NULL) != SK_ERR_BAD_CONFIG) {
+            failed(matrix, "disconnect a connection", where);
+        }
+        CHECK_EQ(sk_socket_disconnect_after_writing(t->draining), SK_OK);
+        if (sk_socket_write(t->draining, "x", 1, -1, 1, NULL) != SK_ERR_BAD_CONFIG) {
+            failed(matrix, "disconnect after writing", where);
+        }
+        if (sk_socket_set_no_delay(t->configured, 0) != SK_OK || sk_socket_get_no_delay(t->configured) != 0) {
+            failed(matrix, "a setter", where);
+        }
+        sk_socket_delegate_t delegate = recorder_delegate();
+        if (sk_socket_set_delegate(t->delegated, &delegate, sizeof delegate, matrix->unused) != SK_OK) {
+            failed(matrix, "set the delegate", where);
+        }
+        if (sk_socket_create_from_fd(t->pair[0], &delegate, sizeof delegate, matrix->unused, NULL, t->group, &t->adopted,
+                                     NULL) != SK_OK || sk_socket_is_connected(t->adopted) != 1) {
+            failed(matrix, "adopt a descriptor", where);
+        }
+    }
+}
+
+/* The waiting calls a TCP socket makes on itself from its own callback, one after the
+ * other (each leaves the state the next one needs). */
+static void call_itself(matrix_t *matrix, sk_socket_t *sock) {
+    if (sk_socket_is_accepting(sock) == 1) {
+        CHECK_EQ(sk_socket_disconnect(sock), SK_OK);
+        if (!port_is_free(matrix->self_port)) failed(matrix, "disconnect a listener", "same socket");
+    } else {
+        if (sk_socket_set_no_delay(sock, 0) != SK_OK || sk_socket_get_no_delay(sock) != 0) {
+            failed(matrix, "a setter", "same socket");
+        }
+        CHECK_EQ(sk_socket_disconnect_after_writing(sock), SK_OK);
+        if (sk_socket_write(sock, "x", 1, -1, 1, NULL) != SK_ERR_BAD_CONFIG) {
+            failed(matrix, "disconnect after writing", "same socket");
+        }
+        CHECK_EQ(sk_socket_disconnect(sock), SK_OK);
+        if (sk_socket_is_disconnected(sock) != 1) failed(matrix, "disconnect a connection", "same socket");
+    }
+    if (sk_socket_connect_to_host(sock, "127.0.0.1", matrix->peer_port, NULL, 10, NULL) != SK_OK ||
+        sk_socket_read(sock, 0, -1, 1, NULL) != SK_OK) {
+        failed(matrix, "connect", "same socket");
+    }
+    CHECK_EQ(sk_socket_disconnect(sock), SK_OK);
+    uint16_t port = 0;
+    if (sk_socket_accept_on_interface(sock, "127.0.0.1", 0, NULL) != SK_OK ||
+        sk_socket_get_local_port(sock, &port) != SK_OK || port_is_free(port)) {
+        failed(matrix, "accept", "same socket");
+    }
+    CHECK_EQ(sk_socket_disconnect(sock), SK_OK);
+    if (!port_is_free(port)) failed(matrix, "disconnect a listener begun in the callback", "same socket");
 }
 
 static void matrix_receive(sk_udp_socket_t *sock, const void *data, size_t length, const struct sockaddr *address,
@@ -512,9 +624,10 @@ static void matrix_receive(sk_udp_socket_t *sock, const void *data, size_t lengt
     (void)context;
     matrix_t *matrix = userdata;
     if (flag_is_set(&matrix->done)) return;
-    CHECK_EQ(sk_udp_socket_set_multicast_ttl(sock, 7, NULL), SK_OK);
+    if (sk_udp_socket_set_multicast_ttl(sock, 7, NULL) != SK_OK) failed(matrix, "UDP option", "same socket");
     CHECK_EQ(sk_udp_socket_close(sock), SK_OK);
-    matrix->self_closed = sk_udp_socket_is_closed(sock) == 1;
+    if (sk_udp_socket_is_closed(sock) != 1) failed(matrix, "UDP close", "same socket");
+    if (sk_udp_socket_bind_to_port(sock, "127.0.0.1", 0, NULL) != SK_OK) failed(matrix, "UDP bind", "same socket");
     call_the_others(matrix);
     flag_set(&matrix->done);
 }
@@ -522,13 +635,26 @@ static void matrix_receive(sk_udp_socket_t *sock, const void *data, size_t lengt
 static void matrix_accept(recorder_t *recorder, sk_socket_t *listener, sk_socket_t *new_socket) {
     (void)new_socket;
     matrix_t *matrix = recorder->context;
-    CHECK_EQ(sk_socket_disconnect(listener), SK_OK);
-    matrix->self_closed = port_is_free(matrix->self_port);
+    if (flag_is_set(&matrix->done)) return;
+    call_itself(matrix, listener);
     call_the_others(matrix);
     flag_set(&matrix->done);
 }
 
-static void matrix_round(sk_callback_queue_t *queue, int from_udp) {
+static void matrix_read(recorder_t *recorder, sk_socket_t *sock, const void *data, size_t length, long tag) {
+    (void)data;
+    (void)length;
+    (void)tag;
+    matrix_t *matrix = recorder->context;
+    if (flag_is_set(&matrix->done)) return;
+    call_itself(matrix, sock);
+    call_the_others(matrix);
+    flag_set(&matrix->done);
+}
+
+enum { FROM_UDP, FROM_LISTENER, FROM_CONNECTION };
+
+static void matrix_round(sk_callback_queue_t *queue, int source_kind) {
     sk_loop_group_t *group = NULL; /* the callback's socket's loop */
     CHECK_EQ(sk_loop_group_create(1, &group, NULL), SK_OK);
     sk_loop_group_t *other = NULL;
@@ -539,48 +665,59 @@ static void matrix_round(sk_callback_queue_t *queue, int from_udp) {
     memset(&matrix, 0, sizeof matrix);
     pthread_mutex_init(&matrix.done.lock, NULL);
     pthread_cond_init(&matrix.done.changed, NULL);
-    matrix.same_loop_udp = udp_socket(NULL, NULL, NULL, group);
-    matrix.other_loop_udp = udp_socket(NULL, NULL, NULL, other);
-    matrix.same_loop_listener = listener_in(group, &unused, NULL, &matrix.same_loop_port);
-    matrix.other_loop_listener = listener_in(other, &unused, NULL, &matrix.other_loop_port);
+    matrix.unused = &unused;
+    matrix.peer = raw_listen("127.0.0.1", &matrix.peer_port, 64);
+    targets_make(&matrix.targets[0], group, &matrix);
+    targets_make(&matrix.targets[1], other, &matrix);
     recorder_t recorder;
     recorder_init(&recorder);
     recorder.context = &matrix;
-    sk_udp_socket_t *source = NULL;
-    int client = -1;
+    sk_udp_socket_t *udp_source = NULL;
+    sk_socket_t *tcp_source = NULL;
+    int client = -1, source_listener = -1;
     sk_callback_queue_t *host = queue && sk_callback_queue_fd(queue) >= 0 ? queue : NULL;
-    if (from_udp) {
+    if (source_kind == FROM_UDP) {
         sk_udp_socket_delegate_t delegate = {0};
         delegate.did_receive = matrix_receive;
-        source = udp_socket(&delegate, &matrix, queue, group);
-        CHECK_EQ(sk_udp_socket_bind_to_port(source, "127.0.0.1", 0, NULL), SK_OK);
-        CHECK_EQ(sk_udp_socket_begin_receiving(source, NULL), SK_OK);
-        send_datagram(udp_port(source));
-    } else {
+        udp_source = udp_socket(&delegate, &matrix, queue, group);
+        CHECK_EQ(sk_udp_socket_bind_to_port(udp_source, "127.0.0.1", 0, NULL), SK_OK);
+        CHECK_EQ(sk_udp_socket_begin_receiving(udp_source, NULL), SK_OK);
+        send_datagram(udp_port(udp_source));
+    } else if (source_kind == FROM_LISTENER) {
         recorder.on_accept = matrix_accept;
-        matrix.self_listener = listener_in(group, &recorder, queue, &matrix.self_port);
+        tcp_source = listener_in(group, &recorder, queue, &matrix.self_port);
         client = raw_connect("127.0.0.1", matrix.self_port);
+    } else {
+        recorder.on_read = matrix_read;
+        uint16_t port = 0;
+        source_listener = raw_listen("127.0.0.1", &port, 8); /* the targets' connections wait at the peer */
+        sk_socket_delegate_t delegate = recorder_delegate();
+        CHECK_EQ(sk_socket_create(&delegate, sizeof delegate, &recorder, queue, group, &tcp_source, NULL), SK_OK);
+        CHECK_EQ(sk_socket_connect_to_host(tcp_source, "127.0.0.1", port, NULL, 10, NULL), SK_OK);
+        CHECK_EQ(sk_socket_read(tcp_source, 0, -1, 1, NULL), SK_OK);
+        client = raw_accept(source_listener);
+        CHECK_EQ(write(client, "x", 1), 1);
     }
     CHECK(flag_wait(&matrix.done, WAIT_SECONDS, host));
-    CHECK(matrix.same_loop_bound && matrix.other_loop_bound);
-    CHECK(matrix.same_loop_closed && matrix.other_loop_closed);
-    CHECK(matrix.self_closed);
-    if (source) CHECK_EQ(sk_udp_socket_release(source), SK_OK);
-    if (matrix.self_listener) CHECK_EQ(sk_socket_release(matrix.self_listener), SK_OK);
+    if (matrix.failures[0]) fprintf(stderr, "queue %p, source %d: %s\n", (void *)queue, source_kind, matrix.failures);
+    CHECK_EQ(matrix.failures[0], 0);
+    if (udp_source) CHECK_EQ(sk_udp_socket_release(udp_source), SK_OK);
+    if (tcp_source) CHECK_EQ(sk_socket_release(tcp_source), SK_OK);
     if (client >= 0) close(client);
-    CHECK_EQ(sk_udp_socket_release(matrix.same_loop_udp), SK_OK);
-    CHECK_EQ(sk_udp_socket_release(matrix.other_loop_udp), SK_OK);
-    CHECK_EQ(sk_socket_release(matrix.same_loop_listener), SK_OK);
-    CHECK_EQ(sk_socket_release(matrix.other_loop_listener), SK_OK);
+    if (source_listener >= 0) close(source_listener);
+    targets_release(&matrix.targets[0]);
+    targets_release(&matrix.targets[1]);
+    close(matrix.peer);
     CHECK_EQ(sk_loop_group_release(group), SK_OK);
     CHECK_EQ(sk_loop_group_release(other), SK_OK);
     recorder_destroy(&recorder);
     recorder_destroy(&unused);
 }
 
-/* Waiting calls (UDP bind and options, a listener's disconnect) made from a UDP callback
- * and from a listener's callback, on each kind of callback queue, against the calling
- * socket, sockets on its loop's group and sockets of another group: each returns with its
+/* Every waiting call (UDP bind, options and close; TCP accept, connect, adoption, the
+ * disconnects, a setter; the delegate setter) made from a UDP callback, a listener's
+ * callback and a connection's callback, on each kind of callback queue, against the
+ * calling socket, sockets on its loop and sockets of another group: each returns with its
  * effect done. */
 void test_waiting_calls_from_callbacks_on_each_queue_kind(void) {
     sk_callback_queue_t *serial = NULL;
@@ -589,8 +726,9 @@ void test_waiting_calls_from_callbacks_on_each_queue_kind(void) {
     CHECK_EQ(sk_callback_queue_create_host(&host, NULL), SK_OK);
     sk_callback_queue_t *queues[3] = {NULL, serial, host};
     for (int kind = 0; kind < 3; kind++) {
-        matrix_round(queues[kind], 1);
-        matrix_round(queues[kind], 0);
+        matrix_round(queues[kind], FROM_UDP);
+        matrix_round(queues[kind], FROM_LISTENER);
+        matrix_round(queues[kind], FROM_CONNECTION);
     }
     CHECK_EQ(sk_callback_queue_release(serial), SK_OK);
     CHECK_EQ(sk_callback_queue_release(host), SK_OK);

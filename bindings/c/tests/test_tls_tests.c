@@ -784,6 +784,72 @@ void test_tls_getters_after_the_session_ended(void) {
     tls_server_stop(&server);
 }
 
+/* What a client saw when it began a new session right after a secure one. */
+typedef struct reconnection {
+    uint16_t port;     /* a plain listener to connect to */
+    int secure;        /* sk_socket_is_secure right after the connect */
+    int info_status;   /* sk_socket_get_tls_info */
+    int start_status;  /* sk_socket_start_tls */
+} reconnection_t;
+
+static void reconnect(sk_socket_t *sock, reconnection_t *reconnection) {
+    CHECK_EQ(sk_socket_disconnect(sock), SK_OK);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", reconnection->port, NULL, 10, NULL), SK_OK);
+    reconnection->secure = sk_socket_is_secure(sock);
+    sk_tls_info_t info;
+    reconnection->info_status = sk_socket_get_tls_info(sock, &info);
+    sk_tls_settings_t *settings = client_settings();
+    reconnection->start_status = sk_socket_start_tls(sock, settings, NULL);
+    sk_tls_settings_release(settings);
+}
+
+static void reconnect_on_read(recorder_t *recorder, sk_socket_t *sock, const void *data, size_t length, long tag) {
+    (void)data;
+    (void)length;
+    (void)tag;
+    reconnect(sock, recorder->context);
+}
+
+/* A session begun after a secure one starts with none of its TLS: not secure, no TLS info,
+ * and sk_socket_start_tls counts again (the loop is the only writer of what the getters
+ * read, and a session's end and the next one's start share one reset). From inside a
+ * callback of the secure session, and from the test's thread. */
+void test_tls_a_new_session_starts_with_none_of_the_last_ones_tls(void) {
+    uint16_t port = 0;
+    int plain = raw_listen("127.0.0.1", &port, 8);
+    for (int from_callback = 1; from_callback >= 0; from_callback--) {
+        tls_server_t server;
+        tls_server_start(&server, server_settings("server"));
+        recorder_t client;
+        recorder_init(&client);
+        reconnection_t reconnection;
+        memset(&reconnection, 0, sizeof reconnection);
+        reconnection.port = port;
+        client.context = &reconnection;
+        sk_tls_settings_t *settings = client_settings();
+        sk_socket_t *sock = tls_client(&client, "127.0.0.1", server.port, settings);
+        sk_tls_settings_release(settings);
+        recorder_expect(&client, EVENT_SECURE, 1);
+        CHECK_EQ(sk_socket_is_secure(sock), 1);
+        if (from_callback) {
+            client.on_read = reconnect_on_read;
+            CHECK_EQ(sk_socket_read(sock, 0, -1, 1, NULL), SK_OK);
+            recorder_expect(&server.listener_recorder, EVENT_ACCEPT, 1);
+            CHECK_EQ(sk_socket_write(recorder_accepted(&server.listener_recorder, 0), "x", 1, -1, 1, NULL), SK_OK);
+        } else {
+            reconnect(sock, &reconnection);
+        }
+        recorder_expect(&client, EVENT_DISCONNECT, 1); /* the secure session's: after the calls */
+        CHECK_EQ(reconnection.secure, 0);
+        CHECK_EQ(reconnection.info_status, SK_ERR_BAD_CONFIG);
+        CHECK_EQ(reconnection.start_status, SK_OK);
+        sk_socket_release(sock);
+        recorder_destroy(&client);
+        tls_server_stop(&server);
+    }
+    close(plain);
+}
+
 /* A Unix-domain connection has no host to check the server's certificate against: a
  * client without a peer name is refused rather than checking the chain alone (which
  * admitted a certificate for any name). */

@@ -849,16 +849,20 @@ class Socket(_SocketBase):
     :meth:`abort`). Use it as a context manager, or call :meth:`close` (queued writes are
     still sent); afterwards every method raises :class:`InvalidHandleError`.
 
-    Most methods are requests: they return at once, and what follows comes to the
-    delegate. The ones that promise an effect on return wait for it: :meth:`accept_on_port`
-    and its twins return listening; :meth:`disconnect`, :meth:`close` and :meth:`abort` of a
-    listener return with its descriptors closed and its Unix-domain socket file removed (a
-    new listener can take the port or path at once); setting :attr:`delegate` and closing
-    wait for a delegate method running on another thread; every :class:`UdpSocket` method
-    but the sends and getters returns the loop's answer. None of these waits can deadlock,
-    whichever thread or delegate method calls them: when the thread waited for is itself
-    waiting for the caller, a wait for a running delegate method gives way (the setter
-    returns while that method may still be finishing); only when two loops' delegate
+    The socket's loop is the only writer of its state: a method that changes it waits for
+    the loop to make the change and returns its answer (inline on the loop's thread), so the
+    effect is visible on return: the connects return connecting (a read queued next is
+    taken), :meth:`accept_on_port` and its twins return listening, :meth:`from_fd` returns
+    connected, the disconnects and the option setters return done; :meth:`disconnect`,
+    :meth:`close` and :meth:`abort` of a listener return with its descriptors closed and its
+    Unix-domain socket file removed (a new listener can take the port or path at once); and
+    so does every :class:`UdpSocket` method but the sends and getters. Reads, writes,
+    :meth:`start_tls` and sends are queued without waiting, and what follows comes to the
+    delegate; getters read what the loop last published. Setting :attr:`delegate` and
+    closing wait for a delegate method running on another thread. None of these waits can
+    deadlock, whichever thread or delegate method calls them: when the thread waited for is
+    itself waiting for the caller, a wait for a running delegate method gives way (the
+    setter returns while that method may still be finishing); only when two loops' delegate
     methods call each other's sockets at the same moment does a call not wait: it raises
     BadConfigError (errno EDEADLK) with no effect, or, when it returns nothing, is queued.
     """

@@ -308,6 +308,43 @@ def test_start_tls_refuses_at_once_and_only_the_first_call_counts(make_pair, cer
         pair.client.start_tls(certs.client())
 
 
+@pytest.mark.parametrize("from_its_callback", [True, False])
+def test_a_new_session_starts_with_none_of_the_last_ones_tls(secure_pair, certs, from_its_callback):
+    """A session begun after a secure one starts with none of its TLS: not secure, no TLS
+    info, and start_tls counts again (the loop is the only writer of what the getters read,
+    and a session's end and the next one's start share one reset). From inside a delegate
+    method of the secure session (on the loop's thread) and from the test's thread."""
+    pair = secure_pair(queue=None)
+    pair.client_recorder.expect("secure")
+    assert pair.client.is_secure
+    plain = RawListener()
+    seen = []
+    done = threading.Event()
+
+    def reconnect(sock):
+        sock.disconnect()
+        try:
+            sock.connect_to_host("127.0.0.1", plain.port)
+            seen.append((sock.is_secure, sock.tls_info))
+            sock.start_tls(certs.client())
+            seen.append("start_tls taken")
+        except socketkit.Error as error:
+            seen.append(repr(error))
+        done.set()
+
+    try:
+        if from_its_callback:
+            pair.client_recorder.on_read = lambda sock, data, tag: reconnect(sock)
+            pair.client.read(tag=1)
+            pair.server.write(b"x")
+        else:
+            reconnect(pair.client)
+        assert done.wait(WAIT)
+        assert seen == [(False, None), "start_tls taken"]
+    finally:
+        plain.close()
+
+
 # ======================================================================================
 # Handshakes and what they settled
 # ======================================================================================

@@ -99,51 +99,180 @@ def _port_is_free(port: int) -> bool:
         probe.close()
 
 
+def _refused(call, *arguments):
+    """Whether ``call`` raises BadConfigError (what a socket that takes no reads or writes
+    does)."""
+    try:
+        call(*arguments)
+    except socketkit.BadConfigError:
+        return True
+    return False
+
+
+class _Targets:
+    """A socket for every call that waits, on one loop, made beforehand; ``call_all`` makes
+    the calls and returns those that did not have their effect."""
+
+    def __init__(self, group, peer_port):
+        self.group = group
+        self.peer_port = peer_port
+        self.udp = socketkit.UdpSocket(loop_group=group)
+        self.listener = self.tcp()
+        self.listener.accept_on_interface("127.0.0.1", 0)
+        self.listener_port = self.listener.local_port
+        self.fresh = self.tcp()
+        self.connecting = self.tcp()
+        self.connected = self.tcp()
+        self.connected.connect_to_host("127.0.0.1", peer_port)
+        self.draining = self.tcp()
+        self.draining.connect_to_host("127.0.0.1", peer_port)
+        self.configured = self.tcp()
+        self.delegated = self.tcp()
+        self.pair = socket.socketpair()
+        self.adopted = None
+
+    def tcp(self):
+        return socketkit.Socket(object(), loop_group=self.group)
+
+    def call_all(self):
+        failed = []
+        self.udp.bind_to_port(0, "127.0.0.1")
+        if self.udp.local_port == 0:
+            failed.append("UDP bind")
+        self.listener.disconnect()
+        if not _port_is_free(self.listener_port):
+            failed.append("disconnect a listener")
+        self.fresh.accept_on_interface("127.0.0.1", 0)
+        if not self.fresh.is_accepting:
+            failed.append("accept")
+        self.connecting.connect_to_host("127.0.0.1", self.peer_port)
+        self.connecting.read(tag=1)  # taken: the session is published on return
+        self.connected.disconnect()
+        if not (self.connected.is_disconnected and _refused(self.connected.read)):
+            failed.append("disconnect a connection")
+        self.draining.disconnect_after_writing()
+        if not _refused(self.draining.write, b"x"):
+            failed.append("disconnect after writing")
+        self.configured.no_delay = False
+        if self.configured.no_delay:
+            failed.append("a setter")
+        replacement = object()
+        self.delegated.delegate = replacement
+        if self.delegated.delegate is not replacement:
+            failed.append("set the delegate")
+        self.adopted = socketkit.Socket.from_fd(self.pair[0].detach(), object(), loop_group=self.group)
+        if not self.adopted.is_connected:
+            failed.append("adopt a descriptor")
+        return failed
+
+    def close(self):
+        for sock in (self.listener, self.fresh, self.connecting, self.connected, self.draining,
+                     self.configured, self.delegated, self.adopted):
+            if sock is not None:
+                sock.close()
+        self.udp.release()
+        for end in self.pair:
+            end.close()
+
+
+def _call_itself(sock, peer_port):
+    """The waiting calls a TCP socket makes on itself from its own delegate method, one
+    after the other; those that did not have their effect."""
+    failed = []
+    if sock.is_accepting:
+        port = sock.local_port
+        sock.disconnect()
+        if not _port_is_free(port):
+            failed.append("disconnect a listener")
+    else:
+        sock.no_delay = False
+        if sock.no_delay:
+            failed.append("a setter")
+        sock.disconnect_after_writing()
+        if not _refused(sock.write, b"x"):
+            failed.append("disconnect after writing")
+        sock.disconnect()
+        if not sock.is_disconnected:
+            failed.append("disconnect a connection")
+    sock.connect_to_host("127.0.0.1", peer_port)
+    sock.read(tag=1)
+    sock.disconnect()
+    sock.accept_on_interface("127.0.0.1", 0)
+    port = sock.local_port
+    if _port_is_free(port):
+        failed.append("accept")
+    sock.disconnect()
+    if not _port_is_free(port):
+        failed.append("disconnect a listener begun in the delegate method")
+    return failed
+
+
+@pytest.mark.parametrize("source", ["udp", "connection", "listener"])
 @pytest.mark.parametrize("kind", ["loop", "serial", "host"])
-def test_waiting_calls_from_delegate_methods_return_with_their_effect(kind):
-    """UDP binds and listeners' disconnects made from a UDP delegate method, on each kind of
-    queue, against sockets on its loop and on another loop: each returns with its effect."""
+def test_waiting_calls_from_delegate_methods_return_with_their_effect(kind, source):
+    """Every call that waits (UDP bind and close; TCP accept, connect, adoption, the
+    disconnects, a setter; the delegate setter), made from a delegate method of a UDP
+    socket, a connection and a listener, on each kind of queue, against the calling socket,
+    sockets on its loop and sockets on another loop: each returns with its effect."""
     queue = {"loop": None, "serial": socketkit.SerialQueue(), "host": socketkit.HostQueue()}[kind]
     here = socketkit.LoopGroup(1)
     there = socketkit.LoopGroup(1)
-    targets = {"same loop": here, "other loop": there}
-    udp = {name: socketkit.UdpSocket(loop_group=group) for name, group in targets.items()}
-    listeners = {name: socketkit.Socket(object(), loop_group=group) for name, group in targets.items()}
-    for listener in listeners.values():
-        listener.accept_on_interface("127.0.0.1", 0)
-    ports = {name: listener.local_port for name, listener in listeners.items()}
-    seen = {}
+    peer = socket.create_server(("127.0.0.1", 0), backlog=64)  # the connects reach it
+    peer_port = peer.getsockname()[1]
+    targets = {"same loop": _Targets(here, peer_port), "other loop": _Targets(there, peer_port)}
+    failed = []
     done = threading.Event()
+
+    def call_all(own):
+        if done.is_set():
+            return
+        failed.extend("same socket: " + name for name in own)
+        for place, made in targets.items():
+            failed.extend(place + ": " + name for name in made.call_all())
+        done.set()
 
     class Delegate:
         def udp_socket_did_receive(self, sock, data, address, context):
-            if done.is_set():
-                return
             sock.close()
-            seen["same socket"] = sock.is_closed
-            for name in targets:
-                udp[name].bind_to_port(0, "127.0.0.1")
-                seen[name + " bound"] = udp[name].local_port != 0
-                listeners[name].disconnect()
-                seen[name + " closed"] = _port_is_free(ports[name])
-            done.set()
+            call_all([] if sock.is_closed else ["UDP close"])
 
-    source = socketkit.UdpSocket(Delegate(), queue=queue, loop_group=here)
-    source.bind_to_port(0, "127.0.0.1")
-    source.begin_receiving()
-    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sender.sendto(b"d", ("127.0.0.1", source.local_port))
+        def socket_did_read(self, sock, data, tag):
+            call_all(_call_itself(sock, peer_port))
+
+        def socket_did_accept(self, listener, sock):
+            call_all(_call_itself(listener, peer_port))
+
+    closing = []
+    if source == "udp":
+        udp_source = socketkit.UdpSocket(Delegate(), queue=queue, loop_group=here)
+        udp_source.bind_to_port(0, "127.0.0.1")
+        udp_source.begin_receiving()
+        sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sender.sendto(b"d", ("127.0.0.1", udp_source.local_port))
+        closing = [sender, udp_source.release]
+    else:
+        tcp_source = socketkit.Socket(Delegate(), queue=queue, loop_group=here)
+        if source == "connection":
+            listener = socket.create_server(("127.0.0.1", 0))  # the targets' connections wait at the peer
+            tcp_source.connect_to_host("127.0.0.1", listener.getsockname()[1])
+            tcp_source.read(tag=1)
+            client, _ = listener.accept()
+            client.sendall(b"x")
+            closing = [listener, client, tcp_source]
+        else:
+            tcp_source.accept_on_interface("127.0.0.1", 0)
+            client = socket.create_connection(("127.0.0.1", tcp_source.local_port))
+            closing = [client, tcp_source]
     if kind == "host":
         from conftest import pump
         pump(queue, done.is_set)
     assert done.wait(20)
-    assert seen == {"same socket": True, "same loop bound": True, "same loop closed": True,
-                    "other loop bound": True, "other loop closed": True}
-    sender.close()
-    for sock in [source, *udp.values()]:
-        sock.release()
-    for listener in listeners.values():
-        listener.close()
+    assert failed == []
+    for item in closing:
+        item() if callable(item) and not hasattr(item, "close") else item.close()
+    for made in targets.values():
+        made.close()
+    peer.close()
     here.close()
     there.close()
 
