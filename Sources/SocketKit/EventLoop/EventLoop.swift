@@ -360,7 +360,7 @@ public final class EventLoop: @unchecked Sendable {
     /// One iteration: ready descriptors, expired timers, tasks, end-of-iteration work.
     /// Returns true when the loop must stop.
     private func runIteration(timeout: Int32) -> Bool {
-        if timeout != 0 { skc_thread_will_wait() }
+        if timeout != 0 { ThreadWaitHook.threadWillWait() }
         let count = skc_epoll_wait(epollFD, events, Int32(eventCapacity), timeout)
         // Only timers due when the poll returned fire in this iteration. One armed later in
         // it (a zero timeout set by a callback) waits for the next poll, so that what

@@ -46,7 +46,7 @@ enum PosixThread {
     }
 
     static func join(_ thread: pthread_t) {
-        skc_thread_will_wait() // sk_thread_set_wait_hook
+        ThreadWaitHook.threadWillWait()
         pthread_join(thread, nil)
     }
 }
