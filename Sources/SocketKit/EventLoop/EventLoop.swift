@@ -344,7 +344,6 @@ public final class EventLoop: @unchecked Sendable {
         if isDriven && !iterating { wakeDrivenHost() }
     }
 
-    @inline(__always)
     func assertInEventLoop() {
         assert(inEventLoop, "SocketKit: loop-confined state touched off its event loop thread")
     }
@@ -453,7 +452,6 @@ public final class EventLoop: @unchecked Sendable {
         return Int32(min(milliseconds, UInt64(Int32.max)))
     }
 
-    @inline(__always)
     private func dispatch(_ event: epoll_event) {
         let token = event.data.u64
         if token == EventLoop.wakeupToken {

@@ -27,20 +27,17 @@ struct InlineCallbackGate: ~Copyable {
         holder.load(ordering: .acquiring) == currentThreadIdentity()
     }
 
-    @inline(__always)
     private func tryEnter(_ me: UInt) -> Bool {
         holder.compareExchange(expected: 0, desired: me, ordering: .acquiringAndReleasing).exchanged
     }
 
     /// Enters for a callback (the delivering thread never holds a gate another thread could
     /// be waiting on while it waits here).
-    @inline(__always)
     func enter(key: UInt) {
         let me = currentThreadIdentity()
         if !tryEnter(me) { _ = enterContended(me, key: key) }
     }
 
-    @inline(__always)
     func leave(key: UInt) {
         // Sequentially consistent with the waiter's increment: either the waiter sees the
         // gate free, or this sees the waiter (and wakes it under the bucket's mutex).

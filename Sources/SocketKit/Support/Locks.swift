@@ -48,14 +48,12 @@ struct InlineLock: ~Copyable {
 
     init() {}
 
-    @inline(__always)
     func lock(key: UInt) {
         if !word.compareExchange(expected: 0, desired: 1, ordering: .acquiring).exchanged {
             lockContended(key: key)
         }
     }
 
-    @inline(__always)
     func unlock(key: UInt) {
         if word.exchange(0, ordering: .releasing) == 2 {
             ParkingLot.wakeAll(key: key)
@@ -75,7 +73,6 @@ struct InlineLock: ~Copyable {
     }
 
     /// Runs `body` with the lock held.
-    @inline(__always)
     func withLock<Result, Failure: Error>(key: UInt, _ body: () throws(Failure) -> Result) throws(Failure) -> Result {
         lock(key: key)
         defer { unlock(key: key) }
@@ -89,7 +86,6 @@ final class Lock: @unchecked Sendable {
 
     init() {}
 
-    @inline(__always)
     func withLock<Result, Failure: Error>(_ body: () throws(Failure) -> Result) throws(Failure) -> Result {
         try word.withLock(key: parkingKey(of: self), body)
     }
@@ -104,7 +100,6 @@ final class LockedValue<Value>: @unchecked Sendable {
         value = initialValue
     }
 
-    @inline(__always)
     func withLock<Result, Failure: Error>(
         _ body: (inout Value) throws(Failure) -> Result
     ) throws(Failure) -> Result {
@@ -129,13 +124,10 @@ final class ConditionLock: @unchecked Sendable {
 
     init() {}
 
-    @inline(__always)
     func lock() { word.lock(key: parkingKey(of: self)) }
 
-    @inline(__always)
     func unlock() { word.unlock(key: parkingKey(of: self)) }
 
-    @inline(__always)
     func withLock<Result, Failure: Error>(_ body: () throws(Failure) -> Result) throws(Failure) -> Result {
         try word.withLock(key: parkingKey(of: self), body)
     }

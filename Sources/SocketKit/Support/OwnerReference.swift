@@ -31,7 +31,6 @@ struct OwnerReference<Owner: AnyObject>: ~Copyable {
     }
 
     /// The owner, or nil once it is being deinitialized (or before `attach`).
-    @inline(__always)
     func load() -> Owner? {
         guard let object else { return nil }
         return RuntimeShortcuts.tryRetain(object, as: Owner.self)

@@ -33,7 +33,6 @@ enum ParkingLot {
         return table
     }()
 
-    @inline(__always)
     private static func bucket(_ key: UInt) -> Int {
         // Objects are 16-byte aligned; mix the higher bits in.
         Int(truncatingIfNeeded: (key >> 4) ^ (key >> 12)) & (bucketCount - 1)
@@ -74,7 +73,6 @@ enum ParkingLot {
 }
 
 /// The parking-lot key of an object's lock word or gate: the object's address.
-@inline(__always)
 func parkingKey(of object: AnyObject) -> UInt {
     UInt(bitPattern: Int(bitPattern: Unmanaged.passUnretained(object).toOpaque()))
 }

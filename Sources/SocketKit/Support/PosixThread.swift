@@ -3,7 +3,6 @@ import SocketKitC
 
 /// The identity of the calling thread, comparable with what `PosixThread.current` returned
 /// on another thread. Used for loop affinity checks and for re-entrancy detection.
-@inline(__always)
 func currentThreadIdentity() -> UInt {
     UInt(pthread_self())
 }

@@ -23,7 +23,6 @@ import SocketKitC
 /// `OwnerReference` a weak reference; behaviour is the same.
 enum RuntimeShortcuts {
     /// Runs `body` with the object `reference` stands for, which the caller keeps alive.
-    @inline(__always)
     static func withUnretained<Object: AnyObject, Result>(
         _ reference: Unmanaged<Object>, _ body: (Object) throws -> Result
     ) rethrows -> Result {
@@ -35,7 +34,6 @@ enum RuntimeShortcuts {
     }
 
     /// `object` as the class `Object`, which the caller has already checked it is.
-    @inline(__always)
     static func downcast<Object: AnyObject>(_ object: AnyObject, to type: Object.Type) -> Object {
         assert(object is Object)
         #if SOCKETKIT_NO_RUNTIME_SHORTCUTS
@@ -47,7 +45,6 @@ enum RuntimeShortcuts {
 
     /// Whether the strong reference the caller holds through `reference` is the object's
     /// only one.
-    @inline(__always)
     static func isOnlyReference<Object: AnyObject>(_ reference: Unmanaged<Object>) -> Bool {
         swift_isUniquelyReferenced_nonNull_native(reference.toOpaque())
     }
@@ -55,7 +52,6 @@ enum RuntimeShortcuts {
     // For `OwnerReference`.
 
     /// A strong reference to `object`, or nil once its deinitialization has begun.
-    @inline(__always)
     static func tryRetain<Object: AnyObject>(_ object: UnsafeMutableRawPointer, as type: Object.Type) -> Object? {
         guard let retained = swift_tryRetain(object) else { return nil }
         return Unmanaged<Object>.fromOpaque(retained).takeRetainedValue()

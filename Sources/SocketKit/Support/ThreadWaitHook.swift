@@ -27,7 +27,6 @@ enum ThreadWaitHook {
     }
 
     /// Runs the calling thread's hook, if one is set, and forgets it: just before blocking.
-    @inline(__always)
     static func threadWillWait() {
         skc_thread_will_wait()
     }
