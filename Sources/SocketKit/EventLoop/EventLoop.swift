@@ -98,13 +98,11 @@ public final class EventLoop: @unchecked Sendable {
 
     private static let wakeupToken = UInt64.max
     private static let timerToken = UInt64.max - 1
-    /// 256 KiB, as asyncio and uvloop read. Measured side by side (bench `run.sh -r 5 -c
-    /// stream1`, 2026-11-24, the C echo server built with 64, 128 and 256 KiB reads, two
-    /// runs of five): throughput / C epoll's (64 KiB reads) 0.96-0.98x, 1.16-1.31x,
-    /// 1.25-1.27x; the Python echo 0.94-0.96x, 1.35x, 1.29-1.39x. A stream echoed in
-    /// 64 KiB pieces keeps the client's core busier per MB (C epoll itself speeds up the
-    /// same way with bigger reads); 64 B ping-pong did not change. Earlier runs (2026-11-23
-    /// and the morning of 11-24) had found the opposite; measure again before changing it.
+    /// 256 KiB, as asyncio and uvloop read: a stream echoed in 64 KiB pieces keeps the
+    /// peer's core busier per MB (C epoll itself speeds up the same way with bigger reads),
+    /// and small messages do not notice the size. Measurements, including earlier ones that
+    /// found the opposite: bench/README.md, "Reads of 256 KiB"; measure again before
+    /// changing it.
     static let readBufferSize = 256 * 1024
 
     init(index: Int, group: EventLoopGroup?, driven: Bool = false) {

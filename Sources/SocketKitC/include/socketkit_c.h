@@ -28,6 +28,7 @@
 #include <net/if.h>
 #include <ifaddrs.h>
 #include <pthread.h>
+#include <malloc.h>
 #include <openssl/ssl.h>
 #include <openssl/err.h>
 #include <openssl/x509v3.h>
@@ -50,6 +51,12 @@ int skc_current_thread_id(void);
 /* The number of CPUs this thread may run on (sched_getaffinity(2) and CPU_COUNT, which is
  * a macro), or 0 if the kernel does not say. */
 int skc_available_cpus(void);
+
+/* malloc_usable_size(3): the bytes the heap set aside for an allocation (a Swift object
+ * included), for ConnectionFootprint. */
+static inline size_t skc_heap_bytes(const void *allocation) {
+    return malloc_usable_size((void *)allocation);
+}
 
 /* sizeof(((struct sockaddr_un *)0)->sun_path). */
 static inline size_t skc_unix_path_capacity(void) {
