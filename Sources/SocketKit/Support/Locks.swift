@@ -23,8 +23,8 @@ import Synchronization
 // Only the callback gate is held around user code.
 //
 // Why not pthread mutexes: a `pthread_mutex_t` must not move, and Swift does not promise a
-// stored property's address, so each one would be an allocation of its own (and a
-// connection has three locks).
+// stored property's address, so each one would be an allocation of its own, every
+// connection's locks among them.
 //
 // Why not `Synchronization.Mutex`: ThreadSanitizer does not see its contended hand-over.
 // When a `Mutex` is contended, its slow path (compiled into the Swift runtime, which is not
