@@ -30,9 +30,16 @@ STAGE      := $(BUILD)/stage
 # The shipping library: the Swift runtime linked in (loads with no toolchain around), only
 # sk_* exported (version script), a soname, never unloaded (-z nodelete: Swift code must not
 # be), DWARF 4 so valgrind can read the C shim's debug info.
+# -enforce-exclusivity=unchecked: no run-time exclusivity checks in the shipping build (the
+# debug builds of `make swift-test` and `make sanitize` keep them, so every test still runs
+# checked). Of every trick the engine keeps, this one saves the most instructions on the hot
+# paths: bench/README.md, "Speed tricks", has the figures and how they were measured.
+# EXTRA_RELEASE_FLAGS: to switch a speed trick off for a measurement (same section), e.g.
+#   make c-prefix EXTRA_RELEASE_FLAGS="-Xcc -DSOCKETKIT_NO_DIRECT_SYSCALLS"
+EXTRA_RELEASE_FLAGS ?=
 RELEASE_FLAGS := -c release -Xswiftc -static-stdlib -Xswiftc -enforce-exclusivity=unchecked -Xcc -gdwarf-4 \
 	-Xlinker --version-script=$(CURDIR)/Sources/SocketKit/socketkit.map \
-	-Xlinker -soname=$(SONAME) -Xlinker -z -Xlinker nodelete
+	-Xlinker -soname=$(SONAME) -Xlinker -z -Xlinker nodelete $(EXTRA_RELEASE_FLAGS)
 
 # Debian packages the build and the tests need (command -> package).
 REQUIRED_TOOLS := cc:gcc pkg-config:pkg-config valgrind:valgrind python3:python3 strip:binutils openssl:openssl curl:curl socat:socat

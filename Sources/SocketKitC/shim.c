@@ -33,22 +33,30 @@ _Static_assert(sizeof(skc_mmsghdr) == sizeof(struct mmsghdr), "skc_mmsghdr is st
 _Static_assert(offsetof(skc_mmsghdr, msg_hdr) == offsetof(struct mmsghdr, msg_hdr), "skc_mmsghdr is struct mmsghdr");
 _Static_assert(offsetof(skc_mmsghdr, msg_len) == offsetof(struct mmsghdr, msg_len), "skc_mmsghdr is struct mmsghdr");
 
+/* Direct system calls unless SOCKETKIT_NO_DIRECT_SYSCALLS (see skc_read in the header). */
 int skc_recv_datagrams(int fd, skc_mmsghdr *messages, unsigned int count) {
     if (count > SKC_MAX_DATAGRAM_BATCH) count = SKC_MAX_DATAGRAM_BATCH;
-    /* syscall(2): not glibc's cancellable wrapper (see skc_read in the header). */
+#ifdef SOCKETKIT_NO_DIRECT_SYSCALLS
+    return recvmmsg(fd, (struct mmsghdr *)messages, count, MSG_DONTWAIT, NULL);
+#else
     return (int)syscall(SYS_recvmmsg, fd, messages, count, MSG_DONTWAIT, NULL);
+#endif
 }
 
 int skc_send_datagrams(int fd, skc_mmsghdr *messages, unsigned int count) {
     if (count > SKC_MAX_DATAGRAM_BATCH) count = SKC_MAX_DATAGRAM_BATCH;
+#ifdef SOCKETKIT_NO_DIRECT_SYSCALLS
+    return sendmmsg(fd, (struct mmsghdr *)messages, count, MSG_NOSIGNAL | MSG_DONTWAIT);
+#else
     return (int)syscall(SYS_sendmmsg, fd, messages, count, MSG_NOSIGNAL | MSG_DONTWAIT);
+#endif
 }
 
-__thread skc_callback_scope_t skc_callback_scope __attribute__((tls_model("initial-exec")));
-__thread void *skc_event_sink __attribute__((tls_model("initial-exec")));
+SKC_THREAD_LOCAL skc_callback_scope_t skc_callback_scope;
+SKC_THREAD_LOCAL void *skc_event_sink;
 
-static __thread void (*thread_wait_hook)(void *context) __attribute__((tls_model("initial-exec")));
-static __thread void *thread_wait_hook_context __attribute__((tls_model("initial-exec")));
+static SKC_THREAD_LOCAL void (*thread_wait_hook)(void *context);
+static SKC_THREAD_LOCAL void *thread_wait_hook_context;
 
 void skc_set_thread_wait_hook(void (*hook)(void *context), void *context) {
     thread_wait_hook = hook;

@@ -18,7 +18,7 @@ func lookupSocket(_ handle: OpaquePointer?) throws(SocketError) -> Socket {
 func withSocket(_ handle: OpaquePointer?, _ error: UnsafeMutablePointer<sk_error_t>?,
                 _ body: (Socket) throws(SocketError) -> Void) -> Int32 {
     if let current = CallbackScope.socket(handle) {
-        return current._withUnsafeGuaranteedRef { socket in
+        return RuntimeShortcuts.withUnretained(current) { socket in
             reporting(error) { () throws(SocketError) in try body(socket) }
         }
     }

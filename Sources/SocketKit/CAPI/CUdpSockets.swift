@@ -147,7 +147,7 @@ func lookupUdpSocket(_ handle: OpaquePointer?) throws(SocketError) -> UdpSocket 
 private func withUdp(_ handle: OpaquePointer?, _ error: UnsafeMutablePointer<sk_error_t>?,
                      _ body: (UdpSocket) throws(SocketError) -> Void) -> Int32 {
     if let current = CallbackScope.udpSocket(handle) {
-        return current._withUnsafeGuaranteedRef { socket in
+        return RuntimeShortcuts.withUnretained(current) { socket in
             reporting(error) { () throws(SocketError) in try body(socket) }
         }
     }

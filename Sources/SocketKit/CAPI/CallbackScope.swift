@@ -36,7 +36,7 @@ enum CallbackScope {
         let raw = UInt(bitPattern: Int(bitPattern: handle))
         guard let object = skc_callback_scope_object(raw, socketKind) else { return nil }
         let socket = Unmanaged<Socket>.fromOpaque(object)
-        guard socket._withUnsafeGuaranteedRef({ $0.cHandle.load(ordering: .acquiring) }) == raw else { return nil }
+        guard RuntimeShortcuts.withUnretained(socket, { $0.cHandle.load(ordering: .acquiring) }) == raw else { return nil }
         return socket
     }
 
@@ -46,7 +46,7 @@ enum CallbackScope {
         let raw = UInt(bitPattern: Int(bitPattern: handle))
         guard let object = skc_callback_scope_object(raw, udpSocketKind) else { return nil }
         let socket = Unmanaged<UdpSocket>.fromOpaque(object)
-        guard socket._withUnsafeGuaranteedRef({ $0.cHandle.load(ordering: .acquiring) }) == raw else { return nil }
+        guard RuntimeShortcuts.withUnretained(socket, { $0.cHandle.load(ordering: .acquiring) }) == raw else { return nil }
         return socket
     }
 }

@@ -104,8 +104,7 @@ final class HandleRegistry: @unchecked Sendable {
         guard let object else { return nil }
         // The kind was checked against the class at registration; `Object` is that class
         // (or a superclass of it) at every call site.
-        assert(object is Object)
-        return unsafeDowncast(object, to: Object.self)
+        return RuntimeShortcuts.downcast(object, to: Object.self)
     }
 
     /// Removes the handle; returns the object it held (the caller drops it outside the lock).

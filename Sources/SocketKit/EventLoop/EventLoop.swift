@@ -103,13 +103,11 @@ public final class EventLoop: @unchecked Sendable {
 
     private static let wakeupToken = UInt64.max
     private static let timerToken = UInt64.max - 1
-    /// 256 KiB, as asyncio and uvloop read. Measured side by side (bench `run.sh -r 5 -c
-    /// stream1`, 2026-11-24, the C echo server built with 64, 128 and 256 KiB reads, two
-    /// runs of five): throughput / C epoll's (64 KiB reads) 0.96-0.98x, 1.16-1.31x,
-    /// 1.25-1.27x; the Python echo 0.94-0.96x, 1.35x, 1.29-1.39x. A stream echoed in
-    /// 64 KiB pieces keeps the client's core busier per MB (C epoll itself speeds up the
-    /// same way with bigger reads); 64 B ping-pong did not change. Earlier runs (2026-11-23
-    /// and the morning of 11-24) had found the opposite; measure again before changing it.
+    /// 256 KiB, as asyncio and uvloop read: a stream echoed in 64 KiB pieces keeps the
+    /// peer's core busier per MB (C epoll itself speeds up the same way with bigger reads),
+    /// and small messages do not notice the size. Measurements, including earlier ones that
+    /// found the opposite: bench/README.md, "Reads of 256 KiB"; measure again before
+    /// changing it.
     static let readBufferSize = 256 * 1024
 
     init(index: Int, group: EventLoopGroup?, driven: Bool = false) {
@@ -349,7 +347,6 @@ public final class EventLoop: @unchecked Sendable {
         if isDriven && !iterating { wakeDrivenHost() }
     }
 
-    @inline(__always)
     func assertInEventLoop() {
         assert(inEventLoop, "SocketKit: loop-confined state touched off its event loop thread")
     }
@@ -365,7 +362,7 @@ public final class EventLoop: @unchecked Sendable {
     /// One iteration: ready descriptors, expired timers, tasks, end-of-iteration work.
     /// Returns true when the loop must stop.
     private func runIteration(timeout: Int32) -> Bool {
-        if timeout != 0 { skc_thread_will_wait() }
+        if timeout != 0 { ThreadWaitHook.threadWillWait() }
         let count = skc_epoll_wait(epollFD, events, Int32(eventCapacity), timeout)
         // Only timers due when the poll returned fire in this iteration. One armed later in
         // it (a zero timeout set by a callback) waits for the next poll, so that what
@@ -458,7 +455,6 @@ public final class EventLoop: @unchecked Sendable {
         return Int32(min(milliseconds, UInt64(Int32.max)))
     }
 
-    @inline(__always)
     private func dispatch(_ event: epoll_event) {
         let token = event.data.u64
         if token == EventLoop.wakeupToken {

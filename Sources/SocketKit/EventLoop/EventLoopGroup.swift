@@ -79,7 +79,7 @@ public final class EventLoopGroup: @unchecked Sendable {
     /// SocketKit holds a lock of its own).
     public static func setWaitHookForCurrentThread(_ hook: (@convention(c) (UnsafeMutableRawPointer?) -> Void)?,
                                                    context: UnsafeMutableRawPointer?) {
-        skc_set_thread_wait_hook(hook, context)
+        ThreadWaitHook.setForCurrentThread(hook, context: context)
     }
 
     /// The next loop, round-robin.

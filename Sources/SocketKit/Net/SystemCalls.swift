@@ -44,21 +44,18 @@ enum SystemCalls {
         }
     }
 
-    static func localAddress(_ fd: Int32) -> SocketAddress? {
-        var storage = sockaddr_storage()
-        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
-        let result = withUnsafeMutablePointer(to: &storage) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        guard result == 0 else { return nil }
-        return withUnsafeBytes(of: &storage) { SocketAddress(storage: $0.baseAddress!, length: length) }
-    }
+    static func localAddress(_ fd: Int32) -> SocketAddress? { address(of: fd, getsockname) }
 
-    static func peerAddress(_ fd: Int32) -> SocketAddress? {
+    static func peerAddress(_ fd: Int32) -> SocketAddress? { address(of: fd, getpeername) }
+
+    /// The address `query` (getsockname or getpeername) reports for `fd`, or nil.
+    private static func address(
+        of fd: Int32, _ query: (Int32, UnsafeMutablePointer<sockaddr>?, UnsafeMutablePointer<socklen_t>?) -> Int32
+    ) -> SocketAddress? {
         var storage = sockaddr_storage()
         var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
         let result = withUnsafeMutablePointer(to: &storage) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(fd, $0, &length) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { query(fd, $0, &length) }
         }
         guard result == 0 else { return nil }
         return withUnsafeBytes(of: &storage) { SocketAddress(storage: $0.baseAddress!, length: length) }

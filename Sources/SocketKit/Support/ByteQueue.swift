@@ -25,7 +25,6 @@ struct ByteQueue: ~Copyable {
 
     deinit { free(block) }
 
-    @inline(__always)
     private var data: UnsafeMutableRawPointer { UnsafeMutableRawPointer(block!) + ByteQueue.headerSize }
 
     var count: Int {

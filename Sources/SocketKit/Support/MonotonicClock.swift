@@ -1,7 +1,6 @@
 import Glibc
 
 /// Nanoseconds on the monotonic clock. Every deadline in the engine is one of these.
-@inline(__always)
 func monotonicNanoseconds() -> UInt64 {
     var now = timespec()
     clock_gettime(CLOCK_MONOTONIC, &now)
@@ -10,7 +9,6 @@ func monotonicNanoseconds() -> UInt64 {
 
 /// Converts a duration in seconds (the unit of every timeout in the public API) to nanoseconds,
 /// saturating instead of trapping: negative and NaN give 0, huge values about 292 years.
-@inline(__always)
 func nanoseconds(fromSeconds seconds: Double) -> UInt64 {
     guard seconds > 0 else { return 0 }
     guard seconds < 9.0e9 else { return 9_000_000_000 * 1_000_000_000 }
@@ -18,7 +16,6 @@ func nanoseconds(fromSeconds seconds: Double) -> UInt64 {
 }
 
 /// A deadline `seconds` from now, saturating.
-@inline(__always)
 func deadline(afterSeconds seconds: Double, from now: UInt64 = monotonicNanoseconds()) -> UInt64 {
     let delta = nanoseconds(fromSeconds: seconds)
     let (sum, overflow) = now.addingReportingOverflow(delta)

@@ -3,7 +3,6 @@ import SocketKitC
 
 /// The identity of the calling thread, comparable with what `PosixThread.current` returned
 /// on another thread. Used for loop affinity checks and for re-entrancy detection.
-@inline(__always)
 func currentThreadIdentity() -> UInt {
     UInt(pthread_self())
 }
@@ -46,7 +45,7 @@ enum PosixThread {
     }
 
     static func join(_ thread: pthread_t) {
-        skc_thread_will_wait() // sk_thread_set_wait_hook
+        ThreadWaitHook.threadWillWait()
         pthread_join(thread, nil)
     }
 }

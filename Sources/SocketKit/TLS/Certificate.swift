@@ -117,7 +117,6 @@ public struct TLSConnectionInfo: Sendable {
 /// cleanup: loop threads may still be in a handshake while the process exits.
 private let openSSLInitialization: Bool = skc_openssl_init() == 1
 
-@inline(__always)
 func openSSLInitialized() {
     _ = openSSLInitialization
 }

@@ -152,9 +152,9 @@ final class TLSSession {
 
     /// The bytes a memory BIO holds: what went in less what came out. BIO_write and
     /// BIO_read count both for every BIO, so this is two field reads, where
-    /// BIO_ctrl_pending dispatches through BIO_ctrl (~170 instructions, several times per
-    /// message). Debug builds check it against BIO_ctrl_pending.
-    @inline(__always)
+    /// BIO_ctrl_pending dispatches through BIO_ctrl, several times per message (what that
+    /// cost: bench/README.md, "Where the numbers in the code went"). Debug builds check it
+    /// against BIO_ctrl_pending, which is also what to return here to switch it off.
     private static func held(_ bio: OpaquePointer) -> Int {
         let held = Int(truncatingIfNeeded: BIO_number_written(bio) &- BIO_number_read(bio))
         assert(held == Int(BIO_ctrl_pending(bio)), "memory BIO byte counts disagree with BIO_ctrl_pending")
@@ -176,9 +176,9 @@ final class TLSSession {
     }
 
     /// SSL_get_error reads the thread's error queue, so it must be empty before each call
-    /// (another library on this thread may have left errors in it). Peeking first is cheap;
-    /// clearing the 16 entries every time cost ~800 instructions per read and per write.
-    @inline(__always)
+    /// (another library on this thread may have left errors in it). Peeking first is cheap,
+    /// and clearing all 16 entries before every read and write was not (bench/README.md,
+    /// "Where the numbers in the code went").
     private func clearErrorQueue() {
         if ERR_peek_error() != 0 { ERR_clear_error() }
     }

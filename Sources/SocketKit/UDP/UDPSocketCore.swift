@@ -1201,7 +1201,7 @@ struct DirectDelivery {
                           owner lookup: () -> UdpSocket?) -> Bool {
         if stopped { return false }
         if let held = owner {
-            if swift_isUniquelyReferenced_nonNull_native(held.toOpaque()) { return stop() }
+            if RuntimeShortcuts.isOnlyReference(held) { return stop() }
             if attempt(bytes, from: name, length: length) { return true }
             drop() // the routing changed or an event waits: look it up again, once
         }
@@ -1223,8 +1223,8 @@ struct DirectDelivery {
     @inline(__always)
     private func attempt(_ bytes: UnsafeRawBufferPointer, from name: UnsafeRawPointer, length: socklen_t) -> Bool {
         let version = self.version
-        return owner.unsafelyUnwrapped._withUnsafeGuaranteedRef { socket in
-            target.unsafelyUnwrapped._withUnsafeGuaranteedRef { receiver in
+        return RuntimeShortcuts.withUnretained(owner.unsafelyUnwrapped) { socket in
+            RuntimeShortcuts.withUnretained(target.unsafelyUnwrapped) { receiver in
                 socket.deliverReceived(bytes, from: name, length: length, to: receiver, version: version)
             }
         }

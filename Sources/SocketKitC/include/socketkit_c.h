@@ -28,6 +28,7 @@
 #include <net/if.h>
 #include <ifaddrs.h>
 #include <pthread.h>
+#include <malloc.h>
 #include <openssl/ssl.h>
 #include <openssl/err.h>
 #include <openssl/x509v3.h>
@@ -51,22 +52,40 @@ int skc_current_thread_id(void);
  * a macro), or 0 if the kernel does not say. */
 int skc_available_cpus(void);
 
+/* malloc_usable_size(3): the bytes the heap set aside for an allocation (a Swift object
+ * included), for ConnectionFootprint. */
+static inline size_t skc_heap_bytes(const void *allocation) {
+    return malloc_usable_size((void *)allocation);
+}
+
 /* sizeof(((struct sockaddr_un *)0)->sun_path). */
 static inline size_t skc_unix_path_capacity(void) {
     return sizeof(((struct sockaddr_un *)0)->sun_path);
 }
 
+/* Speed trick: initial-exec thread-locals (SKC_THREAD_LOCAL). The per-thread slots below are
+ * read for every event or call (the callback scope, the event sink) and before every wait
+ * (the wait hook), so they use the initial-exec model: one %fs-relative access, where the
+ * model a shared library gets by default (global-dynamic) calls __tls_get_addr each time.
+ * Safe for a library loaded with dlopen (Python's ctypes) because its whole TLS block is a
+ * few dozen bytes, well within the surplus glibc keeps for such libraries. What it saves:
+ * bench/README.md, "Speed tricks". Switching it off: build with
+ * -Xcc -DSOCKETKIT_NO_INITIAL_EXEC_TLS (the default model then). */
+#ifdef SOCKETKIT_NO_INITIAL_EXEC_TLS
+#define SKC_THREAD_LOCAL __thread
+#else
+#define SKC_THREAD_LOCAL __thread __attribute__((tls_model("initial-exec")))
+#endif
+
 /* The handle and object of the socket whose C callback runs on this thread, for the C API's
  * fast path (Sources/SocketKit/CAPI/CallbackScope.swift): a call made from inside a callback
- * about that callback's own socket skips the handle table. Initial-exec TLS (one
- * %fs-relative access, no __tls_get_addr): the library's whole TLS block is a few dozen
- * bytes, well within what glibc sets aside for libraries loaded with dlopen. */
+ * about that callback's own socket skips the handle table. */
 typedef struct {
     uintptr_t handle;
     void *object;
     uintptr_t kind;
 } skc_callback_scope_t;
-extern __thread skc_callback_scope_t skc_callback_scope __attribute__((tls_model("initial-exec")));
+extern SKC_THREAD_LOCAL skc_callback_scope_t skc_callback_scope;
 
 static inline skc_callback_scope_t skc_callback_scope_enter(uintptr_t handle, void *object, uintptr_t kind) {
     skc_callback_scope_t saved = skc_callback_scope;
@@ -86,41 +105,63 @@ static inline void *skc_callback_scope_object(uintptr_t handle, uintptr_t kind) 
         ? skc_callback_scope.object : NULL;
 }
 
-/* The event loop's per-message system calls, made with syscall(2) rather than through
- * glibc's wrappers: those are cancellation points, and in a process with more than one
- * thread each call enables and disables asynchronous cancellation around the system call
- * (~60 instructions per echoed message under callgrind). SocketKit never cancels its
- * threads, and the calls are otherwise the same (-1 with errno on failure). epoll_pwait
- * with no signal mask is epoll_wait on every architecture (arm64 has no epoll_wait). */
+/* Speed trick: direct system calls (skc_read, skc_send, skc_sendto, skc_sendmsg, skc_recv,
+ * skc_epoll_wait, and skc_recv_datagrams / skc_send_datagrams in shim.c). The event loop's
+ * per-message system calls are made with syscall(2) rather than through glibc's wrappers:
+ * those are cancellation points, and in a process with more than one thread each call
+ * enables and disables asynchronous cancellation around the system call. SocketKit never
+ * cancels its threads, and the calls are otherwise the same (-1 with errno on failure).
+ * epoll_pwait with no signal mask is epoll_wait on every architecture (arm64 has no
+ * epoll_wait). What it saves: bench/README.md, "Speed tricks". Switching it off: build with
+ * -Xcc -DSOCKETKIT_NO_DIRECT_SYSCALLS (glibc's wrappers then). */
 static inline ssize_t skc_read(int fd, void *buffer, size_t count) {
+#ifdef SOCKETKIT_NO_DIRECT_SYSCALLS
+    return read(fd, buffer, count);
+#else
     return (ssize_t)syscall(SYS_read, fd, buffer, count);
+#endif
 }
 
 static inline ssize_t skc_sendto(int fd, const void *buffer, size_t count, int flags, const struct sockaddr *to,
                                  socklen_t to_length) {
+#ifdef SOCKETKIT_NO_DIRECT_SYSCALLS
+    return sendto(fd, buffer, count, flags, to, to_length);
+#else
     return (ssize_t)syscall(SYS_sendto, fd, buffer, count, flags, to, to_length);
+#endif
+}
+
+static inline ssize_t skc_sendmsg(int fd, const struct msghdr *message, int flags) {
+#ifdef SOCKETKIT_NO_DIRECT_SYSCALLS
+    return sendmsg(fd, message, flags);
+#else
+    return (ssize_t)syscall(SYS_sendmsg, fd, message, flags);
+#endif
+}
+
+static inline ssize_t skc_recv(int fd, void *buffer, size_t count, int flags) {
+#ifdef SOCKETKIT_NO_DIRECT_SYSCALLS
+    return recv(fd, buffer, count, flags);
+#else
+    return (ssize_t)syscall(SYS_recvfrom, fd, buffer, count, flags, NULL, NULL);
+#endif
+}
+
+static inline int skc_epoll_wait(int epoll_fd, struct epoll_event *events, int capacity, int timeout) {
+#ifdef SOCKETKIT_NO_DIRECT_SYSCALLS
+    return epoll_wait(epoll_fd, events, capacity, timeout);
+#else
+    return (int)syscall(SYS_epoll_pwait, epoll_fd, events, capacity, timeout, NULL, (size_t)8);
+#endif
 }
 
 static inline ssize_t skc_send(int fd, const void *buffer, size_t count, int flags) {
     return skc_sendto(fd, buffer, count, flags, NULL, 0);
 }
 
-static inline ssize_t skc_sendmsg(int fd, const struct msghdr *message, int flags) {
-    return (ssize_t)syscall(SYS_sendmsg, fd, message, flags);
-}
-
-static inline ssize_t skc_recv(int fd, void *buffer, size_t count, int flags) {
-    return (ssize_t)syscall(SYS_recvfrom, fd, buffer, count, flags, NULL, NULL);
-}
-
-static inline int skc_epoll_wait(int epoll_fd, struct epoll_event *events, int capacity, int timeout) {
-    return (int)syscall(SYS_epoll_pwait, epoll_fd, events, capacity, timeout, NULL, (size_t)8);
-}
-
 /* The C API's event sink (CAPI/CEventRecords.swift) of the sk_poll_events running on this
- * thread, or NULL: read for every event delivered, so initial-exec TLS as above (it was a
- * pthread key behind a lazy global, ~20 instructions per event). */
-extern __thread void *skc_event_sink __attribute__((tls_model("initial-exec")));
+ * thread, or NULL: read for every event delivered (SKC_THREAD_LOCAL, above). */
+extern SKC_THREAD_LOCAL void *skc_event_sink;
 
 static inline void *skc_event_sink_current(void) {
     return skc_event_sink;
@@ -156,7 +197,8 @@ int skc_send_datagrams(int fd, skc_mmsghdr *messages, unsigned int count);
 int skc_openssl_init(void);
 
 /* The calling thread's one-shot wait hook (sk_thread_set_wait_hook): set, and run (then
- * forgotten) just before the thread blocks inside SocketKit. */
+ * forgotten) just before the thread blocks inside SocketKit. Swift reaches them only through
+ * ThreadWaitHook (Sources/SocketKit/Support/ThreadWaitHook.swift). */
 void skc_set_thread_wait_hook(void (*hook)(void *context), void *context);
 void skc_thread_will_wait(void);
 
@@ -192,8 +234,8 @@ void skc_x509_stack_free(STACK_OF(X509) *stack);
 
 
 /* The Swift runtime's reference counting entry points (exported C functions of libswiftCore,
-   declared in swift/Runtime/HeapObject.h, which the toolchain does not install). A socket's
-   core keeps its Socket through these instead of a weak reference: see TCPSocketCore.owner. */
+   declared in swift/Runtime/HeapObject.h, which the toolchain does not install). Swift calls
+   them only through RuntimeShortcuts (Sources/SocketKit/Support/RuntimeShortcuts.swift). */
 /* A +1 strong reference to `object`, or NULL when it is being deinitialized. */
 void *swift_tryRetain(void *object);
 /* The unowned count keeps an object's memory (not the object) alive after its deinit. */
