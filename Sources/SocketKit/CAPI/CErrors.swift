@@ -60,16 +60,6 @@ func reporting(_ destination: UnsafeMutablePointer<sk_error_t>?, _ body: () thro
     }
 }
 
-func badParam(_ message: String) -> SocketError {
-    SocketError(.badParam, message)
-}
-
-/// `size_t` arrives as `Int`: values above `Int.max` wrap to negative.
-func checkedLength(_ value: Int, _ name: String) throws(SocketError) -> Int {
-    guard value >= 0 else { throw badParam("\(name) is too large") }
-    return value
-}
-
 private let versionString: StaticString = "0.1.0"
 private let versionNumber: UInt32 = 100
 
