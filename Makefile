@@ -3,9 +3,9 @@
 #   make                      build the library (.so, header, pkg-config file), the Python
 #                             package (a wheel in .build/dist), and run the demos
 #   make test                 every suite: Swift, C (valgrind and sanitizers), header/ABI
-#                             checks, Python (pytest, on every CPython 3.9-3.13 found), a
-#                             clean `pip install`, and the instruction budgets of the hot
-#                             paths (callgrind)
+#                             checks, the event and error tables, Python (pytest, on every
+#                             CPython 3.9-3.13 found), a clean `pip install`, and the
+#                             instruction budgets of the hot paths (callgrind)
 #   make sanitize             the Swift suite under ThreadSanitizer, then AddressSanitizer
 #                             and LeakSanitizer (~15 minutes; not part of `make test`)
 #   make bench                the benchmarks (SocketKit beside C epoll, libuv, SwiftNIO,
@@ -46,6 +46,7 @@ REQUIRED_TOOLS := cc:gcc pkg-config:pkg-config valgrind:valgrind python3:python3
 
 .DEFAULT_GOAL := all
 .PHONY: all tools library c-prefix demo test swift-test c-test python python-test python-versions-test python-install-test budget-test \
+	tables-check \
 	install uninstall clean bench bench-tools sanitize
 
 C_PREFIX   := $(BUILD)/c-prefix
@@ -122,8 +123,14 @@ demo: c-prefix $(VENV)/.ready $(SPEEDUPS)
 	@$(MAKE) --no-print-directory -C bindings/c demo SOCKETKIT_PREFIX=$(C_PREFIX)
 	$(VENV_PY) bindings/python/examples/echo_demo.py
 
-test: library swift-test c-test python-test python-versions-test python-install-test budget-test
+test: library tables-check swift-test c-test python-test python-versions-test python-install-test budget-test
 	@echo "make test: every suite passed"
+
+# Every copy of the event and error tables (Swift, the header, the Python binding, the C
+# extension, docs/FEATURES.md) agrees with docs/EVENTS_AND_ERRORS.md; the Swift copy of the
+# error table is generated from it (Tests/check_tables.py --write).
+tables-check: library $(VENV)/.ready
+	$(VENV_PY) Tests/check_tables.py --library $(STAGE)/lib/$(LIBFILE)
 
 swift-test: tools
 	$(SWIFT) build --build-tests

@@ -528,10 +528,10 @@ typedef enum sk_event_kind {
     SK_EVENT_CONNECT = 3,         /* host, port */
     SK_EVENT_READ = 4,            /* data, length, tag */
     SK_EVENT_READ_PARTIAL = 5,    /* length, tag */
-    SK_EVENT_READ_TIMEOUT = 6,    /* tag, elapsed, length (bytes done): answer it */
+    SK_EVENT_READ_TIMEOUT = 6,    /* tag, elapsed, length (bytes done), token: answer it */
     SK_EVENT_WRITE = 7,           /* tag */
     SK_EVENT_WRITE_PARTIAL = 8,   /* length, tag */
-    SK_EVENT_WRITE_TIMEOUT = 9,   /* tag, elapsed, length (bytes done): answer it */
+    SK_EVENT_WRITE_TIMEOUT = 9,   /* tag, elapsed, length (bytes done), token: answer it */
     SK_EVENT_CLOSE_READ_STREAM = 10,
     SK_EVENT_HIGH_WATERMARK = 11, /* length (queued bytes) */
     SK_EVENT_LOW_WATERMARK = 12,  /* length (queued bytes) */
@@ -560,7 +560,7 @@ typedef struct sk_event {
     const char *host;
     const sk_error_t *error;
     sk_socket_t *new_socket;
-    uint64_t token;               /* timeouts: identifies the question (see below) */
+    uint64_t token;               /* timeouts and trust: identifies the question (see below) */
     sk_udp_socket_t *udp_sock;    /* UDP events */
     const struct sockaddr *address;
     socklen_t address_length;

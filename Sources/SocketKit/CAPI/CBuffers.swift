@@ -1,3 +1,5 @@
+import Glibc
+
 // How every C function that copies text or bytes of a length the caller cannot know in
 // advance (hosts, paths, addresses, certificates) fills the caller's buffer: as snprintf,
 // it copies what fits and returns the whole length, so one rule (socketkit.h, CONVENTIONS,
@@ -28,5 +30,26 @@ enum CBuffer {
             buffer[count] = 0
             return Int32(clamping: utf8.count)
         }
+    }
+}
+
+/// A host or path getter's answer (see `CBuffer`): SK_ERR_BAD_CONFIG when there is no
+/// such text.
+func copyText(_ text: String?, into buffer: UnsafeMutablePointer<CChar>?, capacity: Int) -> Int32 {
+    guard let text else { return SocketError.Code.badConfig.rawValue }
+    return CBuffer.copy(text: text, into: buffer, capacity: capacity)
+}
+
+/// An address getter's answer, as getsockname(2) gives it: what fits of `*length` bytes,
+/// with `*length` and the result set to the address's whole length (see `CBuffer`).
+/// SK_ERR_BAD_CONFIG when there is no such address.
+func copyAddress(_ address: SocketAddress?, into destination: UnsafeMutablePointer<sockaddr>?,
+                 length: UnsafeMutablePointer<socklen_t>?) -> Int32 {
+    guard let length else { return SocketError.Code.badParam.rawValue }
+    guard let address else { return SocketError.Code.badConfig.rawValue }
+    return address.withRawBytes { raw in
+        let result = CBuffer.copy(raw, into: destination.map { UnsafeMutableRawPointer($0) }, capacity: Int(length.pointee))
+        length.pointee = socklen_t(raw.count)
+        return result
     }
 }

@@ -60,16 +60,6 @@ func reporting(_ destination: UnsafeMutablePointer<sk_error_t>?, _ body: () thro
     }
 }
 
-func badParam(_ message: String) -> SocketError {
-    SocketError(.badParam, message)
-}
-
-/// `size_t` arrives as `Int`: values above `Int.max` wrap to negative.
-func checkedLength(_ value: Int, _ name: String) throws(SocketError) -> Int {
-    guard value >= 0 else { throw badParam("\(name) is too large") }
-    return value
-}
-
 private let versionString: StaticString = "0.1.0"
 private let versionNumber: UInt32 = 100
 
@@ -83,49 +73,7 @@ public func sk_version_number() -> UInt32 {
     versionNumber
 }
 
-private let errorNames: [Int32: StaticString] = [
-    0: "SK_OK", -1: "SK_ERR_BAD_CONFIG", -2: "SK_ERR_BAD_PARAM", -3: "SK_ERR_CONNECT_TIMEOUT",
-    -4: "SK_ERR_READ_TIMEOUT", -5: "SK_ERR_WRITE_TIMEOUT", -6: "SK_ERR_READ_MAXED_OUT", -7: "SK_ERR_CLOSED",
-    -8: "SK_ERR_OTHER", -9: "SK_ERR_SYSTEM", -10: "SK_ERR_RESOLUTION", -11: "SK_ERR_INVALID_HANDLE",
-    -12: "SK_ERR_SEND_TIMEOUT", -13: "SK_ERR_TRUNCATED", -14: "SK_ERR_TLS_FAILED", -15: "SK_ERR_TLS_CERT_EXPIRED",
-    -16: "SK_ERR_TLS_CERT_NOT_YET_VALID", -17: "SK_ERR_TLS_SELF_SIGNED", -18: "SK_ERR_TLS_UNKNOWN_ISSUER",
-    -19: "SK_ERR_TLS_HOSTNAME_MISMATCH", -20: "SK_ERR_TLS_CERT_INVALID", -21: "SK_ERR_TLS_CLIENT_CERT_REQUIRED",
-    -22: "SK_ERR_TLS_PROTOCOL_VERSION", -23: "SK_ERR_TLS_PEER_CLOSED", -24: "SK_ERR_TLS_HANDSHAKE_TIMEOUT",
-    -25: "SK_ERR_TLS_TRUNCATED", -26: "SK_ERR_TLS_PEER_REJECTED", -27: "SK_ERR_TLS_SETTINGS",
-    -28: "SK_ERR_WRITE_QUEUE_FULL",
-]
-
-private let errorSummaries: [Int32: StaticString] = [
-    0: "success",
-    -1: "invalid in the socket's current state or configuration",
-    -2: "invalid argument",
-    -3: "connect timed out",
-    -4: "read timed out",
-    -5: "write timed out",
-    -6: "read reached its maximum length without the separator",
-    -7: "socket closed by remote peer",
-    -8: "other error",
-    -9: "operating system error",
-    -10: "host name did not resolve",
-    -11: "invalid, released or wrong-kind handle",
-    -12: "send timed out",
-    -13: "datagram larger than the receive limit",
-    -14: "TLS failed",
-    -15: "the peer's certificate has expired",
-    -16: "the peer's certificate is not yet valid",
-    -17: "the peer's certificate is self-signed and not trusted",
-    -18: "the peer's certificate chain leads to no trusted root",
-    -19: "the peer's certificate does not match the host name",
-    -20: "the peer's certificate is not valid",
-    -21: "the server requires a client certificate",
-    -22: "no TLS protocol version both sides accept",
-    -23: "the peer closed the connection during the TLS handshake",
-    -24: "the TLS handshake timed out",
-    -25: "the peer closed the connection without a TLS close_notify",
-    -26: "manual trust evaluation rejected the peer",
-    -27: "the TLS settings cannot be used",
-    -28: "the write would pass the socket's maximum of queued bytes",
-]
+// Both from the table generated from docs/EVENTS_AND_ERRORS.md (SocketErrorCodes.swift).
 
 private func cString(_ text: StaticString) -> UnsafePointer<CChar> {
     UnsafeRawPointer(text.utf8Start).assumingMemoryBound(to: CChar.self)
@@ -133,10 +81,10 @@ private func cString(_ text: StaticString) -> UnsafePointer<CChar> {
 
 @_cdecl("sk_strerror")
 public func sk_strerror(_ code: Int32) -> UnsafePointer<CChar>? {
-    cString(errorSummaries[code] ?? "unknown error")
+    cString(SocketError.Code.entry(SocketError.Code(rawValue: code))?.summary ?? "unknown error")
 }
 
 @_cdecl("sk_error_name")
 public func sk_error_name(_ code: Int32) -> UnsafePointer<CChar>? {
-    cString(errorNames[code] ?? "SK_ERR_UNKNOWN")
+    cString(SocketError.Code.entry(SocketError.Code(rawValue: code))?.cName ?? "SK_ERR_UNKNOWN")
 }

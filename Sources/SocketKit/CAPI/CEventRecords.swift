@@ -6,8 +6,8 @@ import SocketKitC
 // expensive (Python through ctypes) handles a whole batch after one foreign call.
 //
 // The poll drains the queue as `sk_callback_queue_drain` does, with a sink installed for
-// the calling thread: `CDelegateReceiver` sees it and records the event instead of calling
-// the member. The sink keeps what the records point to (read bytes, host strings, errors)
+// the calling thread: a C receiver sees it (`CSocketObject.deliverToC`) and records the
+// event instead of calling the member. The sink keeps what the records point to (read bytes, host strings, errors)
 // until the queue's next poll.
 
 /// The records of one poll, and the memory they point to.
@@ -99,132 +99,16 @@ final class CEventSink {
     }
 }
 
-extension CDelegateReceiver {
-    /// The sink to record `socket`'s events into: a poll of the socket's queue is running
-    /// on this thread.
-    func sink(for socket: Socket) -> CEventSink? {
-        guard let sink = CEventSink.current, socket.callbackQueue === sink.queue else { return nil }
-        return sink
-    }
-
-    /// Records `event` (a member that is NULL: nothing, as a call would do nothing).
-    /// Returns `.nan` for a recorded timeout: its answer comes with sk_socket_answer_timeout.
-    func record(_ event: SocketEvent, on socket: Socket, handle: OpaquePointer?, into sink: CEventSink) -> Double {
-        var record = sk_event_t()
-        record.sock = handle
-        record.userdata = userdata
-        var answerLater = false
-        switch event {
-        case .didConnect(let peer):
-            guard delegate.did_connect != nil else { return 0 }
-            record.kind = Int32(SK_EVENT_CONNECT.rawValue)
-            record.host = sink.keep(peer.family == .unix ? (peer.unixPath ?? "") : (peer.host ?? ""))
-            record.port = peer.port
-        case .didAccept:
-            return 0
-        case .didAcceptSocket(let child):
-            let childHandle = HandleRegistry.shared.register(child, kind: .socket)
-            child.cHandle.store(UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(childHandle))), ordering: .relaxed)
-            guard delegate.did_accept != nil else {
-                // Nobody takes it: as upstream, an unowned accepted socket closes.
-                _ = HandleRegistry.shared.remove(childHandle, .socket)
-                return 0
-            }
-            record.kind = Int32(SK_EVENT_ACCEPT.rawValue)
-            record.new_socket = childHandle
-        case .didNotAccept(let error):
-            guard delegate.did_pause_accepting != nil else { return 0 }
-            record.kind = Int32(SK_EVENT_PAUSE_ACCEPTING.rawValue)
-            record.error = sink.keep(error)
-        case .didRead(let payload, let tag):
-            guard delegate.did_read != nil else { return 0 }
-            record.kind = Int32(SK_EVENT_READ.rawValue)
-            record.tag = tag
-            switch payload {
-            case .borrowed(let bytes):
-                record.data = sink.keep(Array(bytes))
-                record.length = bytes.count
-            case .owned(let bytes):
-                record.data = sink.keep(bytes)
-                record.length = bytes.count
-            case .callerBuffer(let buffer, let range):
-                record.data = UnsafeRawPointer(buffer.baseAddress.map { $0 + range.lowerBound })
-                record.length = range.count
-            }
-        case .didReadPartial(let length, let tag):
-            guard delegate.did_read_partial != nil else { return 0 }
-            record.kind = Int32(SK_EVENT_READ_PARTIAL.rawValue)
-            record.length = length
-            record.tag = tag
-        case .shouldTimeoutRead(let tag, let elapsed, let bytesDone, let question):
-            guard delegate.should_timeout_read != nil else { return 0 }
-            record.kind = Int32(SK_EVENT_READ_TIMEOUT.rawValue)
-            record.tag = tag
-            record.elapsed = elapsed
-            record.length = bytesDone
-            record.token = question
-            answerLater = true
-        case .didWrite(let tag):
-            guard delegate.did_write != nil else { return 0 }
-            record.kind = Int32(SK_EVENT_WRITE.rawValue)
-            record.tag = tag
-        case .didWritePartial(let length, let tag):
-            guard delegate.did_write_partial != nil else { return 0 }
-            record.kind = Int32(SK_EVENT_WRITE_PARTIAL.rawValue)
-            record.length = length
-            record.tag = tag
-        case .shouldTimeoutWrite(let tag, let elapsed, let bytesDone, let question):
-            guard delegate.should_timeout_write != nil else { return 0 }
-            record.kind = Int32(SK_EVENT_WRITE_TIMEOUT.rawValue)
-            record.tag = tag
-            record.elapsed = elapsed
-            record.length = bytesDone
-            record.token = question
-            answerLater = true
-        case .didSecure:
-            guard delegate.did_secure != nil else { return 0 }
-            record.kind = Int32(SK_EVENT_SECURE.rawValue)
-        case .didReceiveTrust(let trust, let question):
-            guard delegate.did_receive_trust != nil else {
-                socket.answerTrust(question: question, accept: false)
-                return 0
-            }
-            record.kind = Int32(SK_EVENT_TRUST.rawValue)
-            record.token = question
-            record.trust = UnsafePointer(sink.keep(CTrust(trust, token: question)).trust)
-        case .didCloseReadStream:
-            guard delegate.did_close_read_stream != nil else { return 0 }
-            record.kind = Int32(SK_EVENT_CLOSE_READ_STREAM.rawValue)
-        case .didReachWriteHighWatermark(let queued):
-            guard delegate.did_reach_high_watermark != nil else { return 0 }
-            record.kind = Int32(SK_EVENT_HIGH_WATERMARK.rawValue)
-            record.length = queued
-        case .didDrainToWriteLowWatermark(let queued):
-            guard delegate.did_drain_to_low_watermark != nil else { return 0 }
-            record.kind = Int32(SK_EVENT_LOW_WATERMARK.rawValue)
-            record.length = queued
-        case .didDisconnect(let error):
-            guard delegate.did_disconnect != nil else { return 0 }
-            record.kind = Int32(SK_EVENT_DISCONNECT.rawValue)
-            record.error = error.map { sink.keep($0) }
-        }
-        sink.append(record)
-        return answerLater ? .nan : 0
-    }
-}
-
 @_cdecl("sk_callback_queue_poll_events")
 public func sk_callback_queue_poll_events(_ handle: OpaquePointer?, _ events: UnsafeMutablePointer<sk_event_t>?,
                                           _ capacity: Int32) -> Int32 {
-    guard let queue = HandleRegistry.shared.lookup(handle, .callbackQueue, as: CallbackQueue.self) else {
-        return SocketError.Code.invalidHandle.rawValue
-    }
+    guard let queue = CallbackQueue.lookup(handle) else { return SocketError.Code.invalidHandle.rawValue }
     guard let host = queue as? HostCallbackQueue else { return SocketError.Code.badConfig.rawValue }
     guard let events, capacity >= 1 else { return SocketError.Code.badParam.rawValue }
     // Nothing pending (the common answer when a host polls after every turn of its loop):
-    // one lock instead of claiming the queue and setting up the sink (~830 -> ~200
-    // instructions, callgrind). The descriptor is not readable then either, so the host is
-    // not woken for events this misses: one queued now makes it readable.
+    // one lock instead of claiming the queue and setting up the sink. The descriptor is not
+    // readable then either, so the host is not woken for events this misses: one queued now
+    // makes it readable.
     guard host.hasPendingCallbacks else { return 0 }
     let recorded = host.exclusively { () -> Int in
         let sink: CEventSink
@@ -255,7 +139,8 @@ public func sk_socket_answer_timeout(_ event: UnsafePointer<sk_event_t>?, _ exte
     case Int32(SK_EVENT_WRITE_TIMEOUT.rawValue): read = false
     default: return SocketError.Code.badParam.rawValue
     }
-    guard let socket = try? lookupSocket(record.sock) else { return SocketError.Code.invalidHandle.rawValue }
-    socket.answerTimeout(ofRead: read, question: record.token, extension: `extension`)
-    return 0
+    return Socket.answer(record.sock) { socket in
+        socket.answerTimeout(ofRead: read, question: record.token, extension: `extension`)
+        return 0
+    }
 }

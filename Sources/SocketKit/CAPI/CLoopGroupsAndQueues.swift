@@ -1,6 +1,14 @@
 import Glibc
 import SocketKitC
 
+extension EventLoopGroup: CHandleObject {
+    static var handleKind: HandleRegistry.Kind { .loopGroup }
+}
+
+extension CallbackQueue: CHandleObject {
+    static var handleKind: HandleRegistry.Kind { .callbackQueue }
+}
+
 // MARK: Event loop groups
 
 @_cdecl("sk_loop_group_create")
@@ -14,7 +22,7 @@ public func sk_loop_group_create(_ loopCount: Int32, _ outGroup: UnsafeMutablePo
             try? group.shutdown()
             throw failure
         }
-        outGroup.pointee = HandleRegistry.shared.register(group, kind: .loopGroup)
+        outGroup.pointee = group.makeHandle()
     }
 }
 
@@ -25,15 +33,13 @@ public func sk_loop_group_create_driven(_ outGroup: UnsafeMutablePointer<OpaqueP
         guard let outGroup else { throw badParam("out_group is NULL") }
         let group = EventLoopGroup.driven()
         if let failure = group.loops[0].startupError { throw failure }
-        outGroup.pointee = HandleRegistry.shared.register(group, kind: .loopGroup)
+        outGroup.pointee = group.makeHandle()
     }
 }
 
 @_cdecl("sk_loop_group_get_fd")
 public func sk_loop_group_get_fd(_ handle: OpaquePointer?) -> Int32 {
-    guard let group = HandleRegistry.shared.lookup(handle, .loopGroup, as: EventLoopGroup.self) else {
-        return SocketError.Code.invalidHandle.rawValue
-    }
+    guard let group = EventLoopGroup.lookup(handle) else { return SocketError.Code.invalidHandle.rawValue }
     guard group.isDriven else { return SocketError.Code.badConfig.rawValue }
     return group.backendDescriptor
 }
@@ -49,14 +55,13 @@ public func sk_thread_set_wait_hook(_ hook: (@convention(c) (UnsafeMutableRawPoi
 public func sk_loop_group_run_once(_ handle: OpaquePointer?, _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
     var more = false
     let status = reporting(error) { () throws(SocketError) in
-        guard let group = HandleRegistry.shared.lookup(handle, .loopGroup, as: EventLoopGroup.self) else {
-            throw HandleRegistry.invalid(.loopGroup)
-        }
+        // Once per iteration of the host's loop: the lookup inlined, not `resolve`'s call.
+        guard let group = EventLoopGroup.lookup(handle) else { throw EventLoopGroup.invalidHandle }
         more = try group.runOnce()
         // Released while its stop could not finish at once (from another thread, or from a
         // callback): the handle lived on for this call; now that the loop has stopped, it goes.
         if !more && group.loops[0].hasStoppedDriven && group.releasePending.load(ordering: .acquiring) {
-            _ = HandleRegistry.shared.remove(handle, .loopGroup)
+            _ = EventLoopGroup.removeHandle(handle)
         }
     }
     return status < 0 ? status : (more ? 1 : 0)
@@ -65,29 +70,25 @@ public func sk_loop_group_run_once(_ handle: OpaquePointer?, _ error: UnsafeMuta
 @_cdecl("sk_loop_group_loop_count")
 public func sk_loop_group_loop_count(_ handle: OpaquePointer?) -> Int32 {
     guard handle != nil else { return Int32(EventLoopGroup.default.loops.count) }
-    guard let group = HandleRegistry.shared.lookup(handle, .loopGroup, as: EventLoopGroup.self) else {
-        return SocketError.Code.invalidHandle.rawValue
-    }
+    guard let group = EventLoopGroup.lookup(handle) else { return SocketError.Code.invalidHandle.rawValue }
     return Int32(group.loops.count)
 }
 
 @_cdecl("sk_loop_group_release")
 public func sk_loop_group_release(_ handle: OpaquePointer?) -> Int32 {
-    if let driven = HandleRegistry.shared.lookup(handle, .loopGroup, as: EventLoopGroup.self), driven.isDriven {
+    if let driven = EventLoopGroup.lookup(handle), driven.isDriven {
         // A driven loop stops on its host thread. Outside an iteration there, it stops now;
         // otherwise (another thread, a callback) the host's next sk_loop_group_run_once
         // finishes the stop, so the handle stays valid for that call and goes then.
         try? driven.shutdown()
         if driven.loops[0].hasStoppedDriven {
-            _ = HandleRegistry.shared.remove(handle, .loopGroup)
+            _ = EventLoopGroup.removeHandle(handle)
         } else {
             driven.releasePending.store(true, ordering: .releasing)
         }
         return 0
     }
-    guard let group = HandleRegistry.shared.remove(handle, .loopGroup) as? EventLoopGroup else {
-        return SocketError.Code.invalidHandle.rawValue
-    }
+    guard let group = EventLoopGroup.removeHandle(handle) else { return SocketError.Code.invalidHandle.rawValue }
     if group.loops.contains(where: { $0.inEventLoop }) {
         // Joining our own thread would wait forever: finish the stop in the background.
         let sendable = CValue(group)
@@ -104,10 +105,7 @@ public func sk_loop_group_release(_ handle: OpaquePointer?) -> Int32 {
 
 func lookupGroup(_ handle: OpaquePointer?) throws(SocketError) -> EventLoopGroup? {
     guard handle != nil else { return nil }
-    guard let group = HandleRegistry.shared.lookup(handle, .loopGroup, as: EventLoopGroup.self) else {
-        throw HandleRegistry.invalid(.loopGroup)
-    }
-    return group
+    return try EventLoopGroup.resolve(handle)
 }
 
 // MARK: Callback queues
@@ -118,7 +116,7 @@ public func sk_callback_queue_create_serial(_ name: UnsafePointer<CChar>?, _ out
     reporting(error) { () throws(SocketError) in
         guard let outQueue else { throw badParam("out_queue is NULL") }
         let queue = try SerialCallbackQueue(name: name.map { String(cString: $0) } ?? "socketkit-callbacks")
-        outQueue.pointee = HandleRegistry.shared.register(queue, kind: .callbackQueue)
+        outQueue.pointee = queue.makeHandle()
     }
 }
 
@@ -128,24 +126,20 @@ public func sk_callback_queue_create_host(_ outQueue: UnsafeMutablePointer<Opaqu
     reporting(error) { () throws(SocketError) in
         guard let outQueue else { throw badParam("out_queue is NULL") }
         let queue = try HostCallbackQueue()
-        outQueue.pointee = HandleRegistry.shared.register(queue, kind: .callbackQueue)
+        outQueue.pointee = queue.makeHandle()
     }
 }
 
 @_cdecl("sk_callback_queue_fd")
 public func sk_callback_queue_fd(_ handle: OpaquePointer?) -> Int32 {
-    guard let queue = HandleRegistry.shared.lookup(handle, .callbackQueue, as: CallbackQueue.self) else {
-        return SocketError.Code.invalidHandle.rawValue
-    }
+    guard let queue = CallbackQueue.lookup(handle) else { return SocketError.Code.invalidHandle.rawValue }
     guard let host = queue as? HostCallbackQueue else { return SocketError.Code.badConfig.rawValue }
     return host.fileDescriptor
 }
 
 @_cdecl("sk_callback_queue_drain")
 public func sk_callback_queue_drain(_ handle: OpaquePointer?, _ maxCallbacks: Int32) -> Int32 {
-    guard let queue = HandleRegistry.shared.lookup(handle, .callbackQueue, as: CallbackQueue.self) else {
-        return SocketError.Code.invalidHandle.rawValue
-    }
+    guard let queue = CallbackQueue.lookup(handle) else { return SocketError.Code.invalidHandle.rawValue }
     guard let host = queue as? HostCallbackQueue else { return SocketError.Code.badConfig.rawValue }
     let ran = host.drain(maxCallbacks: maxCallbacks > 0 ? Int(maxCallbacks) : Int.max)
     return Int32(clamping: ran)
@@ -153,16 +147,10 @@ public func sk_callback_queue_drain(_ handle: OpaquePointer?, _ maxCallbacks: In
 
 @_cdecl("sk_callback_queue_release")
 public func sk_callback_queue_release(_ handle: OpaquePointer?) -> Int32 {
-    guard HandleRegistry.shared.remove(handle, .callbackQueue) != nil else {
-        return SocketError.Code.invalidHandle.rawValue
-    }
-    return 0
+    CallbackQueue.removeHandle(handle) == nil ? SocketError.Code.invalidHandle.rawValue : 0
 }
 
 func lookupQueue(_ handle: OpaquePointer?) throws(SocketError) -> CallbackQueue {
     guard handle != nil else { return .eventLoop }
-    guard let queue = HandleRegistry.shared.lookup(handle, .callbackQueue, as: CallbackQueue.self) else {
-        throw HandleRegistry.invalid(.callbackQueue)
-    }
-    return queue
+    return try CallbackQueue.resolve(handle)
 }

@@ -1,68 +1,32 @@
 import Glibc
 import SocketKitC
 
-// The sk_socket_* functions: thin, validating wrappers over `Socket`. Every argument a C
-// caller can get wrong is checked here and turned into an error code; nothing below can
-// trap on bad input.
+// The sk_socket_* functions: validating wrappers over `Socket`, through the handle layer
+// both socket kinds share (`CSocketObject`).
 
-func lookupSocket(_ handle: OpaquePointer?) throws(SocketError) -> Socket {
-    guard let socket = HandleRegistry.shared.lookup(handle, .socket, as: Socket.self) else {
-        throw HandleRegistry.invalid(.socket)
+extension Socket: CSocketObject {
+    static var handleKind: HandleRegistry.Kind { .socket }
+
+    var cUserdata: UnsafeMutableRawPointer? { (receiver as? CSocketDelegateReceiver)?.userdata }
+
+    func finishRelease() {
+        // The loop no longer writes into the caller's read buffers.
+        revokeCallerBuffers()
+        // A listener's descriptors are closed before release returns, as by sk_socket_disconnect.
+        disconnectIfListening()
     }
-    return socket
-}
-
-/// Runs `body` on the socket behind `handle`, reporting failures. From inside one of the
-/// socket's own C callbacks, without the handle table (`CallbackScope`).
-@inline(__always)
-func withSocket(_ handle: OpaquePointer?, _ error: UnsafeMutablePointer<sk_error_t>?,
-                _ body: (Socket) throws(SocketError) -> Void) -> Int32 {
-    if let current = CallbackScope.socket(handle) {
-        return RuntimeShortcuts.withUnretained(current) { socket in
-            reporting(error) { () throws(SocketError) in try body(socket) }
-        }
-    }
-    return reporting(error) { () throws(SocketError) in try body(try lookupSocket(handle)) }
-}
-
-/// 1 or 0 from a Boolean property, or SK_ERR_INVALID_HANDLE.
-@inline(__always)
-func socketFlag(_ handle: OpaquePointer?, _ property: (Socket) -> Bool) -> Int32 {
-    guard let socket = try? lookupSocket(handle) else { return SocketError.Code.invalidHandle.rawValue }
-    return property(socket) ? 1 : 0
-}
-
-func string(from pointer: UnsafePointer<CChar>?, _ name: String) throws(SocketError) -> String {
-    guard let pointer else { throw badParam("\(name) is NULL") }
-    return String(cString: pointer)
 }
 
 // MARK: Lifetime
-
-private func makeSocket(_ delegate: UnsafePointer<sk_socket_delegate_t>?, _ delegateSize: Int,
-                        _ userdata: UnsafeMutableRawPointer?, _ queueHandle: OpaquePointer?,
-                        _ groupHandle: OpaquePointer?) throws(SocketError) -> Socket {
-    let receiver = try CDelegateReceiver.make(delegate, size: delegateSize, userdata: userdata)
-    let queue = try lookupQueue(queueHandle)
-    let group = try lookupGroup(groupHandle)
-    return Socket(receiver: receiver, callbackQueue: queue, eventLoop: group?.next())
-}
-
-private func publish(_ socket: Socket, to outSocket: UnsafeMutablePointer<OpaquePointer?>) {
-    let handle = HandleRegistry.shared.register(socket, kind: .socket)
-    socket.cHandle.store(UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(handle))), ordering: .relaxed)
-    outSocket.pointee = handle
-}
 
 @_cdecl("sk_socket_create")
 public func sk_socket_create(_ delegate: UnsafePointer<sk_socket_delegate_t>?, _ delegateSize: Int,
                              _ userdata: UnsafeMutableRawPointer?, _ queue: OpaquePointer?, _ group: OpaquePointer?,
                              _ outSocket: UnsafeMutablePointer<OpaquePointer?>?,
                              _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
-    reporting(error) { () throws(SocketError) in
-        guard let outSocket else { throw badParam("out_socket is NULL") }
-        publish(try makeSocket(delegate, delegateSize, userdata, queue, group), to: outSocket)
-    }
+    Socket.create(outSocket, error, receiver: { () throws(SocketError) in
+        try CSocketDelegateReceiver.make(delegate, size: delegateSize, userdata: userdata)
+    }, queue: queue, group: group)
 }
 
 @_cdecl("sk_socket_create_from_fd")
@@ -70,118 +34,94 @@ public func sk_socket_create_from_fd(_ fd: Int32, _ delegate: UnsafePointer<sk_s
                                      _ userdata: UnsafeMutableRawPointer?, _ queue: OpaquePointer?, _ group: OpaquePointer?,
                                      _ outSocket: UnsafeMutablePointer<OpaquePointer?>?,
                                      _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
-    reporting(error) { () throws(SocketError) in
-        guard let outSocket else { throw badParam("out_socket is NULL") }
-        let socket = try makeSocket(delegate, delegateSize, userdata, queue, group)
-        // The handle exists before the socket starts, so did_connect can name it.
-        let handle = HandleRegistry.shared.register(socket, kind: .socket)
-        socket.cHandle.store(UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(handle))), ordering: .relaxed)
-        do throws(SocketError) {
-            try socket.adopt(fd)
-        } catch {
-            _ = HandleRegistry.shared.remove(handle, .socket)
-            throw error
-        }
-        outSocket.pointee = handle
-    }
+    Socket.create(outSocket, error, receiver: { () throws(SocketError) in
+        try CSocketDelegateReceiver.make(delegate, size: delegateSize, userdata: userdata)
+    }, queue: queue, group: group, start: { (socket) throws(SocketError) in try socket.adopt(fd) })
 }
 
 @_cdecl("sk_socket_release")
 public func sk_socket_release(_ handle: OpaquePointer?) -> Int32 {
-    guard let socket = HandleRegistry.shared.remove(handle, .socket) as? Socket else {
-        return SocketError.Code.invalidHandle.rawValue
-    }
-    // Waits for a callback running on another thread; afterwards none starts, and the
-    // loop no longer writes into the caller's read buffers.
-    socket.setReceiver(nil, callbackQueue: nil)
-    socket.revokeCallerBuffers()
-    // A listener's descriptors are closed before this returns, as by sk_socket_disconnect.
-    socket.disconnectIfListening()
-    // After the wait above: ends CallbackScope's fast path for this handle.
-    socket.cHandle.store(0, ordering: .releasing)
-    return 0
+    Socket.release(handle)
 }
 
 @_cdecl("sk_socket_set_delegate")
 public func sk_socket_set_delegate(_ handle: OpaquePointer?, _ delegate: UnsafePointer<sk_socket_delegate_t>?,
                                    _ delegateSize: Int, _ userdata: UnsafeMutableRawPointer?) -> Int32 {
-    withSocket(handle, nil) { (socket) throws(SocketError) in
-        socket.setReceiver(try CDelegateReceiver.make(delegate, size: delegateSize, userdata: userdata), callbackQueue: nil)
+    Socket.setDelegate(handle) { () throws(SocketError) in
+        try CSocketDelegateReceiver.make(delegate, size: delegateSize, userdata: userdata)
     }
 }
 
 @_cdecl("sk_socket_set_callback_queue")
 public func sk_socket_set_callback_queue(_ handle: OpaquePointer?, _ queue: OpaquePointer?) -> Int32 {
-    withSocket(handle, nil) { (socket) throws(SocketError) in socket.callbackQueue = try lookupQueue(queue) }
+    Socket.setCallbackQueue(handle, queue)
 }
 
 @_cdecl("sk_socket_get_userdata")
 public func sk_socket_get_userdata(_ handle: OpaquePointer?, _ outUserdata: UnsafeMutablePointer<UnsafeMutableRawPointer?>?) -> Int32 {
-    withSocket(handle, nil) { (socket) throws(SocketError) in
-        outUserdata?.pointee = (socket.receiver as? CDelegateReceiver)?.userdata
-    }
+    Socket.userdata(handle, outUserdata)
 }
 
 // MARK: Configuration
 
 @_cdecl("sk_socket_set_ipv4_enabled")
 public func sk_socket_set_ipv4_enabled(_ handle: OpaquePointer?, _ enabled: Int32) -> Int32 {
-    withSocket(handle, nil) { $0.isIPv4Enabled = enabled != 0 }
+    Socket.withHandle(handle) { $0.isIPv4Enabled = enabled != 0 }
 }
 
 @_cdecl("sk_socket_is_ipv4_enabled")
-public func sk_socket_is_ipv4_enabled(_ handle: OpaquePointer?) -> Int32 { socketFlag(handle) { $0.isIPv4Enabled } }
+public func sk_socket_is_ipv4_enabled(_ handle: OpaquePointer?) -> Int32 { Socket.flag(handle) { $0.isIPv4Enabled } }
 
 @_cdecl("sk_socket_set_ipv6_enabled")
 public func sk_socket_set_ipv6_enabled(_ handle: OpaquePointer?, _ enabled: Int32) -> Int32 {
-    withSocket(handle, nil) { $0.isIPv6Enabled = enabled != 0 }
+    Socket.withHandle(handle) { $0.isIPv6Enabled = enabled != 0 }
 }
 
 @_cdecl("sk_socket_is_ipv6_enabled")
-public func sk_socket_is_ipv6_enabled(_ handle: OpaquePointer?) -> Int32 { socketFlag(handle) { $0.isIPv6Enabled } }
+public func sk_socket_is_ipv6_enabled(_ handle: OpaquePointer?) -> Int32 { Socket.flag(handle) { $0.isIPv6Enabled } }
 
 @_cdecl("sk_socket_set_ipv4_preferred_over_ipv6")
 public func sk_socket_set_ipv4_preferred_over_ipv6(_ handle: OpaquePointer?, _ preferred: Int32) -> Int32 {
-    withSocket(handle, nil) { $0.isIPv4PreferredOverIPv6 = preferred != 0 }
+    Socket.withHandle(handle) { $0.isIPv4PreferredOverIPv6 = preferred != 0 }
 }
 
 @_cdecl("sk_socket_is_ipv4_preferred_over_ipv6")
 public func sk_socket_is_ipv4_preferred_over_ipv6(_ handle: OpaquePointer?) -> Int32 {
-    socketFlag(handle) { $0.isIPv4PreferredOverIPv6 }
+    Socket.flag(handle) { $0.isIPv4PreferredOverIPv6 }
 }
 
 @_cdecl("sk_socket_set_alternate_address_delay")
 public func sk_socket_set_alternate_address_delay(_ handle: OpaquePointer?, _ seconds: Double) -> Int32 {
-    withSocket(handle, nil) { $0.alternateAddressDelay = seconds }
+    Socket.withHandle(handle) { $0.alternateAddressDelay = seconds }
 }
 
 @_cdecl("sk_socket_get_alternate_address_delay")
 public func sk_socket_get_alternate_address_delay(_ handle: OpaquePointer?, _ outSeconds: UnsafeMutablePointer<Double>?) -> Int32 {
-    withSocket(handle, nil) { (socket) throws(SocketError) in
+    Socket.withHandle(handle) { (socket) throws(SocketError) in
         outSeconds?.pointee = socket.alternateAddressDelay
     }
 }
 
 @_cdecl("sk_socket_set_auto_disconnect_on_closed_read_stream")
 public func sk_socket_set_auto_disconnect_on_closed_read_stream(_ handle: OpaquePointer?, _ enabled: Int32) -> Int32 {
-    withSocket(handle, nil) { $0.autoDisconnectOnClosedReadStream = enabled != 0 }
+    Socket.withHandle(handle) { $0.autoDisconnectOnClosedReadStream = enabled != 0 }
 }
 
 @_cdecl("sk_socket_get_auto_disconnect_on_closed_read_stream")
 public func sk_socket_get_auto_disconnect_on_closed_read_stream(_ handle: OpaquePointer?) -> Int32 {
-    socketFlag(handle) { $0.autoDisconnectOnClosedReadStream }
+    Socket.flag(handle) { $0.autoDisconnectOnClosedReadStream }
 }
 
 @_cdecl("sk_socket_set_maximum_read_length")
 public func sk_socket_set_maximum_read_length(_ handle: OpaquePointer?, _ length: Int) -> Int32 {
-    withSocket(handle, nil) { (socket) throws(SocketError) in
+    Socket.withHandle(handle) { (socket) throws(SocketError) in
         try socket.setMaximumReadLength(try checkedLength(length, "length"))
     }
 }
 
 @_cdecl("sk_socket_get_maximum_read_length")
 public func sk_socket_get_maximum_read_length(_ handle: OpaquePointer?, _ outLength: UnsafeMutablePointer<Int>?) -> Int32 {
-    withSocket(handle, nil) { (socket) throws(SocketError) in
+    Socket.withHandle(handle) { (socket) throws(SocketError) in
         outLength?.pointee = socket.maximumReadLength
     }
 }
@@ -189,7 +129,7 @@ public func sk_socket_get_maximum_read_length(_ handle: OpaquePointer?, _ outLen
 @_cdecl("sk_socket_set_write_watermarks")
 public func sk_socket_set_write_watermarks(_ handle: OpaquePointer?, _ low: Int, _ high: Int,
                                            _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
-    withSocket(handle, error) { (socket) throws(SocketError) in
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
         try socket.setWriteWatermarks(low: try checkedLength(low, "low"), high: try checkedLength(high, "high"))
     }
 }
@@ -197,7 +137,7 @@ public func sk_socket_set_write_watermarks(_ handle: OpaquePointer?, _ low: Int,
 @_cdecl("sk_socket_get_write_watermarks")
 public func sk_socket_get_write_watermarks(_ handle: OpaquePointer?, _ outLow: UnsafeMutablePointer<Int>?,
                                            _ outHigh: UnsafeMutablePointer<Int>?) -> Int32 {
-    withSocket(handle, nil) { (socket) throws(SocketError) in
+    Socket.withHandle(handle) { (socket) throws(SocketError) in
         let marks = socket.writeWatermarks
         outLow?.pointee = marks.low
         outHigh?.pointee = marks.high
@@ -206,30 +146,30 @@ public func sk_socket_get_write_watermarks(_ handle: OpaquePointer?, _ outLow: U
 
 @_cdecl("sk_socket_set_maximum_queued_write_bytes")
 public func sk_socket_set_maximum_queued_write_bytes(_ handle: OpaquePointer?, _ maximum: Int) -> Int32 {
-    withSocket(handle, nil) { (socket) throws(SocketError) in
+    Socket.withHandle(handle) { (socket) throws(SocketError) in
         try socket.setMaximumQueuedWriteBytes(try checkedLength(maximum, "maximum"))
     }
 }
 
 @_cdecl("sk_socket_get_maximum_queued_write_bytes")
 public func sk_socket_get_maximum_queued_write_bytes(_ handle: OpaquePointer?, _ outMaximum: UnsafeMutablePointer<Int>?) -> Int32 {
-    withSocket(handle, nil) { (socket) throws(SocketError) in
+    Socket.withHandle(handle) { (socket) throws(SocketError) in
         outMaximum?.pointee = socket.maximumQueuedWriteBytes
     }
 }
 
 @_cdecl("sk_socket_set_no_delay")
 public func sk_socket_set_no_delay(_ handle: OpaquePointer?, _ enabled: Int32) -> Int32 {
-    withSocket(handle, nil) { $0.noDelay = enabled != 0 }
+    Socket.withHandle(handle) { $0.noDelay = enabled != 0 }
 }
 
 @_cdecl("sk_socket_get_no_delay")
-public func sk_socket_get_no_delay(_ handle: OpaquePointer?) -> Int32 { socketFlag(handle) { $0.noDelay } }
+public func sk_socket_get_no_delay(_ handle: OpaquePointer?) -> Int32 { Socket.flag(handle) { $0.noDelay } }
 
 @_cdecl("sk_socket_set_keep_alive")
 public func sk_socket_set_keep_alive(_ handle: OpaquePointer?, _ enabled: Int32, _ idle: Int32, _ interval: Int32,
                                      _ count: Int32, _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
-    withSocket(handle, error) { (socket) throws(SocketError) in
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
         try socket.setKeepAlive(enabled != 0 ? KeepAlive(idle: Int(idle), interval: Int(interval), count: Int(count)) : nil)
     }
 }
@@ -238,7 +178,7 @@ public func sk_socket_set_keep_alive(_ handle: OpaquePointer?, _ enabled: Int32,
 public func sk_socket_get_keep_alive(_ handle: OpaquePointer?, _ outEnabled: UnsafeMutablePointer<Int32>?,
                                      _ outIdle: UnsafeMutablePointer<Int32>?, _ outInterval: UnsafeMutablePointer<Int32>?,
                                      _ outCount: UnsafeMutablePointer<Int32>?) -> Int32 {
-    withSocket(handle, nil) { (socket) throws(SocketError) in
+    Socket.withHandle(handle) { (socket) throws(SocketError) in
         let keepAlive = socket.keepAlive
         outEnabled?.pointee = keepAlive == nil ? 0 : 1
         outIdle?.pointee = Int32(clamping: keepAlive?.idle ?? 0)
@@ -250,7 +190,7 @@ public func sk_socket_get_keep_alive(_ handle: OpaquePointer?, _ outEnabled: Uns
 @_cdecl("sk_socket_set_buffer_sizes")
 public func sk_socket_set_buffer_sizes(_ handle: OpaquePointer?, _ sendSize: Int32, _ receiveSize: Int32,
                                        _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
-    withSocket(handle, error) { (socket) throws(SocketError) in
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
         try socket.setBufferSizes(send: Int(sendSize), receive: Int(receiveSize))
     }
 }
@@ -258,7 +198,7 @@ public func sk_socket_set_buffer_sizes(_ handle: OpaquePointer?, _ sendSize: Int
 @_cdecl("sk_socket_get_buffer_sizes")
 public func sk_socket_get_buffer_sizes(_ handle: OpaquePointer?, _ outSend: UnsafeMutablePointer<Int32>?,
                                        _ outReceive: UnsafeMutablePointer<Int32>?) -> Int32 {
-    withSocket(handle, nil) { (socket) throws(SocketError) in
+    Socket.withHandle(handle) { (socket) throws(SocketError) in
         outSend?.pointee = Int32(clamping: socket.sendBufferSize)
         outReceive?.pointee = Int32(clamping: socket.receiveBufferSize)
     }
@@ -268,13 +208,13 @@ public func sk_socket_get_buffer_sizes(_ handle: OpaquePointer?, _ outSend: Unsa
 
 @_cdecl("sk_socket_accept_on_port")
 public func sk_socket_accept_on_port(_ handle: OpaquePointer?, _ port: UInt16, _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
-    withSocket(handle, error) { (socket) throws(SocketError) in try socket.accept(onPort: port) }
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in try socket.accept(onPort: port) }
 }
 
 @_cdecl("sk_socket_accept_on_interface")
 public func sk_socket_accept_on_interface(_ handle: OpaquePointer?, _ interface: UnsafePointer<CChar>?, _ port: UInt16,
                                           _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
-    withSocket(handle, error) { (socket) throws(SocketError) in
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
         try socket.accept(onInterface: interface.map { String(cString: $0) }, port: port)
     }
 }
@@ -282,7 +222,7 @@ public func sk_socket_accept_on_interface(_ handle: OpaquePointer?, _ interface:
 @_cdecl("sk_socket_accept_on_unix_path")
 public func sk_socket_accept_on_unix_path(_ handle: OpaquePointer?, _ path: UnsafePointer<CChar>?,
                                           _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
-    withSocket(handle, error) { (socket) throws(SocketError) in
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
         try socket.accept(onUnixPath: try string(from: path, "path"))
     }
 }
@@ -291,7 +231,7 @@ public func sk_socket_accept_on_unix_path(_ handle: OpaquePointer?, _ path: Unsa
 public func sk_socket_connect_to_host(_ handle: OpaquePointer?, _ host: UnsafePointer<CChar>?, _ port: UInt16,
                                       _ interface: UnsafePointer<CChar>?, _ timeout: Double,
                                       _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
-    withSocket(handle, error) { (socket) throws(SocketError) in
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
         try socket.connect(toHost: try string(from: host, "host"), port: port,
                            viaInterface: interface.map { String(cString: $0) }, timeout: timeout)
     }
@@ -301,7 +241,7 @@ public func sk_socket_connect_to_host(_ handle: OpaquePointer?, _ host: UnsafePo
 public func sk_socket_connect_to_address(_ handle: OpaquePointer?, _ address: UnsafePointer<sockaddr>?, _ length: socklen_t,
                                          _ interface: UnsafePointer<CChar>?, _ timeout: Double,
                                          _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
-    withSocket(handle, error) { (socket) throws(SocketError) in
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
         let parsed = try socketAddress(address, length)
         try socket.connect(to: parsed, viaInterface: interface.map { String(cString: $0) }, timeout: timeout)
     }
@@ -310,22 +250,9 @@ public func sk_socket_connect_to_address(_ handle: OpaquePointer?, _ address: Un
 @_cdecl("sk_socket_connect_to_unix_path")
 public func sk_socket_connect_to_unix_path(_ handle: OpaquePointer?, _ path: UnsafePointer<CChar>?, _ timeout: Double,
                                            _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
-    withSocket(handle, error) { (socket) throws(SocketError) in
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
         try socket.connect(toUnixPath: try string(from: path, "path"), timeout: timeout)
     }
-}
-
-/// A `SocketAddress` from C, validated: a known family, and at least its struct's size (up
-/// to `sockaddr_storage`; see `SocketAddress.init?(bytes:)`).
-func socketAddress(_ address: UnsafePointer<sockaddr>?, _ length: socklen_t) throws(SocketError) -> SocketAddress {
-    guard let address else { throw badParam("address is NULL") }
-    guard length >= 2, length <= socklen_t(MemoryLayout<sockaddr_storage>.size) else {
-        throw badParam("address_length \(length) is not a valid address length")
-    }
-    guard let parsed = SocketAddress(raw: UnsafeRawBufferPointer(start: address, count: Int(length))) else {
-        throw badParam("not a complete sockaddr_in, sockaddr_in6 or sockaddr_un")
-    }
-    return parsed
 }
 
 // MARK: Reading
@@ -346,7 +273,7 @@ private func separatorBytes(_ separator: UnsafeRawPointer?, _ length: Int) throw
 @_cdecl("sk_socket_read")
 public func sk_socket_read(_ handle: OpaquePointer?, _ maxLength: Int, _ timeout: Double, _ tag: Int,
                            _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
-    withSocket(handle, error) { (socket) throws(SocketError) in
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
         try socket.read(maxLength: try checkedLength(maxLength, "max_length"), timeout: timeout, tag: tag)
     }
 }
@@ -355,7 +282,7 @@ public func sk_socket_read(_ handle: OpaquePointer?, _ maxLength: Int, _ timeout
 public func sk_socket_read_into(_ handle: OpaquePointer?, _ buffer: UnsafeMutableRawPointer?, _ capacity: Int, _ offset: Int,
                                 _ maxLength: Int, _ timeout: Double, _ tag: Int,
                                 _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
-    withSocket(handle, error) { (socket) throws(SocketError) in
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
         try socket.read(into: try callerBuffer(buffer, capacity), offset: try checkedLength(offset, "offset"),
                         maxLength: try checkedLength(maxLength, "max_length"), timeout: timeout, tag: tag)
     }
@@ -364,7 +291,7 @@ public func sk_socket_read_into(_ handle: OpaquePointer?, _ buffer: UnsafeMutabl
 @_cdecl("sk_socket_read_to_length")
 public func sk_socket_read_to_length(_ handle: OpaquePointer?, _ length: Int, _ timeout: Double, _ tag: Int,
                                      _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
-    withSocket(handle, error) { (socket) throws(SocketError) in
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
         try socket.read(toLength: try checkedLength(length, "length"), timeout: timeout, tag: tag)
     }
 }
@@ -373,7 +300,7 @@ public func sk_socket_read_to_length(_ handle: OpaquePointer?, _ length: Int, _ 
 public func sk_socket_read_to_length_into(_ handle: OpaquePointer?, _ length: Int, _ buffer: UnsafeMutableRawPointer?,
                                           _ capacity: Int, _ offset: Int, _ timeout: Double, _ tag: Int,
                                           _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
-    withSocket(handle, error) { (socket) throws(SocketError) in
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
         try socket.read(toLength: try checkedLength(length, "length"), into: try callerBuffer(buffer, capacity),
                         offset: try checkedLength(offset, "offset"), timeout: timeout, tag: tag)
     }
@@ -383,7 +310,7 @@ public func sk_socket_read_to_length_into(_ handle: OpaquePointer?, _ length: In
 public func sk_socket_read_to_data(_ handle: OpaquePointer?, _ separator: UnsafeRawPointer?, _ separatorLength: Int,
                                    _ maxLength: Int, _ timeout: Double, _ tag: Int,
                                    _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
-    withSocket(handle, error) { (socket) throws(SocketError) in
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
         try socket.read(toData: try separatorBytes(separator, separatorLength),
                         maxLength: try checkedLength(maxLength, "max_length"), timeout: timeout, tag: tag)
     }
@@ -394,7 +321,7 @@ public func sk_socket_read_to_data_into(_ handle: OpaquePointer?, _ separator: U
                                         _ buffer: UnsafeMutableRawPointer?, _ capacity: Int, _ offset: Int,
                                         _ maxLength: Int, _ timeout: Double, _ tag: Int,
                                         _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
-    withSocket(handle, error) { (socket) throws(SocketError) in
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
         try socket.read(toData: try separatorBytes(separator, separatorLength), into: try callerBuffer(buffer, capacity),
                         offset: try checkedLength(offset, "offset"), maxLength: try checkedLength(maxLength, "max_length"),
                         timeout: timeout, tag: tag)
@@ -413,8 +340,7 @@ private func report(_ progress: OperationProgress?, _ outTag: UnsafeMutablePoint
 @_cdecl("sk_socket_read_progress")
 public func sk_socket_read_progress(_ handle: OpaquePointer?, _ outTag: UnsafeMutablePointer<Int>?,
                                     _ outDone: UnsafeMutablePointer<Int>?, _ outTotal: UnsafeMutablePointer<Int>?) -> Int32 {
-    guard let socket = try? lookupSocket(handle) else { return SocketError.Code.invalidHandle.rawValue }
-    return report(socket.readProgress, outTag, outDone, outTotal)
+    Socket.answer(handle) { socket in report(socket.readProgress, outTag, outDone, outTotal) }
 }
 
 // MARK: Writing
@@ -422,7 +348,7 @@ public func sk_socket_read_progress(_ handle: OpaquePointer?, _ outTag: UnsafeMu
 @_cdecl("sk_socket_write")
 public func sk_socket_write(_ handle: OpaquePointer?, _ data: UnsafeRawPointer?, _ length: Int, _ timeout: Double,
                             _ tag: Int, _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
-    withSocket(handle, error) { (socket) throws(SocketError) in
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
         let count = try checkedLength(length, "length")
         guard let data else { throw badParam("data is NULL") }
         try socket.write(copying: UnsafeRawBufferPointer(start: data, count: count), timeout: timeout, tag: tag)
@@ -434,7 +360,7 @@ public func sk_socket_write_no_copy(_ handle: OpaquePointer?, _ data: UnsafeRawP
                                     _ release: (@convention(c) (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Void)?,
                                     _ releaseContext: UnsafeMutableRawPointer?, _ timeout: Double, _ tag: Int,
                                     _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
-    withSocket(handle, error) { (socket) throws(SocketError) in
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
         let count = try checkedLength(length, "length")
         guard let data else { throw badParam("data is NULL") }
         guard count > 0 else { throw SocketError(.badParam, "empty write") }
@@ -456,13 +382,12 @@ public func sk_socket_write_no_copy(_ handle: OpaquePointer?, _ data: UnsafeRawP
 @_cdecl("sk_socket_write_progress")
 public func sk_socket_write_progress(_ handle: OpaquePointer?, _ outTag: UnsafeMutablePointer<Int>?,
                                      _ outDone: UnsafeMutablePointer<Int>?, _ outTotal: UnsafeMutablePointer<Int>?) -> Int32 {
-    guard let socket = try? lookupSocket(handle) else { return SocketError.Code.invalidHandle.rawValue }
-    return report(socket.writeProgress, outTag, outDone, outTotal)
+    Socket.answer(handle) { socket in report(socket.writeProgress, outTag, outDone, outTotal) }
 }
 
 @_cdecl("sk_socket_get_queued_write_bytes")
 public func sk_socket_get_queued_write_bytes(_ handle: OpaquePointer?, _ outBytes: UnsafeMutablePointer<Int>?) -> Int32 {
-    withSocket(handle, nil) { (socket) throws(SocketError) in
+    Socket.withHandle(handle) { (socket) throws(SocketError) in
         outBytes?.pointee = socket.queuedWriteBytes
     }
 }
@@ -470,110 +395,78 @@ public func sk_socket_get_queued_write_bytes(_ handle: OpaquePointer?, _ outByte
 // MARK: Disconnecting
 
 @_cdecl("sk_socket_disconnect")
-public func sk_socket_disconnect(_ handle: OpaquePointer?) -> Int32 { withSocket(handle, nil) { $0.disconnect() } }
+public func sk_socket_disconnect(_ handle: OpaquePointer?) -> Int32 { Socket.withHandle(handle) { $0.disconnect() } }
 
 @_cdecl("sk_socket_disconnect_after_reading")
 public func sk_socket_disconnect_after_reading(_ handle: OpaquePointer?) -> Int32 {
-    withSocket(handle, nil) { $0.disconnectAfterReading() }
+    Socket.withHandle(handle) { $0.disconnectAfterReading() }
 }
 
 @_cdecl("sk_socket_disconnect_after_writing")
 public func sk_socket_disconnect_after_writing(_ handle: OpaquePointer?) -> Int32 {
-    withSocket(handle, nil) { $0.disconnectAfterWriting() }
+    Socket.withHandle(handle) { $0.disconnectAfterWriting() }
 }
 
 @_cdecl("sk_socket_disconnect_after_reading_and_writing")
 public func sk_socket_disconnect_after_reading_and_writing(_ handle: OpaquePointer?) -> Int32 {
-    withSocket(handle, nil) { $0.disconnectAfterReadingAndWriting() }
+    Socket.withHandle(handle) { $0.disconnectAfterReadingAndWriting() }
 }
 
 // MARK: Diagnostics
 
 @_cdecl("sk_socket_is_connected")
-public func sk_socket_is_connected(_ handle: OpaquePointer?) -> Int32 { socketFlag(handle) { $0.isConnected } }
+public func sk_socket_is_connected(_ handle: OpaquePointer?) -> Int32 { Socket.flag(handle) { $0.isConnected } }
 
 @_cdecl("sk_socket_is_disconnected")
-public func sk_socket_is_disconnected(_ handle: OpaquePointer?) -> Int32 { socketFlag(handle) { $0.isDisconnected } }
+public func sk_socket_is_disconnected(_ handle: OpaquePointer?) -> Int32 { Socket.flag(handle) { $0.isDisconnected } }
 
 @_cdecl("sk_socket_is_accepting")
-public func sk_socket_is_accepting(_ handle: OpaquePointer?) -> Int32 { socketFlag(handle) { $0.isAccepting } }
+public func sk_socket_is_accepting(_ handle: OpaquePointer?) -> Int32 { Socket.flag(handle) { $0.isAccepting } }
 
 @_cdecl("sk_socket_is_ipv4")
-public func sk_socket_is_ipv4(_ handle: OpaquePointer?) -> Int32 { socketFlag(handle) { $0.isIPv4 } }
+public func sk_socket_is_ipv4(_ handle: OpaquePointer?) -> Int32 { Socket.flag(handle) { $0.isIPv4 } }
 
 @_cdecl("sk_socket_is_ipv6")
-public func sk_socket_is_ipv6(_ handle: OpaquePointer?) -> Int32 { socketFlag(handle) { $0.isIPv6 } }
+public func sk_socket_is_ipv6(_ handle: OpaquePointer?) -> Int32 { Socket.flag(handle) { $0.isIPv6 } }
 
 @_cdecl("sk_socket_is_unix")
-public func sk_socket_is_unix(_ handle: OpaquePointer?) -> Int32 { socketFlag(handle) { $0.isUnixDomain } }
-
-/// A host or path getter's answer (see `CBuffer`): SK_ERR_BAD_CONFIG when there is no
-/// such text.
-func copyText(_ text: String?, into buffer: UnsafeMutablePointer<CChar>?, capacity: Int) -> Int32 {
-    guard let text else { return SocketError.Code.badConfig.rawValue }
-    return CBuffer.copy(text: text, into: buffer, capacity: capacity)
-}
-
-/// An address getter's answer, as getsockname(2) gives it: what fits of `*length` bytes,
-/// with `*length` and the result set to the address's whole length (see `CBuffer`).
-/// SK_ERR_BAD_CONFIG when there is no such address.
-func copyAddress(_ address: SocketAddress?, into destination: UnsafeMutablePointer<sockaddr>?,
-                 length: UnsafeMutablePointer<socklen_t>?) -> Int32 {
-    guard let length else { return SocketError.Code.badParam.rawValue }
-    guard let address else { return SocketError.Code.badConfig.rawValue }
-    return address.withRawBytes { raw in
-        let result = CBuffer.copy(raw, into: destination.map { UnsafeMutableRawPointer($0) }, capacity: Int(length.pointee))
-        length.pointee = socklen_t(raw.count)
-        return result
-    }
-}
+public func sk_socket_is_unix(_ handle: OpaquePointer?) -> Int32 { Socket.flag(handle) { $0.isUnixDomain } }
 
 @_cdecl("sk_socket_get_connected_host")
 public func sk_socket_get_connected_host(_ handle: OpaquePointer?, _ buffer: UnsafeMutablePointer<CChar>?, _ capacity: Int) -> Int32 {
-    guard let socket = try? lookupSocket(handle) else { return SocketError.Code.invalidHandle.rawValue }
-    return copyText(socket.connectedHost, into: buffer, capacity: capacity)
+    Socket.connectedHost(handle, buffer, capacity)
 }
 
 @_cdecl("sk_socket_get_connected_port")
 public func sk_socket_get_connected_port(_ handle: OpaquePointer?, _ outPort: UnsafeMutablePointer<UInt16>?) -> Int32 {
-    withSocket(handle, nil) { (socket) throws(SocketError) in
-        guard let address = socket.connectedAddress else { throw SocketError(.badConfig, "not connected") }
-        outPort?.pointee = address.port
-    }
+    Socket.port(handle, outPort, missing: "not connected") { $0.connectedAddress }
 }
 
 @_cdecl("sk_socket_get_connected_address")
 public func sk_socket_get_connected_address(_ handle: OpaquePointer?, _ address: UnsafeMutablePointer<sockaddr>?,
                                             _ length: UnsafeMutablePointer<socklen_t>?) -> Int32 {
-    guard let socket = try? lookupSocket(handle) else { return SocketError.Code.invalidHandle.rawValue }
-    return copyAddress(socket.connectedAddress, into: address, length: length)
+    Socket.connectedAddress(handle, address, length)
 }
 
 @_cdecl("sk_socket_get_connected_unix_path")
 public func sk_socket_get_connected_unix_path(_ handle: OpaquePointer?, _ buffer: UnsafeMutablePointer<CChar>?, _ capacity: Int) -> Int32 {
-    guard let socket = try? lookupSocket(handle) else { return SocketError.Code.invalidHandle.rawValue }
-    return copyText(socket.connectedUnixPath, into: buffer, capacity: capacity)
+    Socket.answer(handle) { socket in copyText(socket.connectedUnixPath, into: buffer, capacity: capacity) }
 }
 
 @_cdecl("sk_socket_get_local_host")
 public func sk_socket_get_local_host(_ handle: OpaquePointer?, _ buffer: UnsafeMutablePointer<CChar>?, _ capacity: Int) -> Int32 {
-    guard let socket = try? lookupSocket(handle) else { return SocketError.Code.invalidHandle.rawValue }
-    return copyText(socket.localHost, into: buffer, capacity: capacity)
+    Socket.answer(handle) { socket in copyText(socket.localHost, into: buffer, capacity: capacity) }
 }
 
 @_cdecl("sk_socket_get_local_port")
 public func sk_socket_get_local_port(_ handle: OpaquePointer?, _ outPort: UnsafeMutablePointer<UInt16>?) -> Int32 {
-    withSocket(handle, nil) { (socket) throws(SocketError) in
-        guard let address = socket.localAddress else { throw SocketError(.badConfig, "not connected or accepting") }
-        outPort?.pointee = address.port
-    }
+    Socket.port(handle, outPort, missing: "not connected or accepting") { $0.localAddress }
 }
 
 @_cdecl("sk_socket_get_local_address")
 public func sk_socket_get_local_address(_ handle: OpaquePointer?, _ address: UnsafeMutablePointer<sockaddr>?,
                                         _ length: UnsafeMutablePointer<socklen_t>?) -> Int32 {
-    guard let socket = try? lookupSocket(handle) else { return SocketError.Code.invalidHandle.rawValue }
-    return copyAddress(socket.localAddress, into: address, length: length)
+    Socket.answer(handle) { socket in copyAddress(socket.localAddress, into: address, length: length) }
 }
 
 // MARK: Advanced
@@ -582,16 +475,7 @@ public func sk_socket_get_local_address(_ handle: OpaquePointer?, _ address: Uns
 public func sk_socket_perform(_ handle: OpaquePointer?,
                               _ function: (@convention(c) (UnsafePointer<sk_socket_descriptors_t>?, UnsafeMutableRawPointer?) -> Void)?,
                               _ context: UnsafeMutableRawPointer?) -> Int32 {
-    withSocket(handle, nil) { (socket) throws(SocketError) in
-        guard let function else { throw badParam("function is NULL") }
-        guard socket.eventLoop.isAcceptingTasks else { throw SocketError(.badConfig, "the socket's event loop has stopped") }
-        let call = CValue((function, context))
-        socket.perform { descriptors in
-            var converted = sk_socket_descriptors_t(primary: descriptors.primary, ipv4: descriptors.ipv4,
-                                                    ipv6: descriptors.ipv6, unix_domain: descriptors.unix)
-            call.value.0(&converted, call.value.1)
-        }
-    }
+    Socket.perform(handle, function, context)
 }
 
 // MARK: Utilities

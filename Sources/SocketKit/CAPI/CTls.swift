@@ -6,32 +6,21 @@ import SocketKitC
 
 /// What an `sk_tls_settings_t` handle stands for: settings that setters change and
 /// `sk_socket_start_tls` copies.
-final class TLSSettingsBox: @unchecked Sendable {
+final class TLSSettingsBox: CHandleObject, @unchecked Sendable {
+    static var handleKind: HandleRegistry.Kind { .tlsSettings }
     let value: LockedValue<TLSSettings>
     init(_ settings: TLSSettings) { value = LockedValue(settings) }
-}
-
-func lookupTLSSettings(_ handle: OpaquePointer?) throws(SocketError) -> TLSSettingsBox {
-    guard let box = HandleRegistry.shared.lookup(handle, .tlsSettings, as: TLSSettingsBox.self) else {
-        throw HandleRegistry.invalid(.tlsSettings)
-    }
-    return box
 }
 
 /// Changes the settings behind `handle`: SK_OK, SK_ERR_INVALID_HANDLE or SK_ERR_BAD_PARAM.
 private func change(_ handle: OpaquePointer?, _ body: (inout TLSSettings) throws(SocketError) -> Void) -> Int32 {
     do throws(SocketError) {
-        let box = try lookupTLSSettings(handle)
+        let box = try TLSSettingsBox.resolve(handle)
         try box.value.withLock { (settings: inout TLSSettings) throws(SocketError) in try body(&settings) }
         return 0
     } catch {
         return error.code.rawValue
     }
-}
-
-/// A C string or nil.
-private func optionalString(_ pointer: UnsafePointer<CChar>?) -> String? {
-    pointer.map { String(cString: $0) }
 }
 
 /// `length` bytes of text, or a NUL-terminated string when `length` is 0.
@@ -70,13 +59,13 @@ public func sk_tls_settings_create(_ role: Int32, _ outSettings: UnsafeMutablePo
         case Int32(SK_TLS_SERVER.rawValue): kind = .server
         default: throw badParam("role must be SK_TLS_CLIENT or SK_TLS_SERVER")
         }
-        outSettings.pointee = HandleRegistry.shared.register(TLSSettingsBox(TLSSettings(role: kind)), kind: .tlsSettings)
+        outSettings.pointee = TLSSettingsBox(TLSSettings(role: kind)).makeHandle()
     }
 }
 
 @_cdecl("sk_tls_settings_release")
 public func sk_tls_settings_release(_ settings: OpaquePointer?) -> Int32 {
-    HandleRegistry.shared.remove(settings, .tlsSettings) == nil ? SocketError.Code.invalidHandle.rawValue : 0
+    TLSSettingsBox.removeHandle(settings) == nil ? SocketError.Code.invalidHandle.rawValue : 0
 }
 
 @_cdecl("sk_tls_settings_set_peer_name")
@@ -222,7 +211,7 @@ public func sk_tls_settings_set_manual_trust_evaluation(_ settings: OpaquePointe
 @_cdecl("sk_tls_settings_check")
 public func sk_tls_settings_check(_ settings: OpaquePointer?, _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
     reporting(error) { () throws(SocketError) in
-        let value = try lookupTLSSettings(settings).value.withLock { $0 }
+        let value = try TLSSettingsBox.resolve(settings).value.withLock { $0 }
         _ = try TLSContext.forSettings(value)
     }
 }
@@ -232,9 +221,9 @@ public func sk_tls_settings_check(_ settings: OpaquePointer?, _ error: UnsafeMut
 @_cdecl("sk_socket_start_tls")
 public func sk_socket_start_tls(_ sock: OpaquePointer?, _ settings: OpaquePointer?,
                                 _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
-    withSocket(sock, error) { (socket: Socket) throws(SocketError) in
+    Socket.withHandle(sock, error) { (socket) throws(SocketError) in
         let value = try settings.map { (handle: OpaquePointer) throws(SocketError) in
-            try lookupTLSSettings(handle).value.withLock { $0 }
+            try TLSSettingsBox.resolve(handle).value.withLock { $0 }
         } ?? TLSSettings()
         try socket.startTLS(value)
     }
@@ -242,14 +231,15 @@ public func sk_socket_start_tls(_ sock: OpaquePointer?, _ settings: OpaquePointe
 
 @_cdecl("sk_socket_answer_trust")
 public func sk_socket_answer_trust(_ sock: OpaquePointer?, _ token: UInt64, _ accept: Int32) -> Int32 {
-    guard let socket = try? lookupSocket(sock) else { return SocketError.Code.invalidHandle.rawValue }
-    socket.answerTrust(question: token, accept: accept != 0)
-    return 0
+    Socket.answer(sock) { socket in
+        socket.answerTrust(question: token, accept: accept != 0)
+        return 0
+    }
 }
 
 @_cdecl("sk_socket_is_secure")
 public func sk_socket_is_secure(_ sock: OpaquePointer?) -> Int32 {
-    socketFlag(sock) { $0.isSecure }
+    Socket.flag(sock) { $0.isSecure }
 }
 
 /// Copies `text` into a fixed C array field, cut to fit (whole UTF-8 sequences).
@@ -272,7 +262,7 @@ private func copy<Field>(_ text: String, into field: inout Field) {
 @_cdecl("sk_socket_get_tls_info")
 public func sk_socket_get_tls_info(_ sock: OpaquePointer?, _ outInfo: UnsafeMutablePointer<sk_tls_info_t>?) -> Int32 {
     do throws(SocketError) {
-        let socket = try lookupSocket(sock)
+        let socket = try Socket.resolve(sock)
         guard let info = socket.tlsInfo else { throw SocketError(.badConfig, "the connection is not secure") }
         var result = sk_tls_info_t()
         copy(info.protocolVersion, into: &result.protocol_version)
@@ -292,7 +282,7 @@ public func sk_socket_get_tls_info(_ sock: OpaquePointer?, _ outInfo: UnsafeMuta
 public func sk_socket_copy_peer_certificate(_ sock: OpaquePointer?, _ index: Int32, _ buffer: UnsafeMutableRawPointer?,
                                             _ inoutLength: UnsafeMutablePointer<Int>?) -> Int32 {
     do throws(SocketError) {
-        let socket = try lookupSocket(sock)
+        let socket = try Socket.resolve(sock)
         guard let inoutLength else { throw badParam("inout_length is NULL") }
         guard let info = socket.tlsInfo else { throw SocketError(.badConfig, "the connection is not secure") }
         guard index >= 0, Int(index) < info.peerCertificates.count else { throw badParam("no certificate \(index)") }

@@ -4,8 +4,7 @@ import SocketKitC
 /// socket, the pattern of every server (`did_read` writes and reads again): while a C
 /// callback runs, its socket's handle and object sit in a thread-local slot, and such a call
 /// takes the object from there instead of from the handle table, skipping the table's lock
-/// and a retain and release of the socket (~110 instructions per call, two per echoed
-/// message).
+/// and a retain and release of the socket.
 ///
 /// Why it is safe:
 /// - the socket object is alive for the whole callback (the delivery holds it);
@@ -18,34 +17,23 @@ import SocketKitC
 /// - the slot carries the handle's kind, and is restored when the callback returns
 ///   (callbacks nest: a callback may run the loop of another queue).
 enum CallbackScope {
-    static let socketKind: UInt = 1
-    static let udpSocketKind: UInt = 2
-
     /// Runs `body` (the C callback) with `object`'s handle in the slot.
     @inline(__always)
-    static func with<Result>(_ object: AnyObject, handle: OpaquePointer?, kind: UInt, _ body: () -> Result) -> Result {
+    static func with<Object: CSocketObject, Result>(_ object: Object, handle: OpaquePointer?,
+                                                    _ body: () -> Result) -> Result {
         let saved = skc_callback_scope_enter(UInt(bitPattern: Int(bitPattern: handle)),
-                                             Unmanaged.passUnretained(object).toOpaque(), kind)
+                                             Unmanaged.passUnretained(object).toOpaque(),
+                                             UInt(Object.handleKind.rawValue))
         defer { skc_callback_scope_leave(saved) }
         return body()
     }
 
     /// The socket of the running callback, if `handle` is its live handle.
     @inline(__always)
-    static func socket(_ handle: OpaquePointer?) -> Unmanaged<Socket>? {
+    static func current<Object: CSocketObject>(_ handle: OpaquePointer?, as type: Object.Type) -> Unmanaged<Object>? {
         let raw = UInt(bitPattern: Int(bitPattern: handle))
-        guard let object = skc_callback_scope_object(raw, socketKind) else { return nil }
-        let socket = Unmanaged<Socket>.fromOpaque(object)
-        guard RuntimeShortcuts.withUnretained(socket, { $0.cHandle.load(ordering: .acquiring) }) == raw else { return nil }
-        return socket
-    }
-
-    /// The UDP socket of the running callback, if `handle` is its live handle.
-    @inline(__always)
-    static func udpSocket(_ handle: OpaquePointer?) -> Unmanaged<UdpSocket>? {
-        let raw = UInt(bitPattern: Int(bitPattern: handle))
-        guard let object = skc_callback_scope_object(raw, udpSocketKind) else { return nil }
-        let socket = Unmanaged<UdpSocket>.fromOpaque(object)
+        guard let object = skc_callback_scope_object(raw, UInt(Object.handleKind.rawValue)) else { return nil }
+        let socket = Unmanaged<Object>.fromOpaque(object)
         guard RuntimeShortcuts.withUnretained(socket, { $0.cHandle.load(ordering: .acquiring) }) == raw else { return nil }
         return socket
     }

@@ -31,8 +31,8 @@ final class HandleRegistry: @unchecked Sendable {
 
     static let shared = HandleRegistry()
 
-    /// Taken by every C call that names a handle: an inline lock (one atomic exchange each
-    /// way when uncontended) rather than a pthread mutex.
+    /// Taken by every C call that names a handle (except from inside that socket's own
+    /// callback: `CallbackScope`): an inline lock rather than a pthread mutex.
     private let lock = InlineLock()
     private var slots: [Slot] = []
     private var freeSlots: [Int] = []
@@ -50,22 +50,10 @@ final class HandleRegistry: @unchecked Sendable {
         return try body()
     }
 
-    /// Whether `object` is of the class a handle of `kind` stands for. Checked once, when
-    /// the handle is made, so that lookups can downcast without a dynamic cast.
-    private static func matches(_ object: AnyObject, _ kind: Kind) -> Bool {
-        switch kind {
-        case .socket: return object is Socket
-        case .loopGroup: return object is EventLoopGroup
-        case .callbackQueue: return object is CallbackQueue
-        case .udpSocket: return object is UdpSocket
-        case .tlsSettings: return object is TLSSettingsBox
-        }
-    }
-
-    /// Registers `object` and returns its new handle.
-    func register(_ object: AnyObject, kind: Kind) -> OpaquePointer {
-        precondition(HandleRegistry.matches(object, kind), "registered a \(type(of: object)) as \(kind.name)")
-        return withLock {
+    /// Registers `object` and returns its new handle. A kind stands for one class
+    /// (`CHandleObject`), so lookups can downcast without a dynamic cast.
+    fileprivate func register<Object: CHandleObject>(_ object: Object) -> OpaquePointer {
+        withLock {
             let slot: Int
             if let reused = freeSlots.popLast() {
                 slot = reused
@@ -73,7 +61,7 @@ final class HandleRegistry: @unchecked Sendable {
                 slot = slots.count
                 slots.append(Slot())
             }
-            slots[slot].kind = kind
+            slots[slot].kind = Object.handleKind
             slots[slot].object = object
             let value = (UInt(slots[slot].generation) << HandleRegistry.slotBits | UInt(slot + 1)) << 4
             return OpaquePointer(bitPattern: value)!
@@ -92,35 +80,67 @@ final class HandleRegistry: @unchecked Sendable {
     }
 
     /// Every C call that names a handle comes here, so it is written out without
-    /// `withLock`'s closure (which the optimizer left as three calls and a thunk).
+    /// `withLock`'s closure (which the optimizer does not flatten).
     @inline(__always)
-    func lookup<Object: AnyObject>(_ handle: OpaquePointer?, _ kind: Kind, as type: Object.Type) -> Object? {
+    fileprivate func lookup<Object: CHandleObject>(_ handle: OpaquePointer?, as type: Object.Type) -> Object? {
         guard let (slot, generation) = decode(handle) else { return nil }
         let key = parkingKey(of: self)
         lock.lock(key: key)
         let object: AnyObject? = slot < slots.count && slots[slot].generation == generation
-            && slots[slot].kind == kind ? slots[slot].object : nil
+            && slots[slot].kind == Object.handleKind ? slots[slot].object : nil
         lock.unlock(key: key)
         guard let object else { return nil }
-        // The kind was checked against the class at registration; `Object` is that class
-        // (or a superclass of it) at every call site.
+        // Only `register` fills a slot, with an `Object` for `Object.handleKind`.
         return RuntimeShortcuts.downcast(object, to: Object.self)
     }
 
     /// Removes the handle; returns the object it held (the caller drops it outside the lock).
-    func remove(_ handle: OpaquePointer?, _ kind: Kind) -> AnyObject? {
+    fileprivate func remove<Object: CHandleObject>(_ handle: OpaquePointer?, as type: Object.Type) -> Object? {
         guard let (slot, generation) = decode(handle) else { return nil }
-        return withLock {
-            guard slot < slots.count, slots[slot].generation == generation, slots[slot].kind == kind else { return nil }
+        let object: AnyObject? = withLock {
+            guard slot < slots.count, slots[slot].generation == generation,
+                  slots[slot].kind == Object.handleKind else { return nil }
             let object = slots[slot].object
             slots[slot] = Slot(generation: generation &+ 1)
             freeSlots.append(slot)
             return object
         }
+        return object.map { unsafeDowncast($0, to: Object.self) }
+    }
+}
+
+/// An object the C API hands out behind handles of one kind: sockets, UDP sockets, loop
+/// groups, callback queues, TLS settings. Every handle check of the C API goes through this
+/// protocol's functions.
+protocol CHandleObject: AnyObject {
+    static var handleKind: HandleRegistry.Kind { get }
+}
+
+extension CHandleObject {
+    /// The object behind `handle`, or nil for a NULL, released, stale or other-kind handle.
+    @inline(__always)
+    static func lookup(_ handle: OpaquePointer?) -> Self? {
+        HandleRegistry.shared.lookup(handle, as: Self.self)
     }
 
-    static func invalid(_ kind: Kind) -> SocketError {
-        SocketError(.invalidHandle, "the \(kind.name) handle is NULL, released or of another kind")
+    /// The object behind `handle`, or SK_ERR_INVALID_HANDLE naming the handle's C type.
+    static func resolve(_ handle: OpaquePointer?) throws(SocketError) -> Self {
+        guard let object = lookup(handle) else { throw invalidHandle }
+        return object
+    }
+
+    /// Takes `handle` out of the table and returns its object, or nil when it names none.
+    static func removeHandle(_ handle: OpaquePointer?) -> Self? {
+        HandleRegistry.shared.remove(handle, as: Self.self)
+    }
+
+    /// A new handle for this object; the table holds it until the handle is released.
+    func makeHandle() -> OpaquePointer {
+        HandleRegistry.shared.register(self)
+    }
+
+    static var invalidHandle: SocketError {
+        SocketError(.invalidHandle, "the \(handleKind.name) handle is NULL, released or of another kind")
     }
 }
 

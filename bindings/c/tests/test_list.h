@@ -20,7 +20,6 @@
     X(tls_a_new_session_starts_with_none_of_the_last_ones_tls) \
     X(tls_first_echo_does_not_wait_for_a_delayed_ack) \
     X(tls_host_queue_records)                 \
-    X(tls_error_codes_have_names)             \
     X(tls_delegate_from_an_older_header)      \
     X(udp_round_trip_with_tags_and_empty_datagrams) \
     X(udp_echo_from_the_receive_callback)     \

@@ -1151,35 +1151,6 @@ void test_tls_host_queue_records(void) {
     tls_server_stop(&server);
 }
 
-void test_tls_error_codes_have_names(void) {
-    static const struct { int code; const char *name; } codes[] = {
-        {SK_ERR_TLS_FAILED, "SK_ERR_TLS_FAILED"},
-        {SK_ERR_TLS_CERT_EXPIRED, "SK_ERR_TLS_CERT_EXPIRED"},
-        {SK_ERR_TLS_CERT_NOT_YET_VALID, "SK_ERR_TLS_CERT_NOT_YET_VALID"},
-        {SK_ERR_TLS_SELF_SIGNED, "SK_ERR_TLS_SELF_SIGNED"},
-        {SK_ERR_TLS_UNKNOWN_ISSUER, "SK_ERR_TLS_UNKNOWN_ISSUER"},
-        {SK_ERR_TLS_HOSTNAME_MISMATCH, "SK_ERR_TLS_HOSTNAME_MISMATCH"},
-        {SK_ERR_TLS_CERT_INVALID, "SK_ERR_TLS_CERT_INVALID"},
-        {SK_ERR_TLS_CLIENT_CERT_REQUIRED, "SK_ERR_TLS_CLIENT_CERT_REQUIRED"},
-        {SK_ERR_TLS_PROTOCOL_VERSION, "SK_ERR_TLS_PROTOCOL_VERSION"},
-        {SK_ERR_TLS_PEER_CLOSED, "SK_ERR_TLS_PEER_CLOSED"},
-        {SK_ERR_TLS_HANDSHAKE_TIMEOUT, "SK_ERR_TLS_HANDSHAKE_TIMEOUT"},
-        {SK_ERR_TLS_TRUNCATED, "SK_ERR_TLS_TRUNCATED"},
-        {SK_ERR_TLS_PEER_REJECTED, "SK_ERR_TLS_PEER_REJECTED"},
-        {SK_ERR_TLS_SETTINGS, "SK_ERR_TLS_SETTINGS"},
-    };
-    size_t count = sizeof codes / sizeof codes[0];
-    for (size_t i = 0; i < count; i++) {
-        CHECK_EQ(codes[i].code, -14 - (int)i); /* consecutive, as SocketError.Code.all */
-        CHECK_STR(sk_error_name(codes[i].code), codes[i].name);
-        CHECK(strcmp(sk_strerror(codes[i].code), "unknown error") != 0);
-        for (int other = 0; other > codes[i].code; other--)
-            CHECK(strcmp(sk_strerror(codes[i].code), sk_strerror(other)) != 0);
-    }
-    CHECK_STR(sk_error_name(SK_ERR_WRITE_QUEUE_FULL), "SK_ERR_WRITE_QUEUE_FULL"); /* the next code */
-    CHECK_STR(sk_error_name(SK_ERR_WRITE_QUEUE_FULL - 1), "SK_ERR_UNKNOWN");
-}
-
 /* A program built against the header before TLS passes a delegate struct without
  * did_secure and did_receive_trust: the members it does not have read as NULL. */
 void test_tls_delegate_from_an_older_header(void) {
