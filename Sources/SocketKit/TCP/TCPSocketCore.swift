@@ -115,10 +115,9 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         var lingeringCore: TCPSocketCore? = nil
         var readQueue = FIFO<ReadRequest>()
         var writeQueue = FIFO<WriteRequest>()
-        /// A session begun from a callback whose start waits for it (`beginSession`), and
-        /// how to release at once what its call made (a listener's descriptors, an adopted
-        /// one) when it ends before it starts.
-        var unstartedSession: (session: UInt64, release: () -> Void)? = nil
+        /// A session begun from a callback whose start waits for it (`beginSession`). Rare:
+        /// boxed, so that it costs every connection with this state one word.
+        var unstartedSession: UnstartedSession? = nil
 
         func deferEvent(_ event: SocketEvent) {
             if firstDeferredEvent == nil && deferredEvents.isEmpty {
@@ -754,7 +753,19 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
             if core.phase != .idle { core.closeSession(nil, of: begun &- 1) }
             start(core)
         }
-        if waits { outOfLine.unstartedSession = (begun, unused) }
+        if waits { outOfLine.unstartedSession = UnstartedSession(session: begun, release: unused) }
+    }
+
+    /// A session begun from a callback, not started yet, and how to release at once what its
+    /// call made (a listener's descriptors, an adopted one) when it ends before it starts.
+    final class UnstartedSession {
+        let session: UInt64
+        let release: () -> Void
+
+        init(session: UInt64, release: @escaping () -> Void) {
+            self.session = session
+            self.release = release
+        }
     }
 
     /// What to release of `session` if it has not started (see `beginSession`), taken.
