@@ -149,8 +149,8 @@ def test_large_bytes_are_sent_without_a_copy_and_arrive_intact(raw_peer):
     pair.socket.write(payload)  # the C extension's path (default arguments)
     assert pair.receive_exactly(2 * len(payload) + 1000) == payload + payload[:1000] + payload
     assert [event[1] for event in pair.recorder.expect("write", 3)] == [1, 2, 0]
-    from socketkit import _core
-    assert pair.recorder.wait_for(lambda events: not _core._lent and sys.getrefcount(payload) == unlent), \
+    from socketkit import _hotpaths
+    assert pair.recorder.wait_for(lambda events: not _hotpaths.lent and sys.getrefcount(payload) == unlent), \
         "the lent bytes are released"
 
 

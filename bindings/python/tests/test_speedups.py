@@ -8,6 +8,8 @@ back to Python, so both runs check the same behaviour.
 """
 import ctypes
 import os
+import pathlib
+import re
 import socket
 import sys
 import threading
@@ -15,7 +17,7 @@ import threading
 import pytest
 
 import socketkit
-from socketkit import _core
+from socketkit import _hotpaths, _native
 
 from conftest import WAIT, pattern, pump
 
@@ -23,13 +25,24 @@ from conftest import WAIT, pattern, pump
 def test_the_extension_is_used_exactly_when_expected():
     if os.environ.get("SOCKETKIT_NO_SPEEDUPS"):
         assert socketkit.SPEEDUPS is False
-        assert socketkit.Socket.write is socketkit.Socket._write_py
+        assert socketkit.Socket.write is _hotpaths.SocketIOPython.write
+        assert socketkit.UdpSocket.send_to_address is _hotpaths.UdpSocketIOPython.send_to_address
     elif os.environ.get("SOCKETKIT_EXPECT_SPEEDUPS"):
         assert socketkit.SPEEDUPS is True, "socketkit._speedups did not load (is it built? make python-test)"
         assert type(socketkit.Socket.write).__name__ == "method_descriptor"
         assert type(socketkit.UdpSocket.send_to_address).__name__ == "method_descriptor"
     else:
         pytest.skip("neither SOCKETKIT_EXPECT_SPEEDUPS nor SOCKETKIT_NO_SPEEDUPS is set")
+
+
+def test_the_extension_uses_only_cpythons_public_api():
+    """Names with a leading underscore (_PyThreadState_UncheckedGet, _PyObject_GetMethod)
+    and the fields of CPython's structures (a thread state's gilstate_counter) are
+    internals that change between releases: the extension keeps to the documented API."""
+    source = (pathlib.Path(socketkit.__file__).parent / "_speedups.c").read_text()
+    code = re.sub(r"/\*.*?\*/", "", source, flags=re.S)  # comments may name what is avoided
+    assert re.findall(r"\b_Py\w+", code) == []
+    assert re.findall(r"->\s*(?:gilstate_counter|interp|cframe|frame|thread_id)\b", code) == []
 
 
 @pytest.fixture
@@ -261,9 +274,9 @@ def test_run_once_of_a_closed_driven_group_raises():
     group.close()
     with pytest.raises(socketkit.InvalidHandleError):
         group.run_once()
-    if _core._speedups is not None:
+    if _native.speedups is not None:
         with pytest.raises(socketkit.InvalidHandleError):
-            _core._speedups.run_once(handle)  # a stale handle: an error, not a crash
+            _native.speedups.run_once(handle)  # a stale handle: an error, not a crash
 
 
 def test_the_handle_slot_accepts_what_the_binding_stores(raw_peer):

@@ -119,7 +119,7 @@ def test_waiting_calls_from_delegate_methods_return_with_their_effect(kind):
         def udp_socket_did_receive(self, sock, data, address, context):
             if done.is_set():
                 return
-            sock.close()
+            sock.disconnect()
             seen["same socket"] = sock.is_closed
             for name in targets:
                 udp[name].bind_to_port(0, "127.0.0.1")
