@@ -196,9 +196,11 @@ static void *stop_at_deadline(void *argument) {
     return NULL;
 }
 
-/* 26.4: a group's release finishes in bounded time although threads keep queueing work on
- * its socket: calls made after the stop was requested are refused, not run. The callers
- * wait while 20,000 of their calls are queued, so that the queue does not grow unbounded. */
+/* 26.4: a group's release is not held off by threads that keep queueing work on its socket:
+ * calls made after the stop was requested are refused, not run, so the release returns while
+ * the callers are still calling. The oracle is that order, not a duration (under valgrind
+ * draining what was queued before the request takes seconds). The callers wait while 20,000
+ * of their calls are queued, so that the queue does not grow unbounded. */
 void test_loop_group_release_is_not_held_off_by_callers(void) {
     sk_loop_group_t *group = NULL;
     CHECK_EQ(sk_loop_group_create(1, &group, NULL), SK_OK);
@@ -208,19 +210,18 @@ void test_loop_group_release_is_not_held_off_by_callers(void) {
     hammer_start(&hammer, sock, count_run, 1L << 40, 20000);
     while (atomic_load(&hammer.accepted) < 1000) {
     }
-    /* Without a bound the release would wait as long as the calls go on: a watchdog ends
-     * them after 4 s, so the check below fails instead of the test hanging. */
-    double began = now_seconds();
-    watchdog_t watchdog = {&hammer, 4, FLAG_INIT};
+    /* Without the bound the release would wait as long as the calls go on: a watchdog ends
+     * them after 60 s, so that the check below fails instead of the test hanging. */
+    watchdog_t watchdog = {&hammer, 60, FLAG_INIT};
     pthread_t watcher;
     CHECK(pthread_create(&watcher, NULL, stop_at_deadline, &watchdog) == 0);
     CHECK_EQ(sk_loop_group_release(group), SK_OK);
-    double elapsed = now_seconds() - began;
+    int callers_were_stopped = atomic_load(&hammer.stop);
     flag_set(&watchdog.done);
     pthread_join(watcher, NULL);
     hammer_stop(&hammer);
-    if (elapsed >= 3) fprintf(stderr, "the release took %.1f s\n", elapsed);
-    CHECK(elapsed < 3);
+    if (callers_were_stopped) fprintf(stderr, "the release returned only once the watchdog stopped the callers\n");
+    CHECK(!callers_were_stopped);
     CHECK_EQ(sk_socket_perform(sock, nothing, NULL), SK_ERR_BAD_CONFIG);
     CHECK_EQ(sk_socket_release(sock), SK_OK);
 }

@@ -107,21 +107,29 @@ def test_callers_that_keep_queueing_cannot_hold_a_loop_group_close_off():
     the stop was requested, so callers that kept queueing held close() off."""
     group = socketkit.LoopGroup(1)
     sock = socketkit.Socket(loop_group=group)
-    hammer = Hammer(sock, budget=1 << 40, backlog=2000)
-    while hammer.accepted < 200:
-        time.sleep(0.001)
-    # A watchdog ends the calls after 4 s: without a bound close() would last as long as
-    # they do, and fail the check below instead of hanging the run.
-    closed = threading.Event()
-    watchdog = threading.Thread(target=lambda: closed.wait(4) or hammer.stop.set())
-    watchdog.start()
-    began = time.monotonic()
-    group.close()
-    elapsed = time.monotonic() - began
-    closed.set()
-    watchdog.join()
-    hammer.finish()
-    assert elapsed < 3, "close() took %.1f s" % elapsed
+    # The threads hand the GIL to each other often: with the default interval the loop
+    # thread, once it has the GIL, runs its whole batch before a caller gets it back, and
+    # the queue runs empty.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.00005)
+    try:
+        hammer = Hammer(sock, budget=1 << 40, backlog=2000)
+        while hammer.accepted < 200:
+            time.sleep(0.001)
+        # The oracle is order, not duration: close() returns while the callers are still
+        # calling. Without the bound it would last as long as they do: a watchdog ends them
+        # after 60 s, so that the check below fails instead of hanging the run.
+        closed = threading.Event()
+        watchdog = threading.Thread(target=lambda: closed.wait(60) or hammer.stop.set())
+        watchdog.start()
+        group.close()
+        callers_were_stopped = hammer.stop.is_set()
+        closed.set()
+        watchdog.join()
+        hammer.finish()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not callers_were_stopped, "close() returned only once the watchdog stopped the callers"
     sock.close()
 
 
