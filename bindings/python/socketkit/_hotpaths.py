@@ -15,34 +15,26 @@ functions it calls back.
 from __future__ import annotations
 
 import ctypes
-import threading
-from ctypes import byref, c_void_p
-from typing import Any, Dict, Tuple, Union
+from ctypes import c_void_p
+from typing import Any, Tuple, Union
 
-from . import _addresses, _dispatch, _ffi, _status
+from . import _addresses, _dispatch, _status
 from ._ffi import lib
-from ._handles import live, next_token
+from ._handles import live
 from ._native import speedups
 from ._status import NO_TIMEOUT, ZERO_SIZE, ZERO_TAG, check_size, raise_for, thread_errors
 from .errors import INVALID_HANDLE, InvalidHandleError
 
 BytesLike = Union[bytes, bytearray, memoryview]
 
-# bytes lent to SocketKit by no-copy writes, by token, until their release callback. Through
-# ctypes, lending costs a token, a lock and a ctypes callback: worth it from 64 KiB. The C
-# extension lends with a reference count and a C release function, cheaper than copying
-# from 16 KiB (a stream echo's writes are chunks of up to 256 KiB, most of them queued
-# behind the previous one and so copied whole when not lent).
-NO_COPY_THRESHOLD = 64 * 1024
-_SPEEDUPS_NO_COPY_THRESHOLD = 16 * 1024
-lent: Dict[int, bytes] = {}
-_lent_lock = threading.Lock()
-
-
-@_ffi.RELEASE_FUNCTION
-def _release_lent(data: Any, context: int) -> None:
-    with _lent_lock:
-        lent.pop(context, None)
+# The C extension lends bytes objects from 16 KiB to SocketKit instead of copying them (a
+# stream echo's writes are chunks of up to 256 KiB, most of them queued behind the previous
+# one and so copied whole when not lent): it holds a reference, which its release function,
+# C code that outlives the interpreter, drops, and leaves alone once the interpreter is
+# finishing. The ctypes path copies every write: its release function would be a ctypes
+# callback, which SocketKit's threads may still call while the interpreter finalizes, after
+# ctypes has freed it (a write completing, or dropped, as the process exits).
+NO_COPY_THRESHOLD = 16 * 1024
 
 
 def _closed() -> InvalidHandleError:
@@ -69,14 +61,13 @@ class SocketIOPython:
 
     def write(self, data: BytesLike, timeout: float = -1, tag: int = 0) -> None:
         """Queues `data` (any bytes-like object); ``socket_did_write(sock, tag)`` follows once
-        the kernel accepted it all. Large ``bytes`` objects (immutable) are sent without a
-        copy and kept alive until SocketKit is done with them; anything else is copied.
-        Raises :class:`WriteQueueFullError` (nothing queued) when the write would take the
-        queue above :attr:`maximum_queued_write_bytes`."""
+        the kernel accepted it all. SocketKit copies it before this returns (with the C
+        extension, a ``bytes`` object of 16 KiB or more written with the default timeout
+        and tag is lent instead: immutable, it is kept alive until SocketKit is done with
+        it). Raises
+        :class:`WriteQueueFullError` (nothing queued) when the write would take the queue
+        above :attr:`maximum_queued_write_bytes`."""
         source: Any
-        if isinstance(data, bytes) and len(data) >= NO_COPY_THRESHOLD:
-            _write_no_copy(self, data, timeout, tag)
-            return
         if isinstance(data, bytes):
             source, length = data, len(data)
         else:
@@ -95,20 +86,6 @@ class SocketIOPython:
                                      ZERO_TAG if tag == 0 else tag, errors.pointer)
         if status < 0:
             raise_for(status, errors.error)
-
-
-def _write_no_copy(sock: Any, data: bytes, timeout: float, tag: int) -> None:
-    token = next_token()
-    with _lent_lock:
-        lent[token] = data
-    error = _ffi.CError()
-    status = lib.sk_socket_write_no_copy(sock.handle, data, len(data), _release_lent, token, float(timeout), tag,
-                                         byref(error))
-    if status < 0:
-        # Refused: SocketKit never took the bytes, so the release will not come.
-        with _lent_lock:
-            lent.pop(token, None)
-    raise_for(status, error)
 
 
 def send_source(data: BytesLike) -> Tuple[Any, int]:
@@ -159,7 +136,7 @@ def _connect() -> None:
                    for name in ("sk_socket_write", "sk_socket_read", "sk_socket_write_no_copy",
                                 "sk_udp_socket_send_to_address", "sk_callback_queue_poll_events",
                                 "sk_loop_group_run_once", "sk_thread_set_wait_hook")},
-        no_copy_threshold=_SPEEDUPS_NO_COPY_THRESHOLD,
+        no_copy_threshold=NO_COPY_THRESHOLD,
         live_sockets=live.refs,
         address_by_sockaddr=_addresses.address_by_sockaddr,
         sockaddr_by_address=_addresses.sockaddr_by_address,

@@ -380,7 +380,12 @@ static PyTypeObject HandleBase_type = {
     .tp_new = PyType_GenericNew,
 };
 
-/* The release function of a lent bytes object: drops the reference write() took. */
+/* The release function of a lent bytes object: drops the reference write() took. SocketKit
+ * calls it on a loop thread whenever the bytes are done with, which may be while the
+ * interpreter finalizes, or after (a write completing, or dropped, as the process exits):
+ * it is C code of this module, which is never unloaded, and from the atexit hook on it
+ * leaves Python alone. (The ctypes path copies instead: a ctypes callback would be freed by
+ * then.) */
 static void release_lent(void *data, void *context) {
     (void)data;
     if (python_gone()) {
@@ -438,8 +443,9 @@ static PyMethodDef SocketIO_methods[] = {
     {"write", (PyCFunction)(void (*)(void))SocketIO_write, METH_FASTCALL | METH_KEYWORDS,
      "write($self, data, timeout=-1, tag=0)\n--\n\n"
      "Queues `data` (any bytes-like object); ``socket_did_write(sock, tag)`` follows once\n"
-     "the kernel accepted it all. Large ``bytes`` objects (immutable) are sent without a\n"
-     "copy and kept alive until SocketKit is done with them; anything else is copied.\n"
+     "the kernel accepted it all. SocketKit copies it before this returns, except a\n"
+     "``bytes`` object of 16 KiB or more written with the default timeout and tag, which is\n"
+     "lent instead: immutable, it is kept alive until SocketKit is done with it.\n"
      "Raises WriteQueueFullError (nothing queued) when the write would take the queue\n"
      "above maximum_queued_write_bytes."},
     {"read", (PyCFunction)(void (*)(void))SocketIO_read, METH_FASTCALL | METH_KEYWORDS,
