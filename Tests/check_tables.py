@@ -287,15 +287,19 @@ def check_python(errors, events, header_event_fields, report):
     methods = {}
     for module in delegate_modules(socketkit):
         for value in vars(module).values():
-            if (isinstance(value, dict) and value and all(isinstance(key, str) and isinstance(item, str)
-                                                           for key, item in value.items())
-                    and all(re.fullmatch(r"(udp_)?socket_\w+", key) for key in value)
-                    and all(re.fullmatch(r"did_\w+|should_\w+|new_\w+", item) for item in value.values())):
-                for method, member in value.items():
+            if not (isinstance(value, dict) and value and all(isinstance(key, str) for key in value)):
+                continue
+            # A map's values are the C member, or a tuple that begins with it (the member and
+            # what the binding wires to it).
+            members = {key: item[0] if isinstance(item, tuple) and item else item for key, item in value.items()}
+            if (all(isinstance(member, str) for member in members.values())
+                    and all(re.fullmatch(r"(udp_)?socket_\w+", key) for key in members)
+                    and all(re.fullmatch(r"did_\w+|should_\w+|new_\w+", member) for member in members.values())):
+                for method, member in members.items():
                     methods[method] = ("UDP" if method.startswith("udp_") else "TCP", member)
     if not methods:
         report.fail("socketkit: found no delegate method -> member map (a dict such as "
-                    "{'socket_did_read': 'did_read'}); Tests/check_tables.py must learn where it went")
+                    "{'socket_did_read': 'did_read'} or {'socket_did_read': ('did_read', ...)}); Tests/check_tables.py must learn where it went")
     else:
         report.same("socketkit delegate methods", {row["Python"]: (row["Socket"], row["C member"]) for row in events},
                     methods)

@@ -61,25 +61,12 @@ raises BadParamError. On expiry ``socket_should_timeout_read`` / ``_write`` may 
 extension: positive (``math.inf``: for good) re-arms the timer, anything else ends the
 connection with ReadTimeoutError / WriteTimeoutError.
 """
-from ._core import (
-    CR,
-    CRLF,
-    LF,
-    SPEEDUPS,
-    ZERO,
-    AddressPreference,
-    CallbackQueue,
-    Descriptors,
-    HostQueue,
-    KeepAlive,
-    LoopGroup,
-    Progress,
-    SerialQueue,
-    Socket,
-    UdpSocket,
-    default_queue,
-    lookup_host,
-)
+from ._addresses import lookup_host
+from ._handles import Descriptors
+from ._native import SPEEDUPS
+from ._queues import CallbackQueue, HostQueue, LoopGroup, SerialQueue, default_queue
+from ._tcp import CR, CRLF, LF, ZERO, KeepAlive, Progress, Socket
+from ._udp import AddressPreference, UdpSocket
 from ._ffi import lib as _lib
 from ._tls import Certificate, TLSInfo, TLSRole, TLSSettings, TLSTrust, TLSVerification, TLSVersion
 from .errors import (

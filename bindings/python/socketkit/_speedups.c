@@ -1,23 +1,27 @@
 /* socketkit._speedups: the binding's hot paths as a CPython extension.
  *
  * Optional: socketkit works without it (pure ctypes; SOCKETKIT_NO_SPEEDUPS=1 forces that),
- * and _core.py decides. What it does, and nothing else:
+ * and _native.py decides. It uses only CPython's public C API. What it does, and nothing
+ * else:
  *
- *   - SocketBase / UdpSocketBase: base classes of Socket and UdpSocket whose read(),
- *     write() and send_to_address() call SocketKit directly for the common arguments
- *     (anything else goes to the Python implementation, _read_py, _write_py, ...);
+ *   - HandleBase: the base of Socket and UdpSocket (through _handles.Handle); its slots hold
+ *     what the dispatch below reads for every event: the handle, the delegate, the buffers
+ *     pinned for reads into them;
+ *   - SocketIO / UdpSocketIO: Socket's read() and write(), UdpSocket's send_to_address(),
+ *     calling SocketKit directly for their common arguments (anything else goes to the
+ *     Python methods of _hotpaths, given to init());
  *   - drain(): one HostQueue batch, polled and dispatched here: read and datagram records
  *     become delegate calls without Python code between; every other record goes to
- *     _core._dispatch_records for that one record, in order;
- *   - run_once(): sk_loop_group_run_once;
+ *     _dispatch.dispatch_records for that one record, in order;
+ *   - run_once(): sk_loop_group_run_once, keeping the GIL across the iteration's callbacks;
  *   - trampolines(): C functions for the did_read and UDP did_receive delegate members, in
  *     place of ctypes callbacks (for sockets on any queue: SocketKit's loop thread, a
- *     SerialQueue's thread), doing what _core._on_read and _on_udp_receive do.
+ *     SerialQueue's thread), doing what _dispatch.on_read and on_udp_receive do.
  *
- * It does not link libsocketkit: _core.py passes the addresses of the functions of the
- * library ctypes loaded (configure()), so both always use the same copy. Calls into
- * SocketKit release the GIL, as ctypes does (SocketKit may call back into Python from this
- * thread, or wait for a thread that runs a callback), except from inside the C callbacks
+ * It does not link libsocketkit: _hotpaths passes the addresses of the functions of the
+ * library ctypes loaded (init()), so both always use the same copy. Calls into SocketKit
+ * release the GIL, as ctypes does (SocketKit may call back into Python from this thread,
+ * or wait for a thread that runs a callback), except from inside the C callbacks
  * (callback_depth) and between the callbacks of one run_once() (in_run_once).
  */
 #define PY_SSIZE_T_CLEAN
@@ -26,7 +30,7 @@
 
 #include "socketkit.h"
 
-/* ---- configuration (set once by configure()) ------------------------------------------ */
+/* ---- what init() hands over (set once) ------------------------------------------------- */
 
 static __typeof__(&sk_socket_write) sk_write;
 static __typeof__(&sk_socket_read) sk_read;
@@ -37,24 +41,34 @@ static __typeof__(&sk_loop_group_run_once) sk_run_once;
 static __typeof__(&sk_thread_set_wait_hook) sk_set_wait_hook;
 
 static Py_ssize_t no_copy_threshold;
-static PyObject *socket_refs;       /* handle -> weakref(Socket) */
-static PyObject *udp_socket_refs;   /* handle -> weakref(UdpSocket) */
-static PyObject *address_by_sockaddr; /* raw sockaddr bytes -> (host, port) */
-static PyObject *sockaddr_by_address; /* (host, port) -> raw sockaddr bytes */
-static PyObject *dispatch_records;  /* _core._dispatch_records(raw, records, stop, start) */
-static PyObject *udp_record_address; /* _core._udp_record_address(host, port, address, length) */
-static PyObject *udp_address_for_sockaddr; /* _core._udp_address_for_sockaddr(raw) */
-static PyObject *udp_did_receive_py; /* _core._udp_did_receive_py(handle, data, length, address, length,
-                                        context, userdata): the callback with a filter context */
-static PyObject *raise_c_error;     /* _core._raise_c_error(status, code, os_error, message) */
-static PyObject *report_error;      /* _core._report_delegate_error(message, target, exception) */
+static PyObject *live_sockets;         /* handle -> weakref(Socket or UdpSocket): _handles.live */
+static PyObject *address_by_sockaddr;  /* raw sockaddr bytes -> (host, port) */
+static PyObject *sockaddr_by_address;  /* (host, port) -> raw sockaddr bytes */
+static PyObject *dispatch_records;     /* _dispatch.dispatch_records(raw, records, stop, start) */
+static PyObject *record_address;       /* _addresses.record_address(host, port, address, length) */
+static PyObject *address_for_sockaddr; /* _addresses.address_for_sockaddr(raw) */
+static PyObject *udp_did_receive;      /* _dispatch.udp_did_receive_py(handle, data, length, address,
+                                          length, context, userdata): a datagram with a filter context */
+static PyObject *raise_c_error;        /* _status.raise_c_error(status, code, os_error, message) */
+static PyObject *report_error;         /* _status.report_delegate_error(message, target, exception) */
+static PyObject *python_read, *python_write, *python_send_to_address; /* _hotpaths' methods */
 
-static PyObject *str_write_py, *str_read_py, *str_send_to_address_py, *str_socket_did_read, *str_udp_socket_did_receive,
-    *msg_did_read, *msg_did_receive, *empty_bytes;
+static PyObject *str_socket_did_read, *str_udp_socket_did_receive, *msg_did_read,
+    *msg_did_receive, *empty_bytes;
 
-/* Thread-locals below are initial-exec: one %fs-relative access each, where the default
- * model called __tls_get_addr (~11 instructions, six times per echoed message). They are a
- * few dozen bytes, well within the static TLS glibc keeps for modules loaded by dlopen. */
+static int configured(void) {
+    if (sk_write == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "socketkit._speedups is not initialised");
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- the GIL ------------------------------------------------------------------------------ */
+
+/* Thread-locals below are initial-exec: one %fs-relative access each instead of a call to
+ * __tls_get_addr. They are a few dozen bytes, well within the static TLS glibc keeps for
+ * modules loaded by dlopen. */
 #define SK_THREAD_LOCAL __thread __attribute__((tls_model("initial-exec")))
 
 /* How deep this thread is in one of the C delegate callbacks below. SocketKit's calls
@@ -66,31 +80,51 @@ static SK_THREAD_LOCAL int callback_depth;
 
 /* The GIL across one sk_loop_group_run_once() (run_once() below): the host thread takes it
  * at the first C callback of the iteration and keeps it until the iteration ends, instead
- * of taking and dropping it around every event (~500 instructions each). Safe because
- * SocketKit calls the wait hook (sk_thread_set_wait_hook) before this thread would wait
- * inside it for another thread (a callback gate, a lock, a join): the hook drops the GIL
- * (another thread's callback may need it), and the next callback takes it again.
+ * of taking and dropping it around every event. Safe because SocketKit calls the wait hook
+ * (sk_thread_set_wait_hook) before this thread would wait inside it for another thread (a
+ * callback gate, a lock, a join): the hook drops the GIL (another thread's callback may
+ * need it), and the next callback takes it again.
+ *
+ * The one thing that may stand between the engine and run_once() on this thread is a
+ * PyGILState_Ensure caller: a ctypes callback (a delegate member without a C version) or
+ * release_lent. Such a caller owns the GIL as it left it, and the GIL may be kept only
+ * where none is running. Invariant: every entry into SocketKit from Python drops the GIL
+ * first (ctypes calls, SK_CALL outside a C callback, send_to_address, drain, run_once),
+ * except the calls made from inside a C callback, which keep it (callback_depth > 0).
+ *
  * Thread-local, saved and restored by a nested run_once():
- *   in_run_once      this thread is inside run_once()'s call of sk_loop_group_run_once;
+ *   in_run_once      this thread is inside run_once()'s call of sk_loop_group_run_once,
+ *                    and may keep the GIL between its callbacks;
  *   run_once_saved   the thread state while run_once() does not hold the GIL (NULL: held);
- *   run_once_thread  this thread's state;
- *   run_once_ensured its gilstate_counter then: a higher count means a PyGILState_Ensure
- *                    caller (a ctypes callback, release_lent) runs on this thread now, and
- *                    owns the GIL as it left it. */
+ *   run_once_frame   the Python frame that called run_once(): identity only (it is alive
+ *                    while run_once() runs, its code waiting for it). */
 static SK_THREAD_LOCAL int in_run_once;
 static SK_THREAD_LOCAL PyThreadState *run_once_saved;
-static SK_THREAD_LOCAL PyThreadState *run_once_thread;
-static SK_THREAD_LOCAL int run_once_ensured;
+static SK_THREAD_LOCAL PyFrameObject *run_once_frame;
 
-/* Whether this thread holds the GIL (PyGILState_Check says yes to everything once a
- * subinterpreter exists). */
+/* Whether this thread holds the GIL. From 3.13, PyThreadState_GetUnchecked says it
+ * exactly. Before, PyGILState_Check does as long as the interpreter has not disabled it
+ * (it then answers yes to everything, which it does once a subinterpreter has been
+ * created): run_once() checks that it answers no right after dropping the GIL, and keeps
+ * the GIL between callbacks only when it does. */
 static int holds_gil(void) {
-    return _PyThreadState_UncheckedGet() == run_once_thread;
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyThreadState_GetUnchecked() != NULL;
+#else
+    return PyGILState_Check();
+#endif
 }
 
-/* Whether the engine runs directly under run_once(): no PyGILState_Ensure caller between. */
+/* Whether the engine runs directly under run_once(): no PyGILState_Ensure caller between.
+ * Such a caller runs Python code (a ctypes callback's function), whose frame stands above
+ * the frame that called run_once() until it returns; with none running, that frame is the
+ * thread's top one. (release_lent runs no Python code, and never enters the engine.) Call
+ * with the GIL held. */
 static int directly_under_run_once(void) {
-    return run_once_thread->gilstate_counter == run_once_ensured;
+    PyFrameObject *frame = PyThreadState_GetFrame(PyThreadState_Get());
+    int direct = frame == run_once_frame;
+    Py_XDECREF(frame);
+    return direct;
 }
 
 static void release_run_once_gil(void *context);
@@ -157,28 +191,37 @@ static void callback_leave(int gil) {
         }                                                                                                    \
     } while (0)
 
-/* Set by shutdown() (_core's atexit hook) and read by SocketKit's threads without the GIL:
- * from then on the C callbacks leave Python alone (a thread that takes the GIL while the
- * interpreter finalizes is stopped in the middle of SocketKit's code, or hangs). */
+/* Set by shutdown() (_dispatch's atexit hook) and read by SocketKit's threads without the
+ * GIL: from then on the C callbacks leave Python alone (a thread that takes the GIL while
+ * the interpreter finalizes is stopped in the middle of SocketKit's code, or hangs). */
 static int stopping;
 
+/* Whether Python is out of reach for a callback. The atexit hook sets `stopping` before
+ * the interpreter starts finalizing; the interpreter's own flag covers the rest. Before
+ * 3.13, where Py_IsFinalizing became public, Py_IsInitialized() is the public form of it:
+ * Py_FinalizeEx clears it at the very point where it marks the runtime as finalizing. */
 static int python_gone(void) {
+    if (__atomic_load_n(&stopping, __ATOMIC_ACQUIRE)) {
+        return 1;
+    }
 #if PY_VERSION_HEX >= 0x030D0000
-    return __atomic_load_n(&stopping, __ATOMIC_ACQUIRE) || Py_IsFinalizing();
+    return Py_IsFinalizing();
 #else
-    return __atomic_load_n(&stopping, __ATOMIC_ACQUIRE) || _Py_IsFinalizing();
+    return !Py_IsInitialized();
 #endif
 }
 
-static int configured(void) {
-    if (sk_write == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "socketkit._speedups is not configured");
-        return 0;
-    }
-    return 1;
+/* True while _dispatch has not begun shutting down (call with the GIL; the callbacks and
+ * the drain check it per event and per batch). The atexit hook calls shutdown() before it
+ * sets _dispatch.shutting_down, so this flag covers that one. Re-read under the GIL, as the
+ * hook may have run while this thread waited. */
+static int running(void) {
+    return !__atomic_load_n(&stopping, __ATOMIC_ACQUIRE);
 }
 
-/* Raises the error of a failed call (through _core, so its exception types and messages
+/* ---- errors -------------------------------------------------------------------------------- */
+
+/* Raises the error of a failed call (through _status, so its exception types and messages
  * are the ones the ctypes path gives). Returns NULL. */
 static PyObject *raise_status(int status, const sk_error_t *error) {
     PyObject *result = PyObject_CallFunction(raise_c_error, "iiiy", status, error->code, error->os_error,
@@ -190,8 +233,16 @@ static PyObject *raise_status(int status, const sk_error_t *error) {
     return NULL;
 }
 
+/* None after a call that succeeded, the exception of one that failed. */
+static PyObject *none_or_raise(int status, const sk_error_t *error) {
+    if (status < 0) {
+        return raise_status(status, error);
+    }
+    Py_RETURN_NONE;
+}
+
 /* The exception being raised goes to sys.unraisablehook with `message` and `target`, as
- * _core._report_unraisable does for the ctypes path. */
+ * _status.report_unraisable does for the ctypes path. */
 static void report_delegate_error(PyObject *message, PyObject *target) {
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback);
@@ -210,9 +261,9 @@ static void report_delegate_error(PyObject *message, PyObject *target) {
     Py_XDECREF(traceback);
 }
 
-/* Calls `name` on `self` with the arguments of this call: the Python implementation, for
- * everything the fast paths leave alone. */
-static PyObject *call_python(PyObject *self, PyObject *name, PyObject *const *args, Py_ssize_t nargs,
+/* Calls `python_method(self, *args)`: the Python version, for everything the fast paths
+ * leave alone. */
+static PyObject *call_python(PyObject *python_method, PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                              PyObject *kwnames) {
     PyObject *stack[8];
     Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
@@ -224,19 +275,19 @@ static PyObject *call_python(PyObject *self, PyObject *name, PyObject *const *ar
     for (Py_ssize_t index = 0; index < total; index++) {
         stack[index + 1] = args[index];
     }
-    return PyObject_VectorcallMethod(name, stack, (size_t)(nargs + 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames);
+    return PyObject_Vectorcall(python_method, stack, (size_t)(nargs + 1), kwnames);
 }
 
-/* ---- SocketBase / UdpSocketBase -------------------------------------------------------- */
+/* ---- HandleBase, SocketIO, UdpSocketIO ----------------------------------------------------- */
 
 typedef struct {
     PyObject_HEAD
     PyObject *c_handle; /* what Python stored: None, a c_void_p or an int */
     void *pointer;      /* its value */
     /* The `_delegate` and (Socket) `_pending_buffers` attributes, kept here rather than in
-     * the instance dict: the dispatch below reads them for every event (two dict lookups
-     * through the generic getattr, ~500 instructions per echoed message). The delegate can
-     * refer back to its sockets, hence the GC support. */
+     * the instance dict: the dispatch below reads them for every event, where the generic
+     * getattr would cost two dict lookups. The delegate can refer back to its sockets,
+     * hence the GC support. */
     PyObject *delegate;
     PyObject *pending_buffers;
 } HandleBase;
@@ -261,15 +312,10 @@ static void HandleBase_dealloc(HandleBase *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyMemberDef SocketBase_members[] = {
+static PyMemberDef HandleBase_members[] = {
     {"_delegate", T_OBJECT, offsetof(HandleBase, delegate), 0, "The delegate (None: no callbacks)."},
     {"_pending_buffers", T_OBJECT, offsetof(HandleBase, pending_buffers), 0,
-     "The program's buffers pinned for reads into them (an empty tuple: none)."},
-    {NULL, 0, 0, 0, NULL},
-};
-
-static PyMemberDef UdpSocketBase_members[] = {
-    {"_delegate", T_OBJECT, offsetof(HandleBase, delegate), 0, "The delegate (None: no callbacks)."},
+     "Socket: the program's buffers pinned for reads into them (an empty tuple: none)."},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -319,7 +365,27 @@ static PyGetSetDef HandleBase_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-/* The release function of a lent bytes object: drops the reference write() took. */
+static PyTypeObject HandleBase_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "socketkit._speedups.HandleBase",
+    .tp_basicsize = sizeof(HandleBase),
+    .tp_dealloc = (destructor)HandleBase_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)HandleBase_traverse,
+    .tp_clear = (inquiry)HandleBase_clear,
+    .tp_free = PyObject_GC_Del,
+    .tp_doc = "The slots of Socket and UdpSocket that the C dispatch reads for every event.",
+    .tp_members = HandleBase_members,
+    .tp_getset = HandleBase_getset,
+    .tp_new = PyType_GenericNew,
+};
+
+/* The release function of a lent bytes object: drops the reference write() took. SocketKit
+ * calls it on a loop thread whenever the bytes are done with, which may be while the
+ * interpreter finalizes, or after (a write completing, or dropped, as the process exits):
+ * it is C code of this module, which is never unloaded, and from the atexit hook on it
+ * leaves Python alone. (The ctypes path copies instead: a ctypes callback would be freed by
+ * then.) */
 static void release_lent(void *data, void *context) {
     (void)data;
     if (python_gone()) {
@@ -330,7 +396,7 @@ static void release_lent(void *data, void *context) {
     PyGILState_Release(gil);
 }
 
-static PyObject *SocketBase_write(HandleBase *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *SocketIO_write(HandleBase *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     if (!configured()) {
         return NULL;
     }
@@ -339,7 +405,7 @@ static PyObject *SocketBase_write(HandleBase *self, PyObject *const *args, Py_ss
         Py_ssize_t length = PyBytes_GET_SIZE(data);
         sk_error_t error;
         int status;
-        error.code = 0;
+        error.code = 0; /* SocketKit fills the rest when the call fails */
         void *handle = self->pointer;
         if (length >= no_copy_threshold) {
             /* Large bytes (immutable) are lent, not copied: SocketKit holds a reference
@@ -353,63 +419,44 @@ static PyObject *SocketBase_write(HandleBase *self, PyObject *const *args, Py_ss
         } else {
             SK_CALL(status, sk_write(handle, PyBytes_AS_STRING(data), (size_t)length, -1.0, 0, &error));
         }
-        if (status < 0) {
-            return raise_status(status, &error);
-        }
-        Py_RETURN_NONE;
+        return none_or_raise(status, &error);
     }
-    return call_python((PyObject *)self, str_write_py, args, nargs, kwnames);
+    return call_python(python_write, (PyObject *)self, args, nargs, kwnames);
 }
 
-static PyObject *SocketBase_read(HandleBase *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *SocketIO_read(HandleBase *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     if (!configured()) {
         return NULL;
     }
     if (nargs == 0 && kwnames == NULL && self->pointer != NULL) {
         sk_error_t error;
         int status;
-        error.code = 0;
+        error.code = 0; /* SocketKit fills the rest when the call fails */
         void *handle = self->pointer;
         SK_CALL(status, sk_read(handle, 0, -1.0, 0, &error));
-        if (status < 0) {
-            return raise_status(status, &error);
-        }
-        Py_RETURN_NONE;
+        return none_or_raise(status, &error);
     }
-    return call_python((PyObject *)self, str_read_py, args, nargs, kwnames);
+    return call_python(python_read, (PyObject *)self, args, nargs, kwnames);
 }
 
-static PyMethodDef SocketBase_methods[] = {
-    {"write", (PyCFunction)(void (*)(void))SocketBase_write, METH_FASTCALL | METH_KEYWORDS,
+static PyMethodDef SocketIO_methods[] = {
+    {"write", (PyCFunction)(void (*)(void))SocketIO_write, METH_FASTCALL | METH_KEYWORDS,
      "write($self, data, timeout=-1, tag=0)\n--\n\n"
      "Queues `data` (any bytes-like object); ``socket_did_write(sock, tag)`` follows once\n"
-     "the kernel accepted it all. Large ``bytes`` objects (immutable) are sent without a\n"
-     "copy and kept alive until SocketKit is done with them; anything else is copied."},
-    {"read", (PyCFunction)(void (*)(void))SocketBase_read, METH_FASTCALL | METH_KEYWORDS,
+     "the kernel accepted it all. SocketKit copies it before this returns, except a\n"
+     "``bytes`` object of 16 KiB or more written with the default timeout and tag, which is\n"
+     "lent instead: immutable, it is kept alive until SocketKit is done with it.\n"
+     "Raises WriteQueueFullError (nothing queued) when the write would take the queue\n"
+     "above maximum_queued_write_bytes."},
+    {"read", (PyCFunction)(void (*)(void))SocketIO_read, METH_FASTCALL | METH_KEYWORDS,
      "read($self, max_length=0, timeout=-1, tag=0)\n--\n\n"
      "Reads whatever is available (at least one byte, at most `max_length` if not 0).\n"
      "``socket_did_read(sock, data, tag)`` receives ``bytes``."},
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject SocketBase_type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "socketkit._speedups.SocketBase",
-    .tp_basicsize = sizeof(HandleBase),
-    .tp_dealloc = (destructor)HandleBase_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_traverse = (traverseproc)HandleBase_traverse,
-    .tp_clear = (inquiry)HandleBase_clear,
-    .tp_free = PyObject_GC_Del,
-    .tp_doc = "Socket's read and write, in C for their common arguments.",
-    .tp_methods = SocketBase_methods,
-    .tp_members = SocketBase_members,
-    .tp_getset = HandleBase_getset,
-    .tp_new = PyType_GenericNew,
-};
-
-static PyObject *UdpSocketBase_send_to_address(HandleBase *self, PyObject *const *args, Py_ssize_t nargs,
-                                               PyObject *kwnames) {
+static PyObject *UdpSocketIO_send_to_address(HandleBase *self, PyObject *const *args, Py_ssize_t nargs,
+                                             PyObject *kwnames) {
     if (!configured()) {
         return NULL;
     }
@@ -417,13 +464,13 @@ static PyObject *UdpSocketBase_send_to_address(HandleBase *self, PyObject *const
         PyTuple_CheckExact(args[1])) {
         PyObject *raw = PyDict_GetItemWithError(sockaddr_by_address, args[1]); /* borrowed */
         if (raw == NULL && PyErr_Occurred()) {
-            PyErr_Clear(); /* unhashable: the Python implementation says why */
+            PyErr_Clear(); /* unhashable: the Python version says why */
         } else if (raw != NULL && PyBytes_CheckExact(raw)) {
             PyObject *data = args[0];
             Py_ssize_t length = PyBytes_GET_SIZE(data);
             sk_error_t error;
             int status;
-            error.code = 0;
+            error.code = 0; /* SocketKit fills the rest when the call fails */
             void *handle = self->pointer;
             Py_INCREF(raw); /* the cache may be cleared by another thread meanwhile */
             /* Always without the GIL, even inside a callback: a UDP call from another thread
@@ -434,63 +481,60 @@ static PyObject *UdpSocketBase_send_to_address(HandleBase *self, PyObject *const
                                         (socklen_t)PyBytes_GET_SIZE(raw), -1.0, 0, &error);
             Py_END_ALLOW_THREADS
             Py_DECREF(raw);
-            if (status < 0) {
-                return raise_status(status, &error);
-            }
-            Py_RETURN_NONE;
+            return none_or_raise(status, &error);
         }
     }
-    return call_python((PyObject *)self, str_send_to_address_py, args, nargs, kwnames);
+    return call_python(python_send_to_address, (PyObject *)self, args, nargs, kwnames);
 }
 
-static PyMethodDef UdpSocketBase_methods[] = {
-    {"send_to_address", (PyCFunction)(void (*)(void))UdpSocketBase_send_to_address, METH_FASTCALL | METH_KEYWORDS,
+static PyMethodDef UdpSocketIO_methods[] = {
+    {"send_to_address", (PyCFunction)(void (*)(void))UdpSocketIO_send_to_address, METH_FASTCALL | METH_KEYWORDS,
      "send_to_address($self, data, address, timeout=-1, tag=0)\n--\n\n"
      "Queues a datagram to (\"ip\", port)."},
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject UdpSocketBase_type = {
+/* SocketIO and UdpSocketIO add methods only: their instances are HandleBases, whose
+ * deallocation and garbage-collector support they inherit. */
+static PyTypeObject SocketIO_type = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "socketkit._speedups.UdpSocketBase",
-    .tp_basicsize = sizeof(HandleBase),
-    .tp_dealloc = (destructor)HandleBase_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_traverse = (traverseproc)HandleBase_traverse,
-    .tp_clear = (inquiry)HandleBase_clear,
-    .tp_free = PyObject_GC_Del,
-    .tp_doc = "UdpSocket's send_to_address, in C for its common arguments.",
-    .tp_methods = UdpSocketBase_methods,
-    .tp_members = UdpSocketBase_members,
-    .tp_getset = HandleBase_getset,
+    .tp_name = "socketkit._speedups.SocketIO",
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "Socket's read and write, in C for their common arguments.",
+    .tp_methods = SocketIO_methods,
+    .tp_base = &HandleBase_type,
     .tp_new = PyType_GenericNew,
 };
 
-/* ---- dispatch -------------------------------------------------------------------------- */
+static PyTypeObject UdpSocketIO_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "socketkit._speedups.UdpSocketIO",
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "UdpSocket's send_to_address, in C for its common arguments.",
+    .tp_methods = UdpSocketIO_methods,
+    .tp_base = &HandleBase_type,
+    .tp_new = PyType_GenericNew,
+};
 
-/* Whether `object` is what _core's handle tables hold: Socket and UdpSocket derive from
- * SocketBase and UdpSocketBase whenever this extension is in use. */
-static int is_handle_base(PyObject *object) {
-    return PyObject_TypeCheck(object, &SocketBase_type) || PyObject_TypeCheck(object, &UdpSocketBase_type);
-}
+/* ---- dispatch ------------------------------------------------------------------------------ */
 
-/* A direct-mapped cache in front of the handle tables: the dict lookup costs a PyLong for
- * the key, a hash probe and an int comparison (~450 instructions per event). An entry holds
- * the table's weak reference (a strong reference to the weakref object, not to the socket).
- * It is only trusted while its object still carries the handle (`pointer`): _core sets
- * _c_handle when it adds a handle to the table and clears it before removing the handle, and
- * SocketKit never reuses a handle value, so a hit says what the table says; a miss asks the
- * table. Only touched with the GIL held. */
+/* A direct-mapped cache in front of the table of live sockets: the dict lookup costs a
+ * PyLong for the key, a hash probe and an int comparison per event. An entry holds the
+ * table's weak reference (a strong reference to the weakref object, not to the socket).
+ * It is only trusted while its object still carries the handle (`pointer`): _handles sets
+ * _c_handle when it adds a handle to the table and clears it before removing the handle,
+ * and SocketKit never reuses a handle value, so a hit says what the table says; a miss asks
+ * the table. Only touched with the GIL held. */
 #define HANDLE_CACHE_SIZE 1024
 typedef struct {
     const void *handle;
     PyObject *ref;
 } HandleCacheEntry;
-static HandleCacheEntry socket_cache[HANDLE_CACHE_SIZE], udp_socket_cache[HANDLE_CACHE_SIZE];
+static HandleCacheEntry handle_cache[HANDLE_CACHE_SIZE];
 
-static HandleCacheEntry *cache_entry(HandleCacheEntry *cache, const void *handle) {
+static HandleCacheEntry *cache_entry(const void *handle) {
     /* A handle is (generation << 24 | slot + 1) << 4: the slot is in the low bits. */
-    return &cache[((uintptr_t)handle >> 4) & (HANDLE_CACHE_SIZE - 1)];
+    return &handle_cache[((uintptr_t)handle >> 4) & (HANDLE_CACHE_SIZE - 1)];
 }
 
 /* The object a weakref refers to (a new reference), or NULL when it is gone. -1 on error. */
@@ -511,19 +555,19 @@ static int weakref_target(PyObject *ref, PyObject **found) {
 #endif
 }
 
-/* The live object a handle -> weakref table holds for `handle` (a new reference, always a
- * HandleBase), or NULL (no exception) when there is none. -1 on error, a TypeError for an
- * object of another type (a bug in _core). */
-static int lookup(PyObject *table, HandleCacheEntry *cache, const void *handle, PyObject **found) {
+/* The live socket of `handle` (a new reference), which SocketKit says is of type `kind`, or
+ * NULL (no exception) when there is none. -1 on error, a TypeError for an object of another
+ * type (a bug in the binding). */
+static int lookup(const void *handle, PyTypeObject *kind, PyObject **found) {
     *found = NULL;
-    HandleCacheEntry *entry = cache_entry(cache, handle);
+    HandleCacheEntry *entry = cache_entry(handle);
     if (entry->handle == handle && entry->ref != NULL) {
         PyObject *object;
         if (weakref_target(entry->ref, &object) < 0) {
             return -1;
         }
         if (object != NULL) {
-            if (is_handle_base(object) && ((HandleBase *)object)->pointer == handle) {
+            if (PyObject_TypeCheck(object, kind) && ((HandleBase *)object)->pointer == handle) {
                 *found = object;
                 return 0;
             }
@@ -534,7 +578,7 @@ static int lookup(PyObject *table, HandleCacheEntry *cache, const void *handle, 
     if (key == NULL) {
         return -1;
     }
-    PyObject *ref = PyDict_GetItemWithError(table, key); /* borrowed */
+    PyObject *ref = PyDict_GetItemWithError(live_sockets, key); /* borrowed */
     Py_DECREF(key);
     if (ref == NULL) {
         if (entry->handle == handle) {
@@ -549,8 +593,9 @@ static int lookup(PyObject *table, HandleCacheEntry *cache, const void *handle, 
     if (weakref_target(ref, found) < 0) {
         return -1;
     }
-    if (*found != NULL && !is_handle_base(*found)) {
-        PyErr_Format(PyExc_TypeError, "socketkit: a %.100s in the socket table", Py_TYPE(*found)->tp_name);
+    if (*found != NULL && !PyObject_TypeCheck(*found, kind)) {
+        PyErr_Format(PyExc_TypeError, "socketkit: a %.100s where SocketKit reports a %.100s",
+                     Py_TYPE(*found)->tp_name, kind->tp_name);
         Py_CLEAR(*found);
         return -1;
     }
@@ -564,55 +609,63 @@ static int lookup(PyObject *table, HandleCacheEntry *cache, const void *handle, 
     return 0;
 }
 
-/* `base._delegate.<name>` (a new reference), or NULL with no exception when the delegate
- * has no such method. `*unbound` says whether it is the class's function, to be called with
- * the delegate first (what CPython's method calls do: no bound method object per call);
- * call it through call_delegate. */
-static PyObject *delegate_method(HandleBase *base, PyObject *name, PyObject **delegate_out, int *unbound) {
-    *unbound = 0;
-    PyObject *delegate = base->delegate ? base->delegate : Py_None;
+/* After a failed call of the delegate method `name`: whether the failure only says that the
+ * delegate has no such method (or has None), which skips the event as the ctypes path
+ * does, rather than an exception the method raised. */
+static int method_missing(PyObject *delegate, PyObject *name) {
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError) && !PyErr_ExceptionMatches(PyExc_TypeError)) {
+        return 0;
+    }
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyObject *method = PyObject_GetAttr(delegate, name);
+    int missing = method == Py_None || (method == NULL && PyErr_ExceptionMatches(PyExc_AttributeError));
+    Py_XDECREF(method);
+    PyErr_Clear();
+    if (missing) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(traceback);
+    } else {
+        PyErr_Restore(type, value, traceback);
+    }
+    return missing;
+}
+
+/* Calls the delegate method `name` of `sock` with args[2...count] (args[0] and args[1] are
+ * filled here: the delegate and the socket). PyObject_VectorcallMethod calls a method
+ * defined in the delegate's class without making a bound method first. A delegate without
+ * the method (or with None) is skipped; what the method raises goes to
+ * sys.unraisablehook with `message`. */
+static void call_delegate(PyObject *sock, PyObject *name, PyObject *message, PyObject **args, size_t count) {
+    PyObject *delegate = ((HandleBase *)sock)->delegate;
+    if (delegate == NULL || delegate == Py_None) {
+        return;
+    }
     Py_INCREF(delegate);
-    PyObject *method = NULL;
-#if PY_VERSION_HEX < 0x030D0000
-    *unbound = _PyObject_GetMethod(delegate, name, &method);
-#else
-    method = PyObject_GetAttr(delegate, name);
-#endif
-    if (method == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
-        PyErr_Clear();
-    } else if (method == Py_None) {
-        Py_CLEAR(method); /* None is "not implemented", as for the ctypes path */
+    args[0] = delegate;
+    args[1] = sock;
+    PyObject *result = PyObject_VectorcallMethod(name, args, count, NULL);
+    if (result == NULL && !method_missing(delegate, name)) {
+        report_delegate_error(message, delegate);
     }
-    if (method == NULL) {
-        *unbound = 0;
-    }
-    *delegate_out = delegate;
-    return method;
+    Py_XDECREF(result);
+    Py_DECREF(delegate);
 }
 
-/* Calls what delegate_method found with `args[1...count]`; args[0] is a free slot. */
-static PyObject *call_delegate(PyObject *method, int unbound, PyObject *delegate, PyObject **args, size_t count) {
-    if (unbound) {
-        args[0] = delegate;
-        return PyObject_Vectorcall(method, args, count + 1, NULL);
-    }
-    return PyObject_Vectorcall(method, args + 1, count | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-}
-
-/* _core._on_read: one read's bytes to its socket's delegate. */
+/* _dispatch.on_read: one read's bytes to its socket's delegate. */
 static int deliver_read(const void *handle, const void *data, size_t length, long tag_value) {
     PyObject *sock;
-    if (lookup(socket_refs, socket_cache, handle, &sock) < 0) {
+    if (lookup(handle, &SocketIO_type, &sock) < 0) {
         return -1;
     }
     if (sock == NULL) {
         return 0;
     }
-    PyObject *payload = NULL, *delegate = NULL, *method = NULL, *tag = NULL;
+    PyObject *payload = NULL, *tag = NULL;
     int outcome = -1;
-    HandleBase *base = (HandleBase *)sock; /* lookup checked the type */
     /* `()` when no read into a caller's buffer is pending (the usual case, no call). */
-    PyObject *pending = base->pending_buffers;
+    PyObject *pending = ((HandleBase *)sock)->pending_buffers;
     int pinned = pending == NULL || (PyTuple_CheckExact(pending) && PyTuple_GET_SIZE(pending) == 0)
                      ? 0
                      : PyObject_IsTrue(pending);
@@ -628,51 +681,35 @@ static int deliver_read(const void *handle, const void *data, size_t length, lon
     } else {
         payload = PyBytes_FromStringAndSize(data, (Py_ssize_t)length);
     }
-    if (payload == NULL) {
+    if (payload == NULL || (tag = PyLong_FromLong(tag_value)) == NULL) {
         goto done;
     }
-    int unbound;
-    method = delegate_method(base, str_socket_did_read, &delegate, &unbound);
-    if (method == NULL) {
-        outcome = PyErr_Occurred() ? -1 : 0;
-        goto done;
-    }
-    tag = PyLong_FromLong(tag_value);
-    if (tag == NULL) {
-        goto done;
-    }
-    PyObject *call[4] = {NULL, sock, payload, tag};
-    PyObject *result = call_delegate(method, unbound, delegate, call, 3);
-    if (result == NULL) {
-        report_delegate_error(msg_did_read, delegate);
-    }
-    Py_XDECREF(result);
+    PyObject *call[4] = {NULL, NULL, payload, tag};
+    call_delegate(sock, str_socket_did_read, msg_did_read, call, 4);
     outcome = 0;
 done:
     Py_XDECREF(tag);
-    Py_XDECREF(method);
-    Py_XDECREF(delegate);
     Py_XDECREF(payload);
     Py_DECREF(sock);
     return outcome;
 }
 
-/* _core._on_udp_receive, for a datagram without a filter context. `event` (a record) gives
- * the peer's text form for an address the cache does not know; without it (a callback)
- * _core decodes the sockaddr. */
+/* _dispatch.on_udp_receive, for a datagram without a filter context. `event` (a record)
+ * gives the peer's text form for an address the cache does not know; without it (a
+ * callback) _addresses decodes the sockaddr. */
 static int deliver_udp_receive(const void *handle, const void *bytes, size_t length, const struct sockaddr *peer,
                                socklen_t peer_length, const sk_event_t *event) {
     if (handle == NULL) {
         return 0;
     }
     PyObject *sock;
-    if (lookup(udp_socket_refs, udp_socket_cache, handle, &sock) < 0) {
+    if (lookup(handle, &UdpSocketIO_type, &sock) < 0) {
         return -1;
     }
     if (sock == NULL) {
         return 0;
     }
-    PyObject *data = NULL, *address = NULL, *delegate = NULL, *method = NULL;
+    PyObject *data = NULL, *address = NULL, *key = NULL;
     int outcome = -1;
     if (length == 0) {
         data = empty_bytes;
@@ -683,7 +720,6 @@ static int deliver_udp_receive(const void *handle, const void *bytes, size_t len
     if (data == NULL) {
         goto done;
     }
-    PyObject *key = NULL;
     if (peer != NULL && peer_length > 0) {
         key = PyBytes_FromStringAndSize((const char *)peer, (Py_ssize_t)peer_length);
         if (key == NULL) {
@@ -691,82 +727,70 @@ static int deliver_udp_receive(const void *handle, const void *bytes, size_t len
         }
         address = PyDict_GetItemWithError(address_by_sockaddr, key);
         if (address == NULL && PyErr_Occurred()) {
-            Py_DECREF(key);
             goto done;
         }
         Py_XINCREF(address);
     }
     if (address == NULL && event != NULL) {
-        address = PyObject_CallFunction(udp_record_address, "KiKI", (unsigned long long)(uintptr_t)event->host,
+        address = PyObject_CallFunction(record_address, "KiKI", (unsigned long long)(uintptr_t)event->host,
                                         (int)event->port, (unsigned long long)(uintptr_t)event->address,
                                         (unsigned int)event->address_length);
     } else if (address == NULL) {
-        address = PyObject_CallFunctionObjArgs(udp_address_for_sockaddr, key ? key : Py_None, NULL);
+        address = PyObject_CallFunctionObjArgs(address_for_sockaddr, key ? key : Py_None, NULL);
     }
-    Py_XDECREF(key);
     if (address == NULL) {
         goto done;
     }
-    int unbound;
-    method = delegate_method((HandleBase *)sock, str_udp_socket_did_receive, &delegate, &unbound);
-    if (method == NULL) {
-        outcome = PyErr_Occurred() ? -1 : 0;
-        goto done;
-    }
-    PyObject *call[5] = {NULL, sock, data, address, Py_None};
-    PyObject *result = call_delegate(method, unbound, delegate, call, 4);
-    if (result == NULL) {
-        report_delegate_error(msg_did_receive, delegate);
-    }
-    Py_XDECREF(result);
+    PyObject *call[5] = {NULL, NULL, data, address, Py_None};
+    call_delegate(sock, str_udp_socket_did_receive, msg_did_receive, call, 5);
     outcome = 0;
 done:
-    Py_XDECREF(method);
-    Py_XDECREF(delegate);
+    Py_XDECREF(key);
     Py_XDECREF(address);
     Py_XDECREF(data);
     Py_DECREF(sock);
     return outcome;
 }
 
-/* True while _core has not begun shutting down (call with the GIL; the callbacks and the
- * drain check it per event and per batch). _core's atexit hook calls shutdown() before it
- * sets its own _shutting_down, so this flag covers that one: one atomic load where reading
- * _core's global cost a dictionary lookup (~140 instructions per echoed message under
- * callgrind). Re-read under the GIL, as the hook may have run while this thread waited. */
-static int running(void) {
-    return !__atomic_load_n(&stopping, __ATOMIC_ACQUIRE);
-}
-
-/* The sk_delegate_t did_read member: replaces the ctypes trampoline _core._did_read, for
- * every queue (SocketKit threads, the loop thread, SerialQueue). */
-static void trampoline_did_read(sk_socket_t *sock, const void *data, size_t length, long tag, void *userdata) {
-    (void)userdata;
-    if (python_gone()) {
-        return;
-    }
+/* Around the work of a C delegate member: the GIL taken (callback_enter), then given back;
+ * a failure of the binding's own (not a delegate's) reported. */
+static int begin_callback(void) {
     int gil = callback_enter();
     callback_depth++;
-    if (running() && deliver_read(sock, data, length, tag) < 0) {
+    return gil;
+}
+
+static void end_callback(int gil, int status) {
+    if (status < 0) {
         report_delegate_error(NULL, Py_None);
     }
     callback_depth--;
     callback_leave(gil);
 }
 
-/* The sk_udp_delegate_t did_receive member: replaces _core._udp_did_receive. */
+/* The sk_delegate_t did_read member: replaces _dispatch's ctypes trampoline, for every
+ * queue (SocketKit threads, the loop thread, SerialQueue). */
+static void trampoline_did_read(sk_socket_t *sock, const void *data, size_t length, long tag, void *userdata) {
+    (void)userdata;
+    if (python_gone()) {
+        return;
+    }
+    int gil = begin_callback();
+    end_callback(gil, running() ? deliver_read(sock, data, length, tag) : 0);
+}
+
+/* The sk_udp_delegate_t did_receive member: replaces _dispatch's ctypes trampoline. */
 static void trampoline_udp_did_receive(sk_udp_socket_t *sock, const void *data, size_t length,
                                        const struct sockaddr *address, socklen_t address_length, void *context,
                                        void *userdata) {
     if (python_gone()) {
         return;
     }
-    int gil = callback_enter();
+    int gil = begin_callback();
     int status = 0;
-    callback_depth++;
     if (context != NULL) {
-        /* The receive filter's context: _core hands it back (and frees it). */
-        PyObject *result = PyObject_CallFunction(udp_did_receive_py, "KKKKIKK", (unsigned long long)(uintptr_t)sock,
+        /* The receive filter's context: _dispatch hands it back (and frees it). */
+        PyObject *result = PyObject_CallFunction(udp_did_receive, "KKKKIKK", (unsigned long long)(uintptr_t)sock,
                                                  (unsigned long long)(uintptr_t)data, (unsigned long long)length,
                                                  (unsigned long long)(uintptr_t)address, (unsigned int)address_length,
                                                  (unsigned long long)(uintptr_t)context,
@@ -776,11 +800,7 @@ static void trampoline_udp_did_receive(sk_udp_socket_t *sock, const void *data, 
     } else if (running()) {
         status = deliver_udp_receive(sock, data, length, address, address_length, NULL);
     }
-    if (status < 0) {
-        report_delegate_error(NULL, Py_None);
-    }
-    callback_depth--;
-    callback_leave(gil);
+    end_callback(gil, status);
 }
 
 static PyObject *speedups_trampolines(PyObject *module, PyObject *unused) {
@@ -793,7 +813,7 @@ static PyObject *speedups_trampolines(PyObject *module, PyObject *unused) {
 /* drain(queue, records, capacity, raw, records_object) -> count
  * Polls one batch of at most `capacity` records into the sk_event_t array at address
  * `records` and dispatches them; `raw` and `records_object` are what
- * _core._dispatch_records takes for the records handled in Python. */
+ * _dispatch.dispatch_records takes for the records handled in Python. */
 static PyObject *speedups_drain(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
     if (nargs != 5) {
@@ -855,18 +875,22 @@ static PyObject *speedups_run_once(PyObject *module, PyObject *group) {
     }
     sk_error_t error;
     int status;
-    error.code = 0;
+    error.code = 0; /* SocketKit fills the rest when the call fails */
     /* Without the GIL until the first C callback, which keeps it for the rest of the
      * iteration (see in_run_once). Nested (a callback running another driven group's
      * iteration; its own is refused), the outer iteration's state is kept aside and the
      * inner one's callbacks count from zero, so its hook may drop the GIL between them. */
-    int outer_in_run_once = in_run_once, outer_depth = callback_depth, outer_ensured = run_once_ensured;
-    PyThreadState *outer_saved = run_once_saved, *outer_thread = run_once_thread;
-    run_once_thread = PyThreadState_Get();
-    run_once_ensured = run_once_thread->gilstate_counter;
-    in_run_once = 1;
+    int outer_in_run_once = in_run_once, outer_depth = callback_depth;
+    PyThreadState *outer_saved = run_once_saved;
+    PyFrameObject *outer_frame = run_once_frame;
+    PyFrameObject *caller = PyThreadState_GetFrame(PyThreadState_Get());
+    run_once_frame = caller;
+    Py_XDECREF(caller); /* identity only: the caller's frame outlives this call */
     callback_depth = 0;
     run_once_saved = PyEval_SaveThread();
+    /* The GIL is dropped: a PyGILState_Check that says otherwise answers yes to everything
+     * (see holds_gil), and the callbacks then take and drop it as any thread's do. */
+    in_run_once = !holds_gil();
     status = sk_run_once(handle, &error);
     if (run_once_saved != NULL) {
         PyEval_RestoreThread(run_once_saved);
@@ -874,58 +898,59 @@ static PyObject *speedups_run_once(PyObject *module, PyObject *group) {
     in_run_once = outer_in_run_once;
     callback_depth = outer_depth;
     run_once_saved = outer_saved;
-    run_once_thread = outer_thread;
-    run_once_ensured = outer_ensured;
+    run_once_frame = outer_frame;
     if (in_run_once) {
         arm_wait_hook(); /* the outer iteration keeps the GIL after this callback */
     } else {
         sk_set_wait_hook(NULL, NULL);
     }
-    if (status < 0) {
-        return raise_status(status, &error);
-    }
-    return PyBool_FromLong(status == 1);
+    return status < 0 ? raise_status(status, &error) : PyBool_FromLong(status == 1);
 }
 
-/* configure(functions, threshold, core_namespace): `functions` maps names to addresses. */
-static PyObject *speedups_configure(PyObject *module, PyObject *args) {
+/* init(functions, no_copy_threshold, live_sockets, address_by_sockaddr,
+ *      sockaddr_by_address, dispatch_records, record_address, address_for_sockaddr,
+ *      udp_did_receive, raise_c_error, report_delegate_error, read, write, send_to_address)
+ * `functions` maps the library's function names to their addresses. */
+static PyObject *speedups_init(PyObject *module, PyObject *args, PyObject *kwargs) {
     (void)module;
-    PyObject *functions, *namespace;
+    static char *keywords[] = {"functions", "no_copy_threshold", "live_sockets", "address_by_sockaddr",
+                               "sockaddr_by_address", "dispatch_records", "record_address", "address_for_sockaddr",
+                               "udp_did_receive", "raise_c_error", "report_delegate_error", "read", "write",
+                               "send_to_address", NULL};
+    PyObject *functions;
     Py_ssize_t threshold;
-    if (!PyArg_ParseTuple(args, "O!nO!", &PyDict_Type, &functions, &threshold, &PyDict_Type, &namespace)) {
+    PyObject *objects[12];
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!nO!O!O!OOOOOOOOO:init", keywords, &PyDict_Type, &functions,
+                                     &threshold, &PyDict_Type, &objects[0], &PyDict_Type, &objects[1], &PyDict_Type,
+                                     &objects[2], &objects[3], &objects[4], &objects[5], &objects[6], &objects[7],
+                                     &objects[8], &objects[9], &objects[10], &objects[11])) {
         return NULL;
+    }
+    for (int index = 3; index < 12; index++) {
+        if (!PyCallable_Check(objects[index])) {
+            return PyErr_Format(PyExc_TypeError, "init: %s must be callable", keywords[index + 2]);
+        }
     }
     static const char *names[] = {"sk_socket_write", "sk_socket_read", "sk_udp_socket_send_to_address",
                                   "sk_callback_queue_poll_events", "sk_loop_group_run_once",
                                   "sk_socket_write_no_copy", "sk_thread_set_wait_hook"};
     void *addresses[7];
     for (int index = 0; index < 7; index++) {
-        PyObject *value = PyDict_GetItemString(functions, names[index]);
+        PyObject *value = PyDict_GetItemString(functions, names[index]); /* borrowed */
         addresses[index] = value ? PyLong_AsVoidPtr(value) : NULL;
         if (addresses[index] == NULL) {
             if (!PyErr_Occurred()) {
-                PyErr_Format(PyExc_ValueError, "configure: no address for %s", names[index]);
+                PyErr_Format(PyExc_ValueError, "init: no address for %s", names[index]);
             }
             return NULL;
         }
     }
-    static const char *objects[] = {"_socket_refs", "_udp_socket_refs", "_address_by_sockaddr",
-                                    "_sockaddr_by_address", "_dispatch_records", "_udp_record_address",
-                                    "_raise_c_error", "_report_delegate_error", "_udp_address_for_sockaddr",
-                                    "_udp_did_receive_py"};
-    PyObject **slots[] = {&socket_refs, &udp_socket_refs, &address_by_sockaddr, &sockaddr_by_address,
-                          &dispatch_records, &udp_record_address, &raise_c_error, &report_error,
-                          &udp_address_for_sockaddr, &udp_did_receive_py};
-    for (int index = 0; index < 10; index++) {
-        PyObject *value = PyDict_GetItemString(namespace, objects[index]);
-        if (value == NULL) {
-            return PyErr_Format(PyExc_ValueError, "configure: _core has no %s", objects[index]);
-        }
-        if (index < 4 && !PyDict_CheckExact(value)) {
-            return PyErr_Format(PyExc_TypeError, "configure: %s must be a dict", objects[index]);
-        }
-        Py_INCREF(value);
-        Py_XSETREF(*slots[index], value);
+    PyObject **slots[] = {&live_sockets, &address_by_sockaddr, &sockaddr_by_address, &dispatch_records,
+                          &record_address, &address_for_sockaddr, &udp_did_receive, &raise_c_error, &report_error,
+                          &python_read, &python_write, &python_send_to_address};
+    for (int index = 0; index < 12; index++) {
+        Py_INCREF(objects[index]);
+        Py_XSETREF(*slots[index], objects[index]);
     }
     no_copy_threshold = threshold;
     sk_write = (__typeof__(sk_write))addresses[0];
@@ -948,8 +973,8 @@ static PyObject *speedups_shutdown(PyObject *module, PyObject *unused) {
 static PyObject *speedups_event_layout(PyObject *module, PyObject *unused) {
     (void)module;
     (void)unused;
-    /* Every field the extension reads, and the header's version: _core compares them with
-     * ctypes' view and the loaded library's. */
+    /* Every field the extension reads, and the header's version: _native compares them
+     * with ctypes' view and the loaded library's. */
     return Py_BuildValue("{sns{snsnsnsnsnsnsnsnsnsnsnsn}sI}", "sizeof", (Py_ssize_t)sizeof(sk_event_t),
                          "offsets", "sock", (Py_ssize_t)offsetof(sk_event_t, sock),
                          "kind", (Py_ssize_t)offsetof(sk_event_t, kind), "port", (Py_ssize_t)offsetof(sk_event_t, port),
@@ -965,7 +990,10 @@ static PyObject *speedups_event_layout(PyObject *module, PyObject *unused) {
 }
 
 static PyMethodDef speedups_functions[] = {
-    {"configure", speedups_configure, METH_VARARGS, "configure(functions, no_copy_threshold, core_namespace)"},
+    {"init", (PyCFunction)(void (*)(void))speedups_init, METH_VARARGS | METH_KEYWORDS,
+     "init(functions, no_copy_threshold, live_sockets, address_by_sockaddr, sockaddr_by_address, "
+     "dispatch_records, record_address, address_for_sockaddr, udp_did_receive, raise_c_error, "
+     "report_delegate_error, read, write, send_to_address): what the extension works with (once)"},
     {"drain", (PyCFunction)(void (*)(void))speedups_drain, METH_FASTCALL,
      "drain(queue, records, capacity, raw, records_object) -> records handled"},
     {"run_once", speedups_run_once, METH_O, "run_once(group) -> True when more work is ready"},
@@ -991,9 +1019,6 @@ static struct PyModuleDef speedups_module = {
     } while (0)
 
 PyMODINIT_FUNC PyInit__speedups(void) {
-    INTERN(str_write_py, "_write_py");
-    INTERN(str_read_py, "_read_py");
-    INTERN(str_send_to_address_py, "_send_to_address_py");
     INTERN(str_socket_did_read, "socket_did_read");
     INTERN(str_udp_socket_did_receive, "udp_socket_did_receive");
     INTERN(msg_did_read, "Exception ignored in socketkit delegate method socket_did_read");
@@ -1001,19 +1026,23 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     if ((empty_bytes = PyBytes_FromStringAndSize(NULL, 0)) == NULL) {
         return NULL;
     }
-    if (PyType_Ready(&SocketBase_type) < 0 || PyType_Ready(&UdpSocketBase_type) < 0) {
+    if (PyType_Ready(&HandleBase_type) < 0 || PyType_Ready(&SocketIO_type) < 0 ||
+        PyType_Ready(&UdpSocketIO_type) < 0) {
         return NULL;
     }
     PyObject *module = PyModule_Create(&speedups_module);
     if (module == NULL) {
         return NULL;
     }
-    Py_INCREF(&SocketBase_type);
-    Py_INCREF(&UdpSocketBase_type);
-    if (PyModule_AddObject(module, "SocketBase", (PyObject *)&SocketBase_type) < 0 ||
-        PyModule_AddObject(module, "UdpSocketBase", (PyObject *)&UdpSocketBase_type) < 0) {
-        Py_DECREF(module);
-        return NULL;
+    PyTypeObject *types[] = {&HandleBase_type, &SocketIO_type, &UdpSocketIO_type};
+    const char *type_names[] = {"HandleBase", "SocketIO", "UdpSocketIO"};
+    for (int index = 0; index < 3; index++) {
+        Py_INCREF(types[index]);
+        if (PyModule_AddObject(module, type_names[index], (PyObject *)types[index]) < 0) {
+            Py_DECREF(types[index]);
+            Py_DECREF(module);
+            return NULL;
+        }
     }
     return module;
 }

@@ -22,6 +22,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Union
 from . import _ffi
 from ._ffi import lib
 from . import errors
+from ._status import error_from_c, raise_for
 from .errors import Error, TLSSettingsError, error_from_code
 
 PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
@@ -92,14 +93,6 @@ def _pem(value: Optional[PEM]) -> Optional[bytes]:
     if value is None:
         return None
     return value.encode() if isinstance(value, str) else bytes(value)
-
-
-def _check(status: int, error: Optional[_ffi.CError] = None) -> int:
-    if status >= 0:
-        return status
-    if error is not None and error.code == status:
-        raise error_from_code(status, error.os_error, error.message.decode("utf-8", "replace"))
-    raise error_from_code(status, 0, lib.sk_strerror(status).decode())
 
 
 def _set(setting: str, status: int) -> None:
@@ -234,7 +227,7 @@ class TLSSettings:
 
         handle = c_void_p()
         error = _ffi.CError()
-        _check(lib.sk_tls_settings_create(role, byref(handle), byref(error)), error)
+        raise_for(lib.sk_tls_settings_create(role, byref(handle), byref(error)), error)
         try:
             self._apply(handle.value, verification, minimum, maximum)
             yield handle.value
@@ -303,7 +296,7 @@ class TLSSettings:
         Raises :class:`TLSSettingsError` saying what is wrong; returns the settings."""
         with self._c_settings() as handle:
             error = _ffi.CError()
-            _check(lib.sk_tls_settings_check(handle, byref(error)), error)
+            raise_for(lib.sk_tls_settings_check(handle, byref(error)), error)
         return self
 
 
@@ -327,7 +320,7 @@ class Certificate:
         self.der = bytes(der)
         info = _ffi.CertificateInfo()
         error = _ffi.CError()
-        _check(lib.sk_certificate_get_info(self.der, len(self.der), byref(info), byref(error)), error)
+        raise_for(lib.sk_certificate_get_info(self.der, len(self.der), byref(info), byref(error)), error)
         self.subject: str = info.subject.decode("utf-8", "replace")
         self.issuer: str = info.issuer.decode("utf-8", "replace")
         self.not_before = _EPOCH + datetime.timedelta(seconds=info.not_before)
@@ -359,7 +352,7 @@ class Certificate:
             lib.sk_certificate_to_pem(self.der, len(self.der), None, byref(size))
             buffer = create_string_buffer(max(size.value, 1))
             size = c_size_t(len(buffer))
-            _check(lib.sk_certificate_to_pem(self.der, len(self.der), buffer, byref(size)))
+            raise_for(lib.sk_certificate_to_pem(self.der, len(self.der), buffer, byref(size)))
             self._pem = buffer.value.decode("ascii")
         return self._pem
 
@@ -401,7 +394,7 @@ def _session_info(handle: int) -> Optional[bytes]:
     status = lib.sk_socket_get_tls_info(handle, byref(info))
     if status == errors.BAD_CONFIG:  # not secure
         return None
-    _check(status)
+    raise_for(status)
     return bytes(info)
 
 
@@ -419,7 +412,7 @@ def _copied(status: int) -> None:
     # the size just read: another session started.
     if status in (errors.BAD_CONFIG, errors.BAD_PARAM):
         raise _SessionChanged()
-    _check(status)
+    raise_for(status)
 
 
 def _tls_info(handle: int) -> Optional[TLSInfo]:
@@ -485,10 +478,7 @@ class TLSTrust:
     def _from_c(cls, sock: Any, address: int) -> "TLSTrust":
         trust = cast(address, POINTER(_ffi.TLSTrust)).contents
         chain = [Certificate._from_c(trust.chain[index]) for index in range(trust.chain_count)] if trust.chain else []
-        error = None
-        if trust.verification_error:
-            value = trust.verification_error.contents
-            error = error_from_code(value.code, value.os_error, value.message.decode("utf-8", "replace"))
+        error = error_from_c(trust.verification_error)
         peer_name = trust.peer_name.decode("utf-8", "replace") if trust.peer_name else None
         return cls(sock, trust.token, chain, error, peer_name)
 
@@ -505,7 +495,7 @@ class TLSTrust:
             if self._answer is not None:
                 return
             self._answer = bool(accept)
-        _check(lib.sk_socket_answer_trust(self.socket.handle, self.token, int(bool(accept))))
+        raise_for(lib.sk_socket_answer_trust(self.socket.handle, self.token, int(bool(accept))))
 
     def __repr__(self) -> str:
         leaf = self.chain[0].subject if self.chain else None

@@ -41,7 +41,10 @@ import inspect
 import weakref
 from typing import Any, Awaitable, Callable, Deque, Dict, Optional, Tuple, Union
 
-from ._core import HostQueue, IPAddress, LoopGroup, Socket, UdpSocket
+from ._addresses import IPAddress
+from ._queues import HostQueue, LoopGroup
+from ._tcp import Socket
+from ._udp import UdpSocket
 from ._tls import TLSInfo, TLSSettings, TLSTrust
 from .errors import BadConfigError, ClosedError, Error, PeerRejectedError
 
@@ -98,7 +101,7 @@ def loop_group(loop: Optional[asyncio.AbstractEventLoop] = None) -> LoopGroup:
 
 #: Iterations one wake-up runs before letting the asyncio loop's other callbacks go.
 _ITERATIONS_PER_WAKE_UP = 64
-_ROUNDS = range(_ITERATIONS_PER_WAKE_UP)  # made once: a range() call costs ~600 instructions
+_ROUNDS = range(_ITERATIONS_PER_WAKE_UP)  # made once, not on every wake-up
 
 
 def _drive(loop: asyncio.AbstractEventLoop, group: LoopGroup, host: HostQueue, descriptor: int) -> None:
@@ -499,7 +502,7 @@ class AsyncUdpSocket:
             self.socket.bind_to_port(port, host)
             self._start_receiving()
         except BaseException:
-            self.socket.release()
+            self.socket.abort()
             raise
         return self
 
@@ -515,7 +518,7 @@ class AsyncUdpSocket:
             await self._connected
             self._start_receiving()
         except BaseException:
-            self.socket.release()
+            self.socket.abort()
             raise
         return self
 
@@ -591,22 +594,23 @@ class AsyncUdpSocket:
     # ---- closing -------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Closes once queued datagrams were sent, then releases the socket."""
+        """Closes for good once queued datagrams were sent (returning then, as
+        :meth:`UdpSocket.close <socketkit.UdpSocket.close>` does not wait)."""
         if not self._closed.done():
             try:
-                self.socket.close_after_sending()
+                self.socket.disconnect_after_sending()
                 if self.socket.is_closed and not self._closed.done():
                     self._closed.set_result(None)  # it never had descriptors: no did_close
             except Error:
                 if not self._closed.done():
                     self._closed.set_result(None)
             await asyncio.shield(self._closed)
-        self.socket.release()
+        self.socket.abort()
         self._fail(ClosedError("the socket was closed"))
 
     def abort(self) -> None:
-        """Releases the socket at once; pending operations raise ClosedError."""
-        self.socket.release()
+        """Closes for good at once; pending operations raise ClosedError."""
+        self.socket.abort()
         self._fail(ClosedError("the socket was closed"))
         if not self._closed.done():
             self._closed.set_result(None)

@@ -8,6 +8,8 @@ back to Python, so both runs check the same behaviour.
 """
 import ctypes
 import os
+import pathlib
+import re
 import socket
 import sys
 import threading
@@ -15,7 +17,7 @@ import threading
 import pytest
 
 import socketkit
-from socketkit import _core
+from socketkit import _hotpaths, _native
 
 from conftest import WAIT, pattern, pump
 
@@ -23,13 +25,24 @@ from conftest import WAIT, pattern, pump
 def test_the_extension_is_used_exactly_when_expected():
     if os.environ.get("SOCKETKIT_NO_SPEEDUPS"):
         assert socketkit.SPEEDUPS is False
-        assert socketkit.Socket.write is socketkit.Socket._write_py
+        assert socketkit.Socket.write is _hotpaths.SocketIOPython.write
+        assert socketkit.UdpSocket.send_to_address is _hotpaths.UdpSocketIOPython.send_to_address
     elif os.environ.get("SOCKETKIT_EXPECT_SPEEDUPS"):
         assert socketkit.SPEEDUPS is True, "socketkit._speedups did not load (is it built? make python-test)"
         assert type(socketkit.Socket.write).__name__ == "method_descriptor"
         assert type(socketkit.UdpSocket.send_to_address).__name__ == "method_descriptor"
     else:
         pytest.skip("neither SOCKETKIT_EXPECT_SPEEDUPS nor SOCKETKIT_NO_SPEEDUPS is set")
+
+
+def test_the_extension_uses_only_cpythons_public_api():
+    """Names with a leading underscore (_PyThreadState_UncheckedGet, _PyObject_GetMethod)
+    and the fields of CPython's structures (a thread state's gilstate_counter) are
+    internals that change between releases: the extension keeps to the documented API."""
+    source = (pathlib.Path(socketkit.__file__).parent / "_speedups.c").read_text()
+    code = re.sub(r"/\*.*?\*/", "", source, flags=re.S)  # comments may name what is avoided
+    assert re.findall(r"\b_Py\w+", code) == []
+    assert re.findall(r"->\s*(?:gilstate_counter|interp|cframe|frame|thread_id)\b", code) == []
 
 
 @pytest.fixture
@@ -261,9 +274,9 @@ def test_run_once_of_a_closed_driven_group_raises():
     group.close()
     with pytest.raises(socketkit.InvalidHandleError):
         group.run_once()
-    if _core._speedups is not None:
+    if _native.speedups is not None:
         with pytest.raises(socketkit.InvalidHandleError):
-            _core._speedups.run_once(handle)  # a stale handle: an error, not a crash
+            _native.speedups.run_once(handle)  # a stale handle: an error, not a crash
 
 
 def test_the_handle_slot_accepts_what_the_binding_stores(raw_peer):
@@ -642,9 +655,86 @@ def test_the_interpreter_exits_cleanly_while_lent_writes_are_pending():
         assert "Traceback" not in result.stderr and "Fatal" not in result.stderr, result.stderr
 
 
+# A peer in a process of its own that reads slowly: a little from each connection in turn.
+_SLOW_PEER_SCRIPT = r"""
+import selectors, socket, sys, time
+listener = socket.socket()
+listener.bind(("127.0.0.1", 0))
+listener.listen(128)
+print(listener.getsockname()[1], flush=True)
+selector = selectors.DefaultSelector()
+selector.register(listener, selectors.EVENT_READ)
+connections = 0
+while True:
+    events = selector.select(10)
+    if not events:
+        break
+    for key, _ in events:
+        if key.fileobj is listener:
+            connection, _ = listener.accept()
+            selector.register(connection, selectors.EVENT_READ)
+            connections += 1
+            continue
+        try:
+            data = key.fileobj.recv(1 << 14)
+        except OSError:
+            data = b""
+        if not data:
+            selector.unregister(key.fileobj)
+            key.fileobj.close()
+            connections -= 1
+            if connections == 0:
+                sys.exit(0)
+    time.sleep(0.005)
+"""
+
+_EXIT_WHILE_WRITES_COMPLETE_SCRIPT = r"""
+import subprocess, sys
+import socketkit
+
+# The slow peer (argv[1]) keeps SocketKit's loop threads completing writes, and dropping
+# the bytes each held, while this interpreter finalizes.
+peer = subprocess.Popen([sys.executable, "-c", sys.argv[1]], stdout=subprocess.PIPE,
+                        stderr=subprocess.DEVNULL, text=True)
+port = int(peer.stdout.readline())
+# Freed last as the interpreter finalizes (with the sys module, after socketkit's own
+# modules): a program whose last objects take a while to free.
+sys.socketkit_test_ballast = list(range(1 << 40, (1 << 40) + 3_000_000))
+group = socketkit.LoopGroup(64)  # a loop thread per connection
+payload = bytes(64 * 1024)  # large: lent to SocketKit where the binding lends
+for _ in range(64):
+    sock = socketkit.Socket(object(), queue=None, loop_group=group)
+    sock.buffer_sizes = (1 << 16, 0)  # a small send buffer: the writes complete one by one
+    sock.connect_to_host("127.0.0.1", port, timeout=5)
+    for _ in range(8):
+        sock.write(payload)
+    sock.close()  # graceful: SocketKit goes on writing after the interpreter has finished
+"""
+
+
+def test_the_interpreter_exits_cleanly_while_large_writes_complete():
+    """Large writes still completing as the interpreter finalizes: SocketKit's threads then
+    drop the bytes of each, and must not call into the interpreter, nor into memory it has
+    freed (the ctypes path lent such bytes with a ctypes release callback, which SocketKit
+    called after ctypes had freed it: a crash in most runs). Many runs, four at a time."""
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run(_):
+        return subprocess.run([sys.executable, "-c", _EXIT_WHILE_WRITES_COMPLETE_SCRIPT, _SLOW_PEER_SCRIPT],
+                              capture_output=True, text=True, timeout=120)
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(run, range(24)))
+    failed = [(result.returncode, result.stderr[-500:]) for result in results if result.returncode != 0]
+    assert failed == [], f"{len(failed)} of {len(results)} exits failed: {failed[:3]}"
+    for result in results:
+        assert "Traceback" not in result.stderr and "Fatal" not in result.stderr, result.stderr
+
+
 def test_bytes_from_16_kib_are_lent_by_the_extension_and_copied_by_ctypes(raw_peer):
     """A write queued behind others keeps its bytes until sent: the C extension lends bytes
-    objects from 16 KiB (a reference, no copy), the ctypes path from 64 KiB. Either way the
+    objects from 16 KiB (a reference, no copy), the ctypes path copies them. Either way the
     bytes arrive intact and a lent object is released once written."""
     pair = raw_peer()
     ahead = bytes(32 << 20)  # more than the kernel's buffers hold while the peer does not read

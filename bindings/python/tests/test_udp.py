@@ -602,23 +602,23 @@ def test_broadcast_needs_enable_broadcast(udp):
 
 
 def test_addresses_convert_as_the_library_does():
-    from socketkit import _core
+    from socketkit import _addresses
     for address in [("127.0.0.1", 9), ("0.0.0.0", 65535), ("::1", 53), ("::ffff:10.1.2.3", 1), ("fe80::1%lo", 5),
                     ("2001:db8::42", 40000)]:
-        raw = _core._ip_sockaddr(address)
-        assert _core._ip_address_from_sockaddr(raw) == _core._address_from_sockaddr(raw) == address
-    assert _core._ip_address_from_sockaddr(_core._ip_sockaddr(("fe80::1", 5, 0, socket.if_nametoindex("lo")))) \
+        raw = _addresses.ip_sockaddr(address)
+        assert _addresses.ip_address_from_sockaddr(raw) == _addresses.address_from_sockaddr(raw) == address
+    assert _addresses.ip_address_from_sockaddr(_addresses.ip_sockaddr(("fe80::1", 5, 0, socket.if_nametoindex("lo")))) \
         == ("fe80::1%lo", 5)
     # The library's length rule: from the family's struct up to a sockaddr_storage.
     for address in [("192.0.2.1", 443), ("fd00::2", 8080)]:
-        raw = _core._ip_sockaddr(address)
+        raw = _addresses.ip_sockaddr(address)
         padded = raw + bytes(128 - len(raw))
-        assert _core._ip_address_from_sockaddr(padded) == _core._address_from_sockaddr(padded) == address
-        assert _core._ip_address_from_sockaddr(padded + b"\0") is _core._address_from_sockaddr(padded + b"\0") is None
-        assert _core._ip_address_from_sockaddr(raw[:-1]) is _core._address_from_sockaddr(raw[:-1]) is None
+        assert _addresses.ip_address_from_sockaddr(padded) == _addresses.address_from_sockaddr(padded) == address
+        assert _addresses.ip_address_from_sockaddr(padded + b"\0") is _addresses.address_from_sockaddr(padded + b"\0") is None
+        assert _addresses.ip_address_from_sockaddr(raw[:-1]) is _addresses.address_from_sockaddr(raw[:-1]) is None
     for bad in [("localhost", 1), ("127.0.0.1",), "127.0.0.1:9", ("127.0.0.1", -1), (b"127.0.0.1", 9)]:
         with pytest.raises(socketkit.BadParamError):
-            _core._ip_sockaddr(bad)
+            _addresses.ip_sockaddr(bad)
 
 
 def test_datagram_addresses_with_high_bytes_reach_every_face(udp):
@@ -656,7 +656,7 @@ def test_a_udp_socket_needs_no_delegate(udp):
     sock.bind_to_port(0, "127.0.0.1")
     sock.send_to_address(b"one", raw.getsockname())
     assert raw.recvfrom(10) == (b"one", ("127.0.0.1", sock.local_port))
-    sock.close()
+    sock.disconnect()
     sock.connect_to_address(raw.getsockname())
     sock.send(b"two")
     assert raw.recv(10) == b"two"
@@ -677,7 +677,7 @@ def test_configuration_round_trips(udp):
     assert sock.buffer_sizes == (65536, 131072)
     sock.ipv6_enabled = False
     assert not sock.ipv6_enabled and not sock.is_ipv6 and sock.is_ipv4
-    assert repr(sock).startswith("<socketkit.UdpSocket closed")
+    assert repr(sock).startswith("<socketkit.UdpSocket idle")
     descriptors = []
     done = threading.Event()
     sock.bind_to_port(0, "127.0.0.1")
@@ -691,11 +691,11 @@ def test_configuration_round_trips(udp):
 # Close and release
 # --------------------------------------------------------------------------------------
 
-def test_close_reports_did_close_last_and_the_socket_is_reusable(udp):
+def test_disconnect_reports_did_close_last_and_the_socket_is_reusable(udp):
     raw = raw_socket()
     log = UdpRecorder()
     sock = udp(log)
-    sock.close()  # no descriptors: nothing to report
+    sock.disconnect()  # no descriptors: nothing to report
     sock.bind_to_port(0, "127.0.0.1")
     sock.begin_receiving()
     raw.sendto(b"before", ("127.0.0.1", sock.local_port))
@@ -703,7 +703,7 @@ def test_close_reports_did_close_last_and_the_socket_is_reusable(udp):
     for tag in range(5):
         sock.send_to_address(b"x", raw.getsockname(), tag=tag)
     log.expect("send", 5)
-    sock.close()
+    sock.disconnect()
     assert log.expect("close")[0][1] is None
     assert log.events[-1] == ("close", None) and len(log.of("close")) == 1
     assert sock.is_closed and sock.local_port == 0 and sock.local_address is None
@@ -713,10 +713,10 @@ def test_close_reports_did_close_last_and_the_socket_is_reusable(udp):
     sock.begin_receiving()
     raw.sendto(b"after", ("127.0.0.1", sock.local_port))
     assert log.expect("receive", 2)[1][1] == b"after"
-    # close_after_sending: every queued datagram goes out first.
+    # disconnect_after_sending: every queued datagram goes out first.
     for tag in range(10, 15):
         sock.send_to_address(b"q%d" % tag, raw.getsockname(), tag=tag)
-    sock.close_after_sending()
+    sock.disconnect_after_sending()
     events = log.expect("close", 2)
     assert events[1] == ("close", None)
     assert [event[1] for event in log.of("send")][-5:] == list(range(10, 15))
@@ -747,11 +747,11 @@ def wait_for_filter_call(filter_queue: socketkit.HostQueue) -> bool:
     return bool(select.select([filter_queue.fileno()], [], [], WAIT)[0])
 
 
-def test_close_drops_queued_datagrams_without_callbacks(udp):
+def test_disconnect_drops_queued_datagrams_without_callbacks(udp):
     raw = raw_socket()
     log = UdpRecorder()
     client, filter_queue, calls = held_send_queue_client(udp, log, raw.getsockname(), queued=5)
-    client.close()
+    client.disconnect()
     assert client.is_closed
     assert log.events == [("close", None)], "dropped without did_send or did_not_send"
     # The filter now says "send" for a datagram of the closed session: nothing goes out.
@@ -768,11 +768,11 @@ def test_close_drops_queued_datagrams_without_callbacks(udp):
     raw.close()
 
 
-def test_close_after_sending_sends_every_queued_datagram_and_those_queued_after_it(udp):
+def test_disconnect_after_sending_sends_every_queued_datagram_and_those_queued_after_it(udp):
     raw = raw_socket()
     log = UdpRecorder()
     client, filter_queue, calls = held_send_queue_client(udp, log, raw.getsockname(), queued=5)
-    client.close_after_sending()
+    client.disconnect_after_sending()
     client.send_to_address(bytes([5]), raw.getsockname(), tag=5)  # still accepted
     assert not client.is_closed and log.events == []
     while len(calls) < 6 and wait_for_filter_call(filter_queue):
@@ -788,17 +788,19 @@ def test_close_after_sending_sends_every_queued_datagram_and_those_queued_after_
 
 def test_operations_on_a_released_socket_raise(udp):
     log = UdpRecorder()
-    with socketkit.UdpSocket(log, queue=None) as sock:
-        sock.bind_to_port(0, "127.0.0.1")
-        handle = sock.handle
+    sock = socketkit.UdpSocket(log, queue=None)
+    sock.bind_to_port(0, "127.0.0.1")
+    handle = sock.handle
+    sock.release()
     sock.release()  # idempotent
-    assert repr(sock) == "<socketkit.UdpSocket released>"
+    assert repr(sock) == "<socketkit.UdpSocket closed>"
     calls = [
         lambda: sock.send(b"x"), lambda: sock.send_to_host(b"x", "127.0.0.1", 9),
         lambda: sock.send_to_address(b"x", ("127.0.0.1", 9)), lambda: sock.bind_to_port(0),
         lambda: sock.bind_to_address(("127.0.0.1", 0)), lambda: sock.connect_to_host("127.0.0.1", 9),
         lambda: sock.connect_to_address(("127.0.0.1", 9)), sock.receive_once, sock.begin_receiving,
-        sock.pause_receiving, sock.close, sock.close_after_sending, lambda: sock.set_send_filter(None),
+        sock.pause_receiving, sock.disconnect, sock.disconnect_after_sending, sock.close_after_sending,
+        lambda: sock.set_send_filter(None),
         lambda: sock.set_receive_filter(lambda data, address: True), lambda: sock.join_multicast_group("239.1.1.1"),
         lambda: sock.leave_multicast_group("239.1.1.1"), lambda: sock.send_ipv4_multicast_on_interface("lo"),
         lambda: sock.send_ipv6_multicast_on_interface("lo"), lambda: sock.set_multicast_ttl(1),
@@ -972,7 +974,7 @@ def test_host_queue_runs_everything_on_the_draining_thread(udp):
     not_sent = server_log.of("not_send")[0]
     assert not_sent[1] == 98 and isinstance(not_sent[2], socketkit.ResolutionError) and not_sent[2].errno != 0
     assert server._contexts == {}
-    client.close()
+    client.disconnect()
     pump(queue, lambda: log.of("close"))
     assert log.events[-1] == ("close", None)
     me = threading.get_ident()

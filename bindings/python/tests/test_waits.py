@@ -233,8 +233,8 @@ def test_waiting_calls_from_delegate_methods_return_with_their_effect(kind, sour
 
     class Delegate:
         def udp_socket_did_receive(self, sock, data, address, context):
-            sock.close()
-            call_all([] if sock.is_closed else ["UDP close"])
+            sock.disconnect()
+            call_all([] if sock.is_closed else ["UDP disconnect"])
 
         def socket_did_read(self, sock, data, tag):
             call_all(_call_itself(sock, peer_port))

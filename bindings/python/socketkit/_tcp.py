@@ -1,0 +1,543 @@
+"""The TCP and Unix-domain socket: :class:`Socket` (GCDAsyncSocket's model)."""
+from __future__ import annotations
+
+import ctypes
+from ctypes import byref, c_double, c_int, c_long, c_size_t, c_void_p
+from dataclasses import dataclass
+from typing import Any, Callable, List, Optional, Tuple, Union
+
+from . import _addresses, _ffi
+from ._addresses import Address
+from ._dispatch import socket_delegate_struct
+from ._ffi import lib
+from ._handles import UNSET, Handle, adopting, flag_property, next_token
+from ._hotpaths import BytesLike, SocketIO
+from ._queues import CallbackQueue, LoopGroup, default_queue
+from ._status import bad_param, check_int, check_port, check_size, raise_for
+from ._tls import TLSInfo, TLSSettings, _tls_info
+
+#: Separators for :meth:`Socket.read_to_data`.
+CRLF = b"\r\n"
+CR = b"\r"
+LF = b"\n"
+ZERO = b"\x00"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far the current read or write has got; ``total`` is None when unknown."""
+
+    tag: int
+    done: int
+    total: Optional[int]
+
+
+@dataclass(frozen=True)
+class KeepAlive:
+    """TCP keep-alive: probe after `idle` seconds, every `interval` seconds, `count` times."""
+
+    idle: int = 60
+    interval: int = 10
+    count: int = 6
+
+
+class Socket(SocketIO, Handle):
+    """An asynchronous TCP or Unix-domain socket (GCDAsyncSocket's model).
+
+    ``delegate`` is any object; SocketKit calls the methods it defines, named after the
+    C delegate members: ``socket_did_connect(sock, host, port)``,
+    ``socket_did_read(sock, data, tag)``, ``socket_did_write(sock, tag)``,
+    ``socket_did_disconnect(sock, error)``, ``socket_did_accept(listener, new_sock)``, ...
+    and for TLS (:meth:`start_tls`) ``socket_did_secure(sock)`` and, with manual trust
+    evaluation, ``socket_did_receive_trust(sock, trust)`` (see :class:`TLSTrust`).
+    They run on ``queue``: by default a SocketKit thread shared by all sockets
+    (:func:`default_queue`); a :class:`HostQueue` to run them yourself (see
+    :mod:`socketkit.aio` for asyncio); ``None`` for SocketKit's loop thread.
+
+    Without a delegate (None) a socket cannot connect or accept: those raise
+    :class:`BadConfigError`, as in C and Swift; set :attr:`delegate` first.
+
+    Closing (the same words as :class:`UdpSocket`'s, those of asyncio's transports):
+    :meth:`close` closes for good once the writes already queued are sent, and the ``with``
+    statement ends with it; :meth:`abort` (or :meth:`release`) closes for good at once,
+    dropping them; afterwards every method raises :class:`InvalidHandleError`. Keep a
+    reference: a socket nobody holds is aborted. :meth:`disconnect` and its
+    ``disconnect_after_*`` forms end the connection (or stop the listener) and keep the
+    socket, which can connect or accept again.
+
+    The socket's loop is the only writer of its state: a method that changes it waits for
+    the loop to make the change and returns its answer (inline on the loop's thread), so the
+    effect is visible on return: the connects return connecting (a read queued next is
+    taken), :meth:`accept_on_port` and its twins return listening, :meth:`from_fd` returns
+    connected, the disconnects and the option setters return done; :meth:`disconnect`,
+    :meth:`close` and :meth:`abort` of a listener return with its descriptors closed and its
+    Unix-domain socket file removed (a new listener can take the port or path at once); and
+    so does every :class:`UdpSocket` method but the sends and getters. Reads, writes,
+    :meth:`start_tls` and sends are queued without waiting, and what follows comes to the
+    delegate; getters read what the loop last published. Setting :attr:`delegate` and
+    closing wait for a delegate method running on another thread. None of these waits can
+    deadlock, whichever thread or delegate method calls them: when the thread waited for is
+    itself waiting for the caller, a wait for a running delegate method gives way (the
+    setter returns while that method may still be finishing); only when two loops' delegate
+    methods call each other's sockets at the same moment does a call not wait: it raises
+    BadConfigError (errno EDEADLK) with no effect, or, when it returns nothing, is queued.
+    """
+
+    _KIND = "socket"
+    _delegate_struct = staticmethod(socket_delegate_struct)
+    _c_set_delegate = lib.sk_socket_set_delegate
+    _c_set_callback_queue = lib.sk_socket_set_callback_queue
+    _c_perform = lib.sk_socket_perform
+
+    def __init__(self, delegate: Any = None, *, queue: Optional[CallbackQueue] = UNSET,
+                 loop_group: Optional[LoopGroup] = None) -> None:
+        self._init_socket(delegate, default_queue() if queue is UNSET else queue)
+        handle = c_void_p()
+        error = _ffi.CError()
+        delegate_pointer, delegate_size = socket_delegate_struct(delegate)
+        raise_for(lib.sk_socket_create(delegate_pointer, delegate_size, None, self._queue_handle,
+                                       loop_group.handle if loop_group is not None else None,
+                                       byref(handle), byref(error)), error)
+        self._register(handle.value)
+
+    def _init_socket(self, delegate: Any, queue: Optional[CallbackQueue]) -> None:
+        self._init_handle(delegate, queue)
+        # Caller buffers of pending *_into reads: (start address, end address, view, session).
+        # The view keeps the buffer exported (unmovable) until SocketKit is done with it: its
+        # read completed, its session ended (did_disconnect), or the socket was released.
+        # A shared empty tuple until a caller buffer is pinned: most sockets never pin one.
+        self._pending_buffers: Union[Tuple[()], List[Tuple[int, int, memoryview, int]]] = ()
+        # Sessions (connect, accept, adopt) started and ended: each ends with exactly one
+        # did_disconnect, in order, so a late did_disconnect unpins only its own session's buffers.
+        self._sessions_started = 0
+        self._sessions_ended = 0
+
+    def _accepted(self, handle: int) -> "Socket":
+        """A connection this listener accepted (a handle SocketKit made), with the listener's
+        delegate and queue."""
+        sock = Socket.__new__(Socket)
+        sock._init_socket(self._delegate, self._queue)
+        sock._sessions_started = 1
+        sock._register(handle)
+        return sock
+
+    def _session_ended(self) -> None:
+        self._sessions_ended += 1
+        ended = self._sessions_ended
+        self._pending_buffers = [pin for pin in self._pending_buffers if pin[3] > ended] or ()
+
+    @classmethod
+    def from_fd(cls, fd: int, delegate: Any = None, *, queue: Optional[CallbackQueue] = UNSET,
+                loop_group: Optional[LoopGroup] = None) -> "Socket":
+        """Wraps an already connected TCP or Unix stream socket descriptor. On success the
+        socket owns it (detach it from any Python socket object first) and
+        ``socket_did_connect`` follows."""
+        sock = cls.__new__(cls)
+        sock._init_socket(delegate, default_queue() if queue is UNSET else queue)
+        handle = c_void_p()
+        error = _ffi.CError()
+        delegate_pointer, delegate_size = socket_delegate_struct(delegate)
+        token = next_token()
+        adopting[token] = sock
+        try:
+            status = lib.sk_socket_create_from_fd(
+                fd, delegate_pointer, delegate_size, token, sock._queue_handle,
+                loop_group.handle if loop_group is not None else None, byref(handle), byref(error))
+        finally:
+            adopting.pop(token, None)
+        raise_for(status, error)
+        sock._sessions_started = 1
+        sock._register(handle.value)
+        return sock
+
+    # ---- lifetime ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Closes the socket for good, gracefully. Writes already queued are still sent
+        before the connection closes (as asyncio's ``transport.close()`` does), for at most
+        two minutes, also when the socket is still connecting: it goes on connecting (within
+        its connect timeout) and through a queued :meth:`start_tls` handshake. Queued reads
+        are dropped (except those ahead of such a handshake, which waits for them). A
+        listener's descriptors are closed before this returns. No delegate method runs
+        after this returns (one running on another thread is waited for, unless that would
+        deadlock). Idempotent."""
+        if self._handle is not None:
+            lib.sk_socket_disconnect_after_writing(self._handle)
+        self._release()
+
+    def _release_handle(self, handle: int) -> None:
+        lib.sk_socket_release(handle)
+        self._pending_buffers = ()  # SocketKit writes into them no more
+
+    def __repr__(self) -> str:
+        if self._handle is None:
+            return "<socketkit.Socket closed>"
+        state = "connected" if self.is_connected else ("accepting" if self.is_accepting else
+                                                       ("disconnected" if self.is_disconnected else "connecting"))
+        return f"<socketkit.Socket {state} handle={self._handle:#x}>"
+
+    # ---- configuration -------------------------------------------------------------------
+
+    ipv4_enabled = flag_property(lib.sk_socket_is_ipv4_enabled, lib.sk_socket_set_ipv4_enabled)
+    ipv6_enabled = flag_property(lib.sk_socket_is_ipv6_enabled, lib.sk_socket_set_ipv6_enabled)
+    ipv4_preferred_over_ipv6 = flag_property(lib.sk_socket_is_ipv4_preferred_over_ipv6,
+                                             lib.sk_socket_set_ipv4_preferred_over_ipv6)
+
+    @property
+    def alternate_address_delay(self) -> float:
+        value = c_double()
+        raise_for(lib.sk_socket_get_alternate_address_delay(self.handle, byref(value)))
+        return value.value
+
+    @alternate_address_delay.setter
+    def alternate_address_delay(self, seconds: float) -> None:
+        raise_for(lib.sk_socket_set_alternate_address_delay(self.handle, float(seconds)))
+
+    auto_disconnect_on_closed_read_stream = flag_property(
+        lib.sk_socket_get_auto_disconnect_on_closed_read_stream,
+        lib.sk_socket_set_auto_disconnect_on_closed_read_stream,
+        """When the peer closes its side: True (default) ends the connection
+        (``socket_did_disconnect`` with :class:`ClosedError`), False keeps it open for
+        writing and calls ``socket_did_close_read_stream``; either once every byte that
+        arrived before the close has been read (at once when none is unread, whether or not
+        a read is queued). A reset is reported the same way, as
+        :class:`ConnectionResetError`, after the bytes that came before it.""")
+
+    @property
+    def maximum_read_length(self) -> int:
+        """The most bytes a read may gather in SocketKit's memory (default 16 MiB; at least 1,
+        BadParamError otherwise): a read to a separator without ``max_length`` ends the
+        connection with ReadMaxedOutError once it holds that many bytes without the
+        separator, and ``read_to_length`` above it raises BadParamError at once. Reads into
+        your buffer (``*_into``) are bounded by the buffer instead. GCDAsyncSocket has no
+        such limit; SocketKit has one because a read's length usually comes from the peer (a
+        length prefix): without it, a peer announcing 4 GiB makes the process hold 4 GiB
+        before the application sees any of it. Raise it for bigger messages, or read them
+        into a buffer of your own."""
+        value = c_size_t()
+        raise_for(lib.sk_socket_get_maximum_read_length(self.handle, byref(value)))
+        return value.value
+
+    @maximum_read_length.setter
+    def maximum_read_length(self, length: int) -> None:
+        raise_for(lib.sk_socket_set_maximum_read_length(self.handle, check_size(length, "length")))
+
+    @property
+    def write_watermarks(self) -> Tuple[int, int]:
+        """(low, high) in bytes."""
+        low, high = c_size_t(), c_size_t()
+        raise_for(lib.sk_socket_get_write_watermarks(self.handle, byref(low), byref(high)))
+        return (low.value, high.value)
+
+    @write_watermarks.setter
+    def write_watermarks(self, marks: Tuple[int, int]) -> None:
+        low, high = marks
+        error = _ffi.CError()
+        raise_for(lib.sk_socket_set_write_watermarks(self.handle, check_size(low, "low"), check_size(high, "high"),
+                                                      byref(error)), error)
+
+    @property
+    def maximum_queued_write_bytes(self) -> int:
+        """The most bytes the write queue may hold: written, and not yet taken by the kernel
+        (64 MiB by default; 0: no limit). A write that would take the queue above it raises
+        :class:`WriteQueueFullError` and queues nothing, so a peer that stops reading cannot
+        make the socket's memory grow without bound, even when the watermarks are ignored
+        (heed them first: stop writing, or reading what you echo, at the high one). A single
+        write larger than the maximum always raises."""
+        value = c_size_t()
+        raise_for(lib.sk_socket_get_maximum_queued_write_bytes(self.handle, byref(value)))
+        return value.value
+
+    @maximum_queued_write_bytes.setter
+    def maximum_queued_write_bytes(self, maximum: int) -> None:
+        raise_for(lib.sk_socket_set_maximum_queued_write_bytes(self.handle, check_size(maximum, "maximum")))
+
+    no_delay = flag_property(
+        lib.sk_socket_get_no_delay, lib.sk_socket_set_no_delay,
+        """TCP_NODELAY: small writes leave at once instead of waiting under Nagle's
+        algorithm for earlier data to be acknowledged. True by default, as asyncio sets it
+        on every TCP transport: SocketKit already sends what is queued together, and Nagle
+        costs a delayed-ACK wait (40 ms on Linux) whenever a message leaves in two sends
+        the peer does not answer in between (a response behind a TLS server's session
+        tickets). Accepted sockets take the listener's setting.""")
+
+    @property
+    def keep_alive(self) -> Optional[KeepAlive]:
+        enabled, idle, interval, count = c_int(), c_int(), c_int(), c_int()
+        raise_for(lib.sk_socket_get_keep_alive(self.handle, byref(enabled), byref(idle), byref(interval),
+                                                byref(count)))
+        return KeepAlive(idle.value, interval.value, count.value) if enabled.value else None
+
+    @keep_alive.setter
+    def keep_alive(self, settings: Optional[KeepAlive]) -> None:
+        error = _ffi.CError()
+        if settings is None:
+            status = lib.sk_socket_set_keep_alive(self.handle, 0, 0, 0, 0, byref(error))
+        else:
+            status = lib.sk_socket_set_keep_alive(self.handle, 1, check_int(settings.idle),
+                                                  check_int(settings.interval), check_int(settings.count),
+                                                  byref(error))
+        raise_for(status, error)
+
+    @property
+    def buffer_sizes(self) -> Tuple[int, int]:
+        """(send, receive) sizes requested with SO_SNDBUF/SO_RCVBUF; 0 = the kernel's default."""
+        send, receive = c_int(), c_int()
+        raise_for(lib.sk_socket_get_buffer_sizes(self.handle, byref(send), byref(receive)))
+        return (send.value, receive.value)
+
+    @buffer_sizes.setter
+    def buffer_sizes(self, sizes: Tuple[int, int]) -> None:
+        send, receive = sizes
+        error = _ffi.CError()
+        raise_for(lib.sk_socket_set_buffer_sizes(self.handle, check_int(send), check_int(receive), byref(error)), error)
+
+    # ---- accepting and connecting --------------------------------------------------------
+
+    def accept_on_port(self, port: int) -> None:
+        """Listens on every interface, IPv4 and IPv6; port 0 picks one (see :attr:`local_port`).
+        Accepted connections arrive in ``socket_did_accept(listener, new_socket)``."""
+        error = _ffi.CError()
+        raise_for(lib.sk_socket_accept_on_port(self.handle, check_port(port), byref(error)), error)
+        self._sessions_started += 1
+
+    def accept_on_interface(self, interface: Optional[str], port: int) -> None:
+        """Listens on an interface name, an address, "localhost" or None (any)."""
+        error = _ffi.CError()
+        raise_for(lib.sk_socket_accept_on_interface(self.handle, _addresses.interface(interface),
+                                                     check_port(port), byref(error)), error)
+        self._sessions_started += 1
+
+    def accept_on_unix_path(self, path: str) -> None:
+        """Listens on a Unix-domain socket (a stale socket file there is replaced). The file
+        is removed when the listener closes, unless a newer listener replaced it."""
+        error = _ffi.CError()
+        raise_for(lib.sk_socket_accept_on_unix_path(self.handle, _addresses.unix_path(path), byref(error)), error)
+        self._sessions_started += 1
+
+    def connect_to_host(self, host: str, port: int, interface: Optional[str] = None, timeout: float = -1) -> None:
+        """Connects to a host name or address (every resolved address is raced, Happy
+        Eyeballs). `timeout` covers resolution and connecting (negative: none); with 0 the
+        connect succeeds only if it completes at once (by the loop's next poll), so a name
+        that needs the resolver always ends with ConnectTimeoutError. Reads and writes may
+        be queued at once. The outcome arrives as ``socket_did_connect`` or
+        ``socket_did_disconnect`` (OtherError when no resolved address is of an enabled
+        family)."""
+        error = _ffi.CError()
+        raise_for(lib.sk_socket_connect_to_host(self.handle, _addresses.host(host), check_port(port),
+                                                 _addresses.interface(interface), float(timeout),
+                                                 byref(error)), error)
+        self._sessions_started += 1
+
+    def connect_to_address(self, address: Address, interface: Optional[str] = None, timeout: float = -1) -> None:
+        """Connects to ("ip", port) or a Unix path, without name resolution."""
+        raw = _addresses.sockaddr(address)
+        error = _ffi.CError()
+        raise_for(lib.sk_socket_connect_to_address(self.handle, raw, len(raw),
+                                                    _addresses.interface(interface), float(timeout),
+                                                    byref(error)), error)
+        self._sessions_started += 1
+
+    def connect_to_unix_path(self, path: str, timeout: float = -1) -> None:
+        """Connects to a Unix-domain socket."""
+        error = _ffi.CError()
+        raise_for(lib.sk_socket_connect_to_unix_path(self.handle, _addresses.unix_path(path), float(timeout),
+                                                     byref(error)), error)
+        self._sessions_started += 1
+
+    # ---- reading (read() itself is SocketIO's) -------------------------------------------
+
+    def read_to_length(self, length: int, timeout: float = -1, tag: int = 0) -> None:
+        """Reads exactly `length` bytes (1 to :attr:`maximum_read_length`; BadParamError
+        otherwise: see there why, and use :meth:`read_to_length_into` for more)."""
+        error = _ffi.CError()
+        raise_for(lib.sk_socket_read_to_length(self.handle, check_size(length, "length"), float(timeout), tag,
+                                                byref(error)), error)
+
+    def read_to_data(self, separator: BytesLike, max_length: int = 0, timeout: float = -1, tag: int = 0) -> None:
+        """Reads up to and including `separator`; with `max_length` the connection ends with
+        ReadMaxedOutError if that many bytes arrive without it."""
+        separator = bytes(separator)
+        error = _ffi.CError()
+        raise_for(lib.sk_socket_read_to_data(self.handle, separator, len(separator),
+                                             check_size(max_length, "max_length"), float(timeout), tag,
+                                             byref(error)), error)
+
+    def read_into(self, buffer: Any, offset: int = 0, max_length: int = 0, timeout: float = -1,
+                  tag: int = 0) -> None:
+        """Reads whatever is available into a writable buffer (``bytearray``, writable
+        ``memoryview``, ...) at `offset`. ``socket_did_read`` then receives a memoryview of
+        the bytes that landed in it. The buffer is held until then."""
+        view, address, capacity = self._pin(buffer)
+        error = _ffi.CError()
+        status = lib.sk_socket_read_into(self.handle, address, capacity, check_size(offset, "offset"),
+                                         check_size(max_length, "max_length"), float(timeout), tag, byref(error))
+        self._commit_pin(status, error, view, address, capacity)
+
+    def read_to_length_into(self, length: int, buffer: Any, offset: int = 0, timeout: float = -1,
+                            tag: int = 0) -> None:
+        """Reads exactly `length` bytes into `buffer` at `offset`."""
+        view, address, capacity = self._pin(buffer)
+        error = _ffi.CError()
+        status = lib.sk_socket_read_to_length_into(self.handle, check_size(length, "length"), address, capacity,
+                                                   check_size(offset, "offset"), float(timeout), tag, byref(error))
+        self._commit_pin(status, error, view, address, capacity)
+
+    def read_to_data_into(self, separator: BytesLike, buffer: Any, offset: int = 0, max_length: int = 0,
+                          timeout: float = -1, tag: int = 0) -> None:
+        """Reads up to and including `separator` into `buffer` at `offset`."""
+        separator = bytes(separator)
+        view, address, capacity = self._pin(buffer)
+        error = _ffi.CError()
+        status = lib.sk_socket_read_to_data_into(self.handle, separator, len(separator), address, capacity,
+                                                 check_size(offset, "offset"), check_size(max_length, "max_length"),
+                                                 float(timeout), tag, byref(error))
+        self._commit_pin(status, error, view, address, capacity)
+
+    def _pin(self, buffer: Any) -> Tuple[memoryview, int, int]:
+        view = memoryview(buffer)
+        if view.readonly:
+            raise bad_param("the buffer is read-only: pass a bytearray or a writable memoryview")
+        if not view.contiguous:
+            raise bad_param("the buffer is not contiguous")
+        view = view.cast("B")
+        if len(view) == 0:
+            raise bad_param("empty buffer")
+        export = (ctypes.c_char * len(view)).from_buffer(view)
+        return view, ctypes.addressof(export), len(view)
+
+    def _commit_pin(self, status: int, error: _ffi.CError, view: memoryview, address: int, capacity: int) -> None:
+        raise_for(status, error)
+        if not self._pending_buffers:
+            self._pending_buffers = []
+        self._pending_buffers.append((address, address + capacity, view, self._sessions_started))
+
+    def _take_read_result(self, data: int, length: int) -> Union[bytes, memoryview]:
+        for index, (start, end, view, _) in enumerate(self._pending_buffers):
+            if start <= data < end:
+                del self._pending_buffers[index]  # a list: something was pinned
+                offset = data - start
+                return view[offset:offset + length]
+        # Not ctypes.string_at, which is itself a foreign call.
+        return (ctypes.c_char * length).from_address(data).raw if length else b""
+
+    @property
+    def read_progress(self) -> Optional[Progress]:
+        """The current read's progress, or None when no read is under way."""
+        return self._progress(lib.sk_socket_read_progress)
+
+    # ---- writing (write() itself is SocketIO's) ------------------------------------------
+
+    @property
+    def write_progress(self) -> Optional[Progress]:
+        """The current write's progress, or None."""
+        return self._progress(lib.sk_socket_write_progress)
+
+    @property
+    def queued_write_bytes(self) -> int:
+        """Bytes queued and not yet accepted by the kernel."""
+        value = c_size_t()
+        raise_for(lib.sk_socket_get_queued_write_bytes(self.handle, byref(value)))
+        return value.value
+
+    def _progress(self, function: Callable[..., int]) -> Optional[Progress]:
+        tag, done, total = c_long(), c_size_t(), c_size_t()
+        if not raise_for(function(self.handle, byref(tag), byref(done), byref(total))):
+            return None
+        return Progress(tag.value, done.value, total.value or None)
+
+    # ---- disconnecting -------------------------------------------------------------------
+
+    def disconnect(self) -> None:
+        """Closes the connection now; ``socket_did_disconnect(sock, None)`` follows. The
+        socket may connect or accept again. A listener returns with its descriptors closed
+        and its Unix-domain socket file removed: a new listener can take the port or path
+        at once."""
+        raise_for(lib.sk_socket_disconnect(self.handle))
+
+    def disconnect_after_reading(self) -> None:
+        """Closes once every queued read completed."""
+        raise_for(lib.sk_socket_disconnect_after_reading(self.handle))
+
+    def disconnect_after_writing(self) -> None:
+        """Closes once every queued write was written."""
+        raise_for(lib.sk_socket_disconnect_after_writing(self.handle))
+
+    def disconnect_after_reading_and_writing(self) -> None:
+        """Closes once both queues drained."""
+        raise_for(lib.sk_socket_disconnect_after_reading_and_writing(self.handle))
+
+    # ---- diagnostics ---------------------------------------------------------------------
+
+    is_connected = flag_property(lib.sk_socket_is_connected)
+    is_disconnected = flag_property(lib.sk_socket_is_disconnected)
+    is_accepting = flag_property(lib.sk_socket_is_accepting)
+    is_ipv4 = flag_property(lib.sk_socket_is_ipv4)
+    is_ipv6 = flag_property(lib.sk_socket_is_ipv6)
+    is_unix = flag_property(lib.sk_socket_is_unix)
+
+    @property
+    def connected_host(self) -> Optional[str]:
+        """The peer's IP address, or None (not connected, or Unix-domain)."""
+        return self._text(lib.sk_socket_get_connected_host)
+
+    @property
+    def connected_port(self) -> int:
+        return self._port_of(lib.sk_socket_get_connected_port)
+
+    @property
+    def connected_address(self) -> Optional[Address]:
+        """("ip", port), a Unix path, or None."""
+        return self._address_of(lib.sk_socket_get_connected_address)
+
+    @property
+    def connected_unix_path(self) -> Optional[str]:
+        return self._text(lib.sk_socket_get_connected_unix_path)
+
+    @property
+    def local_host(self) -> Optional[str]:
+        return self._text(lib.sk_socket_get_local_host)
+
+    @property
+    def local_port(self) -> int:
+        return self._port_of(lib.sk_socket_get_local_port)
+
+    @property
+    def local_address(self) -> Optional[Address]:
+        return self._address_of(lib.sk_socket_get_local_address)
+
+    # ---- TLS -----------------------------------------------------------------------------
+
+    def start_tls(self, settings: Optional[TLSSettings] = None) -> None:
+        """Queues the TLS handshake behind every read and write already queued (the
+        STARTTLS pattern: those run in plaintext; the ones queued afterwards run encrypted
+        once ``socket_did_secure(sock)`` was called). `settings` None: a client with the
+        defaults (system trust store, the connect host verified).
+
+        Raises at once TLSSettingsError (unusable settings: files are loaded now),
+        BadConfigError (not connecting or connected, a listener, after disconnect_after_*,
+        or TLS already started in this session). Handshake failures end the connection:
+        ``socket_did_disconnect`` gets the TLSError subclass that says why.
+
+        With ``manual_trust_evaluation``, ``socket_did_receive_trust(sock, trust)`` decides
+        (see :class:`TLSTrust`); a delegate without that method rejects every peer."""
+        handle = self.handle
+        error = _ffi.CError()
+        if settings is None:
+            raise_for(lib.sk_socket_start_tls(handle, None, byref(error)), error)
+            return
+        if not isinstance(settings, TLSSettings):
+            raise TypeError(f"settings must be socketkit.TLSSettings or None, not {type(settings).__name__}")
+        with settings._c_settings() as c_settings:
+            raise_for(lib.sk_socket_start_tls(handle, c_settings, byref(error)), error)
+
+    is_secure = flag_property(lib.sk_socket_is_secure,
+                              doc="True once the handshake finished (and manual trust, if any, said yes).")
+
+    @property
+    def tls_info(self) -> Optional[TLSInfo]:
+        """What the handshake settled (protocol, cipher, ALPN, SNI, resumption, the peer's
+        certificates), or None while the connection is not secure. The session can end at
+        any moment (even while ``socket_did_secure`` runs): then this is None, never an
+        error, and never a mix of two sessions."""
+        return _tls_info(self.handle)
