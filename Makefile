@@ -52,8 +52,8 @@ REQUIRED_TOOLS := cc:gcc pkg-config:pkg-config valgrind:valgrind python3:python3
 C_PREFIX   := $(BUILD)/c-prefix
 VENV       := $(BUILD)/venv
 VENV_PY    := $(VENV)/bin/python
-# The Python binding's C hot paths (socketkit/_speedups.c), built in place for the
-# development virtualenv (wheels build it through setup.py).
+# The Python binding's C hot paths (socketkit/_speedups*.c and .h, one extension), built in
+# place for the development virtualenv (wheels build it through setup.py).
 SPEEDUPS   := bindings/python/socketkit/_speedups$(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
 
 all: library python demo
@@ -105,7 +105,7 @@ $(VENV)/.ready: bindings/python/pyproject.toml bindings/python/setup.py
 	$(VENV_PY) -m pip install -q -e bindings/python
 	@touch $@
 
-$(SPEEDUPS): bindings/python/socketkit/_speedups.c include/socketkit.h $(VENV)/.ready
+$(SPEEDUPS): $(wildcard bindings/python/socketkit/_speedups*.[ch]) include/socketkit.h $(VENV)/.ready
 	@rm -f $@
 	@cd bindings/python && $(VENV_PY) setup.py -q build_ext --inplace --force > $(BUILD)/speedups.log 2>&1 || true
 	@test -f $@ || { cat $(BUILD)/speedups.log; echo "error: the extension socketkit._speedups did not build (above)"; exit 1; }

@@ -16,8 +16,8 @@ table from it and compares every hand-written copy against it:
 - Python, at run time (`import socketkit`; the module is not read as text): the error
   classes, their codes and the code constants of socketkit.errors; the EVENT_* constants
   and the Event record of socketkit._ffi; the delegate-method-to-member maps.
-- The C extension bindings/python/socketkit/_speedups.c: the SK_EVENT_* and SK_ERR_*
-  constants it uses exist.
+- The C extension, every file of it (bindings/python/socketkit/_speedups*.c and .h): the
+  SK_EVENT_* and SK_ERR_* constants it uses exist.
 - docs/FEATURES.md names every code (C, Swift, Python) and every delegate member (C,
   Python).
 
@@ -25,6 +25,7 @@ Exits 1 with one line per disagreement.
 """
 import argparse
 import ctypes
+import glob
 import importlib
 import os
 import pkgutil
@@ -36,7 +37,7 @@ TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TABLE = os.path.join(TOP, "docs", "EVENTS_AND_ERRORS.md")
 HEADER = os.path.join(TOP, "include", "socketkit.h")
 SWIFT_CODES = os.path.join(TOP, "Sources", "SocketKit", "Errors", "SocketErrorCodes.swift")
-SPEEDUPS = os.path.join(TOP, "bindings", "python", "socketkit", "_speedups.c")
+SPEEDUPS = os.path.join(TOP, "bindings", "python", "socketkit")  # its _speedups*.c and _speedups*.h
 FEATURES = os.path.join(TOP, "docs", "FEATURES.md")
 DEFAULT_LIBRARY = os.path.join(TOP, ".build", "release", "libsocketkit.so")
 NONE = "—"
@@ -320,10 +321,14 @@ def delegate_modules(package):
 # ---- Text files ------------------------------------------------------------------------
 
 def check_speedups(errors, events, report):
-    source = open(SPEEDUPS, encoding="utf-8").read()
+    paths = sorted(glob.glob(os.path.join(SPEEDUPS, "_speedups*.[ch]")))
+    if not any(path.endswith(os.sep + "_speedups.c") for path in paths):
+        report.fail(f"{os.path.relpath(SPEEDUPS, TOP)}: no _speedups.c; Tests/check_tables.py must learn where it went")
     known = {row["C constant"] for row in events} | {row["C name"] for row in errors}
-    for name in sorted(set(re.findall(r"\bSK_(?:EVENT|ERR)_\w+", source)) - known):
-        report.fail(f"{os.path.relpath(SPEEDUPS, TOP)} uses {name}, which is not in the table")
+    for path in paths:
+        source = open(path, encoding="utf-8").read()
+        for name in sorted(set(re.findall(r"\bSK_(?:EVENT|ERR)_\w+", source)) - known):
+            report.fail(f"{os.path.relpath(path, TOP)} uses {name}, which is not in the table")
 
 
 def check_features(errors, events, report):

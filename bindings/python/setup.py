@@ -6,7 +6,7 @@ flags, through the top-level Makefile's `library` target). It is copied to
 socketkit/_lib/libsocketkit.so.0, and the wheel is tagged for the platform (it holds
 native code) rather than "any".
 
-The C hot paths (socketkit/_speedups.c, against the repository's include/socketkit.h)
+The C hot paths (socketkit/_speedups*.c, against the repository's include/socketkit.h)
 are built when a C compiler and Python's headers are there (python3-dev); without them
 the wheel still works, through ctypes only (socketkit.SPEEDUPS is then False).
 """
@@ -45,15 +45,20 @@ class BinaryDistribution(Distribution):
         return True
 
 
+# The extension's files are all named socketkit/_speedups*.c and _speedups*.h: the Makefile,
+# Tests/check_tables.py and tests/test_speedups.py find them by that name.
+SPEEDUPS_SOURCES = ["socketkit/_speedups.c", "socketkit/_speedups_dispatch.c"]
+
+
 def speedups():
     """The optional extension (a failed build leaves the ctypes paths)."""
     header_directory = os.environ.get("SOCKETKIT_INCLUDE") or str(REPOSITORY / "include")
     if not (Path(header_directory) / "socketkit.h").exists():
         return []
     # SOCKETKIT_REQUIRE_SPEEDUPS=1: a failed build fails the install instead.
-    return [Extension("socketkit._speedups", ["socketkit/_speedups.c"], include_dirs=[header_directory],
-                      depends=[str(Path(header_directory) / "socketkit.h")], extra_compile_args=["-O2"],
-                      optional=not os.environ.get("SOCKETKIT_REQUIRE_SPEEDUPS"))]
+    return [Extension("socketkit._speedups", SPEEDUPS_SOURCES, include_dirs=[header_directory],
+                      depends=["socketkit/_speedups.h", str(Path(header_directory) / "socketkit.h")],
+                      extra_compile_args=["-O2"], optional=not os.environ.get("SOCKETKIT_REQUIRE_SPEEDUPS"))]
 
 
 # The wheel holds a CPython extension: setuptools tags it for this interpreter and platform.

@@ -1,4 +1,4 @@
-"""The binding's C hot paths (socketkit/_speedups.c) against the ctypes ones.
+"""The binding's C hot paths (socketkit/_speedups*.c) against the ctypes ones.
 
 `make test` runs the whole suite twice: once with the extension (SOCKETKIT_EXPECT_SPEEDUPS=1:
 it must have loaded) and once without (SOCKETKIT_NO_SPEEDUPS=1). These tests drive exactly
@@ -38,11 +38,16 @@ def test_the_extension_is_used_exactly_when_expected():
 def test_the_extension_uses_only_cpythons_public_api():
     """Names with a leading underscore (_PyThreadState_UncheckedGet, _PyObject_GetMethod)
     and the fields of CPython's structures (a thread state's gilstate_counter) are
-    internals that change between releases: the extension keeps to the documented API."""
-    source = (pathlib.Path(socketkit.__file__).parent / "_speedups.c").read_text()
-    code = re.sub(r"/\*.*?\*/", "", source, flags=re.S)  # comments may name what is avoided
-    assert re.findall(r"\b_Py\w+", code) == []
-    assert re.findall(r"->\s*(?:gilstate_counter|interp|cframe|frame|thread_id)\b", code) == []
+    internals that change between releases: the extension keeps to the documented API.
+    Every file of it is read: all are named _speedups*.c or _speedups*.h (setup.py)."""
+    package = pathlib.Path(socketkit.__file__).parent
+    paths = sorted(package.glob("_speedups*.[ch]"))
+    built = set(re.findall(r"socketkit/(\w+\.[ch])\b", (package.parent / "setup.py").read_text()))
+    assert "_speedups.c" in built and built <= {path.name for path in paths}, built
+    for path in paths:
+        code = re.sub(r"/\*.*?\*/", "", path.read_text(), flags=re.S)  # comments may name what is avoided
+        assert re.findall(r"\b_Py\w+", code) == [], path.name
+        assert re.findall(r"->\s*(?:gilstate_counter|interp|cframe|frame|thread_id)\b", code) == [], path.name
 
 
 @pytest.fixture
