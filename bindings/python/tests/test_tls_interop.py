@@ -282,7 +282,13 @@ def test_weak_certificates_from_openssl_s_server_are_refused(processes, certs, v
 def test_openssl_s_server_www_page_and_its_close_notify(processes, certs):
     server, port = s_server(processes, certs, "-www")
     client, recorder = socketkit_client(port, certs.client())
-    recorder.on_read = lambda sock, data, tag: sock.read(timeout=WAIT)  # read to the end
+    def read_on(sock, data, tag):  # read to the end
+        try:
+            sock.read(timeout=WAIT)
+        except socketkit.BadConfigError:
+            pass  # the page and its close_notify were in: the session ended before this ran
+
+    recorder.on_read = read_on
     try:
         client.write(b"GET / HTTP/1.0\r\n\r\n")
         client.read(timeout=WAIT)
