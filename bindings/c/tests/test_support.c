@@ -49,9 +49,9 @@ static void end(recorder_t *recorder) {
     pthread_mutex_unlock(&recorder->lock);
 }
 
-static void record(recorder_t *recorder, event_t event) {
+/* Appends `event`; the caller holds the lock. */
+static void record_locked(recorder_t *recorder, event_t event) {
     event.thread = pthread_self();
-    pthread_mutex_lock(&recorder->lock);
     if (event.kind == EVENT_CONNECT || event.kind == EVENT_ACCEPT) recorder->disconnected = 0;
     else if (recorder->disconnected && event.sock != NULL) recorder->after_disconnect++;
     if (recorder->count == recorder->capacity) {
@@ -61,6 +61,11 @@ static void record(recorder_t *recorder, event_t event) {
     }
     recorder->events[recorder->count++] = event;
     pthread_cond_broadcast(&recorder->changed);
+}
+
+static void record(recorder_t *recorder, event_t event) {
+    pthread_mutex_lock(&recorder->lock);
+    record_locked(recorder, event);
     pthread_mutex_unlock(&recorder->lock);
 }
 
@@ -117,10 +122,12 @@ static void on_read(sk_socket_t *sock, const void *data, size_t length, long tag
     }
     memcpy(recorder->bytes + recorder->byte_count, data, length);
     recorder->byte_count += length;
-    pthread_mutex_unlock(&recorder->lock);
+    /* The bytes and their event in one step: a test that waited for the bytes finds the
+     * event too. */
     event_t event = {.kind = EVENT_READ, .sock = sock, .tag = tag, .length = length};
     memcpy(event.text, data, length < sizeof event.text - 1 ? length : sizeof event.text - 1);
-    record(recorder, event);
+    record_locked(recorder, event);
+    pthread_mutex_unlock(&recorder->lock);
     if (recorder->on_read) recorder->on_read(recorder, sock, data, length, tag);
     end(recorder);
 }
