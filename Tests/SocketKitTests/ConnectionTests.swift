@@ -206,12 +206,11 @@ struct ConnectionTests {
     }
 
     @Test func connectionRefusedIsReportedWithItsErrno() throws {
-        let probe = try RawSocket.listen()
-        let port = probe.localPort
-        probe.close()
+        let refusing = try RawSocket.boundNotListening()
+        defer { refusing.close() }
         let recorder = Recorder()
         let client = Socket(delegate: recorder)
-        try client.connect(toHost: "127.0.0.1", port: port, timeout: 5)
+        try client.connect(toHost: "127.0.0.1", port: refusing.localPort, timeout: 5)
         let error = try #require(recorder.waitForDisconnect())
         #expect(error?.code == .system)
         #expect(error?.osError == ECONNREFUSED)
@@ -309,13 +308,25 @@ struct ConnectionTests {
     @Test func disabledFamiliesAreNotTried() throws {
         let (listener, _) = recordedSocket()
         listener.isIPv4Enabled = false
-        try listener.accept(onPort: 0)
-        defer { listener.disconnect() }
+        // The listener's port on ::1 only; on 127.0.0.1 the same port is held by a socket that
+        // refuses connections (taken by a test running in parallel, it would be accepted and
+        // reset there instead). A port taken on 127.0.0.1 already: another one.
+        var refusing: RawSocket? = nil
+        for _ in 0..<20 where refusing == nil {
+            try listener.accept(onPort: 0)
+            refusing = try? RawSocket.boundNotListening(port: listener.localPort)
+            if refusing == nil { listener.disconnect() }
+        }
+        let held = try #require(refusing, "no port free on both ::1 and 127.0.0.1")
+        defer {
+            held.close()
+            listener.disconnect()
+        }
         let recorder = Recorder()
         let client = Socket(delegate: recorder)
         client.isIPv6Enabled = false
         try client.connect(toHost: "localhost", port: listener.localPort, timeout: 5)
-        // Only 127.0.0.1 is tried, and nothing listens there.
+        // Only 127.0.0.1 is tried, and it refuses.
         let error = try #require(recorder.waitForDisconnect())
         #expect(error?.osError == ECONNREFUSED)
 

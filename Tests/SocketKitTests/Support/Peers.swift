@@ -66,6 +66,22 @@ final class RawSocket: @unchecked Sendable {
         return RawSocket(fd: fd)
     }
 
+    /// A TCP socket bound to `host`:`port` and not listening: connections to it are refused,
+    /// and, bound without SO_REUSEADDR, it keeps any other socket off its port while it is
+    /// open (a port merely found free may be taken by a test running in parallel, whose
+    /// listener then accepts the connection meant to be refused).
+    static func boundNotListening(host: String = "127.0.0.1", port: UInt16 = 0) throws -> RawSocket {
+        let address = try SocketAddress(ipAddress: host, port: port)
+        let fd = socket(address.posixFamily, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw TestFailure("socket: \(errno)") }
+        guard address.withSockAddr({ Glibc.bind(fd, $0, $1) }) == 0 else {
+            let error = errno
+            Glibc.close(fd)
+            throw TestFailure("bind \(address): \(String(cString: strerror(error)))")
+        }
+        return RawSocket(fd: fd)
+    }
+
     static func listen(host: String = "127.0.0.1", port: UInt16 = 0, backlog: Int32 = 64,
                        ipv6Only: Bool = true) throws -> RawSocket {
         let address = try SocketAddress(ipAddress: host, port: port)
