@@ -1117,7 +1117,12 @@ int sk_udp_socket_create(const sk_udp_socket_delegate_t *delegate, size_t delega
                          sk_error_t *error);
 /* Drops your reference: the socket closes without callbacks (no did_close). Once this
  * returns no callback or filter call of it starts (one running on another thread has
- * finished). Do not call it from inside one of the socket's filters. */
+ * finished). Do not call it from inside one of the socket's filters. Queued datagrams are
+ * dropped, unless sk_udp_socket_close_after_sending came first and no send filter is set:
+ * then the socket still sends them (the lingering close, as sk_socket_release after
+ * sk_socket_disconnect_after_writing): those waiting for a name too, each within its own
+ * timeout and all within two minutes, then closes its descriptors and frees itself;
+ * receiving stops. A loop that stops ends it. */
 int sk_udp_socket_release(sk_udp_socket_t *sock);
 /* Replaces the delegate and userdata, synchronously (as sk_socket_set_delegate). */
 int sk_udp_socket_set_delegate(sk_udp_socket_t *sock, const sk_udp_socket_delegate_t *delegate,
@@ -1211,7 +1216,8 @@ int sk_udp_socket_enable_reuse_address(sk_udp_socket_t *sock, int enabled, sk_er
 
 /* Closes now (queued datagrams dropped without callbacks; did_close follows if the socket
  * had descriptors), or once every queued datagram has been sent. The socket can be bound,
- * connected or used to send again afterwards. */
+ * connected or used to send again afterwards. sk_udp_socket_release after
+ * sk_udp_socket_close_after_sending still sends the queued datagrams (see there). */
 int sk_udp_socket_close(sk_udp_socket_t *sock);
 int sk_udp_socket_close_after_sending(sk_udp_socket_t *sock);
 

@@ -191,9 +191,15 @@ final class RawUdpPeer {
     let fd: Int32
     let port: UInt16
 
-    init() throws {
+    /// `receiveBufferSize` (SO_RCVBUF; 0: the kernel's default): large enough, loopback
+    /// drops nothing.
+    init(receiveBufferSize: Int32 = 0) throws {
         let made = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
         guard made >= 0 else { throw TestFailure("socket") }
+        if receiveBufferSize > 0 {
+            var size = receiveBufferSize
+            setsockopt(made, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = UInt32(0x7f00_0001).bigEndian
@@ -210,6 +216,22 @@ final class RawUdpPeer {
         }
         fd = made
         port = UInt16(bigEndian: address.sin_port)
+    }
+
+    /// Receives 4-byte datagrams numbered 0..<count until each has come or `within`
+    /// seconds pass; returns how many distinct ones came.
+    func receiveNumbered(_ count: Int, within seconds: Double = 20) -> Int {
+        var seen = Set<UInt32>()
+        let limit = deadline(afterSeconds: seconds)
+        while seen.count < count && monotonicNanoseconds() < limit {
+            var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&ready, 1, 50) > 0 else { continue }
+            var number: UInt32 = 0
+            guard recv(fd, &number, 4, 0) == 4 else { continue }
+            let value = UInt32(littleEndian: number)
+            if value < count { seen.insert(value) }
+        }
+        return seen.count
     }
 
     deinit { close(fd) }

@@ -641,6 +641,86 @@ struct UdpTests {
         again.checkContract()
     }
 
+    /// Queues `count` numbered datagrams for 127.0.0.1:`port`, every tenth by the name
+    /// "localhost" (resolved off the loop: those hold the queue, and what follows them).
+    private func queueNumbered(_ socket: UdpSocket, port: UInt16, count: UInt32) throws {
+        for number in 0..<count {
+            let bytes = withUnsafeBytes(of: number.littleEndian) { Array($0) }
+            if number % 10 == 0 {
+                try socket.send(bytes, toHost: "localhost", port: port, timeout: 5, tag: Int(number))
+            } else {
+                try socket.send(bytes, toAddress: loopback(port), timeout: 5, tag: Int(number))
+            }
+        }
+    }
+
+    /// The lingering close of a UDP socket: released after closeAfterSending, it still sends
+    /// every queued datagram (those waiting for a name too), with no callback, then closes
+    /// and lets go of itself.
+    @Test func releasingAfterCloseAfterSendingStillSendsEveryDatagram() throws {
+        let peer = try RawUdpPeer(receiveBufferSize: 4 << 20)
+        let log = UdpRecorder()
+        var socket: UdpSocket? = UdpSocket(delegate: log)
+        socket?.isIPv6Enabled = false // "localhost" as 127.0.0.1
+        try queueNumbered(socket!, port: peer.port, count: 200)
+        socket?.closeAfterSending()
+        weak let lingering = socket?.core
+        socket = nil
+        let before = log.events.count
+        #expect(peer.receiveNumbered(200) == 200)
+        let limit = deadline(afterSeconds: 10)
+        while lingering != nil && monotonicNanoseconds() < limit { usleep(10_000) }
+        #expect(lingering == nil, "the core still holds itself after sending everything")
+        #expect(log.events.count == before, "a released socket reports nothing")
+        #expect(!log.events.contains { if case .closed = $0 { return true } else { return false } })
+    }
+
+    /// A release without closeAfterSending still drops what is queued.
+    @Test func releasingWithoutCloseAfterSendingDropsTheQueue() throws {
+        let peer = try RawUdpPeer(receiveBufferSize: 4 << 20)
+        let group = EventLoopGroup(loopCount: 1)
+        defer { try? group.shutdown() }
+        let loop = group.next()
+        var socket: UdpSocket? = UdpSocket(eventLoop: loop)
+        weak let released = socket?.core
+        // The loop waits while the datagram is queued and the socket released: the release
+        // comes before the datagram's name is resolved.
+        let blocker = Latch()
+        loop.execute { blocker.wait() }
+        try socket?.send([1, 0, 0, 0], toHost: "localhost", port: peer.port, tag: 1)
+        socket = nil
+        blocker.open()
+        let limit = deadline(afterSeconds: 10)
+        while released != nil && monotonicNanoseconds() < limit { usleep(10_000) }
+        #expect(released == nil)
+        #expect(peer.receiveNumbered(1, within: 0.2) == 0, "dropped at the release")
+    }
+
+    /// A loop that stops ends a lingering socket, also one without descriptors (its only
+    /// datagram waits for a name): it lets go of itself once the answer comes.
+    @Test func aLingeringSocketWithoutDescriptorsEndsWhenItsLoopStops() throws {
+        let group = EventLoopGroup(loopCount: 1)
+        let loop = group.next()
+        var socket: UdpSocket? = UdpSocket(eventLoop: loop)
+        weak let lingering = socket?.core
+        // Everything reaches the loop in one batch, the last before it stops: the name's
+        // answer comes to a stopped loop.
+        let blocker = Latch()
+        loop.execute { blocker.wait() }
+        try socket?.send([1], toHost: "localhost", port: 9, tag: 1)
+        do {
+            let core = UncheckedSendable(socket!.core)
+            loop.execute { core.value.setCloseAfterSending() }
+        }
+        socket = nil
+        loop.requestStop()
+        blocker.open()
+        try group.shutdown()
+        let limit = deadline(afterSeconds: 10)
+        while lingering != nil && monotonicNanoseconds() < limit { usleep(10_000) }
+        #expect(lingering == nil, "a lingering core outlived its loop")
+    }
+
     @Test func stoppingTheLoopGroupClosesWithAnError() throws {
         let group = EventLoopGroup(loopCount: 1)
         let log = UdpRecorder()

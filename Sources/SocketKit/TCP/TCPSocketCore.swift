@@ -556,7 +556,8 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
     // MARK: Ending a session
 
     /// How long a released socket may keep sending what `disconnectAfterWriting` queued
-    /// (connecting first, if it still was).
+    /// (connecting first, if it still was); a released UDP socket's queued datagrams after
+    /// `closeAfterSending` have the same bound.
     static let lingerSeconds = 120.0
 
     /// The user released the handle: close without telling anyone. If the user asked to

@@ -126,6 +126,11 @@ final class UDPSocketCore: SocketCore {
     private var timedItem: UInt64 = 0
     private var timer: LoopTimer? = nil
     private var closeAfterSending = false
+    /// Bounds a released socket's last datagrams (`ownerReleased`).
+    private var lingerTimer: LoopTimer? = nil
+    /// A released socket's core sending its last datagrams (`ownerReleased`) keeps itself
+    /// alive until its close lets go of this reference.
+    private var lingeringCore: UDPSocketCore? = nil
 
     // Receiving.
     enum ReceiveMode { case off, once, continuous }
@@ -682,10 +687,9 @@ final class UDPSocketCore: SocketCore {
             phase = .resolving
             let id = queue[index].id
             let session = generation
-            let loop = self.loop
             let core = UncheckedSendable(self)
             AddressResolver.shared.resolve(host: host, port: port) { result in
-                _ = loop.execute { core.value.resolved(id: id, session: session, result) }
+                core.value.onLoopOrAbandoned { core.value.resolved(id: id, session: session, result) }
             }
             return nil
         }
@@ -1117,6 +1121,8 @@ final class UDPSocketCore: SocketCore {
             scratch.resetStaging()
         }
         timer.map { loop.cancel($0) }
+        lingerTimer.map { loop.cancel($0) }
+        endLingering()
         queue.removeAll()
         head = 0
         timedItem = 0
@@ -1137,10 +1143,34 @@ final class UDPSocketCore: SocketCore {
         if hadDescriptors && announce { report(.didClose(error)) }
     }
 
+    /// The user released the handle: close without telling anyone. After `closeAfterSending`
+    /// the queued datagrams are sent first (those waiting for a name too, each within its own
+    /// timeout), for at most `TCPSocketCore.lingerSeconds`, as a TCP socket's lingering close
+    /// sends its queued writes; receiving stops. Not with a send filter: its calls would come
+    /// after the release, which promises none (the C face answers them "drop").
     func ownerReleased() {
         released = true
+        if closeAfterSending && sendFilter == nil && (head < queue.count || phase != .idle) {
+            receiveMode = .off
+            updateInterest()
+            let made = lingerTimer ?? LoopTimer { [unowned self] in closeSocket(error: nil, announce: false) }
+            lingerTimer = made
+            loop.schedule(made, deadline: monotonicNanoseconds() &+ UInt64(TCPSocketCore.lingerSeconds * 1e9))
+            lingeringCore = self
+            return
+        }
         closeSocket(error: nil, announce: false)
         timer = nil
+    }
+
+    /// Lets go of a lingering core's reference to itself, not at once: the caller (a timer, a
+    /// send or a resolution answer) goes on using the core until it returns. From the loop's
+    /// thread the task is accepted also while the loop stops (it runs before the loop ends).
+    private func endLingering() {
+        guard let lingering = lingeringCore else { return }
+        lingeringCore = nil
+        let last = UncheckedSendable(lingering)
+        loop.execute { withExtendedLifetime(last) {} }
     }
 
     func loopWillStop() {
@@ -1163,6 +1193,17 @@ final class UDPSocketCore: SocketCore {
         queue.removeAll()
         head = 0
         timer = nil
+        lingerTimer = nil
+        lingeringCore = nil
+    }
+
+    /// Runs `body` on the loop (a resolution's answer, from the resolver's thread). When the
+    /// loop has stopped, a lingering core without descriptors (its first datagram waited for a
+    /// name) was told of no stop: it lets go of itself once the loop's thread is done with it.
+    private func onLoopOrAbandoned(_ body: @escaping @Sendable () -> Void) {
+        guard !loop.execute(body) else { return }
+        let core = UncheckedSendable(self)
+        loop.afterStopping { core.value.lingeringCore = nil }
     }
 
     private func report(_ event: UdpSocketEvent) {

@@ -52,6 +52,8 @@ public final class UdpSocket: SocketFront, @unchecked Sendable {
         core.attach(owner: self)
     }
 
+    /// Dropping the last reference closes without callbacks (no `udpSocketDidClose`): queued
+    /// datagrams are dropped, unless `closeAfterSending` came first (see there).
     deinit {
         releaseCore()
     }
@@ -344,6 +346,13 @@ public final class UdpSocket: SocketFront, @unchecked Sendable {
     }
 
     /// Closes once every queued datagram (and any queued after this call) has been sent.
+    ///
+    /// Dropping the last reference afterwards still sends them, as a TCP socket's release
+    /// after `disconnectAfterWriting` sends its queued writes (the lingering close): those
+    /// waiting for a name too, each within its own timeout and all within two minutes, then
+    /// the descriptors close; receiving stops, and the delegate hears nothing more. Not
+    /// with a send filter set: it would be called after the release, so the release drops
+    /// the queue. A loop that stops ends it.
     public func closeAfterSending() {
         onLoopOrQueued { $0.setCloseAfterSending() }
     }

@@ -32,6 +32,8 @@
     X(udp_release_inside_own_callback)        \
     X(udp_release_inside_callback_mid_batch)  \
     X(udp_close_with_datagrams_still_queued)  \
+    X(udp_release_after_close_after_sending_still_sends_everything) \
+    X(udp_lingering_release_ended_by_a_stopping_loop) \
     X(udp_send_timeout_while_the_filter_decides) \
     X(udp_multicast_on_loopback)              \
     X(udp_multicast_ttl_and_loopback_reach_the_descriptors) \

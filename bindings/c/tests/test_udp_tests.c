@@ -1051,3 +1051,101 @@ void test_udp_getters_follow_the_one_rule(void) {
     CHECK_EQ(sk_udp_socket_release(sock), SK_OK);
     udp_recorder_destroy(&log);
 }
+
+/* A plain UDP socket on 127.0.0.1 with a receive buffer large enough for every datagram of
+ * a test (loopback drops nothing then). */
+static int raw_udp_peer(uint16_t *port) {
+    int peer = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHECK(peer >= 0);
+    int size = 4 * 1024 * 1024;
+    CHECK_EQ(setsockopt(peer, SOL_SOCKET, SO_RCVBUF, &size, sizeof size), 0);
+    struct sockaddr_in address = loopback4(0);
+    CHECK_EQ(bind(peer, (struct sockaddr *)&address, sizeof address), 0);
+    socklen_t length = sizeof address;
+    CHECK_EQ(getsockname(peer, (struct sockaddr *)&address, &length), 0);
+    *port = ntohs(address.sin_port);
+    return peer;
+}
+
+/* Receives 4-byte datagrams numbered 0..count-1 until each has come or WAIT_SECONDS pass;
+ * returns how many distinct ones came. */
+static size_t receive_numbered(int peer, size_t count) {
+    unsigned char seen[1024] = {0};
+    CHECK(count <= sizeof seen);
+    size_t distinct = 0;
+    double deadline = now_seconds() + WAIT_SECONDS;
+    while (distinct < count && now_seconds() < deadline) {
+        struct pollfd ready = {.fd = peer, .events = POLLIN};
+        if (poll(&ready, 1, 100) <= 0) continue;
+        uint32_t number = 0;
+        if (recv(peer, &number, sizeof number, 0) != (ssize_t)sizeof number) continue;
+        if (number < count && !seen[number]) {
+            seen[number] = 1;
+            distinct++;
+        }
+    }
+    return distinct;
+}
+
+/* Queues `count` numbered datagrams for 127.0.0.1:`port`, every tenth by the name
+ * "localhost" (resolved off the loop: those hold the queue, and what follows them). */
+static void queue_numbered(sk_udp_socket_t *sock, uint16_t port, uint32_t count) {
+    struct sockaddr_in target = loopback4(port);
+    for (uint32_t number = 0; number < count; number++) {
+        if (number % 10 == 0) {
+            CHECK_EQ(sk_udp_socket_send_to_host(sock, &number, sizeof number, "localhost", port, 5, number, NULL),
+                     SK_OK);
+        } else {
+            CHECK_EQ(sk_udp_socket_send_to_address(sock, &number, sizeof number, (struct sockaddr *)&target,
+                                                   sizeof target, 5, number, NULL), SK_OK);
+        }
+    }
+}
+
+/* The lingering close of a UDP socket: a release after close_after_sending still sends
+ * every queued datagram (those waiting for a name too), with no callback, then closes. */
+void test_udp_release_after_close_after_sending_still_sends_everything(void) {
+    enum { COUNT = 200 };
+    uint16_t port = 0;
+    int peer = raw_udp_peer(&port);
+    udp_recorder_t log;
+    udp_recorder_init(&log);
+    sk_udp_socket_t *client = udp_socket(&log, NULL);
+    CHECK_EQ(sk_udp_socket_set_ipv6_enabled(client, 0), SK_OK); /* "localhost" as 127.0.0.1 */
+    queue_numbered(client, port, COUNT);
+    CHECK_EQ(sk_udp_socket_close_after_sending(client), SK_OK);
+    CHECK_EQ(sk_udp_socket_release(client), SK_OK);
+    size_t callbacks = udp_event_count(&log);
+    CHECK_EQ(receive_numbered(peer, COUNT), COUNT);
+    CHECK_EQ(udp_event_count(&log), callbacks); /* released: no did_send, no did_close */
+    CHECK_EQ(udp_count(&log, UDP_CLOSE), 0);
+    close(peer);
+    udp_recorder_destroy(&log);
+}
+
+/* A loop that stops ends a lingering UDP socket (valgrind and ASan see no leak), also one
+ * whose datagrams all wait for a name (it has no descriptor the loop would close). */
+void test_udp_lingering_release_ended_by_a_stopping_loop(void) {
+    uint16_t port = 0;
+    int peer = raw_udp_peer(&port);
+    sk_loop_group_t *group = NULL;
+    CHECK_EQ(sk_loop_group_create(1, &group, NULL), SK_OK);
+    sk_udp_socket_t *named = NULL, *mixed = NULL;
+    sk_udp_socket_delegate_t delegate = udp_delegate();
+    udp_recorder_t log;
+    udp_recorder_init(&log);
+    CHECK_EQ(sk_udp_socket_create(&delegate, sizeof delegate, &log, NULL, group, &named, NULL), SK_OK);
+    CHECK_EQ(sk_udp_socket_create(&delegate, sizeof delegate, &log, NULL, group, &mixed, NULL), SK_OK);
+    for (uint32_t number = 0; number < 20; number++) {
+        CHECK_EQ(sk_udp_socket_send_to_host(named, &number, sizeof number, "localhost", port, -1, number, NULL), SK_OK);
+    }
+    queue_numbered(mixed, port, 100);
+    CHECK_EQ(sk_udp_socket_close_after_sending(named), SK_OK);
+    CHECK_EQ(sk_udp_socket_close_after_sending(mixed), SK_OK);
+    CHECK_EQ(sk_udp_socket_release(named), SK_OK);
+    CHECK_EQ(sk_udp_socket_release(mixed), SK_OK);
+    CHECK_EQ(sk_loop_group_release(group), SK_OK);
+    CHECK_EQ(udp_count(&log, UDP_CLOSE), 0);
+    close(peer);
+    udp_recorder_destroy(&log);
+}

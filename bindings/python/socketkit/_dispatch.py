@@ -21,7 +21,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 from . import _ffi
 from ._addresses import IPAddress, address_from_sockaddr, ip_address_at, record_address
 from ._ffi import lib
-from ._handles import adopting, lingering, lingering_lock, live
+from ._handles import adopting, live
 from ._native import speedups
 from ._status import error_at, error_from_c, report_unraisable
 from ._tls import TLSTrust
@@ -378,8 +378,3 @@ def _shutdown() -> None:
             sock.abort()
         except Exception:  # pragma: no cover
             pass
-    with lingering_lock:
-        pending = list(lingering.items())
-        lingering.clear()
-    for handle, release in pending:
-        release(handle)

@@ -65,11 +65,6 @@ live = WeakTable()
 #: event (did_connect) may come before sk_socket_create_from_fd has returned their handle.
 adopting: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
 
-#: Handles of UDP sockets closed by the program whose queued datagrams are still being sent
-#: (UdpSocket.close), with the function that releases each: released at exit.
-lingering: Dict[int, Callable[[int], Any]] = {}
-lingering_lock = threading.Lock()
-
 #: Tokens for C (userdata, no-copy writes, filter contexts): unique for the process's life.
 next_token = iter(range(1, 1 << 62)).__next__
 

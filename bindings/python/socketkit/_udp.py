@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import enum
-import os
 import socket as _stdlib_socket
 import threading
 from ctypes import byref, c_int, c_size_t, c_void_p
@@ -14,7 +13,7 @@ from . import _addresses, _ffi
 from ._addresses import IPAddress, ip_address_at, ip_address_from_sockaddr
 from ._dispatch import socket_for, udp_delegate_struct
 from ._ffi import lib
-from ._handles import UNSET, Handle, flag_property, lingering, lingering_lock, next_token
+from ._handles import UNSET, Handle, flag_property, next_token
 from ._hotpaths import BytesLike, UdpSocketIO, send_source
 from ._queues import CallbackQueue, LoopGroup, default_queue
 from ._status import bad_param, check_int, check_port, check_size, raise_for, report_unraisable
@@ -115,58 +114,6 @@ def _udp_send_filter(handle, data, length, address, address_length, tag, userdat
         running.pop()
 
 
-# ---- closing with datagrams still queued -----------------------------------------------------
-
-# SocketKit's release drops what a UDP socket has queued (GCDAsyncUdpSocket's close does
-# too), where a TCP socket's release after disconnect_after_writing still sends. So a UDP
-# socket closed by the program (UdpSocket.close) lives on, without its Python object, until
-# its queue has gone: behind what it queued goes a datagram that cannot be sent, and the
-# did_not_send of that one releases it. It cannot be sent whatever the socket's state: it is
-# longer than any IPv4 datagram can carry, it is addressed, which a connected socket
-# refuses, and it is IPv4, which a socket without IPv4 has no family for. (did_close is no
-# such mark: it does not come for a socket that had no descriptors when it closed, and a
-# socket whose first datagram waits for its destination's name has none yet.) Its tag is
-# random, so that no datagram of the program's is taken for it.
-_LINGER_TAG = int.from_bytes(os.urandom(8), "little") >> 2
-_UNSENDABLE = bytes(65535)
-_NOWHERE = _addresses.ip_sockaddr(("127.0.0.1", 9))
-
-
-def _end_linger(handle: int) -> None:
-    with lingering_lock:
-        release = lingering.pop(handle, None)
-    if release is not None:
-        release(handle)
-
-
-@_ffi.UDP_DID_NOT_SEND
-def _lingered_send_failed(handle, tag, error, userdata):
-    if tag == _LINGER_TAG:
-        _end_linger(handle)
-
-
-_LINGER_DELEGATE = _ffi.UdpSocketDelegate(did_not_send=_lingered_send_failed)
-
-
-def _linger(handle: int) -> None:
-    """Sends what `handle` has queued, then releases it; no delegate method of the program
-    runs once this returns (the delegate change waits for one running on another thread)."""
-    with lingering_lock:
-        lingering[handle] = lib.sk_udp_socket_release
-    status = lib.sk_udp_socket_set_delegate(handle, byref(_LINGER_DELEGATE), ctypes.sizeof(_LINGER_DELEGATE), None)
-    if status >= 0:
-        # On the loop thread, so that no host queue has to be drained for the mark (unless
-        # callbacks of the socket wait there: the mark's follows them, in order).
-        status = lib.sk_udp_socket_set_callback_queue(handle, None)
-    if status >= 0:
-        status = lib.sk_udp_socket_pause_receiving(handle)
-    if status >= 0:
-        status = lib.sk_udp_socket_send_to_address(handle, _UNSENDABLE, len(_UNSENDABLE), _NOWHERE, len(_NOWHERE),
-                                                   -1.0, _LINGER_TAG, None)
-    if status < 0:
-        _end_linger(handle)  # the loop has stopped: nothing will be sent
-
-
 class UdpSocket(UdpSocketIO, Handle):
     """An asynchronous UDP socket (GCDAsyncUdpSocket's model).
 
@@ -230,22 +177,21 @@ class UdpSocket(UdpSocketIO, Handle):
     # ---- lifetime ------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Closes the socket for good, gracefully: datagrams already queued are still sent
-        (those waiting for a name to resolve too), then its descriptors close, as asyncio's
-        ``transport.close()`` does. No delegate method runs once this returns (one running
-        on another thread is waited for, unless that would deadlock), and no
-        ``udp_socket_did_close`` comes. With a send or receive filter set, the socket closes
-        at once instead, as by :meth:`abort` (no filter call starts once this returns, and
-        no datagram leaves unfiltered). A socket whose delegate methods ran on a
-        :class:`HostQueue` with callbacks still waiting there is released once they are
-        drained (they reach no delegate method); its datagrams leave meanwhile. Idempotent."""
-        if self._send_filter is not None or self._receive_filter is not None:
+        """Closes the socket for good, gracefully: :meth:`disconnect_after_sending` and a
+        release (SocketKit's lingering close, as :meth:`Socket.close`): datagrams already
+        queued are still sent (those waiting for a name to resolve too, each within its
+        timeout, all within two minutes), then its descriptors close, as asyncio's
+        ``transport.close()`` does; receiving stops. No delegate method or filter call
+        starts once this returns (one running on another thread is waited for, unless that
+        would deadlock), and no ``udp_socket_did_close`` comes. With a send filter set, the
+        socket closes at once instead, as by :meth:`abort`: the filter decides what may
+        leave, and it is not called once this returns. Idempotent."""
+        if self._send_filter is not None:
             self.abort()
             return
-        handle = self._forget_handle()
-        if handle is not None:
-            self._contexts.clear()
-            _linger(handle)
+        if self._handle is not None:
+            lib.sk_udp_socket_close_after_sending(self._handle)
+        self._release()
 
     def _release_handle(self, handle: int) -> None:
         _release_udp_handle(handle)
