@@ -256,7 +256,10 @@ def test_openssl_s_server_refuses_a_client_without_a_certificate(processes, cert
                             "-verify_return_error")
     client, recorder = socketkit_client(port, certs.client())
     try:
-        client.read()  # TLS 1.3: the client hears of it when it next reads
+        try:
+            client.read()  # TLS 1.3: the client hears of it when it next reads
+        except socketkit.BadConfigError:
+            pass  # the refusal already ended the session (TLS 1.2's comes in the handshake)
         error = recorder.disconnect_error()
         if version == "TLSv1.3":
             assert type(error) is socketkit.ClientCertificateRequiredError, repr(error)
