@@ -71,24 +71,24 @@ final class RawSocket: @unchecked Sendable {
     /// open (a port merely found free may be taken by a test running in parallel, whose
     /// listener then accepts the connection meant to be refused).
     static func boundNotListening(host: String = "127.0.0.1", port: UInt16 = 0) throws -> RawSocket {
-        let address = try SocketAddress(ipAddress: host, port: port)
-        let fd = socket(address.posixFamily, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw TestFailure("socket: \(errno)") }
-        guard address.withSockAddr({ Glibc.bind(fd, $0, $1) }) == 0 else {
-            let error = errno
-            Glibc.close(fd)
-            throw TestFailure("bind \(address): \(String(cString: strerror(error)))")
-        }
-        return RawSocket(fd: fd)
+        try bound(host: host, port: port, reuseAddress: false, ipv6Only: true)
     }
 
     static func listen(host: String = "127.0.0.1", port: UInt16 = 0, backlog: Int32 = 64,
                        ipv6Only: Bool = true) throws -> RawSocket {
+        let socket = try bound(host: host, port: port, reuseAddress: true, ipv6Only: ipv6Only)
+        guard Glibc.listen(socket.fd, backlog) == 0 else { throw TestFailure("listen: \(errno)") }
+        return socket
+    }
+
+    private static func bound(host: String, port: UInt16, reuseAddress: Bool, ipv6Only: Bool) throws -> RawSocket {
         let address = try SocketAddress(ipAddress: host, port: port)
         let fd = socket(address.posixFamily, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw TestFailure("socket: \(errno)") }
         var one: Int32 = 1
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        if reuseAddress {
+            setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        }
         if address.family == .ipv6 && ipv6Only {
             setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &one, socklen_t(MemoryLayout<Int32>.size))
         }
@@ -97,7 +97,6 @@ final class RawSocket: @unchecked Sendable {
             Glibc.close(fd)
             throw TestFailure("bind \(address): \(String(cString: strerror(error)))")
         }
-        guard Glibc.listen(fd, backlog) == 0 else { throw TestFailure("listen: \(errno)") }
         return RawSocket(fd: fd)
     }
 
