@@ -224,6 +224,9 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         var connectTimer: LoopTimer? = nil
         var attemptTimer: LoopTimer? = nil
         var resolution: AddressResolver.Request? = nil
+        /// The loop's record of a socket waiting for `resolution`, which has no descriptor
+        /// yet: without it a stopping loop would not know to end its session.
+        var resolvingRegistration: RegistrationID? = nil
         var connectAddresses: [SocketAddress] = []
         var nextConnectAddress = 0
         var connectAttempts: [ConnectionAttempt] = []
@@ -258,6 +261,18 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         let state = ConnectingState()
         connectingState = state
         return state
+    }
+
+    /// A session waiting for a name's answer is known to the loop (see
+    /// `ConnectingState.resolvingRegistration`) until the answer comes or the session ends.
+    func startWaitingForResolution() {
+        connecting.resolvingRegistration = loop.registerWithoutDescriptor(handler: self)
+    }
+
+    func stopWaitingForResolution() {
+        guard let id = connectingState?.resolvingRegistration else { return }
+        loop.deregister(id, fd: -1, removeFromEpoll: false)
+        connectingState?.resolvingRegistration = nil
     }
 
     private var accepting: AcceptingState {
@@ -629,6 +644,7 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         cancel(acceptTimer)
         resolution?.cancel()
         resolution = nil
+        stopWaitingForResolution()
         for attempt in connectAttempts { attempt.close() }
         connectAttempts.removeAll()
         connectAddresses.removeAll()
