@@ -100,7 +100,7 @@ c-prefix: library
 $(VENV)/.ready: bindings/python/pyproject.toml bindings/python/setup.py
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	$(VENV_PY) -m pip install -q --upgrade pip
+	$(VENV_PY) -m pip install -q --upgrade pip setuptools wheel
 	$(VENV_PY) -m pip install -q pytest pytest-timeout
 	$(VENV_PY) -m pip install -q -e bindings/python
 	@touch $@

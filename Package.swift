@@ -1,6 +1,9 @@
 // swift-tools-version:6.0
 import PackageDescription
 
+// SocketKit: asynchronous TCP, TLS, Unix-domain and UDP sockets with the CocoaAsyncSocket
+// model. Copyright (c) 2026 The SocketKit authors; MIT License (the LICENSE file).
+//
 // The shipping library (`make`) is built from this manifest with extra linker flags on the
 // command line (version script, soname, -z nodelete, static Swift runtime), so that the
 // package stays usable as a plain dependency: unsafeFlags would forbid that.

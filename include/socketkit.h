@@ -1,8 +1,12 @@
 /*
- * socketkit.h - SocketKit, asynchronous TCP and Unix-domain sockets with the programming
- * model of CocoaAsyncSocket (GCDAsyncSocket): queued reads and writes with tags and
- * timeouts, framing (available bytes, exactly N bytes, up to a separator), listeners whose
- * connections arrive as new sockets, and a delegate of callbacks.
+ * socketkit.h - SocketKit: asynchronous TCP, TLS, Unix-domain and UDP sockets with the
+ * programming model of CocoaAsyncSocket (GCDAsyncSocket and GCDAsyncUdpSocket): queued
+ * reads and writes with tags and timeouts, framing (available bytes, exactly N bytes, up to
+ * a separator), listeners whose connections arrive as new sockets, STARTTLS as a marker in
+ * the queues, datagrams with filters and multicast, and a delegate of callbacks.
+ *
+ * Copyright (c) 2026 The SocketKit authors. MIT License: see the LICENSE file that comes
+ * with SocketKit (https://github.com/socketkit/socketkit).
  *
  *     cc app.c $(pkg-config --cflags --libs socketkit)
  *

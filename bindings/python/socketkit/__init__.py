@@ -1,7 +1,7 @@
-"""SocketKit for Python: asynchronous TCP and Unix-domain sockets with CocoaAsyncSocket's
-model (queued reads and writes with tags and timeouts, framing, listeners, delegates), and
-UDP sockets with GCDAsyncUdpSocket's (:class:`UdpSocket`), on the SocketKit engine through
-its C library.
+"""SocketKit for Python: asynchronous TCP, TLS and Unix-domain sockets with CocoaAsyncSocket's
+model (queued reads and writes with tags and timeouts, framing, listeners, STARTTLS,
+delegates), and UDP sockets with GCDAsyncUdpSocket's (:class:`UdpSocket`), on the SocketKit
+engine through its C library.
 
 A delegate is any object; SocketKit calls the methods it defines::
 
