@@ -17,13 +17,17 @@
 # Missing Debian packages are installed with apt-get when running as root; otherwise the
 # build stops and says which ones to install.
 
-VERSION    := 0.1.0
+# The version and the ABI number come from the header's version block, the one place they
+# are written (Tests/check_version.py checks every copy).
+header_macro = $(shell awk '$$2 == "SK_VERSION_$(1)" { gsub(/"/, "", $$3); print $$3 }' include/socketkit.h)
+VERSION    := $(call header_macro,STRING)
+SOVERSION  := $(call header_macro,ABI)
 PREFIX     ?= /usr/local
 DESTDIR    ?=
 SWIFT      ?= swift
 PYTHON     ?= python3
 
-SONAME     := libsocketkit.so.0
+SONAME     := libsocketkit.so.$(SOVERSION)
 LIBFILE    := libsocketkit.so.$(VERSION)
 BUILD      := $(CURDIR)/.build
 STAGE      := $(BUILD)/stage

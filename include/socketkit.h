@@ -131,9 +131,10 @@
  *
  * ABI
  *
- * The library exports only sk_* symbols, versioned SOCKETKIT_0, with soname
- * libsocketkit.so.0. Compare SK_VERSION_NUMBER with sk_version_number() to detect a header
- * and library mismatch.
+ * The library exports only sk_* symbols, versioned SOCKETKIT_<SK_VERSION_ABI>, with soname
+ * libsocketkit.so.<SK_VERSION_ABI>. Compare SK_VERSION_NUMBER with sk_version_number() to
+ * detect a header and library mismatch: a library of the same ABI and a version number at
+ * least the header's has everything the header declares.
  *
  * Delegate structs are passed with their size: pass sizeof(sk_socket_delegate_t) or
  * sizeof(sk_udp_socket_delegate_t) as `delegate_size`. Members are only ever added at the
@@ -163,12 +164,20 @@ extern "C" {
  * Version
  * ====================================================================================== */
 
+/* The one place SocketKit's version is written: the Makefile, the pkg-config and CMake
+ * files, the Swift package (SocketKitVersion) and the Python package (socketkit.__version__)
+ * take it from here, and `make test` checks that every face agrees. CHANGELOG.md says what a
+ * change of each number promises. */
 #define SK_VERSION_MAJOR 0
 #define SK_VERSION_MINOR 1
 #define SK_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH */
 #define SK_VERSION_NUMBER 100
 #define SK_VERSION_STRING "0.1.0"
+/* The ABI's number: the library's soname is libsocketkit.so.<SK_VERSION_ABI> and its
+ * symbols are versioned SOCKETKIT_<SK_VERSION_ABI>. It changes only when a program built
+ * against an earlier header could misbehave with this library (CHANGELOG.md). */
+#define SK_VERSION_ABI 0
 
 /* The library's version as "MAJOR.MINOR.PATCH". Static string. */
 const char *sk_version(void);

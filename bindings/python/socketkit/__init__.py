@@ -106,9 +106,11 @@ from .errors import (
     WriteTimeoutError,
 )
 
-#: The version of the loaded libsocketkit ("MAJOR.MINOR.PATCH").
+from ._version import __version__
+
+#: The version of the loaded libsocketkit ("MAJOR.MINOR.PATCH"); the package's own,
+#: ``__version__``, is the header's it was built against (the same in a wheel).
 LIBRARY_VERSION: str = _lib.sk_version().decode()
-__version__ = "0.1.0"
 
 __all__ = [
     "AddressPreference", "BadConfigError", "BadParamError", "CR", "CRLF", "CallbackQueue", "Certificate",

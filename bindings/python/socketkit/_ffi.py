@@ -28,9 +28,11 @@ import struct
 from typing import Any, Callable, List, Optional
 
 from ._loader import load_library
+from ._version import VERSION_NUMBER
 
-#: The C version this binding was written against (SK_VERSION_NUMBER).
-EXPECTED_VERSION_NUMBER = 100
+#: The C version this binding was built against (the header's SK_VERSION_NUMBER, through
+#: setup.py: socketkit/_version.py).
+EXPECTED_VERSION_NUMBER = VERSION_NUMBER
 
 ERROR_MESSAGE_CAPACITY = 256
 
