@@ -84,7 +84,7 @@ def main():
     probe = ("import json, socketkit, socketkit._version as v, socketkit._ffi as f; "
              "print(json.dumps([socketkit.__version__, socketkit.LIBRARY_VERSION, v.VERSION_NUMBER, v.SONAME, "
              "f.EXPECTED_VERSION_NUMBER]))")
-    result = subprocess.run([arguments.python, "-c", probe], capture_output=True, text=True, cwd="/")
+    result = subprocess.run([os.path.abspath(arguments.python), "-c", probe], capture_output=True, text=True, cwd="/")
     if result.returncode != 0:
         failures.append(f"the Python package does not import: {result.stderr.strip()}")
     else:

@@ -169,15 +169,15 @@ extern "C" {
  * take it from here, and `make test` checks that every face agrees. CHANGELOG.md says what a
  * change of each number promises. */
 #define SK_VERSION_MAJOR 0
-#define SK_VERSION_MINOR 1
+#define SK_VERSION_MINOR 2
 #define SK_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH */
-#define SK_VERSION_NUMBER 100
-#define SK_VERSION_STRING "0.1.0"
+#define SK_VERSION_NUMBER 200
+#define SK_VERSION_STRING "0.2.0"
 /* The ABI's number: the library's soname is libsocketkit.so.<SK_VERSION_ABI> and its
  * symbols are versioned SOCKETKIT_<SK_VERSION_ABI>. It changes only when a program built
  * against an earlier header could misbehave with this library (CHANGELOG.md). */
-#define SK_VERSION_ABI 0
+#define SK_VERSION_ABI 1
 
 /* The library's version as "MAJOR.MINOR.PATCH". Static string. */
 const char *sk_version(void);
