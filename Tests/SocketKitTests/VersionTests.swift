@@ -11,8 +11,8 @@ struct VersionTests {
     @Test func swiftConstantsAgreeWithTheHeaderAndTheCFunctions() {
         #expect(SocketKitVersion.number == Int(SK_VERSION_NUMBER))
         #expect(SocketKitVersion.string == SK_VERSION_STRING)
-        #expect(SocketKitVersion.string == String(cString: sk_version()!))
-        #expect(SocketKitVersion.number == Int(sk_version_number()))
+        #expect(SocketKitVersion.string == String(cString: SocketKit.sk_version()!))
+        #expect(SocketKitVersion.number == Int(SocketKit.sk_version_number()))
         #expect(SocketKitVersion.string.split(separator: ".").map { Int($0)! }
                 == [SocketKitVersion.major, SocketKitVersion.minor, SocketKitVersion.patch])
     }
