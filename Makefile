@@ -196,9 +196,11 @@ tables-check: library $(VENV)/.ready
 version-check: python
 	$(VENV_PY) Tests/check_version.py --stage $(STAGE) --python $(VENV_PY) --dist $(BUILD)/dist
 
+# With the SwiftLog trait, so that the swift-log bridge (SocketKitLogging) is built and tested.
+SWIFT_TEST_TRAITS := --traits SwiftLog
 swift-test: build-tools test-tools
-	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build
+	$(SWIFT) build --build-tests $(SWIFT_TEST_TRAITS)
+	$(SWIFT) test --skip-build $(SWIFT_TEST_TRAITS)
 
 c-test: c-prefix test-tools
 	@$(MAKE) --no-print-directory -C bindings/c test SOCKETKIT_PREFIX=$(C_PREFIX) \
@@ -244,8 +246,8 @@ budget-test: c-prefix test-tools $(VENV)/.ready $(SPEEDUPS)
 	$(PYTHON) bench/budgets.py
 
 sanitize: build-tools test-tools
-	$(SWIFT) test --sanitize=thread --scratch-path $(CURDIR)/.build-tsan
-	LSAN_OPTIONS=suppressions=$(CURDIR)/Tests/lsan.supp $(SWIFT) test --sanitize=address --scratch-path $(CURDIR)/.build-asan
+	$(SWIFT) test --sanitize=thread --scratch-path $(CURDIR)/.build-tsan $(SWIFT_TEST_TRAITS)
+	LSAN_OPTIONS=suppressions=$(CURDIR)/Tests/lsan.supp $(SWIFT) test --sanitize=address --scratch-path $(CURDIR)/.build-asan $(SWIFT_TEST_TRAITS)
 	@echo "make sanitize: clean under ThreadSanitizer and AddressSanitizer/LeakSanitizer"
 
 # Benchmarks (never part of `make test`: they are measurements, not timed tests).

@@ -1257,6 +1257,48 @@ int sk_udp_socket_perform(sk_udp_socket_t *sock,
 
 
 /* ======================================================================================
+ * Logging
+ *
+ * What the engine has to say that no return code or callback carries: a listener out of
+ * descriptors that backs off, a TLS handshake that failed and OpenSSL's reason, a name that
+ * did not resolve, events dropped for want of a delegate, every connection that ended with
+ * an error. Off by default; off, it costs one relaxed atomic load at the places that could
+ * log, none of them on the path of a read or a write.
+ *
+ * The callback runs on the thread where the engine met what it reports: an event loop
+ * thread, a resolver thread, a callback queue's thread, or yours inside an sk_* call; on
+ * several threads at once, possibly. No SocketKit lock is held while it runs (a delegate
+ * callback of that thread may be running around it). Keep it short: a loop thread serving
+ * many sockets waits for it. It must not call SocketKit functions other than
+ * sk_log_set_callback, sk_version, sk_strerror and sk_error_name; what the engine would log
+ * on the same thread while it runs is dropped, not passed to it again. `subsystem` ("accept",
+ * "connection", "tls", "resolver", "callbacks") and `message` are NUL-terminated UTF-8,
+ * valid for the call only. One callback per process (the Python binding's
+ * socketkit.enable_logging and Swift's SocketKitLog set the same one).
+ * ====================================================================================== */
+
+typedef enum sk_log_level {
+    SK_LOG_OFF = 0,
+    SK_LOG_ERROR = 1,    /* SocketKit cannot do what it was asked: a thread it needs did not start */
+    SK_LOG_WARNING = 2,  /* service degraded: a listener out of descriptors stops accepting */
+    SK_LOG_INFO = 3,     /* a connection failed: a TLS handshake or verification (OpenSSL's
+                          * reason), a name that did not resolve; a listener accepting again */
+    SK_LOG_DEBUG = 4     /* every connection ended by an error, and why; events dropped for
+                          * want of a delegate; each retry of a paused listener */
+} sk_log_level_t;
+
+/* `level` is an sk_log_level_t other than SK_LOG_OFF. */
+typedef void (*sk_log_callback_t)(int level, const char *subsystem, const char *message, void *userdata);
+
+/* Sends the records of `level` and more serious ones (SK_LOG_ERROR is the most serious) to
+ * `callback` with `userdata`, replacing the callback set before; a NULL callback or
+ * SK_LOG_OFF turns logging off. Once this returns, the previous callback is not running on
+ * any other thread and is not called again, so its userdata may go (called from inside the
+ * callback, it does not wait for that call itself).
+ * Errors: SK_ERR_BAD_PARAM (a level outside SK_LOG_OFF..SK_LOG_DEBUG; nothing changes). */
+int sk_log_set_callback(sk_log_callback_t callback, int level, void *userdata);
+
+/* ======================================================================================
  * Utilities
  * ====================================================================================== */
 

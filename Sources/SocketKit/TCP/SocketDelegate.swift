@@ -149,6 +149,10 @@ final class SwiftDelegateReceiver: SocketEventReceiver {
         guard let delegate else {
             // Nobody to judge the peer: reject at once rather than wait for the timeout.
             if case .didReceiveTrust(_, let question) = event { socket.answerTrust(question: question, accept: false) }
+            if case .didDisconnect = event {} else {
+                EngineLog.log(.debug, .callbacks, "a socket's delegate is gone (delegates are held weakly): "
+                    + "\(EngineLog.name(of: event)) dropped")
+            }
             return 0
         }
         switch event {

@@ -324,6 +324,21 @@ void test_tls_bad_certificates_have_their_own_codes(void) {
     CHECK_EQ(client_error("client-auth-only", "127.0.0.1"), SK_ERR_TLS_CERT_INVALID);
 }
 
+/* The engine's log (info, "tls") says why a handshake failed, in OpenSSL's words, on both
+ * sides: the client's verification, the server's alert from the client. */
+void test_tls_failure_is_logged_with_openssls_reason(void) {
+    log_capture_start(SK_LOG_INFO);
+    CHECK_EQ(client_error("incomplete", "127.0.0.1"), SK_ERR_TLS_UNKNOWN_ISSUER);
+    const char *client[] = {"ended: tlsUnknownIssuer", "certificate verify failed",
+                            "unable to get local issuer certificate", NULL};
+    const char *server[] = {"ended: tlsFailed", "alert unknown ca", NULL};
+    int found = log_capture_wait(SK_LOG_INFO, "tls", client, WAIT_SECONDS)
+        && log_capture_wait(SK_LOG_INFO, "tls", server, WAIT_SECONDS);
+    if (!found) log_capture_print();
+    CHECK(found);
+    log_capture_stop();
+}
+
 void test_tls_client_certificate_required(void) {
     sk_tls_settings_t *serving = server_settings("server");
     CHECK_EQ(sk_tls_settings_set_verification(serving, SK_TLS_VERIFY_REQUIRE_CERTIFICATE), SK_OK);

@@ -72,6 +72,9 @@ DID_CLOSE_READ_STREAM = CFUNCTYPE(None, c_void_p, c_void_p)
 DID_WATERMARK = CFUNCTYPE(None, c_void_p, c_size_t, c_void_p)
 DID_DISCONNECT = CFUNCTYPE(None, c_void_p, POINTER(CError), c_void_p)
 
+# sk_log_callback_t: level, subsystem, message, userdata.
+LOG_CALLBACK = CFUNCTYPE(None, c_int, c_char_p, c_char_p, c_void_p)
+
 
 class Address(Structure):
     """sk_address_t: a sockaddr_storage (8-byte aligned, as in C) and its length."""
@@ -259,6 +262,8 @@ PROTOTYPES = {
     "sk_loop_group_get_fd": (c_int, [_handle]),
     "sk_loop_group_run_once": (c_int, [_handle, _error]),
     "sk_thread_set_wait_hook": (c_int, [c_void_p, c_void_p]),
+    # Logging
+    "sk_log_set_callback": (c_int, [c_void_p, c_int, c_void_p]),
     "sk_loop_group_release": (c_int, [_handle]),
     # Callback queues
     "sk_callback_queue_create_serial": (c_int, [c_char_p, _out_handle, _error]),
