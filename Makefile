@@ -86,7 +86,7 @@ endef
 
 .DEFAULT_GOAL := all
 .PHONY: all tools build-tools wheel-tools test-tools library programs c-prefix demo test swift-test c-test \
-	python python-test python-versions-test python-install-test python-dist-test examples-test cmake-test \
+	python python-test python-versions-test python-install-test python-dist-test cmake-test \
 	budget-test tables-check version-check \
 	install uninstall clean bench bench-tools sanitize
 
