@@ -104,8 +104,11 @@ def main():
                 failures.append(f"{arguments.dist}/{name} is not named for version {version}")
 
     changelog = (TOP / "CHANGELOG.md").read_text() if (TOP / "CHANGELOG.md").exists() else ""
-    if not re.search(r"^## \[?" + re.escape(version) + r"\]?( |$)", changelog, re.MULTILINE):
-        failures.append(f"CHANGELOG.md has no section for {version} ('## {version} ...')")
+    # A released version's section ("## [0.2.0] - DATE"), or the Unreleased one naming it
+    # ("## [Unreleased] - 0.2.0").
+    if not re.search(r"^## (\[Unreleased\] - )?\[?" + re.escape(version) + r"\]?( |$)", changelog, re.MULTILINE):
+        failures.append(f"CHANGELOG.md has no section for {version} ('## [{version}] - DATE' "
+                        f"or '## [Unreleased] - {version}')")
 
     if failures:
         print("version check failed:\n  " + "\n  ".join(failures))
