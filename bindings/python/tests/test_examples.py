@@ -2,78 +2,30 @@
 the echo server with the line client, echo_demo.py, the STARTTLS client against
 Tests/peers/smtp_server.py (Python's ssl on the server side), two multicast chats on the
 loopback interface. Every wait has a deadline; every process started is stopped."""
-import os
 import pathlib
 import re
-import selectors
-import signal
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
 from conftest import REPOSITORY
 
+sys.path.insert(0, str(REPOSITORY / "Tests" / "peers"))
+from processes import DEADLINE, Process  # noqa: E402
+
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 SMTP_SERVER = REPOSITORY / "Tests" / "peers" / "smtp_server.py"
-DEADLINE = 30.0
-
-
-class Example:
-    """A started example, its standard output read line by line with a deadline."""
-
-    def __init__(self, *arguments, stdin=False, program=None):
-        command = [sys.executable] + ([str(EXAMPLES / program)] if program else []) + list(arguments)
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.selector = selectors.DefaultSelector()
-        self.selector.register(self.process.stdout, selectors.EVENT_READ)
-        self.buffer = b""
-        self.lines = []
-
-    def line(self, timeout=DEADLINE):
-        limit = time.monotonic() + timeout
-        while b"\n" not in self.buffer:
-            left = limit - time.monotonic()
-            assert left > 0 and self.selector.select(left), f"no line within {timeout} s (so far {self.lines})"
-            chunk = os.read(self.process.stdout.fileno(), 65536)
-            assert chunk, f"the output ended (so far {self.lines}): {self.process.stderr.read().decode()}"
-            self.buffer += chunk
-        text, self.buffer = self.buffer.split(b"\n", 1)
-        self.lines.append(text.decode())
-        return self.lines[-1]
-
-    def write(self, text):
-        self.process.stdin.write(text.encode())
-        self.process.stdin.flush()
-
-    def finish(self):
-        """Closes its input and waits for its end: (exit status, stderr)."""
-        if self.process.stdin:
-            self.process.stdin.close()
-            self.process.stdin = None
-        rest, errors = self.process.communicate(timeout=DEADLINE)
-        self.lines += (self.buffer + rest).decode().splitlines()
-        return self.process.returncode, errors.decode()
-
-    def stop(self):
-        self.process.send_signal(signal.SIGTERM)
-        return self.finish()
-
-    def kill(self):
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
 
 
 @pytest.fixture
 def started():
     examples = []
 
-    def start(*arguments, **options):
-        example = Example(*arguments, **options)
+    def start(*arguments, program=None, stdin=False):
+        command = [sys.executable] + ([str(EXAMPLES / program)] if program else []) + list(arguments)
+        example = Process(command, stdin=stdin)
         examples.append(example)
         return example
 
@@ -93,7 +45,7 @@ def test_echo_server_and_line_client(started):
     client = run("line_client.py", "127.0.0.1", port, stdin="hello from Python\nsecond line\n")
     assert client.returncode == 0, client.stderr
     assert client.stdout.splitlines() == ["hello from Python", "second line"]
-    assert server.stop() == (0, "")
+    assert server.stop() == 0 and server.errors == ""
 
 
 def test_echo_demo():
@@ -110,8 +62,7 @@ def test_starttls_client(started, certs):
     dialogue = client.stdout.splitlines()
     assert any(line.startswith("-- TLS: TLSv1.") for line in dialogue), dialogue
     assert dialogue[-1].startswith("S: 221"), dialogue
-    status, transcript = server.finish()
-    assert status == 0, transcript  # the server saw EHLO, STARTTLS, EHLO over TLS, QUIT
+    assert server.finish() == 0, server.errors  # the server saw EHLO, STARTTLS, EHLO over TLS, QUIT
 
 
 def test_multicast_chat(started):
@@ -127,6 +78,6 @@ def test_multicast_chat(started):
     assert bob.line() == "ann: hello from ann"
     bob.write("hi ann\n")
     assert ann.line() == "bob: hi ann"
-    assert ann.finish()[0] == 0 and bob.finish()[0] == 0
+    assert ann.finish() == 0 and bob.finish() == 0
     # Neither printed its own line (each hears itself through multicast loopback).
     assert ann.lines[1:] == ["bob: hi ann"] and bob.lines[1:] == ["ann: hello from ann"]
