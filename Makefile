@@ -87,7 +87,7 @@ endef
 .DEFAULT_GOAL := all
 .PHONY: all tools build-tools wheel-tools test-tools library programs c-prefix demo test swift-test c-test \
 	python python-test python-versions-test python-install-test python-dist-test cmake-test \
-	budget-test tables-check version-check \
+	budget-test tables-check version-check spdx-check \
 	install uninstall clean bench bench-tools sanitize
 
 C_PREFIX   := $(BUILD)/c-prefix
@@ -182,7 +182,7 @@ demo: programs c-prefix $(VENV)/.ready $(SPEEDUPS)
 	@$(MAKE) --no-print-directory -C bindings/c demo SOCKETKIT_PREFIX=$(C_PREFIX)
 	$(VENV_PY) bindings/python/examples/echo_demo.py
 
-test: test-tools library tables-check version-check swift-test c-test cmake-test python-test \
+test: spdx-check test-tools library tables-check version-check swift-test c-test cmake-test python-test \
 	python-versions-test python-install-test python-dist-test budget-test
 	@echo "make test: every suite passed"
 
@@ -191,6 +191,11 @@ test: test-tools library tables-check version-check swift-test c-test cmake-test
 # error table is generated from it (Tests/check_tables.py --write).
 tables-check: library $(VENV)/.ready
 	$(VENV_PY) Tests/check_tables.py --library $(STAGE)/lib/$(LIBFILE)
+
+# Every source file starts with its licence's SPDX identifier (Tests/spdx.py --write adds
+# the line to new files).
+spdx-check:
+	$(PYTHON) Tests/spdx.py
 
 # Every face shows the header's version (the Swift one: VersionTests in swift-test).
 version-check: python

@@ -126,6 +126,7 @@ def swift_string(text):
 def swift_codes(errors):
     """The text of Sources/SocketKit/Errors/SocketErrorCodes.swift."""
     lines = [
+        "// SPDX-License-Identifier: MIT",
         "// Generated from docs/EVENTS_AND_ERRORS.md (\"Errors\") by Tests/check_tables.py: edit the",
         "// table and run `python3 Tests/check_tables.py --write`, not this file.",
         "",
