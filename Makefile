@@ -268,7 +268,7 @@ $(VENV)/.bench-ready: $(VENV)/.ready
 	$(VENV_PY) -m pip install -q uvloop
 	@touch $@
 
-bench: bench-tools c-prefix $(VENV)/.bench-ready $(SPEEDUPS)
+bench: bench-tools programs c-prefix $(VENV)/.bench-ready $(SPEEDUPS)
 	@$(MAKE) --no-print-directory -C bindings/c examples SOCKETKIT_PREFIX=$(C_PREFIX)
 	@$(MAKE) --no-print-directory -C bench all SWIFT=$(SWIFT)
 	bench/bench.sh -r $(BENCH_REPS)
