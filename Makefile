@@ -169,6 +169,7 @@ $(SPEEDUPS): $(wildcard bindings/python/socketkit/_speedups*.[ch]) include/socke
 # let a wheel take it from the system). Both end in $(BUILD)/dist.
 python: library wheel-tools $(VENV)/.ready $(SPEEDUPS)
 	@rm -rf $(BUILD)/dist $(BUILD)/dist-raw
+	@echo "python: python -m build installs setuptools and wheel from PyPI into its isolated build environment"
 	SOCKETKIT_PREBUILT=$(STAGE)/lib/$(LIBFILE) $(VENV_PY) -m build --outdir $(BUILD)/dist-raw bindings/python > $(BUILD)/python-build.log 2>&1 \
 		|| { tail -40 $(BUILD)/python-build.log; echo "error: python -m build failed (above; all of it in $(BUILD)/python-build.log)"; exit 1; }
 	PATH=$(VENV)/bin:$$PATH auditwheel repair --wheel-dir $(BUILD)/dist $(BUILD)/dist-raw/*.whl > $(BUILD)/auditwheel.log 2>&1 \
