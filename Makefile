@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # SocketKit: build, test, install.
 #
 #   make                      build the library (.so, header, pkg-config and CMake files), the

@@ -1,4 +1,5 @@
 // swift-tools-version:6.1
+// SPDX-License-Identifier: MIT
 import PackageDescription
 
 // SocketKit: asynchronous TCP, TLS, Unix-domain and UDP sockets with the CocoaAsyncSocket

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """check_tables.py - SocketKit's events and errors agree with their one table.
 
     Tests/check_tables.py [--library PATH] [--write]

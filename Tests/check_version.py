@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """check_version.py - every face of SocketKit shows the version of the header's version block.
 
     Tests/check_version.py --stage .build/stage --python .build/venv/bin/python [--dist .build/dist]

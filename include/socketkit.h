@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * socketkit.h - SocketKit: asynchronous TCP, TLS, Unix-domain and UDP sockets with the
  * programming model of CocoaAsyncSocket (GCDAsyncSocket and GCDAsyncUdpSocket): queued

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #if SwiftLog
 import Logging
 import SocketKit

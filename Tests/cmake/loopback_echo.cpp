@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // loopback_echo.cpp - a C++ program built by CMake against SocketKit::socketkit: a listener
 // on 127.0.0.1 (port from the kernel) echoes one line to a client, which checks it. Exits 0
 // when the line came back, 1 otherwise (within 10 seconds).

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # run.sh - `make cmake-test`: find_package(SocketKit) from a CMake project, against an
 # installed SocketKit (its package config in PREFIX/lib/cmake/SocketKit).
 #

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """processes.py - a program started for a test, its standard output read line by line with
 a deadline: what the example tests of the C suite (bindings/c/tests/run_examples.py) and of
 the Python one (bindings/python/tests/test_examples.py) share."""

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """smtp_server.py - a small SMTP-style server with STARTTLS, written with Python's socket
 and ssl modules: the peer the STARTTLS examples (C and Python) are tested against.
 

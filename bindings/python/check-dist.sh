@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # check-dist.sh - the Python distributions of `make python` as a user gets them
 # (`make python-dist-test`):
 #

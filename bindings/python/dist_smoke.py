@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """dist_smoke.py - what check-dist.sh runs in a new virtualenv with an installed wheel:
 socketkit imports from site-packages, with its C extension and the library and OpenSSL the
 wheel bundles, and a loopback echo works in plain TCP and in TLS.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Builds the socketkit package with libsocketkit inside it, as pyzmq builds with its bundled
 libzmq: a wheel holds the library, and the sdist holds the SocketKit sources that build it.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import SocketKitC
 
 // The C face of the engine's log (Logging/Log.swift): a function pointer and its userdata

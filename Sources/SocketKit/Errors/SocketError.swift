@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import Glibc
 
 /// The one error type of SocketKit. Its codes map one-to-one onto the C `SK_ERR_*` values

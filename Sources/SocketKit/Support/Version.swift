@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import SocketKitC
 
 /// SocketKit's version, as the C header's `SK_VERSION_*` macros, `sk_version()` and Python's

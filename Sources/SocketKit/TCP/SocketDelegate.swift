@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// What a socket tells its user. Every method is optional (the defaults do nothing), runs
 /// on the socket's callback queue, and never overlaps another callback of the same socket.
 /// `socketDidDisconnect` is the last callback of each connection attempt or session.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import Glibc
 
 /// What a `UdpSocket` tells its delegate, on the socket's callback queue, in the order it

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * SocketKitC: the few things Swift cannot reach directly from Glibc.
  *

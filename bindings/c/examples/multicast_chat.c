@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * multicast_chat.c - a chat over UDP multicast, on SocketKit.
  *

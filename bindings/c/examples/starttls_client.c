@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * starttls_client.c - an SMTP client that upgrades to TLS with STARTTLS, on SocketKit.
  *

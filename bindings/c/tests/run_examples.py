@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """run_examples.py - every C example, run as a user runs it, against real peers
 (`make -C bindings/c examples-test`, part of `make test`).
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Every C test, in one table (see test_main.c). */
 #define TEST_LIST(X)                          \
     X(tls_starttls_pattern_and_a_mebibyte_each_way) \

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The engine's log (sk_log_set_callback): off by default, a level, a name that does not
  * resolve, replacing the callback from inside it. The TLS failure's record is tested with

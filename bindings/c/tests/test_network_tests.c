@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Connecting and accepting across the address families, and the failures to report. */
 #include "test_support.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_support.h - the C test suite's helpers: checks that abort with a location, a
  * delegate that records every callback and lets a test wait for what it expects (a

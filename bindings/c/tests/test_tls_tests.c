@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* TLS through the C API over loopback: the STARTTLS pattern and bulk data, what the
  * handshake settled and the certificate helpers, the specific error of each bad
  * certificate, client certificates, manual trust, settings errors, the handshake timeout

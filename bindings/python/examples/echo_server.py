@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """A line echo server on SocketKit and asyncio.
 
     python echo_server.py [PORT]

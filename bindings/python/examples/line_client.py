@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """A line-protocol client on SocketKit, without asyncio: a delegate object.
 
     python line_client.py HOST PORT

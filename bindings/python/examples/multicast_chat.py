@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """A chat over UDP multicast, on SocketKit.
 
     python multicast_chat.py NAME [PORT [GROUP [INTERFACE]]]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """An SMTP client that upgrades to TLS with STARTTLS, on SocketKit and asyncio.
 
     python starttls_client.py HOST PORT CA_FILE [PEER_NAME]

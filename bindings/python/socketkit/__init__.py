@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """SocketKit for Python: asynchronous TCP, TLS and Unix-domain sockets with CocoaAsyncSocket's
 model (queued reads and writes with tags and timeouts, framing, listeners, STARTTLS,
 delegates), and UDP sockets with GCDAsyncUdpSocket's (:class:`UdpSocket`), on the SocketKit

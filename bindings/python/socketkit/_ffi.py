@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The C API of libsocketkit, declared for ctypes: every function with exact argument and
 result types, the structs, and the callback types (TCP and UDP). Nothing here is public; the
 rest of the package wraps it. ``tests/test_ffi.py`` checks this table against ``socketkit.h``.

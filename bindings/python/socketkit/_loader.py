@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Finding and loading libsocketkit.
 
 Tried in this order:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The engine's log to Python's :mod:`logging` (:func:`enable_logging`).
 
 SocketKit's engine says, when asked, what no exception or delegate method carries: a

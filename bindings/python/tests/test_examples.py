@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Every Python example, run as a user runs it (a process of its own), against real peers:
 the echo server with the line client, echo_demo.py, the STARTTLS client against
 Tests/peers/smtp_server.py (Python's ssl on the server side), two multicast chats on the

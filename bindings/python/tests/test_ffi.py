@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The binding's tables agree with the C library's: prototypes, struct layouts and error codes."""
 import ctypes
 import importlib.util

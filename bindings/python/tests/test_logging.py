@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The engine's log in Python's logging (socketkit.enable_logging): off by default, at the
 level asked, under the socketkit logger, with a TLS failure's OpenSSL reason and a name
 that does not resolve."""
