@@ -168,9 +168,19 @@ class Handle(HandleSlots):
         self.abort()
 
     def _release(self) -> None:
-        handle = self._forget_handle()
-        if handle is not None:
-            self._release_handle(handle)
+        handle = self._handle
+        if handle is None:
+            return
+        # SocketKit first, this object second. The C release waits for a delegate method
+        # of this socket running on another thread, and until it returns that method may
+        # still use its socket (SocketKit answers its calls from the callback's own scope,
+        # without the handle table): the handle must still be here for it, or its calls
+        # raise InvalidHandleError. Meanwhile other threads' calls reach SocketKit, which
+        # refuses them (the handle has left its table). Two threads releasing at once both
+        # call C; the second is refused there (a handle is never reused), harmlessly.
+        self._release_handle(handle)
+        if self._handle == handle:
+            self._forget_handle()
 
     def _forget_handle(self) -> Optional[int]:
         """Takes the handle from this object: from here on its methods raise
