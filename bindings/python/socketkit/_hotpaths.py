@@ -22,7 +22,7 @@ from . import _addresses, _dispatch, _status
 from ._ffi import lib
 from ._handles import live
 from ._native import speedups
-from ._status import NO_TIMEOUT, ZERO_SIZE, ZERO_TAG, check_size, raise_for, thread_errors
+from ._status import NO_TIMEOUT, ZERO_SIZE, ZERO_TAG, check_size, check_tag, raise_for, thread_errors
 from .errors import INVALID_HANDLE, InvalidHandleError
 
 BytesLike = Union[bytes, bytearray, memoryview]
@@ -54,8 +54,8 @@ class SocketIOPython:
             raise _closed()
         errors = thread_errors
         status = lib.sk_socket_read(handle, check_size(max_length, "max_length") if max_length else ZERO_SIZE,
-                                    NO_TIMEOUT if timeout == -1 else float(timeout), ZERO_TAG if tag == 0 else tag,
-                                    errors.pointer)
+                                    NO_TIMEOUT if timeout == -1 else float(timeout),
+                                    ZERO_TAG if tag == 0 else check_tag(tag), errors.pointer)
         if status < 0:
             raise_for(status, errors.error)
 
@@ -83,7 +83,7 @@ class SocketIOPython:
         errors = thread_errors
         # SocketKit copies the bytes before the call returns.
         status = lib.sk_socket_write(handle, source, length, NO_TIMEOUT if timeout == -1 else float(timeout),
-                                     ZERO_TAG if tag == 0 else tag, errors.pointer)
+                                     ZERO_TAG if tag == 0 else check_tag(tag), errors.pointer)
         if status < 0:
             raise_for(status, errors.error)
 
@@ -118,7 +118,7 @@ class UdpSocketIOPython:
         errors = thread_errors
         status = lib.sk_udp_socket_send_to_address(handle, source, length, raw, len(raw),
                                                    NO_TIMEOUT if timeout == -1 else float(timeout),
-                                                   ZERO_TAG if tag == 0 else tag, errors.pointer)
+                                                   ZERO_TAG if tag == 0 else check_tag(tag), errors.pointer)
         if status < 0:
             raise_for(status, errors.error)
 

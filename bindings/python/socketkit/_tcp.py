@@ -13,7 +13,7 @@ from ._ffi import lib
 from ._handles import UNSET, Handle, adopting, flag_property, next_token
 from ._hotpaths import BytesLike, SocketIO
 from ._queues import CallbackQueue, LoopGroup, default_queue
-from ._status import bad_param, check_int, check_port, check_size, raise_for
+from ._status import bad_param, check_int, check_port, check_size, check_tag, raise_for
 from ._tls import TLSInfo, TLSSettings, _tls_info
 
 #: Separators for :meth:`Socket.read_to_data`.
@@ -351,8 +351,8 @@ class Socket(SocketIO, Handle):
         """Reads exactly `length` bytes (1 to :attr:`maximum_read_length`; BadParamError
         otherwise: see there why, and use :meth:`read_to_length_into` for more)."""
         error = _ffi.CError()
-        raise_for(lib.sk_socket_read_to_length(self.handle, check_size(length, "length"), float(timeout), tag,
-                                                byref(error)), error)
+        raise_for(lib.sk_socket_read_to_length(self.handle, check_size(length, "length"), float(timeout),
+                                                check_tag(tag), byref(error)), error)
 
     def read_to_data(self, separator: BytesLike, max_length: int = 0, timeout: float = -1, tag: int = 0) -> None:
         """Reads up to and including `separator`; with `max_length` the connection ends with
@@ -360,7 +360,7 @@ class Socket(SocketIO, Handle):
         separator = bytes(separator)
         error = _ffi.CError()
         raise_for(lib.sk_socket_read_to_data(self.handle, separator, len(separator),
-                                             check_size(max_length, "max_length"), float(timeout), tag,
+                                             check_size(max_length, "max_length"), float(timeout), check_tag(tag),
                                              byref(error)), error)
 
     def read_into(self, buffer: Any, offset: int = 0, max_length: int = 0, timeout: float = -1,
@@ -371,7 +371,8 @@ class Socket(SocketIO, Handle):
         view, address, capacity = self._pin(buffer)
         error = _ffi.CError()
         status = lib.sk_socket_read_into(self.handle, address, capacity, check_size(offset, "offset"),
-                                         check_size(max_length, "max_length"), float(timeout), tag, byref(error))
+                                         check_size(max_length, "max_length"), float(timeout), check_tag(tag),
+                                         byref(error))
         self._commit_pin(status, error, view, address, capacity)
 
     def read_to_length_into(self, length: int, buffer: Any, offset: int = 0, timeout: float = -1,
@@ -380,7 +381,8 @@ class Socket(SocketIO, Handle):
         view, address, capacity = self._pin(buffer)
         error = _ffi.CError()
         status = lib.sk_socket_read_to_length_into(self.handle, check_size(length, "length"), address, capacity,
-                                                   check_size(offset, "offset"), float(timeout), tag, byref(error))
+                                                   check_size(offset, "offset"), float(timeout), check_tag(tag),
+                                                   byref(error))
         self._commit_pin(status, error, view, address, capacity)
 
     def read_to_data_into(self, separator: BytesLike, buffer: Any, offset: int = 0, max_length: int = 0,
@@ -391,7 +393,7 @@ class Socket(SocketIO, Handle):
         error = _ffi.CError()
         status = lib.sk_socket_read_to_data_into(self.handle, separator, len(separator), address, capacity,
                                                  check_size(offset, "offset"), check_size(max_length, "max_length"),
-                                                 float(timeout), tag, byref(error))
+                                                 float(timeout), check_tag(tag), byref(error))
         self._commit_pin(status, error, view, address, capacity)
 
     def _pin(self, buffer: Any) -> Tuple[memoryview, int, int]:

@@ -16,7 +16,7 @@ from ._ffi import lib
 from ._handles import UNSET, Handle, flag_property, next_token
 from ._hotpaths import BytesLike, UdpSocketIO, send_source
 from ._queues import CallbackQueue, LoopGroup, default_queue
-from ._status import bad_param, check_int, check_port, check_size, raise_for, report_unraisable
+from ._status import bad_param, check_int, check_port, check_size, check_tag, raise_for, report_unraisable
 
 _AF_INET = _stdlib_socket.AF_INET
 _AF_INET6 = _stdlib_socket.AF_INET6
@@ -300,14 +300,14 @@ class UdpSocket(UdpSocketIO, Handle):
         follows. `timeout` (seconds, negative: none) counts from when the datagram reaches
         the head of the queue."""
         source, length = send_source(data)
-        self._request(lib.sk_udp_socket_send, source, length, float(timeout), tag)
+        self._request(lib.sk_udp_socket_send, source, length, float(timeout), check_tag(tag))
 
     def send_to_host(self, data: BytesLike, host: str, port: int, timeout: float = -1, tag: int = 0) -> None:
         """Queues a datagram to `host` (resolved off the loop: a name that does not resolve
         comes back as ``udp_socket_did_not_send`` with ResolutionError)."""
         source, length = send_source(data)
         self._request(lib.sk_udp_socket_send_to_host, source, length, _addresses.host(host), check_port(port),
-                      float(timeout), tag)
+                      float(timeout), check_tag(tag))
 
     # ---- filters -------------------------------------------------------------------------
 

@@ -588,7 +588,8 @@ def test_broadcast_needs_enable_broadcast(udp):
     sock.bind_to_port(0)
     sock.send_to_address(b"refused", everyone, tag=3)
     failed = log.expect("not_send")[0]
-    assert failed[1] == 3 and type(failed[2]) is socketkit.SystemCallError
+    assert failed[1] == 3 and type(failed[2]) is socketkit.PermissionError  # EACCES
+    assert isinstance(failed[2], PermissionError) and isinstance(failed[2], socketkit.SystemCallError)
     assert failed[2].errno == errno.EACCES
     assert not sock.is_closed
     sock.enable_broadcast(True)
