@@ -61,7 +61,8 @@ raises BadParamError. On expiry ``socket_should_timeout_read`` / ``_write`` may 
 extension: positive (``math.inf``: for good) re-arms the timer, anything else ends the
 connection with ReadTimeoutError / WriteTimeoutError.
 """
-from ._addresses import lookup_host
+from ._addresses import Address, IPAddress, lookup_host
+from ._delegates import ReadData, SocketDelegate, UdpSocketDelegate
 from ._handles import Descriptors
 from ._native import SPEEDUPS
 from ._queues import CallbackQueue, HostQueue, LoopGroup, SerialQueue, default_queue
@@ -122,17 +123,18 @@ LIBRARY_VERSION: str = _lib.sk_version().decode()
 __version__ = "0.1.0"
 
 __all__ = [
-    "AddressInUseError", "AddressNotAvailableError", "AddressPreference", "BadConfigError", "BadParamError",
+    "Address", "AddressInUseError", "AddressNotAvailableError", "AddressPreference", "BadConfigError", "BadParamError",
     "BrokenPipeError", "CR", "CRLF", "CallbackQueue", "Certificate", "CertificateExpiredError",
     "CertificateInvalidError", "CertificateNotYetValidError", "CertificateVerificationError",
     "ClientCertificateRequiredError", "ClosedError", "ConnectTimeoutError", "ConnectionAbortedError",
     "ConnectionRefusedError", "ConnectionResetError", "ConnectionTimedOutError", "Descriptors", "Error",
-    "FileExistsError", "FileNotFoundError", "HandshakeTimeoutError", "HostQueue", "HostnameMismatchError",
-    "InvalidHandleError", "IsADirectoryError", "KeepAlive", "LF", "LIBRARY_VERSION", "LoopGroup",
-    "NotADirectoryError", "OtherError", "PeerRejectedError", "PermissionError", "Progress", "ProtocolVersionError",
+    "FileExistsError", "FileNotFoundError", "HandshakeTimeoutError", "HostQueue", "HostnameMismatchError", "IPAddress",
+    "InvalidHandleError", "IsADirectoryError", "KeepAlive", "LF", "LIBRARY_VERSION", "LoopGroup", "NotADirectoryError",
+    "OtherError", "PeerRejectedError", "PermissionError", "Progress", "ProtocolVersionError", "ReadData",
     "ReadMaxedOutError", "ReadTimeoutError", "ResolutionError", "SPEEDUPS", "SelfSignedCertificateError",
-    "SendTimeoutError", "SerialQueue", "Socket", "SystemCallError", "TLSError", "TLSFailedError", "TLSInfo",
-    "TLSPeerClosedError", "TLSRole", "TLSSettings", "TLSSettingsError", "TLSTrust", "TLSVerification", "TLSVersion",
-    "TimeoutError", "TruncatedError", "TruncatedTLSError", "UdpSocket", "UnknownIssuerError", "WouldDeadlockError",
-    "WriteQueueFullError", "WriteTimeoutError", "ZERO", "default_queue", "lookup_host",
+    "SendTimeoutError", "SerialQueue", "Socket", "SocketDelegate", "SystemCallError", "TLSError", "TLSFailedError",
+    "TLSInfo", "TLSPeerClosedError", "TLSRole", "TLSSettings", "TLSSettingsError", "TLSTrust", "TLSVerification",
+    "TLSVersion", "TimeoutError", "TruncatedError", "TruncatedTLSError", "UdpSocket", "UdpSocketDelegate",
+    "UnknownIssuerError", "WouldDeadlockError", "WriteQueueFullError", "WriteTimeoutError", "ZERO", "default_queue",
+    "lookup_host",
 ]

@@ -8,13 +8,12 @@ from __future__ import annotations
 import ctypes
 import threading
 import weakref
-from _weakref import _remove_dead_weakref  # type: ignore[import]
+from _weakref import _remove_dead_weakref  # type: ignore[attr-defined]
 from ctypes import byref, c_uint16, c_uint32, c_void_p
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from . import _ffi
-from ._addresses import address_from_sockaddr
 from ._native import SPEEDUPS, HandleSlots
 from ._status import raise_for, report_unraisable
 from .errors import BAD_CONFIG, INVALID_HANDLE, InvalidHandleError
@@ -258,15 +257,14 @@ class Handle(HandleSlots):
         raise_for(status)
         return port.value
 
-    def _address_of(self, function: Callable[..., int], *arguments: Any,
-                    decode: Callable[[bytes], Any] = address_from_sockaddr) -> Any:
+    def _sockaddr_of(self, function: Callable[..., int], *arguments: Any) -> Optional[bytes]:
         storage = ctypes.create_string_buffer(128)
         length = c_uint32(len(storage))
         status = function(self.handle, *arguments, storage, byref(length))
         if status == BAD_CONFIG:
             return None
         raise_for(status)
-        return decode(storage.raw[:length.value])
+        return storage.raw[:length.value]
 
     # ---- advanced ------------------------------------------------------------------------
 

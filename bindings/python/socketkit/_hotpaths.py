@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ctypes
 from ctypes import c_void_p
-from typing import Any, Tuple, Union
+from typing import TYPE_CHECKING, Any, Tuple, Union
 
 from . import _addresses, _dispatch, _status
 from ._ffi import lib
@@ -45,11 +45,12 @@ class SocketIOPython:
     """Socket's read and write through ctypes."""
 
     __slots__ = ()
+    _c_handle: Any  # Handle's (HandleSlots' with the extension)
 
     def read(self, max_length: int = 0, timeout: float = -1, tag: int = 0) -> None:
         """Reads whatever is available (at least one byte, at most `max_length` if not 0).
         ``socket_did_read(sock, data, tag)`` receives ``bytes``."""
-        handle = self._c_handle  # type: ignore[attr-defined]
+        handle = self._c_handle
         if handle is None:
             raise _closed()
         errors = thread_errors
@@ -77,7 +78,7 @@ class SocketIOPython:
             else:
                 source = (ctypes.c_char * view.nbytes).from_buffer(view.cast("B"))
             length = view.nbytes
-        handle = self._c_handle  # type: ignore[attr-defined]
+        handle = self._c_handle
         if handle is None:
             raise _closed()
         errors = thread_errors
@@ -106,13 +107,14 @@ class UdpSocketIOPython:
     """UdpSocket's send_to_address through ctypes."""
 
     __slots__ = ()
+    _c_handle: Any
 
     def send_to_address(self, data: BytesLike, address: _addresses.IPAddress, timeout: float = -1,
                         tag: int = 0) -> None:
         """Queues a datagram to ("ip", port)."""
         raw = _addresses.ip_sockaddr(address)
         source, length = send_source(data)
-        handle = self._c_handle  # type: ignore[attr-defined]
+        handle = self._c_handle
         if handle is None:
             raise _closed()
         errors = thread_errors
@@ -123,10 +125,16 @@ class UdpSocketIOPython:
             raise_for(status, errors.error)
 
 
-#: Socket's base for read and write: the C extension's type when it is in use.
-SocketIO: Any = speedups.SocketIO if speedups is not None else SocketIOPython
-#: UdpSocket's base for send_to_address.
-UdpSocketIO: Any = speedups.UdpSocketIO if speedups is not None else UdpSocketIOPython
+#: Socket's base for read and write: the C extension's type when it is in use; UdpSocket's
+#: for send_to_address. Type checkers see the Python classes, whose signatures the
+#: extension's share (_speedups.pyi): a typed base, so a misspelt method or a wrong
+#: argument type on a Socket is an error, not Any.
+if TYPE_CHECKING:
+    SocketIO = SocketIOPython
+    UdpSocketIO = UdpSocketIOPython
+else:
+    SocketIO = speedups.SocketIO if speedups is not None else SocketIOPython
+    UdpSocketIO = speedups.UdpSocketIO if speedups is not None else UdpSocketIOPython
 
 
 def _connect() -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Tuple, Union
 
 from . import _addresses, _ffi
-from ._addresses import Address
+from ._addresses import Address, address_from_sockaddr
 from ._dispatch import socket_delegate_struct
 from ._ffi import lib
 from ._handles import UNSET, Handle, adopting, flag_property, next_token
@@ -98,7 +98,7 @@ class Socket(SocketIO, Handle):
         raise_for(lib.sk_socket_create(delegate_pointer, delegate_size, None, self._queue_handle,
                                        loop_group.handle if loop_group is not None else None,
                                        byref(handle), byref(error)), error)
-        self._register(handle.value)
+        self._register(_ffi.created(handle))
 
     def _init_socket(self, delegate: Any, queue: Optional[CallbackQueue]) -> None:
         self._init_handle(delegate, queue)
@@ -147,7 +147,7 @@ class Socket(SocketIO, Handle):
             adopting.pop(token, None)
         raise_for(status, error)
         sock._sessions_started = 1
-        sock._register(handle.value)
+        sock._register(_ffi.created(handle))
         return sock
 
     # ---- lifetime ------------------------------------------------------------------------
@@ -415,9 +415,11 @@ class Socket(SocketIO, Handle):
         self._pending_buffers.append((address, address + capacity, view, self._sessions_started))
 
     def _take_read_result(self, data: int, length: int) -> Union[bytes, memoryview]:
-        for index, (start, end, view, _) in enumerate(self._pending_buffers):
+        pending = self._pending_buffers
+        for index, (start, end, view, _) in enumerate(pending):
             if start <= data < end:
-                del self._pending_buffers[index]  # a list: something was pinned
+                assert isinstance(pending, list)  # something was pinned
+                del pending[index]
                 offset = data - start
                 return view[offset:offset + length]
         # Not ctypes.string_at, which is itself a foreign call.
@@ -490,7 +492,8 @@ class Socket(SocketIO, Handle):
     @property
     def connected_address(self) -> Optional[Address]:
         """("ip", port), a Unix path, or None."""
-        return self._address_of(lib.sk_socket_get_connected_address)
+        raw = self._sockaddr_of(lib.sk_socket_get_connected_address)
+        return address_from_sockaddr(raw) if raw is not None else None
 
     @property
     def connected_unix_path(self) -> Optional[str]:
@@ -506,7 +509,8 @@ class Socket(SocketIO, Handle):
 
     @property
     def local_address(self) -> Optional[Address]:
-        return self._address_of(lib.sk_socket_get_local_address)
+        raw = self._sockaddr_of(lib.sk_socket_get_local_address)
+        return address_from_sockaddr(raw) if raw is not None else None
 
     # ---- TLS -----------------------------------------------------------------------------
 

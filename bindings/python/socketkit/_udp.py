@@ -64,8 +64,8 @@ def _release_udp_handle(handle: int) -> None:
     lib.sk_udp_socket_release(handle)
 
 
-@_ffi.UDP_RECEIVE_FILTER
-def _udp_receive_filter(handle, data, length, address, address_length, out_context, userdata):
+def _udp_receive_filter_py(handle: int, data: int, length: int, address: int, address_length: int,
+                           out_context: Any, userdata: Optional[int]) -> int:
     sock = socket_for(handle)
     function = sock._receive_filter if sock is not None else None
     if function is None:
@@ -94,8 +94,11 @@ def _udp_receive_filter(handle, data, length, address, address_length, out_conte
         running.pop()
 
 
-@_ffi.UDP_SEND_FILTER
-def _udp_send_filter(handle, data, length, address, address_length, tag, userdata):
+_udp_receive_filter = _ffi.UDP_RECEIVE_FILTER(_udp_receive_filter_py)
+
+
+def _udp_send_filter_py(handle: int, data: int, length: int, address: int, address_length: int, tag: int,
+                        userdata: Optional[int]) -> int:
     sock = socket_for(handle)
     function = sock._send_filter if sock is not None else None
     if function is None:
@@ -112,6 +115,9 @@ def _udp_send_filter(handle, data, length, address, address_length, tag, userdat
     finally:
         sock = function = send = None
         running.pop()
+
+
+_udp_send_filter = _ffi.UDP_SEND_FILTER(_udp_send_filter_py)
 
 
 class UdpSocket(UdpSocketIO, Handle):
@@ -172,7 +178,7 @@ class UdpSocket(UdpSocketIO, Handle):
         raise_for(lib.sk_udp_socket_create(delegate_pointer, delegate_size, None, self._queue_handle,
                                            loop_group.handle if loop_group is not None else None,
                                            byref(handle), byref(error)), error)
-        self._register(handle.value)
+        self._register(_ffi.created(handle))
 
     # ---- lifetime ------------------------------------------------------------------------
 
@@ -432,7 +438,8 @@ class UdpSocket(UdpSocketIO, Handle):
     def _local_address(self, family: int) -> Optional[IPAddress]:
         if family == _stdlib_socket.AF_UNSPEC:
             return self._local_address(_AF_INET) or self._local_address(_AF_INET6)
-        return self._address_of(lib.sk_udp_socket_get_local_address, family, decode=ip_address_from_sockaddr)
+        raw = self._sockaddr_of(lib.sk_udp_socket_get_local_address, family)
+        return ip_address_from_sockaddr(raw) if raw is not None else None
 
     @property
     def local_host(self) -> Optional[str]:
@@ -485,4 +492,5 @@ class UdpSocket(UdpSocketIO, Handle):
 
     @property
     def connected_address(self) -> Optional[IPAddress]:
-        return self._address_of(lib.sk_udp_socket_get_connected_address, decode=ip_address_from_sockaddr)
+        raw = self._sockaddr_of(lib.sk_udp_socket_get_connected_address)
+        return ip_address_from_sockaddr(raw) if raw is not None else None

@@ -66,18 +66,8 @@ from __future__ import annotations
 import builtins
 import errno as _errno
 import socket as _socket
-from typing import Callable, Dict, Optional, Tuple, Type
-
-try:
-    import ssl as _ssl
-except ImportError:  # pragma: no cover - a Python built without OpenSSL
-    _SSLError: Type[OSError] = OSError
-    _SSLCertVerificationError: Type[OSError] = OSError
-    _SSLEOFError: Type[OSError] = OSError
-else:
-    _SSLError = _ssl.SSLError
-    _SSLCertVerificationError = _ssl.SSLCertVerificationError
-    _SSLEOFError = _ssl.SSLEOFError
+import ssl as _ssl
+from typing import Callable, Dict, Optional, Tuple, Type, cast
 
 OK = 0
 BAD_CONFIG = -1
@@ -117,7 +107,8 @@ class Error(Exception):
     them as it always does."""
 
     code: int = OTHER
-    errno: int
+    # Typed as OSError types it, for the classes that are both.
+    errno: Optional[int]
     message: str
 
     def __init__(self, message: str = "", code: Optional[int] = None, errno: int = 0) -> None:
@@ -126,10 +117,8 @@ class Error(Exception):
             self.code = code
         self.errno = errno
         self.message = message
-
-    @property
-    def strerror(self) -> str:  # type: ignore[override]
-        return self.message
+        if isinstance(self, OSError):
+            cast(OSError, self).strerror = message
 
     def __str__(self) -> str:
         return self.message
@@ -139,7 +128,7 @@ class Error(Exception):
 
     # OSError's machinery would otherwise misread our arguments.
     def __reduce__(self) -> Tuple[Callable[..., "Error"], Tuple[int, int, str]]:  # pragma: no cover - pickling
-        return (error_from_code, (self.code, self.errno, self.message))
+        return (error_from_code, (self.code, self.errno or 0, self.message))
 
 
 class BadConfigError(Error):
@@ -271,14 +260,14 @@ class TruncatedError(Error):
     code = TRUNCATED
 
 
-class TLSError(Error, _SSLError):
+class TLSError(Error, _ssl.SSLError):
     """A TLS failure: every SK_ERR_TLS_* code raises a subclass of this. Also
     ``ssl.SSLError``, as a failure of the standard library's TLS is; ``library`` and
-    ``reason`` are None (the message says what OpenSSL said)."""
+    ``reason`` are empty (the message says what OpenSSL said)."""
 
     code = TLS_FAILED
-    library: Optional[str] = None
-    reason: Optional[str] = None
+    library = ""
+    reason = ""
 
 
 class TLSFailedError(TLSError):
@@ -289,19 +278,16 @@ class TLSFailedError(TLSError):
     code = TLS_FAILED
 
 
-class CertificateVerificationError(TLSError, _SSLCertVerificationError):
+class CertificateVerificationError(TLSError, _ssl.SSLCertVerificationError):
     """The peer's certificate failed verification (``errno``, as ``verify_code``: the
     X509_V_ERR_* result). Also ``ssl.SSLCertVerificationError``."""
 
     code = TLS_CERT_INVALID
 
-    @property
-    def verify_code(self) -> int:  # type: ignore[override]
-        return self.errno
-
-    @property
-    def verify_message(self) -> str:  # type: ignore[override]
-        return self.message
+    def __init__(self, message: str = "", code: Optional[int] = None, errno: int = 0) -> None:
+        super().__init__(message, code, errno)
+        self.verify_code = errno
+        self.verify_message = message
 
 
 class CertificateExpiredError(CertificateVerificationError):
@@ -357,7 +343,7 @@ class HandshakeTimeoutError(TLSError, TimeoutError):
     code = TLS_HANDSHAKE_TIMEOUT
 
 
-class TruncatedTLSError(TLSError, _SSLEOFError, ConnectionError):
+class TruncatedTLSError(TLSError, _ssl.SSLEOFError, ConnectionError):
     """The peer closed the TCP connection without a TLS close_notify: what arrived may be
     cut short (never reported as a clean close). Also ``ssl.SSLEOFError``, the standard
     library's error for the same ("EOF occurred in violation of protocol")."""
