@@ -96,12 +96,15 @@ c-prefix: library
 	@$(MAKE) --no-print-directory install PREFIX=$(C_PREFIX) > /dev/null
 
 # A development virtualenv with the package installed in editable mode (it loads the
-# library of this checkout) and the test tools. PyPI provides pytest.
-$(VENV)/.ready: bindings/python/pyproject.toml bindings/python/setup.py
+# library of this checkout) and the test tools, from PyPI: the pinned versions of
+# bindings/python/requirements-test.txt (pytest, pytest-timeout, aiohttp) and
+# requirements-typing.txt (mypy).
+PY_REQUIREMENTS := bindings/python/requirements-test.txt bindings/python/requirements-typing.txt
+$(VENV)/.ready: bindings/python/pyproject.toml bindings/python/setup.py $(PY_REQUIREMENTS)
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(VENV_PY) -m pip install -q --upgrade pip
-	$(VENV_PY) -m pip install -q pytest pytest-timeout
+	$(VENV_PY) -m pip install -q $(addprefix -r ,$(PY_REQUIREMENTS))
 	$(VENV_PY) -m pip install -q -e bindings/python
 	@touch $@
 
@@ -140,9 +143,10 @@ c-test: c-prefix
 	@$(MAKE) --no-print-directory -C bindings/c test SOCKETKIT_PREFIX=$(C_PREFIX) \
 		SWIFT_HEADER=$(BUILD)/release/SocketKit.build/include/SocketKit-Swift.h
 
-# Twice: with the C hot paths (which must have loaded), then with ctypes only.
+# Twice: with the C hot paths (which must have loaded), then with ctypes only. The static
+# checks (mypy) run in the first: SOCKETKIT_REQUIRE_MYPY makes a missing mypy a failure.
 python-test: library $(VENV)/.ready $(SPEEDUPS)
-	cd bindings/python && SOCKETKIT_EXPECT_SPEEDUPS=1 $(VENV_PY) -m pytest -q -p no:cacheprovider tests
+	cd bindings/python && SOCKETKIT_EXPECT_SPEEDUPS=1 SOCKETKIT_REQUIRE_MYPY=1 $(VENV_PY) -m pytest -q -p no:cacheprovider tests
 	cd bindings/python && SOCKETKIT_NO_SPEEDUPS=1 $(VENV_PY) -m pytest -q -p no:cacheprovider tests
 
 # The same suite on every other CPython from 3.9 to 3.13 that is installed (pyenv keeps

@@ -33,7 +33,7 @@ UDP works the same way, with datagrams and ("ip", port) addresses::
             sock.send_to_address(data, address)
 
     server = socketkit.UdpSocket(Echo())
-    server.bind_to_port(9999, "127.0.0.1")
+    server.bind_to_interface("127.0.0.1", 9999)
     server.begin_receiving()
 
 TLS is started on a connected (or connecting) socket, GCDAsyncSocket's ``startTLS``: it is

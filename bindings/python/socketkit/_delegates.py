@@ -109,6 +109,12 @@ class SocketDelegate(Protocol):
         ``trust.answer()``. Without this method every peer is rejected."""
         return False
 
+    def socket_did_cancel_read(self, sock: Socket, tag: int, unread_bytes: int) -> None:
+        """The answer to :meth:`~socketkit.Socket.cancel_read`: the reads with `tag` that had
+        not completed are withdrawn; `unread_bytes` is what SocketKit holds ahead of the
+        next read."""
+        return None
+
 
 class UdpSocketDelegate(Protocol):
     """What a :class:`~socketkit.UdpSocket` calls on its delegate (each optional)."""

@@ -407,7 +407,7 @@ class Socket(SocketIO, Handle):
         delivered its ``socket_did_read`` before that answer. A buffer pinned by a withdrawn
         ``read_*_into`` stays pinned until the session ends."""
         error = _ffi.CError()
-        raise_for(lib.sk_socket_cancel_read(self.handle, tag, byref(error)), error)
+        raise_for(lib.sk_socket_cancel_read(self.handle, check_tag(tag), byref(error)), error)
 
     def unread(self, data: BytesLike) -> None:
         """Puts `data` (copied) in front of the socket's unread bytes, as if it had arrived

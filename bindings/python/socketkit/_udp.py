@@ -6,6 +6,7 @@ import ctypes
 import enum
 import socket as _stdlib_socket
 import threading
+import warnings
 from ctypes import byref, c_int, c_size_t, c_void_p
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
@@ -19,6 +20,8 @@ from ._queues import CallbackQueue, LoopGroup, default_queue
 from ._status import bad_param, check_int, check_port, check_size, check_tag, raise_for, report_unraisable
 
 _AF_INET = _stdlib_socket.AF_INET
+# bind_to_port's interface when not given (None is "any interface", given explicitly).
+_NO_INTERFACE: Any = object()
 _AF_INET6 = _stdlib_socket.AF_INET6
 
 
@@ -275,11 +278,27 @@ class UdpSocket(UdpSocketIO, Handle):
 
     # ---- binding and connecting ----------------------------------------------------------
 
-    def bind_to_port(self, port: int = 0, interface: Optional[str] = None) -> None:
+    def bind_to_port(self, port: int = 0, interface: Optional[str] = _NO_INTERFACE) -> None:
+        """Binds every enabled family to `port` (0: one free port for both families), on
+        every interface. Raises AddressInUseError, PermissionError, BadConfigError (bound
+        already, or after a connect or send).
+
+        ``bind_to_port(port, interface)`` is the former spelling of
+        :meth:`bind_to_interface` (interface, port): it still works and warns
+        (DeprecationWarning); every other call takes the host or interface first."""
+        if interface is not _NO_INTERFACE:
+            warnings.warn("UdpSocket.bind_to_port(port, interface) is deprecated: use bind_to_interface(interface, "
+                          "port), host before port as everywhere else", DeprecationWarning, stacklevel=2)
+        else:
+            interface = None
+        self.bind_to_interface(interface, port)
+
+    def bind_to_interface(self, interface: Optional[str], port: int = 0) -> None:
         """Binds every enabled family on `interface` (None: any; "localhost"; a name such as
-        "lo"; an IP address) to `port` (0: one free port for both families). Raises
-        SystemCallError (EADDRINUSE, EACCES), BadParamError (unknown interface),
-        BadConfigError (bound already, or after a connect or send)."""
+        "lo"; an IP address) to `port` (0: one free port for both families), as
+        :meth:`Socket.accept_on_interface` listens. Raises AddressInUseError,
+        PermissionError, BadParamError (unknown interface), BadConfigError (bound already,
+        or after a connect or send)."""
         self._request(lib.sk_udp_socket_bind_to_port, _addresses.interface(interface), check_port(port))
 
     def bind_to_address(self, address: IPAddress) -> None:

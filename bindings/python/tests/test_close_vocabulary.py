@@ -182,7 +182,7 @@ def test_disconnect_ends_the_session_and_keeps_the_socket(kind):
     else:
         sock = socketkit.UdpSocket(events, queue=None)
         for disconnect in (sock.disconnect, sock.disconnect_after_sending, sock.close_after_sending):
-            sock.bind_to_port(0, "127.0.0.1")
+            sock.bind_to_interface("127.0.0.1", 0)
             sock.send_to_address(b"sent", ("127.0.0.1", peer.port))
             disconnect()
             assert events.wait_for("udp_socket_did_close")
@@ -245,7 +245,7 @@ def test_a_closed_udp_socket_sends_without_its_host_queue_being_drained():
     events = Events()
     sock = socketkit.UdpSocket(events, queue=host)
     sock.ipv6_enabled = False
-    sock.bind_to_port(0, "127.0.0.1")
+    sock.bind_to_interface("127.0.0.1", 0)
     sock.send_to_address(b"one", ("127.0.0.1", peer.port))
     pump(host, lambda: "udp_socket_did_send" in events.names)
     handle = sock.handle
@@ -287,7 +287,7 @@ def test_udp_close_still_sends_every_queued_datagram(how):
         sock = socketkit.UdpSocket(events, queue=None)
         sock.ipv6_enabled = False  # "localhost" is 127.0.0.1
         if how == "close with a receive filter":
-            sock.bind_to_port(0, "127.0.0.1")
+            sock.bind_to_interface("127.0.0.1", 0)
             sock.set_receive_filter(lambda data, address: True)
             sock.begin_receiving()
         for number in range(count):

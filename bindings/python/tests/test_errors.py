@@ -86,7 +86,7 @@ def test_a_port_in_use_is_an_oserror_with_eaddrinuse():
         with pytest.raises(socketkit.AddressInUseError):
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
                 taken.bind(("127.0.0.1", 0))
-                udp.bind_to_port(taken.getsockname()[1], "127.0.0.1")
+                udp.bind_to_interface("127.0.0.1", taken.getsockname()[1])
         udp.close()
     finally:
         sock.close()
@@ -144,7 +144,7 @@ def test_tags_out_of_range_raise_overflow_error_and_the_extremes_round_trip(raw_
 def test_udp_tags_out_of_range_raise_overflow_error():
     sock = socketkit.UdpSocket()
     try:
-        sock.bind_to_port(0, "127.0.0.1")
+        sock.bind_to_interface("127.0.0.1", 0)
         for call in (lambda: sock.send_to_address(b"x", ("127.0.0.1", 9), tag=1 << 70),
                      lambda: sock.send_to_address(b"x", ("127.0.0.1", 9), -1, 1 << 70),
                      lambda: sock.send_to_host(b"x", "127.0.0.1", 9, tag=1 << 70)):

@@ -209,11 +209,11 @@ def test_datagrams_through_a_host_queue_with_every_argument_form():
     host = socketkit.HostQueue()
     server_log = UdpLog(echo=True)
     server = socketkit.UdpSocket(server_log, queue=host)
-    server.bind_to_port(0, "127.0.0.1")
+    server.bind_to_interface("127.0.0.1", 0)
     server.begin_receiving()
     log = UdpLog()
     client = socketkit.UdpSocket(log, queue=host)
-    client.bind_to_port(0, "127.0.0.1")
+    client.bind_to_interface("127.0.0.1", 0)
     client.begin_receiving()
     target = ("127.0.0.1", server.local_port)
     payloads = [b"one", b"", bytearray(b"three"), memoryview(b"four"), pattern(5000, seed=2)]
@@ -252,7 +252,7 @@ def test_a_receive_filter_context_and_a_raising_receive_through_a_host_queue(mon
 
     server_log = Raises()
     server = socketkit.UdpSocket(server_log, queue=host)
-    server.bind_to_port(0, "127.0.0.1")
+    server.bind_to_interface("127.0.0.1", 0)
     server.begin_receiving()
     peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     peer.bind(("127.0.0.1", 0))
@@ -786,7 +786,7 @@ def test_a_delegate_that_refers_back_to_its_socket_is_collected_with_it():
     assert owner.sock._delegate is owner
     udp_owner = Owner()
     udp_owner.sock = socketkit.UdpSocket(udp_owner)
-    udp_owner.sock.bind_to_port(0, "127.0.0.1")
+    udp_owner.sock.bind_to_interface("127.0.0.1", 0)
     assert udp_owner.sock._delegate is udp_owner
     gone = [weakref.ref(owner), weakref.ref(owner.sock), weakref.ref(udp_owner), weakref.ref(udp_owner.sock)]
     del owner, udp_owner
