@@ -11,7 +11,7 @@ import weakref
 from _weakref import _remove_dead_weakref  # type: ignore[attr-defined]
 from ctypes import byref, c_uint16, c_uint32, c_void_p
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Tuple, TypeVar, Union, overload
 
 from . import _ffi
 from ._native import SPEEDUPS, HandleSlots
@@ -86,16 +86,53 @@ _perform_calls: Dict[int, Any] = {}
 _perform_lock = threading.Lock()
 
 
+class ReadOnlyFlag:
+    """A boolean attribute over a C getter of a handle (``sock.is_connected``), typed: a
+    checker sees ``bool``, and refuses an assignment (a read-only attribute)."""
+
+    def __init__(self, getter: Callable[..., int], doc: Optional[str] = None) -> None:
+        self.getter = getter
+        self.__doc__ = doc
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, instance: None, owner: Optional[type] = None) -> "ReadOnlyFlag": ...
+    @overload
+    def __get__(self, instance: "Handle", owner: Optional[type] = None) -> bool: ...
+
+    def __get__(self, instance: Optional["Handle"], owner: Optional[type] = None) -> Union["ReadOnlyFlag", bool]:
+        if instance is None:
+            return self
+        return bool(raise_for(self.getter(instance.handle)))
+
+    # A data descriptor, so an assignment cannot hide it behind an instance attribute.
+    def __set__(self, instance: "Handle", value: NoReturn) -> None:
+        raise AttributeError(f"{self.name} is read-only")
+
+
+class Flag(ReadOnlyFlag):
+    """A boolean attribute over a C getter and setter of a handle (``sock.no_delay``)."""
+
+    def __init__(self, getter: Callable[..., int], setter: Callable[..., int], doc: Optional[str] = None) -> None:
+        super().__init__(getter, doc)
+        self.setter = setter
+
+    def __set__(self, instance: "Handle", value: bool) -> None:
+        raise_for(self.setter(instance.handle, int(bool(value))))
+
+
+@overload
+def flag_property(getter: Callable[..., int], setter: None = None, doc: Optional[str] = None) -> ReadOnlyFlag: ...
+@overload
+def flag_property(getter: Callable[..., int], setter: Callable[..., int], doc: Optional[str] = None) -> Flag: ...
+
+
 def flag_property(getter: Callable[..., int], setter: Optional[Callable[..., int]] = None,
-                  doc: Optional[str] = None) -> property:
-    """A boolean property over a C getter (and setter) of a handle."""
-    def get(self: "Handle") -> bool:
-        return bool(raise_for(getter(self.handle)))
-
-    def set_(self: "Handle", enabled: bool) -> None:
-        raise_for(setter(self.handle, int(bool(enabled))))  # type: ignore[misc]
-
-    return property(get, set_ if setter is not None else None, doc=doc)
+                  doc: Optional[str] = None) -> ReadOnlyFlag:
+    """A boolean attribute over a C getter (and setter) of a handle."""
+    return ReadOnlyFlag(getter, doc) if setter is None else Flag(getter, setter, doc)
 
 
 _Self = TypeVar("_Self", bound="Handle")

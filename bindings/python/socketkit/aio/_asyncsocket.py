@@ -5,7 +5,7 @@ streams, so its reads are cancellation-safe too; the peer's end still ends the c
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable, Dict, Optional
+from typing import Any, Awaitable, Callable, Dict, Optional, Sequence, Union
 
 from .._queues import LoopGroup
 from .._tcp import Socket
@@ -211,7 +211,8 @@ def _legacy_server(loop: asyncio.AbstractEventLoop, endpoints: Any, handler: Han
     return server
 
 
-async def legacy_start_server(handler: Handler, host: Optional[str], port: int, *, loop_group: Optional[LoopGroup],
+async def legacy_start_server(handler: Handler, host: Union[None, str, Sequence[str]], port: int, *,
+                              loop_group: Optional[LoopGroup],
                               tls: Any, evaluate_trust: Optional[TrustEvaluator],
                               on_tls_error: Optional[Callable[[BaseException], None]]) -> Server:
     if tls is not None and not isinstance(tls, TLSSettings):

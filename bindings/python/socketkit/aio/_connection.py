@@ -51,6 +51,9 @@ AVAILABLE, EXACTLY, UNTIL = 0, 1, 2
 
 # The most SocketKit gathers for a read by default: a read of more raises its maximum first.
 _DEFAULT_MAXIMUM_READ = 16 * 1024 * 1024
+# drain() asks SocketKit how many bytes are queued after this many were written (the
+# default low watermark: a queue above the high one has been told about by then).
+_CHECK_AFTER = 32 * 1024
 
 
 class _Read:
@@ -149,6 +152,8 @@ class Connection:
         # Flow control: above the high watermark writers wait in drain().
         self.write_paused = False
         self.drain_waiters: List[asyncio.Future[None]] = []
+        # Bytes written since drain() last asked SocketKit how many are queued (see drain).
+        self.written_unchecked = 0
         self.eof_written = False
         self.half_closing = False
         self.unread_bytes = 0
@@ -196,7 +201,8 @@ class Connection:
                 return await self.read(request)
             return request.from_rest(self.rest)
         tag = request.tag = self._tag()
-        future = request.future = self.loop.create_future()
+        future: asyncio.Future[bytes] = self.loop.create_future()
+        request.future = future
         self.current = request
         try:
             request.start(self.sock, tag)
@@ -442,6 +448,7 @@ class Connection:
             self.sock.write(data)
         except BadConfigError:
             pass  # ended: the disconnect is on its way, and drain() reports it
+        self.written_unchecked += len(data)
 
     def socket_did_reach_high_watermark(self, sock: Socket, queued: int) -> None:
         self.write_paused = True
@@ -463,6 +470,19 @@ class Connection:
             raise ConnectionResetError("Connection lost")
         if self.closing:
             await asyncio.sleep(0)
+        if not self.write_paused and self.written_unchecked >= _CHECK_AFTER:
+            # The watermark events come from SocketKit's loop and may not have reached this
+            # thread yet, while a writer that awaits drain() after every write never lets
+            # the asyncio loop run: after every so many bytes, what is queued is asked
+            # directly (asyncio's transports know at once). Above the high watermark the
+            # engine has crossed it too, so its events follow: the low one releases us.
+            self.written_unchecked = 0
+            try:
+                high = self.sock.write_watermarks[1]
+                if self.sock.queued_write_bytes > high:
+                    self.write_paused = True
+            except Error:
+                pass
         if self.write_paused:
             waiter: asyncio.Future[None] = self.loop.create_future()
             self.drain_waiters.append(waiter)

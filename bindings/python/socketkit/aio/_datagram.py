@@ -129,7 +129,7 @@ class DatagramTransport(asyncio.DatagramTransport):
     def get_protocol(self) -> asyncio.BaseProtocol:
         return self._protocol
 
-    def _connection_lost(self, error: Optional[BaseException]) -> None:
+    def _connection_lost(self, error: Optional[Exception]) -> None:
         if self._lost:
             return
         self._lost = True

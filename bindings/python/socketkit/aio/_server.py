@@ -86,7 +86,8 @@ class Server(asyncio.AbstractServer):
     # ---- listening -------------------------------------------------------------------
 
     def _listen(self) -> None:
-        for endpoint in self._endpoints:
+        for index in range(len(self._endpoints)):
+            endpoint = self._endpoints[index]
             sock = Socket(self._delegate, queue=self._queue, loop_group=self._loop_group)
             try:
                 # Both inherited by the accepted connections: TCP_NODELAY, as asyncio sets it;
@@ -112,8 +113,9 @@ class Server(asyncio.AbstractServer):
             # Later endpoints of one server with port 0 take the port the first one got, as
             # asyncio's do for every address of a host.
             if not isinstance(endpoint, str) and endpoint[1] == 0:
-                self._endpoints = [(other[0], sock.local_port) if not isinstance(other, str) and other[1] == 0
-                                   else other for other in self._endpoints]
+                self._endpoints[index + 1:] = [(other[0], sock.local_port)
+                                               if not isinstance(other, str) and other[1] == 0 else other
+                                               for other in self._endpoints[index + 1:]]
 
     def _accepted(self, new_socket: Socket) -> None:
         if self._closed:

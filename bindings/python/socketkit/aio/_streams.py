@@ -9,7 +9,7 @@ import inspect
 import os
 import socket as _stdlib_socket
 import warnings
-from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Sequence, Tuple, Union
+from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Sequence, Tuple, Union
 
 from .._queues import LoopGroup
 from .._tcp import Socket
@@ -71,7 +71,7 @@ class StreamReader:
         if n == 0:
             return b""
         if n < 0:
-            chunks = []
+            chunks: List[bytes] = []
             while True:
                 chunk = await self.read(self._limit)
                 if not chunk:
@@ -138,7 +138,7 @@ class StreamReader:
             self._connection._give_back(data)
 
     async def readline(self) -> bytes:
-        """A line, ``\\n`` included; at the end of the stream what is left (``b""`` when
+        """A line, ``\n`` included; at the end of the stream what is left (``b""`` when
         nothing). A line longer than the limit is dropped and raises ValueError, as
         asyncio's does."""
         try:
@@ -146,22 +146,22 @@ class StreamReader:
         except asyncio.IncompleteReadError as error:
             return error.partial
         except asyncio.LimitOverrunError as error:
-            # asyncio drops the line (up to its separator, or what was buffered).
-            await self._drop_overrun()
+            await self._drop_overrun(error)
             raise ValueError(error.args[0])
 
-    async def _drop_overrun(self) -> None:
+    async def _drop_overrun(self, error: asyncio.LimitOverrunError) -> None:
+        """asyncio's readline after a line too long: drops it up to its separator when the
+        separator was found, else every byte that was there."""
         connection = self._connection
-        while True:
-            held = connection.unread_bytes if connection.rest is None else len(connection.rest)
-            if held <= 0:
-                return
-            chunk = await self.read(min(held, self._limit))
-            if not chunk or _LF in chunk:
-                if chunk and not chunk.endswith(_LF):
-                    self._give_back(chunk[chunk.index(_LF) + 1:])
-                return
-            connection.unread_bytes = max(0, held - len(chunk))
+        found = error.args[0].startswith("Separator is found")
+        if connection.rest is not None:
+            del connection.rest[:error.consumed + 1 if found else len(connection.rest)]
+            return
+        # The bytes went back to SocketKit: as many as the withdrawal's answer counted.
+        count = error.consumed + 1 if found else connection.unread_bytes
+        if count > 0:
+            self._allow(count)
+            await self._connection.read(_Read(EXACTLY, length=count))
 
     # ---- SocketKit's own framing, with SocketKit's timeouts ------------------------------
 

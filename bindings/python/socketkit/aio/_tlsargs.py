@@ -116,4 +116,6 @@ def tls_settings(argument: SSLArgument, server_side: bool, server_hostname: Opti
         changes["handshake_timeout"] = float(handshake_timeout)
     if server_side and _role(settings) != TLSRole.SERVER:
         raise ValueError("a server needs server TLS settings (TLSSettings.server(...))")
+    if not server_side and _role(settings) == TLSRole.SERVER:
+        raise ValueError("a client needs client TLS settings, not a server's")
     return dataclasses.replace(settings, **changes) if changes else settings

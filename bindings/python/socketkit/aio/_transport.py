@@ -21,13 +21,13 @@ SocketKit thread, no hand-over), and the transports' callbacks come straight fro
 loop as asyncio's selector transports call it, and a write from it goes to the kernel at
 once.
 
-**TLS.** ``ssl=`` is SocketKit's TLS (OpenSSL inside the engine) when its settings can be
-known: :class:`~socketkit.TLSSettings`, :func:`socketkit.aio.ssl_context` (an
-``ssl.SSLContext`` carrying them, for libraries that check the type), or a client
-``ssl.SSLContext`` that can be read back (see ``_tlsargs``). Any other ``SSLContext`` (a
-server's, or a client's with a certificate of its own) is run by the standard library's
-TLS (asyncio's ``SSLProtocol``) over a SocketKit connection, so a library works unchanged
-either way.
+**TLS.** ``ssl=`` is SocketKit's TLS (OpenSSL inside the engine) when it is
+:class:`~socketkit.TLSSettings`, ``True``, or an ``ssl.SSLContext`` made by
+:func:`socketkit.aio.ssl_context` (it carries settings, and passes a library's
+``isinstance(ssl, ssl.SSLContext)`` checks). Any other ``SSLContext`` is run by the
+standard library's TLS (asyncio's ``SSLProtocol``) over a SocketKit connection: the loop
+cannot read a context's certificate, key, ALPN list or callbacks back, and does not guess,
+so a library works unchanged either way and its context means exactly what it says.
 """
 from __future__ import annotations
 
@@ -93,6 +93,7 @@ class SocketTransport(asyncio.Transport):
         self._closing = False
         self._lost = False
         self._eof_written = False
+        self._eof_shut = False
         self._secure = False
         self._sslcontext: Any = None
         self._delegate = _TransportDelegate(self)
@@ -352,6 +353,18 @@ class _TransportDelegate:
     def socket_did_disconnect(self, sock: Socket, error: Optional[Error]) -> None:
         self.transport._connection_lost(error)
 
+    def shutdown_if_flushed(self) -> None:
+        """After write_eof: the write side's end, once nothing is queued (once)."""
+        transport = self.transport
+        if transport._eof_shut:
+            return
+        try:
+            if not transport._socket.queued_write_bytes:
+                transport._eof_shut = True
+                transport._socket.perform(_shutdown_write)
+        except Error:
+            pass
+
 
 class _HalfClosingTransportDelegate(_TransportDelegate):
     """After write_eof: hears of every write, to shut the write side once none is queued."""
@@ -361,18 +374,15 @@ class _HalfClosingTransportDelegate(_TransportDelegate):
     def socket_did_write(self, sock: Socket, tag: int) -> None:
         self.shutdown_if_flushed()
 
-    def shutdown_if_flushed(self) -> None:
-        sock = self.transport._socket
-        try:
-            if not sock.queued_write_bytes:
-                sock.perform(_shutdown_write)
-                self.__class__ = _TransportDelegate  # once
-                sock.delegate = self
-        except Error:
-            pass
-
 
 # ---- the standard library's TLS over a SocketKit transport ------------------------------
+
+def _stdlib_context(ssl: SSLArgument) -> bool:
+    """Whether `ssl` is an SSLContext of the standard library's own, not one carrying
+    SocketKit settings: the loop then runs the standard library's TLS, which does all that
+    context says (its certificate, ALPN list and callbacks cannot be read back)."""
+    return isinstance(ssl, _ssl.SSLContext) and getattr(ssl, "socketkit_settings", None) is None
+
 
 def _stdlib_tls(loop: asyncio.AbstractEventLoop, protocol: Any, context: _ssl.SSLContext, waiter: "asyncio.Future[Any]",
                 server_side: bool, server_hostname: Optional[str], handshake_timeout: Optional[float],
@@ -389,6 +399,11 @@ def _app_transport(ssl_protocol: Any) -> asyncio.Transport:
 
 
 # ---- the event loop ---------------------------------------------------------------------
+
+def _pending(future: "Optional[asyncio.Future[None]]") -> "asyncio.Future[None]":
+    assert future is not None
+    return future
+
 
 ProtocolFactory = Callable[[], asyncio.BaseProtocol]
 
@@ -435,11 +450,8 @@ class EventLoop(asyncio.SelectorEventLoop):
         if ssl is None or ssl is False:
             transport._attach(protocol)
             return transport, protocol
-        try:
-            settings = tls_settings(ssl, server_side, server_hostname, handshake_timeout)
-        except TypeError:
-            if not isinstance(ssl, _ssl.SSLContext):
-                raise
+        if _stdlib_context(ssl):
+            assert isinstance(ssl, _ssl.SSLContext)
             waiter: asyncio.Future[Any] = self.create_future()
             ssl_protocol = _stdlib_tls(self, protocol, ssl, waiter, server_side, server_hostname, handshake_timeout,
                                        shutdown_timeout)
@@ -450,6 +462,7 @@ class EventLoop(asyncio.SelectorEventLoop):
                 transport.close()
                 raise
             return _app_transport(ssl_protocol), protocol
+        settings = tls_settings(ssl, server_side, server_hostname, handshake_timeout)
         await self._secure(transport, settings)
         transport._sslcontext = ssl
         transport._attach(protocol)
@@ -459,14 +472,14 @@ class EventLoop(asyncio.SelectorEventLoop):
         transport._secured = self.create_future()
         transport._socket.start_tls(settings)
         try:
-            await transport._secured
+            await _pending(transport._secured)
         except BaseException:
             transport.abort()
             raise
 
     # ---- connections ---------------------------------------------------------------------
 
-    async def create_connection(  # type: ignore[override]
+    async def create_connection(
             self, protocol_factory: ProtocolFactory, host: Optional[str] = None, port: Optional[int] = None, *,
             ssl: SSLArgument = None, family: int = 0, proto: int = 0, flags: int = 0,
             sock: Optional[_stdlib_socket.socket] = None, local_addr: Optional[Tuple[str, int]] = None,
@@ -503,14 +516,14 @@ class EventLoop(asyncio.SelectorEventLoop):
             transport._connected = self.create_future()
             socket_.connect_to_host(host, port, interface=local_addr[0] if local_addr else None)
         try:
-            await transport._connected
+            await _pending(transport._connected)
         except BaseException:
             transport.abort()
             raise
         return await self._tls_then_attach(transport, protocol_factory(), ssl, False, server_hostname,
                                            ssl_handshake_timeout, ssl_shutdown_timeout)
 
-    async def create_unix_connection(  # type: ignore[override]
+    async def create_unix_connection(
             self, protocol_factory: ProtocolFactory, path: Optional[str] = None, *, ssl: SSLArgument = None,
             sock: Optional[_stdlib_socket.socket] = None, server_hostname: Optional[str] = None,
             ssl_handshake_timeout: Optional[float] = None,
@@ -527,20 +540,20 @@ class EventLoop(asyncio.SelectorEventLoop):
         transport._connected = self.create_future()
         transport._socket.connect_to_unix_path(os.fspath(path))
         try:
-            await transport._connected
+            await _pending(transport._connected)
         except BaseException:
             transport.abort()
             raise
         return await self._tls_then_attach(transport, protocol_factory(), ssl, False, server_hostname,
                                            ssl_handshake_timeout, ssl_shutdown_timeout)
 
-    async def connect_accepted_socket(  # type: ignore[override]
+    async def connect_accepted_socket(
             self, protocol_factory: ProtocolFactory, sock: _stdlib_socket.socket, *, ssl: SSLArgument = None,
             ssl_handshake_timeout: Optional[float] = None,
             ssl_shutdown_timeout: Optional[float] = None) -> Tuple[asyncio.Transport, Any]:
         transport = self._adopt(sock)
         try:
-            await transport._connected
+            await _pending(transport._connected)
         except BaseException:
             transport.abort()
             raise
@@ -623,7 +636,7 @@ class EventLoop(asyncio.SelectorEventLoop):
 
     # ---- TLS on an open connection --------------------------------------------------------
 
-    async def start_tls(  # type: ignore[override]
+    async def start_tls(
             self, transport: asyncio.BaseTransport, protocol: asyncio.BaseProtocol, sslcontext: SSLArgument, *,
             server_side: bool = False, server_hostname: Optional[str] = None,
             ssl_handshake_timeout: Optional[float] = None,
@@ -631,15 +644,12 @@ class EventLoop(asyncio.SelectorEventLoop):
         """asyncio's start_tls: SocketKit's TLS on a SocketTransport whose context can be
         read (the same transport comes back, secured); otherwise asyncio's own."""
         settings: Optional[TLSSettings] = None
-        if isinstance(transport, SocketTransport):
-            try:
-                settings = tls_settings(sslcontext, server_side, server_hostname, ssl_handshake_timeout)
-            except TypeError:
-                settings = None
+        if isinstance(transport, SocketTransport) and not _stdlib_context(sslcontext):
+            settings = tls_settings(sslcontext, server_side, server_hostname, ssl_handshake_timeout)
         if settings is None:
             if not isinstance(sslcontext, _ssl.SSLContext):
                 raise TypeError(f"sslcontext is expected to be an instance of ssl.SSLContext, got {sslcontext!r}")
-            return await super().start_tls(transport, protocol, sslcontext, server_side=server_side,  # type: ignore[arg-type]
+            return await super().start_tls(transport, protocol, sslcontext, server_side=server_side,
                                            server_hostname=server_hostname,
                                            ssl_handshake_timeout=ssl_handshake_timeout,
                                            **({"ssl_shutdown_timeout": ssl_shutdown_timeout}
