@@ -154,6 +154,7 @@ class Connection:
         self.drain_waiters: List[asyncio.Future[None]] = []
         # Bytes written since drain() last asked SocketKit how many are queued (see drain).
         self.written_unchecked = 0
+        self.write_refused = False
         self.eof_written = False
         self.half_closing = False
         self.unread_bytes = 0
@@ -447,7 +448,10 @@ class Connection:
         try:
             self.sock.write(data)
         except BadConfigError:
-            pass  # ended: the disconnect is on its way, and drain() reports it
+            # The session ended (SocketKit refuses writes at once) and its
+            # socket_did_disconnect is on its way: drain() waits for it and reports it.
+            self.write_refused = True
+            return
         self.written_unchecked += len(data)
 
     def socket_did_reach_high_watermark(self, sock: Socket, queued: int) -> None:
@@ -464,6 +468,8 @@ class Connection:
                 waiter.set_result(None)
 
     async def drain(self) -> None:
+        if self.write_refused and not self.ended:
+            await asyncio.shield(self.closed)
         if self.error is not None:
             raise self.error
         if self.ended:
