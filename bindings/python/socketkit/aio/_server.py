@@ -215,6 +215,21 @@ class Server(asyncio.AbstractServer):
         return f"<socketkit.aio.Server sockets={self.sockets!r}>"
 
 
+def family_only(sock: Socket, family: int) -> None:
+    """asyncio's `family`: AF_INET or AF_INET6 keeps that family only (0: both)."""
+    if family == _stdlib_socket.AF_INET:
+        sock.ipv6_enabled = False
+    elif family == _stdlib_socket.AF_INET6:
+        sock.ipv4_enabled = False
+
+
+def client_options(sock: Socket, family: int, happy_eyeballs_delay: Optional[float]) -> None:
+    """asyncio's `family` and `happy_eyeballs_delay` for a connecting socket."""
+    family_only(sock, family)
+    if happy_eyeballs_delay is not None:
+        sock.alternate_address_delay = happy_eyeballs_delay
+
+
 def endpoints_for(host: Union[None, str, Sequence[str]], port: Optional[int]) -> List[Endpoint]:
     """asyncio's host argument (None or "": every interface; a name or address; a list of
     them) as endpoints."""

@@ -12,12 +12,12 @@ import warnings
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Sequence, Tuple, Union
 
 from .._queues import LoopGroup
-from .._tcp import Socket
+from .._tcp import KeepAlive, Socket
 from .._tls import TLSInfo, TLSSettings
 from ..errors import Error
 from ._connection import AVAILABLE, EXACTLY, UNTIL, Connection, TrustEvaluator, _Read, _DEFAULT_MAXIMUM_READ
 from ._hosting import queue as host_queue
-from ._server import Server, endpoints_for
+from ._server import Server, client_options, endpoints_for, family_only
 from ._tlsargs import SSLArgument, tls_settings
 
 #: asyncio's default limit of a line (a separator read).
@@ -375,6 +375,8 @@ def _stream_pair(connection: Connection, limit: int, sslcontext: Any = None) -> 
 
 async def _connected(connection: Connection, start: Callable[[], None], settings: Optional[TLSSettings],
                      evaluate_trust: Optional[TrustEvaluator]) -> None:
+    """Runs `start` (a connect, an adoption), waits for socket_did_connect, then secures the
+    connection if asked; on any failure (a cancellation too) the socket is aborted."""
     connection.connected = connection.loop.create_future()
     try:
         start()
@@ -382,7 +384,8 @@ async def _connected(connection: Connection, start: Callable[[], None], settings
         if settings is not None:
             await connection.start_tls(settings, evaluate_trust)
     except BaseException:
-        connection.abort()
+        if connection.sock is not None:
+            connection.abort()
         raise
 
 
@@ -411,35 +414,23 @@ async def open_connection(host: Optional[str] = None, port: Optional[int] = None
     tried; `local_addr` names the interface (an address) to connect from.
     `ssl_shutdown_timeout`, `proto`, `flags` and `interleave` are accepted and unused."""
     settings = tls_settings(ssl, False, server_hostname, ssl_handshake_timeout)
-    connection = _new_connection(limit, loop_group)
-    socket_ = connection.sock
-    if family == _stdlib_socket.AF_INET:
-        socket_.ipv6_enabled = False
-    elif family == _stdlib_socket.AF_INET6:
-        socket_.ipv4_enabled = False
-    if happy_eyeballs_delay is not None:
-        socket_.alternate_address_delay = happy_eyeballs_delay
     if sock is not None:
         if host is not None or port is not None:
             raise ValueError("host/port and sock can not be specified at the same time")
-        connection.sock.abort()
-        loop = connection.loop
-        connection = Connection(loop, limit)
-        connection.connected = loop.create_future()
-        adopted = Socket.from_fd(sock.detach(), connection, queue=host_queue(loop), loop_group=loop_group)
-        connection.attach(adopted)
-        try:
-            await connection.connected
-            if settings is not None:
-                await connection.start_tls(settings, evaluate_trust)
-        except BaseException:
-            connection.abort()
-            raise
-        return _stream_pair(connection, limit, ssl)
+        loop = asyncio.get_running_loop()
+        adopted = Connection(loop, limit)
+        descriptor = sock.detach()
+        await _connected(adopted, lambda: adopted.attach(Socket.from_fd(descriptor, adopted, queue=host_queue(loop),
+                                                                        loop_group=loop_group)),
+                         settings, evaluate_trust)
+        return _stream_pair(adopted, limit, ssl)
     if host is None or port is None:
         raise ValueError("host and port are needed (or sock)")
+    connection = _new_connection(limit, loop_group)
+    client_options(connection.sock, family, happy_eyeballs_delay)
     interface = local_addr[0] if local_addr is not None else None
-    await _connected(connection, lambda: socket_.connect_to_host(host, port, interface=interface, timeout=timeout),
+    await _connected(connection, lambda: connection.sock.connect_to_host(host, port, interface=interface,
+                                                                         timeout=timeout),
                      settings, evaluate_trust)
     return _stream_pair(connection, limit, ssl)
 
@@ -610,12 +601,8 @@ def _listener_options(family: int, keep_alive: Optional[bool]) -> Optional[Calla
         return None
 
     def configure(sock: Socket) -> None:
-        if family == _stdlib_socket.AF_INET:
-            sock.ipv6_enabled = False
-        elif family == _stdlib_socket.AF_INET6:
-            sock.ipv4_enabled = False
+        family_only(sock, family)
         if keep_alive:
-            from .._tcp import KeepAlive
             sock.keep_alive = KeepAlive()
 
     return configure

@@ -47,7 +47,7 @@ from ..errors import BadConfigError, Error
 from ._connection import _shutdown_write
 from ._datagram import create_datagram_endpoint as _create_datagram_endpoint
 from ._hosting import detach, loop_group
-from ._server import Server, endpoints_for
+from ._server import Server, client_options, endpoints_for, family_only
 from ._streams import extra_info
 from ._tlsargs import SSLArgument, tls_settings
 
@@ -468,6 +468,20 @@ class EventLoop(asyncio.SelectorEventLoop):
         transport._attach(protocol)
         return transport, protocol
 
+    async def _connected_then_attach(self, transport: SocketTransport, protocol_factory: ProtocolFactory,
+                                     ssl: SSLArgument, server_side: bool, server_hostname: Optional[str],
+                                     handshake_timeout: Optional[float], shutdown_timeout: Optional[float]
+                                     ) -> Tuple[asyncio.Transport, Any]:
+        """Waits for the connect (or adoption) of `transport`, then secures it if asked and
+        hands it to a new protocol; a failure aborts it."""
+        try:
+            await _pending(transport._connected)
+        except BaseException:
+            transport.abort()
+            raise
+        return await self._tls_then_attach(transport, protocol_factory(), ssl, server_side, server_hostname,
+                                           handshake_timeout, shutdown_timeout)
+
     async def _secure(self, transport: SocketTransport, settings: Optional[TLSSettings]) -> None:
         transport._secured = self.create_future()
         transport._socket.start_tls(settings)
@@ -506,22 +520,11 @@ class EventLoop(asyncio.SelectorEventLoop):
             if host is None or port is None:
                 raise ValueError("host and port was not specified and no sock specified")
             transport = self._new_transport()
-            socket_ = transport._socket
-            if family == _stdlib_socket.AF_INET:
-                socket_.ipv6_enabled = False
-            elif family == _stdlib_socket.AF_INET6:
-                socket_.ipv4_enabled = False
-            if happy_eyeballs_delay is not None:
-                socket_.alternate_address_delay = happy_eyeballs_delay
+            client_options(transport._socket, family, happy_eyeballs_delay)
             transport._connected = self.create_future()
-            socket_.connect_to_host(host, port, interface=local_addr[0] if local_addr else None)
-        try:
-            await _pending(transport._connected)
-        except BaseException:
-            transport.abort()
-            raise
-        return await self._tls_then_attach(transport, protocol_factory(), ssl, False, server_hostname,
-                                           ssl_handshake_timeout, ssl_shutdown_timeout)
+            transport._socket.connect_to_host(host, port, interface=local_addr[0] if local_addr else None)
+        return await self._connected_then_attach(transport, protocol_factory, ssl, False, server_hostname,
+                                                 ssl_handshake_timeout, ssl_shutdown_timeout)
 
     async def create_unix_connection(
             self, protocol_factory: ProtocolFactory, path: Optional[str] = None, *, ssl: SSLArgument = None,
@@ -539,26 +542,15 @@ class EventLoop(asyncio.SelectorEventLoop):
         transport = self._new_transport()
         transport._connected = self.create_future()
         transport._socket.connect_to_unix_path(os.fspath(path))
-        try:
-            await _pending(transport._connected)
-        except BaseException:
-            transport.abort()
-            raise
-        return await self._tls_then_attach(transport, protocol_factory(), ssl, False, server_hostname,
-                                           ssl_handshake_timeout, ssl_shutdown_timeout)
+        return await self._connected_then_attach(transport, protocol_factory, ssl, False, server_hostname,
+                                                 ssl_handshake_timeout, ssl_shutdown_timeout)
 
     async def connect_accepted_socket(
             self, protocol_factory: ProtocolFactory, sock: _stdlib_socket.socket, *, ssl: SSLArgument = None,
             ssl_handshake_timeout: Optional[float] = None,
             ssl_shutdown_timeout: Optional[float] = None) -> Tuple[asyncio.Transport, Any]:
-        transport = self._adopt(sock)
-        try:
-            await _pending(transport._connected)
-        except BaseException:
-            transport.abort()
-            raise
-        return await self._tls_then_attach(transport, protocol_factory(), ssl, True, None, ssl_handshake_timeout,
-                                           ssl_shutdown_timeout)
+        return await self._connected_then_attach(self._adopt(sock), protocol_factory, ssl, True, None,
+                                                 ssl_handshake_timeout, ssl_shutdown_timeout)
 
     # ---- servers -----------------------------------------------------------------------
 
@@ -609,14 +601,8 @@ class EventLoop(asyncio.SelectorEventLoop):
             pending.add(task)
             task.add_done_callback(pending.discard)
 
-        def configure(sock: Socket) -> None:
-            if family == _stdlib_socket.AF_INET:
-                sock.ipv6_enabled = False
-            elif family == _stdlib_socket.AF_INET6:
-                sock.ipv4_enabled = False
-
         server = Server(self, endpoints, accept, queue=None, use_host_queue=False, loop_group=self._socketkit_group(),
-                        configure=configure)
+                        configure=lambda sock: family_only(sock, family))
         if start_serving:
             await server.start_serving()
         return server
