@@ -162,7 +162,7 @@ python-install-test: library
 	$(BUILD)/venv-install/bin/python -m pip install -q --upgrade pip
 	SOCKETKIT_REQUIRE_SPEEDUPS=1 $(BUILD)/venv-install/bin/python -m pip install -q ./bindings/python
 	cd / && env -u LD_LIBRARY_PATH -u SOCKETKIT_LIBRARY $(BUILD)/venv-install/bin/python -c \
-		'import socketkit, socketkit._ffi as f; assert "site-packages" in f.lib._name, f.lib._name; assert socketkit.SPEEDUPS, "the C hot paths did not build"; print("python-install-test: socketkit", socketkit.LIBRARY_VERSION, "loads from", f.lib._name, "with its C hot paths")'
+		'import socketkit, socketkit.aio, socketkit._ffi as f, pathlib; assert "site-packages" in f.lib._name, f.lib._name; assert socketkit.SPEEDUPS, "the C hot paths did not build"; assert (pathlib.Path(socketkit.__file__).parent / "_speedups.pyi").exists(), "the type stubs are missing"; print("python-install-test: socketkit", socketkit.LIBRARY_VERSION, "loads from", f.lib._name, "with its C hot paths, socketkit.aio and its types")'
 
 # The hot paths' instruction budgets: the C API's TCP ping-pong and UDP echo and the Python
 # binding's TCP echo, counted under callgrind (deterministic, unlike wall time on a shared

@@ -103,6 +103,21 @@ def test_reads_with_and_without_arguments_through_a_host_queue(host_pair):
     pump(host, lambda: pair.recorder.count("read") == 4)
     assert isinstance(seen[0], memoryview) and bytes(seen[0]) == b"xyz" and buffer[4:7] == b"xyz"
     assert pair.recorder.events[-1] == ("read", b"xyz", 9)
+    # Positional arguments of the plain types (the extension's path, as socketkit.aio
+    # passes them), and of other types and values (the Python path, which checks them).
+    count = 4
+    for arguments, data in [((2,), b"gh"), ((2, -1), b"ij"), ((2, 30.0, 11), b"kl"), ((2, 30, -(1 << 63)), b"mn"),
+                            ((True,), b"o"), ((2, 2.5, 12), b"pq")]:
+        pair.socket.read(*arguments)
+        pair.peer.sendall(data)
+        count += 1
+        pump(host, lambda: pair.recorder.count("read") == count)
+        expected_tag = arguments[2] if len(arguments) == 3 else 0
+        assert pair.recorder.events[-1] == ("read", data, expected_tag), arguments
+    for arguments, error in [((-1,), socketkit.BadParamError), ((0, -1, 1 << 63), OverflowError),
+                             ((0, float("nan"), 0), socketkit.BadParamError), ((0, []), TypeError)]:
+        with pytest.raises(error):
+            pair.socket.read(*arguments)
 
 
 def test_closed_sockets_refuse_reads_and_writes_with_invalid_handle(raw_peer):
