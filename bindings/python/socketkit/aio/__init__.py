@@ -31,6 +31,12 @@ connection, CocoaAsyncSocket's rule). The reads are SocketKit's framing: the eng
 gathers a line or a length, and ``Socket.cancel_read`` / ``Socket.unread`` give back what
 a withdrawn read had gathered.
 
+Where the I/O runs: by default SocketKit's own loop threads do it and the callbacks reach
+the asyncio loop through :func:`queue`; ``loop_group=aio.loop_group()`` (on
+``open_connection``, ``start_server``, ...) has the asyncio loop run SocketKit's loop
+itself: one thread and no hand-over, which costs less per read (``bench/README.md`` has
+the figures); call :func:`detach` before closing such an asyncio loop.
+
 TLS: ``ssl=`` takes a :class:`~socketkit.TLSSettings`, an SSLContext made by
 :func:`ssl_context` (for libraries that insist on ``ssl.SSLContext``), or a client
 SSLContext whose settings can be read; the handshake is SocketKit's (OpenSSL inside the

@@ -14,7 +14,7 @@ from .._addresses import IPAddress
 from .._queues import CallbackQueue, LoopGroup
 from .._udp import UdpSocket
 from ..errors import ClosedError, Error
-from ._hosting import queue as host_queue
+from ._hosting import callback_queue, queue as host_queue
 
 Configure = Callable[[UdpSocket], None]
 _UNSET: Any = object()
@@ -190,7 +190,8 @@ async def create_datagram_endpoint(protocol_factory: Callable[[], asyncio.Datagr
         raise ValueError("socketkit.aio.create_datagram_endpoint does not adopt a socket")
     loop = asyncio.get_running_loop()
     delegate = _DatagramDelegate()
-    udp = UdpSocket(delegate, queue=host_queue(loop) if queue is _UNSET else queue, loop_group=loop_group)
+    udp = UdpSocket(delegate, queue=callback_queue(loop, loop_group) if queue is _UNSET else queue,
+                    loop_group=loop_group)
     try:
         _prepare(udp, family, reuse_port, reuse_address, allow_broadcast, configure)
         if local_addr is not None:

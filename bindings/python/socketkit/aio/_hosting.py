@@ -57,6 +57,16 @@ def loop_group(loop: Optional[asyncio.AbstractEventLoop] = None) -> LoopGroup:
     return group
 
 
+def callback_queue(loop: asyncio.AbstractEventLoop, group: Optional[LoopGroup]) -> Optional[HostQueue]:
+    """Where the callbacks of a socket on `group` reach `loop`: straight from SocketKit's
+    loop when it is the one `loop` runs itself (:func:`loop_group`: the same thread, so
+    nothing to hand over, and a call into the engine may deliver them before it returns),
+    else through the loop's :func:`queue`."""
+    if group is not None and _groups.get(loop) is group:
+        return None
+    return queue(loop)
+
+
 #: Iterations one wake-up runs before letting the asyncio loop's other callbacks go.
 _ITERATIONS_PER_WAKE_UP = 64
 _ROUNDS = range(_ITERATIONS_PER_WAKE_UP)  # made once, not on every wake-up

@@ -16,7 +16,7 @@ from .._tcp import KeepAlive, Socket
 from .._tls import TLSInfo, TLSSettings
 from ..errors import Error
 from ._connection import AVAILABLE, EXACTLY, UNTIL, Connection, TrustEvaluator, _Read, _DEFAULT_MAXIMUM_READ
-from ._hosting import queue as host_queue
+from ._hosting import callback_queue
 from ._server import Server, client_options, endpoints_for, family_only
 from ._tlsargs import SSLArgument, tls_settings
 
@@ -392,7 +392,7 @@ async def _connected(connection: Connection, start: Callable[[], None], settings
 def _new_connection(limit: int, loop_group: Optional[LoopGroup]) -> Connection:
     loop = asyncio.get_running_loop()
     connection = Connection(loop, limit)
-    connection.attach(Socket(connection, queue=host_queue(loop), loop_group=loop_group))
+    connection.attach(Socket(connection, queue=callback_queue(loop, loop_group), loop_group=loop_group))
     return connection
 
 
@@ -420,7 +420,8 @@ async def open_connection(host: Optional[str] = None, port: Optional[int] = None
         loop = asyncio.get_running_loop()
         adopted = Connection(loop, limit)
         descriptor = sock.detach()
-        await _connected(adopted, lambda: adopted.attach(Socket.from_fd(descriptor, adopted, queue=host_queue(loop),
+        await _connected(adopted, lambda: adopted.attach(Socket.from_fd(descriptor, adopted,
+                                                                        queue=callback_queue(loop, loop_group),
                                                                         loop_group=loop_group)),
                          settings, evaluate_trust)
         return _stream_pair(adopted, limit, ssl)
@@ -563,8 +564,8 @@ async def start_server(client_connected_cb: Callable[..., Any], host: Union[None
         settings.check()  # unusable settings fail here, not once per connection
     serving = _StreamServing(loop, client_connected_cb, limit, settings, ssl if ssl is not None else tls,
                              on_tls_error, evaluate_trust)
-    server = Server(loop, endpoints_for(host, port), serving.accept, loop_group=loop_group,
-                    configure=_listener_options(family, keep_alive))
+    server = Server(loop, endpoints_for(host, port), serving.accept, queue=callback_queue(loop, loop_group),
+                    use_host_queue=False, loop_group=loop_group, configure=_listener_options(family, keep_alive))
     serving.server = server
     if start_serving:
         await server.start_serving()
@@ -589,7 +590,8 @@ async def start_unix_server(client_connected_cb: Callable[..., Any], path: Union
         return await legacy_start_unix_server(client_connected_cb, os.fspath(path))
     settings = tls_settings(ssl, True, None, ssl_handshake_timeout)
     serving = _StreamServing(loop, client_connected_cb, limit, settings, ssl, None, None)
-    server = Server(loop, [os.fspath(path)], serving.accept, loop_group=loop_group)
+    server = Server(loop, [os.fspath(path)], serving.accept, queue=callback_queue(loop, loop_group),
+                    use_host_queue=False, loop_group=loop_group)
     serving.server = server
     if start_serving:
         await server.start_serving()
