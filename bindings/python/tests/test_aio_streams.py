@@ -262,6 +262,29 @@ def test_write_eof_half_closes_and_the_answer_still_arrives(certs):
     run(main())
 
 
+@pytest.mark.parametrize("hosting", HOSTINGS)
+def test_after_write_eof_the_peers_end_still_gives_a_pending_read_its_partial_bytes(certs, hosting):
+    """Both directions closed, ours first: the read waiting for more than came still gets
+    what came (IncompleteReadError with the partial bytes), as with asyncio's streams."""
+    async def main():
+        reader, writer, peer_reader, peer_writer, peer = await connected_pair(False, certs, hosting)
+        pending = asyncio.ensure_future(reader.readexactly(10))
+        await asyncio.sleep(0)
+        peer_writer.write(b"12345")
+        await peer_writer.drain()
+        writer.write_eof()
+        assert await peer_reader.read() == b""  # our end
+        peer_writer.close()
+        with pytest.raises(asyncio.IncompleteReadError) as caught:
+            await pending
+        assert caught.value.partial == b"12345"
+        assert reader.at_eof()
+        writer.close()
+        await peer.close()
+
+    run(main())
+
+
 def test_drain_waits_for_a_slow_reader_and_reports_a_reset(certs):
     async def main():
         reader, writer, peer_reader, peer_writer, peer = await connected_pair(False, certs)

@@ -295,6 +295,22 @@ class Connection:
             self.fetching_rest = False
             self.rest = bytearray()
 
+    def _read_rest(self, count: int) -> None:
+        """The read of the `count` bytes left after the end. Queued from a turn of the
+        asyncio loop of its own, not from the callback that asked: on SocketKit's loop
+        (queue None) a read queued by a callback of the end of the stream is not started
+        by the pump that made the callback (it has already seen the end), and nothing
+        else would start it."""
+        def read() -> None:
+            if self.ended:
+                return
+            try:
+                self.sock.read_to_length(count, -1, _REST)
+            except Error:
+                self._rest_arrived(b"")
+
+        self.loop.call_soon(read)
+
     def _rest_arrived(self, data: bytes) -> None:
         self.fetching_rest = False
         self.rest = bytearray(self.kept + data)
@@ -365,7 +381,7 @@ class Connection:
             return
         if tag == _PROBE:
             if unread_bytes:
-                sock.read_to_length(unread_bytes, -1, _REST)
+                self._read_rest(unread_bytes)
             else:
                 self._rest_arrived(b"")
             return
@@ -378,7 +394,7 @@ class Connection:
         elif request.ending:
             if unread_bytes:
                 self.fetching_rest = True
-                sock.read_to_length(unread_bytes, -1, _REST)
+                self._read_rest(unread_bytes)
             else:
                 self._rest_arrived(b"")
 
