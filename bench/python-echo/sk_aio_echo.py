@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """SocketKit echo servers written with socketkit.aio's coroutine APIs, for the benchmark
 harness: the Python rows beside sk_echo.py (delegates) and echo_asyncio.py --loop
 socketkit (asyncio protocols on SocketKit's event loop).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """asyncio's own code, unchanged, on SocketKit: socketkit.aio.run() (or install(), or
 asyncio.run(main(), loop_factory=aio.new_event_loop) from Python 3.12) gives asyncio an
 event loop whose TCP connections, servers and start_tls are SocketKit's. Libraries such as

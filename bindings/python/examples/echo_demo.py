@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """A line echo server and a client on SocketKit, in one asyncio program.
 
 socketkit.aio has asyncio's streams: the code is asyncio's, with the import changed. The

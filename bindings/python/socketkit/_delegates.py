@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The delegate methods SocketKit calls, as typing.Protocol classes: :class:`SocketDelegate`
 (TCP and Unix-domain sockets) and :class:`UdpSocketDelegate`.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Types of socketkit._speedups, the binding's optional C extension (_speedups.c,
 _speedups_dispatch.c): what mypy checks its callers against. _hotpaths defines the same
 methods in Python (SocketIOPython, UdpSocketIOPython) with the same signatures."""

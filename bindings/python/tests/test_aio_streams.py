@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """socketkit.aio's streams: asyncio's open_connection / start_server surface and semantics
 on SocketKit, against asyncio's own streams (and Python's ssl) as the peer, and the
 cancellation-safe reads: a read cancelled by asyncio.wait_for or a cancelled task loses no

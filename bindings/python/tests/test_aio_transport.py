@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The SocketKit event loop (socketkit.aio.EventLoop, install(), run()): asyncio's own code
 (its streams, its protocols, its start_tls) runs unchanged over SocketKit transports,
 against peers made with Python's socket and ssl modules."""

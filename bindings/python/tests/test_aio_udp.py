@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """UDP for asyncio: create_datagram_endpoint (asyncio's DatagramProtocol and transport on a
 SocketKit UdpSocket, options set before it binds) against asyncio's own endpoints and
 Python's socket module; AsyncUdpSocket's options, iteration and cancellation."""

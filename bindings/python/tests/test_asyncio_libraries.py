@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """A third-party asyncio library, unchanged, over SocketKit: aiohttp's client and server
 (HTTP and WebSocket) on socketkit.aio's event loop, in the clear and over TLS (SocketKit's
 TLS through aio.ssl_context, and the standard library's for a plain SSLContext), against

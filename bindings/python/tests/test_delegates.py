@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Delegates: typing.Protocol classes name every delegate method with its signature; a
 delegate deriving from one has only the methods it defines wired (the protocol's own stand
 for "absent"); and a method named like a delegate method that is not one (a misspelling,

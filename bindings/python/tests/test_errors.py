@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Errors as Python programmers expect them: every SocketKit error that carries an errno is
 an OSError, of the built-in subclass of its errno (FileNotFoundError, PermissionError,
 ConnectionRefusedError, ...), so the standard library's except clauses catch it; a host

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Static types: `mypy --strict` passes on the package, its examples and a file of
 well-typed uses, and reports exactly the deliberate misuses of tests/typing/misuse.py (a
 misspelt method, a str where bytes go, a delegate method with the wrong signature, ...),

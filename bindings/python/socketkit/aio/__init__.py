@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """asyncio on SocketKit.
 
 **Streams**, as asyncio's: code written for ``asyncio.open_connection`` and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The first awaitable API of socketkit.aio, kept: :class:`AsyncSocket` (SocketKit's reads,
 awaited) and the servers that hand it to a handler. Built on the same connection as the
 streams, so its reads are cancellation-safe too; the peer's end still ends the connection

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """One connection seen by coroutines: the private delegate that turns a Socket's callbacks
 into awaitable reads, flow control and the connection's end, shared by the streams
 (:class:`~socketkit.aio.StreamReader` / :class:`~socketkit.aio.StreamWriter`) and

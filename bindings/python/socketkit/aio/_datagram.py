@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """UDP for asyncio: :func:`create_datagram_endpoint` (asyncio's DatagramProtocol and
 DatagramTransport over a SocketKit UdpSocket) and :class:`AsyncUdpSocket` (awaitable
 sends and receives, ``async for`` over datagrams). Options are set before the socket binds:

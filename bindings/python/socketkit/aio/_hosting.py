@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Where SocketKit's events meet an asyncio loop: :func:`queue` (a callback queue the loop
 drains), :func:`loop_group` (a SocketKit loop the asyncio loop runs itself) and
 :func:`detach`. The rest of :mod:`socketkit.aio` is built on them."""

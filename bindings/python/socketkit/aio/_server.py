@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Listening sockets for asyncio: :class:`Server`, what :func:`socketkit.aio.start_server`
 and the SocketKit event loop's ``create_server`` return, with the surface of asyncio's
 ``Server`` (``sockets``, ``close``, ``wait_closed``, ``serve_forever``, ``async with``)."""

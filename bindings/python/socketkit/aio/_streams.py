@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """asyncio's streams on SocketKit: :func:`open_connection`, :func:`start_server` and
 their Unix-domain twins return and hand over :class:`StreamReader` / :class:`StreamWriter`
 objects with the surface and semantics of asyncio's, so asyncio code ports by changing an

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The ``ssl=`` argument of asyncio's calls, for SocketKit's TLS.
 
 asyncio takes an :class:`ssl.SSLContext`; SocketKit's TLS takes a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """asyncio's transports and protocols on SocketKit, and the event loop that makes an
 asyncio library use them unchanged.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Deliberate misuses of socketkit's API: `mypy --strict` must report each line marked
 ``# expect: CODE`` with that error code, and nothing else (tests/test_typing.py). Never
 run: it is only type-checked."""

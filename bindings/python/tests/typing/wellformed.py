@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Well-typed uses of socketkit's API: `mypy --strict` must find nothing here
 (tests/test_typing.py). Never run: it is only type-checked."""
 import asyncio
