@@ -153,9 +153,13 @@ $(VENV)/.ready: bindings/python/pyproject.toml bindings/python/setup.py | wheel-
 	$(VENV_PY) -m pip install -q -e bindings/python
 	@touch $@
 
-$(VENV)/.test-ready: $(VENV)/.ready
-	@echo "python-test: installing from PyPI into $(VENV): pytest, pytest-timeout"
-	$(VENV_PY) -m pip install -q pytest pytest-timeout
+# The test tools, from PyPI, at the pinned versions of bindings/python/requirements-test.txt
+# (pytest, pytest-timeout, aiohttp: run over SocketKit by tests/test_asyncio_libraries.py)
+# and requirements-typing.txt (mypy: tests/test_typing.py).
+PY_REQUIREMENTS := bindings/python/requirements-test.txt bindings/python/requirements-typing.txt
+$(VENV)/.test-ready: $(VENV)/.ready $(PY_REQUIREMENTS)
+	@echo "python-test: installing from PyPI into $(VENV): pytest, pytest-timeout, aiohttp, mypy ($(PY_REQUIREMENTS))"
+	$(VENV_PY) -m pip install -q $(addprefix -r ,$(PY_REQUIREMENTS))
 	@touch $@
 
 $(SPEEDUPS): $(wildcard bindings/python/socketkit/_speedups*.[ch]) include/socketkit.h $(VENV)/.ready
@@ -217,9 +221,10 @@ c-test: c-prefix test-tools
 cmake-test: c-prefix test-tools
 	Tests/cmake/run.sh $(C_PREFIX) $(BUILD)/cmake-test
 
-# Twice: with the C hot paths (which must have loaded), then with ctypes only.
+# Twice: with the C hot paths (which must have loaded), then with ctypes only. The static
+# checks (mypy) run in both: SOCKETKIT_REQUIRE_MYPY makes a missing mypy a failure.
 python-test: programs test-tools $(VENV)/.test-ready $(SPEEDUPS)
-	cd bindings/python && SOCKETKIT_EXPECT_SPEEDUPS=1 $(VENV_PY) -m pytest -q -p no:cacheprovider tests
+	cd bindings/python && SOCKETKIT_EXPECT_SPEEDUPS=1 SOCKETKIT_REQUIRE_MYPY=1 $(VENV_PY) -m pytest -q -p no:cacheprovider tests
 	cd bindings/python && SOCKETKIT_NO_SPEEDUPS=1 $(VENV_PY) -m pytest -q -p no:cacheprovider tests
 
 # The same suite on every other CPython from 3.9 to 3.13 that is installed (pyenv keeps
@@ -236,7 +241,7 @@ python-install-test: library wheel-tools
 	$(BUILD)/venv-install/bin/python -m pip install -q --upgrade pip
 	SOCKETKIT_REQUIRE_SPEEDUPS=1 $(BUILD)/venv-install/bin/python -m pip install -q ./bindings/python
 	cd / && env -u LD_LIBRARY_PATH -u SOCKETKIT_LIBRARY $(BUILD)/venv-install/bin/python -c \
-		'import socketkit, socketkit._ffi as f; assert "site-packages" in f.lib._name, f.lib._name; assert socketkit.SPEEDUPS, "the C hot paths did not build"; print("python-install-test: socketkit", socketkit.LIBRARY_VERSION, "loads from", f.lib._name, "with its C hot paths")'
+		'import socketkit, socketkit.aio, socketkit._ffi as f, pathlib; assert "site-packages" in f.lib._name, f.lib._name; assert socketkit.SPEEDUPS, "the C hot paths did not build"; assert (pathlib.Path(socketkit.__file__).parent / "_speedups.pyi").exists(), "the type stubs are missing"; print("python-install-test: socketkit", socketkit.LIBRARY_VERSION, "loads from", f.lib._name, "with its C hot paths, socketkit.aio and its types")'
 
 # The distributions of `make python`, as a user gets them: the manylinux wheel in a new
 # virtualenv, and the sdist built (libsocketkit from its Swift sources, away from this

@@ -15,7 +15,9 @@ table from it and compares every hand-written copy against it:
 - C: the header's sk_error_code_t, sk_event_kind_t (and the fields each kind's comment
   names), sk_event_t and the two delegate structs.
 - Python, at run time (`import socketkit`; the module is not read as text): the error
-  classes, their codes and the code constants of socketkit.errors; the EVENT_* constants
+  classes, their codes and the code constants of socketkit.errors; the class each errno
+  chooses (errors.ERRNO_CLASSES) and the built-in bases of every class, against the
+  tables "Python errno classes" and "Python built-in bases"; the EVENT_* constants
   and the Event record of socketkit._ffi; the delegate-method-to-member maps.
 - The C extension, every file of it (bindings/python/socketkit/_speedups*.c and .h): the
   SK_EVENT_* and SK_ERR_* constants it uses exist.
@@ -77,8 +79,8 @@ def read_tables(path=TABLE):
     return tables
 
 
-def load_table():
-    tables = read_tables()
+def load_table(tables=None):
+    tables = tables if tables is not None else read_tables()
     errors, events = tables.get("Errors"), tables.get("Events")
     if not errors or not events:
         raise SystemExit(f"{TABLE}: needs an '## Errors' and an '## Events' table")
@@ -277,6 +279,7 @@ def check_python(errors, events, header_event_fields, report):
             report.fail(f"socketkit.{cls.__name__}.code is {cls.code}, the table says {row['code']}")
     report.same("socketkit.errors.error_from_code classes",
                 {row["code"]: row["Python"] for row in errors if row["code"] != 0}, raised)
+    check_python_classes(socketkit, errors_module, report)
     codes = {row["code"] for row in errors}
     for name, value in vars(socketkit).items():
         if isinstance(value, type) and issubclass(value, socketkit.Error) and value.code not in codes:
@@ -306,6 +309,41 @@ def check_python(errors, events, header_event_fields, report):
     else:
         report.same("socketkit delegate methods", {row["Python"]: (row["Socket"], row["C member"]) for row in events},
                     methods)
+
+
+def builtin_bases(cls, package_module):
+    """The most specific exception classes from outside SocketKit that `cls` derives from
+    (built-ins by name, others as module.name), sorted."""
+    foreign = [base for base in cls.__mro__
+               if base.__module__ != package_module and base not in (object, BaseException, Exception)]
+    minimal = [base for base in foreign if not any(other is not base and issubclass(other, base) for other in foreign)]
+    return ", ".join(sorted(base.__name__ if base.__module__ == "builtins" else f"{base.__module__}.{base.__name__}"
+                            for base in minimal)) or NONE
+
+
+def check_python_classes(socketkit, errors_module, report):
+    import errno
+    tables = read_tables()
+    by_errno = tables.get("Python errno classes")
+    bases = tables.get("Python built-in bases")
+    if not by_errno or not bases:
+        report.fail(f"{TABLE}: needs the tables '## Python errno classes' and '## Python built-in bases'")
+        return
+    mapping = getattr(errors_module, "ERRNO_CLASSES", {})
+    report.same("socketkit.errors.ERRNO_CLASSES", {row["errno"]: row["Python"] for row in by_errno},
+                {errno.errorcode.get(number, str(number)): cls.__name__ for number, cls in mapping.items()})
+    for row in by_errno:
+        number = getattr(errno, row["errno"], None)
+        if number is None:
+            report.fail(f"{TABLE}:{row['line']}: {row['errno']} is not an errno on this system")
+            continue
+        raised = type(errors_module.error_from_code(errors_module.SYSTEM, number, "message")).__name__
+        if raised != row["Python"]:
+            report.fail(f"socketkit: SK_ERR_SYSTEM with {row['errno']} raises {raised}, the table says {row['Python']}")
+    classes = {name: value for name, value in vars(socketkit).items()
+               if isinstance(value, type) and issubclass(value, socketkit.Error)}
+    report.same("socketkit exception classes' built-in bases", {row["Python"]: row["Built-in bases"] for row in bases},
+                {name: builtin_bases(cls, errors_module.__name__) for name, cls in classes.items()})
 
 
 def delegate_modules(package):

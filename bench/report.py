@@ -16,10 +16,14 @@ from summarize import HEADLINE, num, parse
 
 REFERENCE = "c-epoll"
 PEERS = ["c-epoll", "libuv", "nio", "asyncio", "uvloop"]
-OURS = ["sk-c", "sk-swift", "sk-py"]
+OURS = ["sk-c", "sk-swift", "sk-py", "sk-py-aio", "sk-py-streams", "sk-py-streams-threads", "sk-py-loop"]
 LABELS = {
     "c-epoll": "C epoll", "libuv": "libuv", "nio": "SwiftNIO", "asyncio": "asyncio", "uvloop": "uvloop",
     "sk-c": "**SocketKit C**", "sk-swift": "**SocketKit Swift**", "sk-py": "**SocketKit Python**",
+    "sk-py-aio": "**SocketKit Python, aio.AsyncSocket**",
+    "sk-py-streams": "**SocketKit Python, aio streams (loop run by asyncio)**",
+    "sk-py-streams-threads": "**SocketKit Python, aio streams (SocketKit's threads)**",
+    "sk-py-loop": "**SocketKit Python, asyncio on aio.EventLoop**",
 }
 SCENARIO_TEXT = {
     "pp1": "64 B ping-pong, 1 connection",
@@ -316,6 +320,12 @@ def main():
     target("Python, TLS stream: CPU per MB ≤ 1.0x asyncio", "sk-py", "asyncio", "tls-stream1m", "cost", 1.0)
     target("C API, TLS connect: CPU per handshake ≤ 1.0x C epoll + OpenSSL",
            "sk-c", REFERENCE, "tls-connect", "cost", 1.0)
+    # Issue 30: the streams API and the event loop cost no more than the aio API they follow.
+    for server in ("sk-py-streams", "sk-py-loop"):
+        target(f"{LABELS[server]}, 64 B ping-pong, 64 connections: CPU per round trip ≤ 1.2x aio.AsyncSocket",
+               server, "sk-py-aio", "pp64", "cost", 1.2)
+        target(f"{LABELS[server]}, TLS stream: CPU per MB ≤ 1.0x uvloop", server, "uvloop", "tls-stream1m", "cost",
+               1.0)
     w("")
     w("## 7. Noise: (max − min) / median of the throughput over the repetitions")
     w("")

@@ -50,6 +50,19 @@ import Testing
         #expect(pair.recorder.events.filter { $0 == .closedReadStream }.count == 1)
     }
 
+    @Test func withoutAutoDisconnectASendFailingAfterTheReportedHalfCloseEndsTheIdleSession() throws {
+        let pair = try ReadTests.RawPair { $0.autoDisconnectOnClosedReadStream = false }
+        pair.peer.shutdownWrite()
+        #expect(pair.recorder.wait { $0.contains(.closedReadStream) })
+        pair.peer.reset()
+        // No read is queued, and the end was reported already: the failed send ends the
+        // session with its error (the writes would otherwise stay queued for good).
+        try pair.socket.write(bytes("to a peer that is gone"))
+        let error = try #require(pair.recorder.waitForDisconnect())
+        #expect(error?.code == .system)
+        #expect(error?.osError == ECONNRESET || error?.osError == EPIPE)
+    }
+
     @Test func bytesThatArrivedBeforeAnOrderlyCloseAreReadBeforeItIsReported() throws {
         let pair = try ReadTests.RawPair()
         try pair.peer.send("last words")

@@ -94,7 +94,7 @@ async def main():
     if options.udp_port is not None:
         # Bound before the TCP listener, so a client that sees "listening" finds both.
         udp = socketkit.UdpSocket(echo, queue=None, loop_group=group)
-        udp.bind_to_port(options.udp_port, options.host)
+        udp.bind_to_interface(options.host, options.udp_port)
         udp.begin_receiving()
     listener = socketkit.Socket(echo, queue=None, loop_group=group)
     listener.no_delay = True  # inherited by accepted connections (every bench server sets TCP_NODELAY)

@@ -26,12 +26,14 @@ for version in 3.9 3.10 3.11 3.12 3.13; do
         continue
     fi
     venv=$top/.build/venv-$version
-    if [ ! -f "$venv/.ready" ]; then
+    # Made again when requirements-test.txt changed (its copy is the stamp).
+    if ! cmp -s "$top/bindings/python/requirements-test.txt" "$venv/.ready"; then
         rm -rf "$venv"
         "$interpreter" -m venv "$venv"
         "$venv/bin/python" -m pip install -q --upgrade pip
-        "$venv/bin/python" -m pip install -q --upgrade pytest pytest-timeout setuptools wheel
-        touch "$venv/.ready"
+        "$venv/bin/python" -m pip install -q --upgrade setuptools wheel
+        "$venv/bin/python" -m pip install -q -r "$top/bindings/python/requirements-test.txt"
+        cp "$top/bindings/python/requirements-test.txt" "$venv/.ready"
     fi
     # Editable, as the default virtualenv: the package of this checkout, its C extension
     # built in place for this interpreter (the file name carries the version), the library

@@ -99,6 +99,14 @@ extension TCPSocketCore {
             reportEndOfStreamIfNothingUnread()
             guard phase == .connected else { return }
         }
+        // Idle after a half-close was reported (autoDisconnectOnClosedReadStream off), when a
+        // send then fails (the peer went on to close or reset): nothing unread is left to
+        // wait for, and nothing else would end the session, whose writes would stay queued.
+        if currentRead == nil && !hasQueuedReads && phase == .connected && readStreamClosedReported
+            && prebuffer.isEmpty, let failure = sendFailure {
+            closeSession(failure)
+            return
+        }
         closeIfDisconnectAfterIsDue()
     }
 

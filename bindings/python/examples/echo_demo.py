@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: MIT
 """A line echo server and a client on SocketKit, in one asyncio program.
 
-Delegate methods run on the asyncio loop (socketkit.aio); the client uses the awaitable
-helpers, the server a coroutine per connection. The server awaits each write before it reads
-the next line: a client that does not read its echo stops being read from (backpressure),
-instead of making the server queue without bound.
+socketkit.aio has asyncio's streams: the code is asyncio's, with the import changed. The
+server awaits drain() after each line, so a client that does not read its echo stops being
+read from (backpressure) instead of making the server queue without bound. The client
+waits a bounded time for a line with asyncio.wait_for: a read cancelled that way loses no
+byte, and the connection stays.
 
     python echo_demo.py
 """
@@ -14,23 +15,28 @@ import socketkit
 from socketkit import aio
 
 
-async def echo(connection: aio.AsyncSocket) -> None:
-    while True:
-        try:
-            line = await connection.read_to_data(socketkit.LF, max_length=65536)
-        except socketkit.ClosedError:
-            return
-        await connection.write(line)
+async def echo(reader: aio.StreamReader, writer: aio.StreamWriter) -> None:
+    async for line in reader:
+        writer.write(line)
+        await writer.drain()
+    writer.close()
 
 
 async def main() -> None:
     async with await aio.start_server(echo, "127.0.0.1", 0) as server:
         print(f"Python echo server on port {server.port} (socketkit {socketkit.LIBRARY_VERSION})")
-        client = await aio.AsyncSocket.connect("127.0.0.1", server.port, timeout=5)
-        for line in (b"hello from Python\n", b"over SocketKit\n"):
-            await client.write(line)
-            print("echoed:", (await client.read_to_data(socketkit.LF, timeout=5)).decode().rstrip())
-        await client.close()
+        reader, writer = await aio.open_connection("127.0.0.1", server.port)
+        writer.write(b"hello from Python\n")
+        print("echoed:", (await reader.readline()).decode().rstrip())
+        writer.write(b"over SocketKit, ")
+        try:
+            await asyncio.wait_for(reader.readline(), 0.1)  # half a line: times out
+        except asyncio.TimeoutError:
+            pass
+        writer.write(b"with nothing lost\n")
+        print("echoed:", (await reader.readline()).decode().rstrip())
+        writer.close()
+        await writer.wait_closed()
     aio.detach()
     print("python demo: ok")
 

@@ -4,25 +4,26 @@
     python echo_server.py [PORT]
 
 Listens on 127.0.0.1 (PORT, default 0: the kernel picks one), prints "listening on PORT",
-and echoes every line each client sends, one coroutine per connection; each write is
-awaited before the next read, so a client that stops reading its echoes stops being read
-from (backpressure). Stops on SIGINT or SIGTERM.
+and echoes every line each client sends, one coroutine per connection with asyncio's
+reader and writer (socketkit.aio's streams); drain() is awaited after each write, so a
+client that stops reading its echoes stops being read from (backpressure). Stops on SIGINT
+or SIGTERM.
 """
 import asyncio
 import signal
 import sys
 
-import socketkit
 from socketkit import aio
 
 
-async def echo(connection: aio.AsyncSocket) -> None:
+async def echo(reader: aio.StreamReader, writer: aio.StreamWriter) -> None:
     try:
-        while True:
-            line = await connection.read_to_data(socketkit.LF, max_length=65536)
-            await connection.write(line)
-    except socketkit.ClosedError:
-        pass  # the client went away
+        async for line in reader:
+            writer.write(line)
+            await writer.drain()
+    except (ValueError, ConnectionError):
+        pass  # a line over the limit (64 KiB), or the client went away
+    writer.close()
 
 
 async def main(port: int) -> None:

@@ -9,29 +9,31 @@ input and waits for the replies with a threading.Condition.
 """
 import sys
 import threading
+from typing import Optional
 
 import socketkit
 
 
-class LineClient:
-    """The delegate: counts the replies still owed, and how the connection ended."""
+class LineClient(socketkit.SocketDelegate):
+    """The delegate (its methods checked against socketkit.SocketDelegate's): counts the
+    replies still owed, and how the connection ended."""
 
     def __init__(self) -> None:
         self.changed = threading.Condition()
         self.owed = 0
         self.ended = False
-        self.error = None
+        self.error: Optional[socketkit.Error] = None
 
     def socket_did_connect(self, sock: socketkit.Socket, host: str, port: int) -> None:
         print(f"connected to {host} port {port}", file=sys.stderr)
 
-    def socket_did_read(self, sock: socketkit.Socket, data: bytes, tag: int) -> None:
-        print(data.decode("utf-8", "replace").rstrip("\n"), flush=True)
+    def socket_did_read(self, sock: socketkit.Socket, data: socketkit.ReadData, tag: int) -> None:
+        print(bytes(data).decode("utf-8", "replace").rstrip("\n"), flush=True)
         with self.changed:
             self.owed -= 1
             self.changed.notify_all()
 
-    def socket_did_disconnect(self, sock: socketkit.Socket, error) -> None:
+    def socket_did_disconnect(self, sock: socketkit.Socket, error: Optional[socketkit.Error]) -> None:
         with self.changed:
             self.ended, self.error = True, error
             self.changed.notify_all()

@@ -12,25 +12,27 @@ INTERFACE as NAME" once it listens; ends at the end of its input, once its lines
 """
 import sys
 import threading
+from typing import Any, Optional
 
 import socketkit
 
 
-class Chat:
+class Chat(socketkit.UdpSocketDelegate):
     """The delegate: prints what the others say, and tells when the socket has closed."""
 
     def __init__(self, name: str) -> None:
         self.own = f"{name}:".encode()
         self.closed = threading.Event()
 
-    def udp_socket_did_receive(self, sock, data: bytes, address, context) -> None:
+    def udp_socket_did_receive(self, sock: socketkit.UdpSocket, data: bytes, address: Optional[socketkit.IPAddress],
+                               context: Any) -> None:
         if not data.startswith(self.own):
             print(data.decode("utf-8", "replace"), flush=True)
 
-    def udp_socket_did_not_send(self, sock, tag: int, error) -> None:
+    def udp_socket_did_not_send(self, sock: socketkit.UdpSocket, tag: int, error: Optional[socketkit.Error]) -> None:
         print(f"line {tag} not sent: {error}", file=sys.stderr)
 
-    def udp_socket_did_close(self, sock, error) -> None:
+    def udp_socket_did_close(self, sock: socketkit.UdpSocket, error: Optional[socketkit.Error]) -> None:
         self.closed.set()
 
 
@@ -61,5 +63,5 @@ def main(name: str, port: int = 4242, group: str = "239.255.42.42", interface: s
 if __name__ == "__main__":
     if not 2 <= len(sys.argv) <= 5:
         sys.exit(f"usage: {sys.argv[0]} NAME [PORT [GROUP [INTERFACE]]]")
-    arguments = sys.argv[1:]
-    sys.exit(main(arguments[0], *([int(arguments[1])] if len(arguments) > 1 else []), *arguments[2:]))
+    name, rest = sys.argv[1], sys.argv[2:]
+    sys.exit(main(name, int(rest[0]) if rest else 4242, *rest[1:3]))

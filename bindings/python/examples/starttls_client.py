@@ -53,6 +53,7 @@ async def main(host: str, port: int, ca_file: str, peer_name: str) -> int:
         await command
         assert (await ready)[0].startswith("220"), "STARTTLS refused"
         info = await secured
+        assert info is not None, "the connection ended right after its handshake"
         print(f"-- TLS: {info.protocol_version}, {info.cipher}, the certificate of {peer_name} verified")
         await say(sock, "EHLO client.example")
         assert (await reply(sock))[0].startswith("250")

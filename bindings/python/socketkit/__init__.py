@@ -34,7 +34,7 @@ UDP works the same way, with datagrams and ("ip", port) addresses::
             sock.send_to_address(data, address)
 
     server = socketkit.UdpSocket(Echo())
-    server.bind_to_port(9999, "127.0.0.1")
+    server.bind_to_interface("127.0.0.1", 9999)
     server.begin_receiving()
 
 TLS is started on a connected (or connecting) socket, GCDAsyncSocket's ``startTLS``: it is
@@ -67,7 +67,8 @@ raises BadParamError. On expiry ``socket_should_timeout_read`` / ``_write`` may 
 extension: positive (``math.inf``: for good) re-arms the timer, anything else ends the
 connection with ReadTimeoutError / WriteTimeoutError.
 """
-from ._addresses import lookup_host
+from ._addresses import Address, IPAddress, lookup_host
+from ._delegates import ReadData, SocketDelegate, UdpSocketDelegate
 from ._handles import Descriptors
 from ._log import disable_logging, enable_logging
 from ._native import SPEEDUPS
@@ -77,6 +78,8 @@ from ._udp import AddressPreference, UdpSocket
 from ._ffi import lib as _lib
 from ._tls import Certificate, TLSInfo, TLSRole, TLSSettings, TLSTrust, TLSVerification, TLSVersion
 from .errors import (
+    AddressInUseError,
+    AddressNotAvailableError,
     BadConfigError,
     BadParamError,
     CertificateExpiredError,
@@ -84,16 +87,24 @@ from .errors import (
     CertificateNotYetValidError,
     CertificateVerificationError,
     ClientCertificateRequiredError,
+    BrokenPipeError,
     ClosedError,
+    ConnectionAbortedError,
     ConnectionRefusedError,
     ConnectionResetError,
+    ConnectionTimedOutError,
     ConnectTimeoutError,
     Error,
+    FileExistsError,
+    FileNotFoundError,
     HandshakeTimeoutError,
     HostnameMismatchError,
     InvalidHandleError,
+    IsADirectoryError,
+    NotADirectoryError,
     OtherError,
     PeerRejectedError,
+    PermissionError,
     ProtocolVersionError,
     ReadMaxedOutError,
     ReadTimeoutError,
@@ -110,6 +121,7 @@ from .errors import (
     TruncatedTLSError,
     UnknownIssuerError,
     WriteQueueFullError,
+    WouldDeadlockError,
     WriteTimeoutError,
 )
 
@@ -120,16 +132,18 @@ from ._version import __version__
 LIBRARY_VERSION: str = _lib.sk_version().decode()
 
 __all__ = [
-    "AddressPreference", "BadConfigError", "BadParamError", "CR", "CRLF", "CallbackQueue", "Certificate",
-    "CertificateExpiredError", "CertificateInvalidError", "CertificateNotYetValidError",
-    "CertificateVerificationError", "ClientCertificateRequiredError", "ClosedError", "ConnectTimeoutError",
-    "ConnectionRefusedError", "ConnectionResetError", "Descriptors", "Error", "HandshakeTimeoutError",
-    "HostQueue", "HostnameMismatchError", "InvalidHandleError", "KeepAlive", "LF", "LIBRARY_VERSION", "LoopGroup",
-    "OtherError", "PeerRejectedError", "Progress", "ProtocolVersionError", "ReadMaxedOutError", "ReadTimeoutError",
-    "ResolutionError", "SPEEDUPS", "SelfSignedCertificateError", "SendTimeoutError", "SerialQueue", "Socket",
-    "SystemCallError",
-    "TLSError", "TLSFailedError", "TLSInfo", "TLSPeerClosedError", "TLSRole", "TLSSettings", "TLSSettingsError",
-    "TLSTrust", "TLSVerification", "TLSVersion", "TimeoutError", "TruncatedError", "TruncatedTLSError",
-    "UdpSocket", "UnknownIssuerError", "WriteQueueFullError", "WriteTimeoutError", "ZERO", "default_queue",
+    "Address", "AddressInUseError", "AddressNotAvailableError", "AddressPreference", "BadConfigError", "BadParamError",
+    "BrokenPipeError", "CR", "CRLF", "CallbackQueue", "Certificate", "CertificateExpiredError",
+    "CertificateInvalidError", "CertificateNotYetValidError", "CertificateVerificationError",
+    "ClientCertificateRequiredError", "ClosedError", "ConnectTimeoutError", "ConnectionAbortedError",
+    "ConnectionRefusedError", "ConnectionResetError", "ConnectionTimedOutError", "Descriptors", "Error",
+    "FileExistsError", "FileNotFoundError", "HandshakeTimeoutError", "HostQueue", "HostnameMismatchError", "IPAddress",
+    "InvalidHandleError", "IsADirectoryError", "KeepAlive", "LF", "LIBRARY_VERSION", "LoopGroup", "NotADirectoryError",
+    "OtherError", "PeerRejectedError", "PermissionError", "Progress", "ProtocolVersionError", "ReadData",
+    "ReadMaxedOutError", "ReadTimeoutError", "ResolutionError", "SPEEDUPS", "SelfSignedCertificateError",
+    "SendTimeoutError", "SerialQueue", "Socket", "SocketDelegate", "SystemCallError", "TLSError", "TLSFailedError",
+    "TLSInfo", "TLSPeerClosedError", "TLSRole", "TLSSettings", "TLSSettingsError", "TLSTrust", "TLSVerification",
+    "TLSVersion", "TimeoutError", "TruncatedError", "TruncatedTLSError", "UdpSocket", "UdpSocketDelegate",
+    "UnknownIssuerError", "WouldDeadlockError", "WriteQueueFullError", "WriteTimeoutError", "ZERO", "default_queue",
     "disable_logging", "enable_logging", "lookup_host",
 ]

@@ -5,6 +5,7 @@ sockaddrs, and name resolution (:func:`lookup_host`)."""
 from __future__ import annotations
 
 import ctypes
+import os
 import socket as _stdlib_socket
 import struct
 from ctypes import byref, c_uint16
@@ -36,7 +37,7 @@ def interface(name: Optional[str]) -> Optional[bytes]:
     return _ffi.c_string(name or None, "the interface")
 
 
-def unix_path(path: Any) -> bytes:
+def unix_path(path: "Union[str, bytes, os.PathLike[str], os.PathLike[bytes]]") -> bytes:
     return _ffi.c_string(path, "the Unix socket path", path=True)
 
 

@@ -21,6 +21,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 from . import _ffi
 from ._addresses import IPAddress, address_from_sockaddr, ip_address_at, record_address
+from ._delegates import check_method_names, implements
 from ._ffi import lib
 from ._handles import adopting, live
 from ._native import speedups
@@ -170,19 +171,19 @@ def _passing(prototype: Any, method: str, error_last: bool = False) -> Any:
 
 
 def _asking_timeout(method: str) -> Any:
-    @_ffi.SHOULD_TIMEOUT
-    def trampoline(handle, tag, elapsed, done, userdata):
+    def trampoline(handle: int, tag: int, elapsed: float, done: int, userdata: Optional[int]) -> float:
         return on_timeout(handle, method, tag, elapsed, done)
-    return trampoline
+    return _ffi.SHOULD_TIMEOUT(trampoline)
 
 
-@_ffi.DID_ACCEPT
-def _did_accept(listener_handle, new_handle, userdata):
+def _did_accept_py(listener_handle: int, new_handle: int, userdata: Optional[int]) -> None:
     on_accept(listener_handle, new_handle)
 
 
-@_ffi.NEW_SOCKET_LOOP_FOR_CONNECTION
-def _new_socket_loop(listener_handle, address, length, userdata):
+_did_accept = _ffi.DID_ACCEPT(_did_accept_py)
+
+
+def _new_socket_loop_py(listener_handle: int, address: int, length: int, userdata: Optional[int]) -> int:
     listener = socket_for(listener_handle)
     if listener is None:
         return -1
@@ -191,31 +192,43 @@ def _new_socket_loop(listener_handle, address, length, userdata):
     return index if isinstance(index, int) else -1
 
 
-@_ffi.DID_CONNECT
-def _did_connect(handle, host, port, userdata):
+_new_socket_loop = _ffi.NEW_SOCKET_LOOP_FOR_CONNECTION(_new_socket_loop_py)
+
+
+def _did_connect_py(handle: int, host: bytes, port: int, userdata: Optional[int]) -> None:
     on_connect(handle, host, port, userdata)
 
 
-def _did_read_py(handle, data, length, tag, userdata):
+_did_connect = _ffi.DID_CONNECT(_did_connect_py)
+
+
+def _did_read_py(handle: int, data: int, length: int, tag: int, userdata: Optional[int]) -> None:
     on_read(handle, data, length, tag)
 
 
-@_ffi.DID_DISCONNECT
-def _did_disconnect(handle, error, userdata):
+def _did_disconnect_py(handle: int, error: Any, userdata: Optional[int]) -> None:
     on_disconnect(handle, error_from_c(error), userdata)
 
 
-@_ffi.DID_RECEIVE_TRUST
-def _did_receive_trust(handle, trust, userdata):
-    on_trust(handle, ctypes.cast(trust, c_void_p).value)
+_did_disconnect = _ffi.DID_DISCONNECT(_did_disconnect_py)
 
 
-@_ffi.UDP_DID_CONNECT
-def _udp_did_connect(handle, address, length, userdata):
+def _did_receive_trust_py(handle: int, trust: Any, userdata: Optional[int]) -> None:
+    on_trust(handle, ctypes.cast(trust, c_void_p).value or 0)
+
+
+_did_receive_trust = _ffi.DID_RECEIVE_TRUST(_did_receive_trust_py)
+
+
+def _udp_did_connect_py(handle: int, address: int, length: int, userdata: Optional[int]) -> None:
     on_simple(handle, "udp_socket_did_connect", ip_address_at(address, length))
 
 
-def udp_did_receive_py(handle, data, length, address, address_length, context, userdata):
+_udp_did_connect = _ffi.UDP_DID_CONNECT(_udp_did_connect_py)
+
+
+def udp_did_receive_py(handle: int, data: int, length: int, address: int, address_length: int,
+                       context: Optional[int], userdata: Optional[int]) -> None:
     """The did_receive member through ctypes (the C extension's calls it for a datagram
     with a receive filter's context)."""
     on_udp_receive(handle, ctypes.string_at(data, length) if length else b"",
@@ -264,12 +277,16 @@ _SOCKET_DELEGATE_SIZE = ctypes.sizeof(_ffi.SocketDelegate)
 _UDP_SOCKET_DELEGATE_SIZE = ctypes.sizeof(_ffi.UdpSocketDelegate)
 
 
+_SOCKET_METHODS = frozenset(_SOCKET_MEMBERS)
+_UDP_SOCKET_METHODS = frozenset(_UDP_SOCKET_MEMBERS)
+
+
 def _wired(struct_type: Any, members: Dict[str, Tuple[str, Any]], delegate: Any, always: Sequence[str]) -> Any:
-    """A C delegate struct with the members of the methods `delegate` has (SocketKit then
-    does not call into Python for events nobody listens to), and those in `always`."""
+    """A C delegate struct with the members of the methods `delegate` defines (SocketKit
+    then does not call into Python for events nobody listens to), and those in `always`."""
     struct_ = struct_type()
     for method, (member, trampoline) in members.items():
-        if member in always or getattr(delegate, method, None) is not None:
+        if member in always or implements(delegate, method):
             setattr(struct_, member, trampoline)
     return struct_
 
@@ -282,6 +299,7 @@ def socket_delegate_struct(delegate: Any) -> Tuple[Any, int]:
     raise BadConfigError as in C and Swift (a struct of our own would count as one)."""
     if delegate is None:
         return None, _SOCKET_DELEGATE_SIZE
+    check_method_names(delegate, "socket_", _SOCKET_METHODS, "Socket")
     return byref(_wired(_ffi.SocketDelegate, _SOCKET_MEMBERS, delegate, ("did_read", "did_disconnect"))), \
         _SOCKET_DELEGATE_SIZE
 
@@ -290,6 +308,7 @@ def udp_delegate_struct(delegate: Any) -> Tuple[Any, int]:
     """(pointer, size) of the sk_udp_socket_delegate_t for a Python delegate (None too:
     nothing a UDP socket does needs one). did_receive is always wired: it hands back, and
     so frees, the receive filter's contexts."""
+    check_method_names(delegate, "udp_socket_", _UDP_SOCKET_METHODS, "UdpSocket")
     return byref(_wired(_ffi.UdpSocketDelegate, _UDP_SOCKET_MEMBERS, delegate, ("did_receive",))), \
         _UDP_SOCKET_DELEGATE_SIZE
 

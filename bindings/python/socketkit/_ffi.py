@@ -26,7 +26,7 @@ from ctypes import (
 )
 import os
 import struct
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Union, overload
 
 from ._loader import load_library
 from ._version import VERSION_NUMBER
@@ -469,6 +469,24 @@ PROTOTYPES = {
     "sk_address_is_ipv4": (c_int, [c_void_p, c_uint32]),
     "sk_address_is_ipv6": (c_int, [c_void_p, c_uint32]),
 }
+
+
+def created(handle: c_void_p) -> int:
+    """The handle a successful sk_*_create wrote: never NULL (a NULL one would be a bug in
+    the library, not an error to handle)."""
+    value = handle.value
+    if value is None:  # pragma: no cover
+        raise RuntimeError("SocketKit reported success and gave a NULL handle")
+    return value
+
+
+@overload
+def c_string(value: None, what: str, *, path: bool = False, error: Optional[type] = None) -> None: ...
+@overload
+def c_string(value: Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"], what: str, *, path: bool = False,
+             error: Optional[type] = None) -> bytes: ...
+@overload
+def c_string(value: Any, what: str, *, path: bool = False, error: Optional[type] = None) -> Optional[bytes]: ...
 
 
 def c_string(value: Any, what: str, *, path: bool = False, error: Optional[type] = None) -> Optional[bytes]:

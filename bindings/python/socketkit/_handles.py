@@ -9,13 +9,12 @@ from __future__ import annotations
 import ctypes
 import threading
 import weakref
-from _weakref import _remove_dead_weakref  # type: ignore[import]
+from _weakref import _remove_dead_weakref  # type: ignore[attr-defined]
 from ctypes import byref, c_uint16, c_uint32, c_void_p
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Tuple, TypeVar, Union, overload
 
 from . import _ffi
-from ._addresses import address_from_sockaddr
 from ._native import SPEEDUPS, HandleSlots
 from ._status import raise_for, report_unraisable
 from .errors import BAD_CONFIG, INVALID_HANDLE, InvalidHandleError
@@ -88,16 +87,53 @@ _perform_calls: Dict[int, Any] = {}
 _perform_lock = threading.Lock()
 
 
+class ReadOnlyFlag:
+    """A boolean attribute over a C getter of a handle (``sock.is_connected``), typed: a
+    checker sees ``bool``, and refuses an assignment (a read-only attribute)."""
+
+    def __init__(self, getter: Callable[..., int], doc: Optional[str] = None) -> None:
+        self.getter = getter
+        self.__doc__ = doc
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, instance: None, owner: Optional[type] = None) -> "ReadOnlyFlag": ...
+    @overload
+    def __get__(self, instance: "Handle", owner: Optional[type] = None) -> bool: ...
+
+    def __get__(self, instance: Optional["Handle"], owner: Optional[type] = None) -> Union["ReadOnlyFlag", bool]:
+        if instance is None:
+            return self
+        return bool(raise_for(self.getter(instance.handle)))
+
+    # A data descriptor, so an assignment cannot hide it behind an instance attribute.
+    def __set__(self, instance: "Handle", value: NoReturn) -> None:
+        raise AttributeError(f"{self.name} is read-only")
+
+
+class Flag(ReadOnlyFlag):
+    """A boolean attribute over a C getter and setter of a handle (``sock.no_delay``)."""
+
+    def __init__(self, getter: Callable[..., int], setter: Callable[..., int], doc: Optional[str] = None) -> None:
+        super().__init__(getter, doc)
+        self.setter = setter
+
+    def __set__(self, instance: "Handle", value: bool) -> None:
+        raise_for(self.setter(instance.handle, int(bool(value))))
+
+
+@overload
+def flag_property(getter: Callable[..., int], setter: None = None, doc: Optional[str] = None) -> ReadOnlyFlag: ...
+@overload
+def flag_property(getter: Callable[..., int], setter: Callable[..., int], doc: Optional[str] = None) -> Flag: ...
+
+
 def flag_property(getter: Callable[..., int], setter: Optional[Callable[..., int]] = None,
-                  doc: Optional[str] = None) -> property:
-    """A boolean property over a C getter (and setter) of a handle."""
-    def get(self: "Handle") -> bool:
-        return bool(raise_for(getter(self.handle)))
-
-    def set_(self: "Handle", enabled: bool) -> None:
-        raise_for(setter(self.handle, int(bool(enabled))))  # type: ignore[misc]
-
-    return property(get, set_ if setter is not None else None, doc=doc)
+                  doc: Optional[str] = None) -> ReadOnlyFlag:
+    """A boolean attribute over a C getter (and setter) of a handle."""
+    return ReadOnlyFlag(getter, doc) if setter is None else Flag(getter, setter, doc)
 
 
 _Self = TypeVar("_Self", bound="Handle")
@@ -169,9 +205,19 @@ class Handle(HandleSlots):
         self.abort()
 
     def _release(self) -> None:
-        handle = self._forget_handle()
-        if handle is not None:
-            self._release_handle(handle)
+        handle = self._handle
+        if handle is None:
+            return
+        # SocketKit first, this object second. The C release waits for a delegate method
+        # of this socket running on another thread, and until it returns that method may
+        # still use its socket (SocketKit answers its calls from the callback's own scope,
+        # without the handle table): the handle must still be here for it, or its calls
+        # raise InvalidHandleError. Meanwhile other threads' calls reach SocketKit, which
+        # refuses them (the handle has left its table). Two threads releasing at once both
+        # call C; the second is refused there (a handle is never reused), harmlessly.
+        self._release_handle(handle)
+        if self._handle == handle:
+            self._forget_handle()
 
     def _forget_handle(self) -> Optional[int]:
         """Takes the handle from this object: from here on its methods raise
@@ -249,15 +295,14 @@ class Handle(HandleSlots):
         raise_for(status)
         return port.value
 
-    def _address_of(self, function: Callable[..., int], *arguments: Any,
-                    decode: Callable[[bytes], Any] = address_from_sockaddr) -> Any:
+    def _sockaddr_of(self, function: Callable[..., int], *arguments: Any) -> Optional[bytes]:
         storage = ctypes.create_string_buffer(128)
         length = c_uint32(len(storage))
         status = function(self.handle, *arguments, storage, byref(length))
         if status == BAD_CONFIG:
             return None
         raise_for(status)
-        return decode(storage.raw[:length.value])
+        return storage.raw[:length.value]
 
     # ---- advanced ------------------------------------------------------------------------
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import ctypes
 from ctypes import c_void_p
-from typing import Any, Tuple, Union
+from typing import TYPE_CHECKING, Any, Tuple, Union
 
 from . import _addresses, _dispatch, _status
 from ._ffi import lib
 from ._handles import live
 from ._native import speedups
-from ._status import NO_TIMEOUT, ZERO_SIZE, ZERO_TAG, check_size, raise_for, thread_errors
+from ._status import NO_TIMEOUT, ZERO_SIZE, ZERO_TAG, check_size, check_tag, raise_for, thread_errors
 from .errors import INVALID_HANDLE, InvalidHandleError
 
 BytesLike = Union[bytes, bytearray, memoryview]
@@ -46,17 +46,18 @@ class SocketIOPython:
     """Socket's read and write through ctypes."""
 
     __slots__ = ()
+    _c_handle: Any  # Handle's (HandleSlots' with the extension)
 
     def read(self, max_length: int = 0, timeout: float = -1, tag: int = 0) -> None:
         """Reads whatever is available (at least one byte, at most `max_length` if not 0).
         ``socket_did_read(sock, data, tag)`` receives ``bytes``."""
-        handle = self._c_handle  # type: ignore[attr-defined]
+        handle = self._c_handle
         if handle is None:
             raise _closed()
         errors = thread_errors
         status = lib.sk_socket_read(handle, check_size(max_length, "max_length") if max_length else ZERO_SIZE,
-                                    NO_TIMEOUT if timeout == -1 else float(timeout), ZERO_TAG if tag == 0 else tag,
-                                    errors.pointer)
+                                    NO_TIMEOUT if timeout == -1 else float(timeout),
+                                    ZERO_TAG if tag == 0 else check_tag(tag), errors.pointer)
         if status < 0:
             raise_for(status, errors.error)
 
@@ -78,13 +79,13 @@ class SocketIOPython:
             else:
                 source = (ctypes.c_char * view.nbytes).from_buffer(view.cast("B"))
             length = view.nbytes
-        handle = self._c_handle  # type: ignore[attr-defined]
+        handle = self._c_handle
         if handle is None:
             raise _closed()
         errors = thread_errors
         # SocketKit copies the bytes before the call returns.
         status = lib.sk_socket_write(handle, source, length, NO_TIMEOUT if timeout == -1 else float(timeout),
-                                     ZERO_TAG if tag == 0 else tag, errors.pointer)
+                                     ZERO_TAG if tag == 0 else check_tag(tag), errors.pointer)
         if status < 0:
             raise_for(status, errors.error)
 
@@ -107,27 +108,34 @@ class UdpSocketIOPython:
     """UdpSocket's send_to_address through ctypes."""
 
     __slots__ = ()
+    _c_handle: Any
 
     def send_to_address(self, data: BytesLike, address: _addresses.IPAddress, timeout: float = -1,
                         tag: int = 0) -> None:
         """Queues a datagram to ("ip", port)."""
         raw = _addresses.ip_sockaddr(address)
         source, length = send_source(data)
-        handle = self._c_handle  # type: ignore[attr-defined]
+        handle = self._c_handle
         if handle is None:
             raise _closed()
         errors = thread_errors
         status = lib.sk_udp_socket_send_to_address(handle, source, length, raw, len(raw),
                                                    NO_TIMEOUT if timeout == -1 else float(timeout),
-                                                   ZERO_TAG if tag == 0 else tag, errors.pointer)
+                                                   ZERO_TAG if tag == 0 else check_tag(tag), errors.pointer)
         if status < 0:
             raise_for(status, errors.error)
 
 
-#: Socket's base for read and write: the C extension's type when it is in use.
-SocketIO: Any = speedups.SocketIO if speedups is not None else SocketIOPython
-#: UdpSocket's base for send_to_address.
-UdpSocketIO: Any = speedups.UdpSocketIO if speedups is not None else UdpSocketIOPython
+#: Socket's base for read and write: the C extension's type when it is in use; UdpSocket's
+#: for send_to_address. Type checkers see the Python classes, whose signatures the
+#: extension's share (_speedups.pyi): a typed base, so a misspelt method or a wrong
+#: argument type on a Socket is an error, not Any.
+if TYPE_CHECKING:
+    SocketIO = SocketIOPython
+    UdpSocketIO = UdpSocketIOPython
+else:
+    SocketIO = speedups.SocketIO if speedups is not None else SocketIOPython
+    UdpSocketIO = speedups.UdpSocketIO if speedups is not None else UdpSocketIOPython
 
 
 def _connect() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _ffi
 from ._ffi import lib
@@ -19,7 +19,7 @@ def _load() -> Any:
     if os.environ.get("SOCKETKIT_NO_SPEEDUPS"):
         return None
     try:
-        from . import _speedups  # type: ignore[attr-defined]
+        from . import _speedups
     except ImportError:
         return None
     layout = _speedups.event_layout()
@@ -30,7 +30,7 @@ def _load() -> Any:
     return _speedups
 
 
-#: The extension module, or None.
+#: The extension module, or None (its types: _speedups.pyi).
 speedups: Any = _load()
 
 #: True when the C hot paths (socketkit._speedups) are in use.
@@ -38,4 +38,10 @@ SPEEDUPS = speedups is not None
 
 #: The base of Socket and UdpSocket: with the extension, its HandleBase, whose slots hold
 #: what its dispatch reads for every event (the handle, the delegate, pinned buffers).
-HandleSlots: Any = speedups.HandleBase if SPEEDUPS else object
+#: Type checkers see HandleBase either way (_speedups.pyi): without the extension the same
+#: attributes are plain instance attributes.
+if TYPE_CHECKING:
+    from ._speedups import HandleBase
+    HandleSlots = HandleBase
+else:
+    HandleSlots = speedups.HandleBase if SPEEDUPS else object

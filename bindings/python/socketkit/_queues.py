@@ -52,7 +52,7 @@ class SerialQueue(CallbackQueue):
         error = _ffi.CError()
         name_bytes = _ffi.c_string(name or None, "the queue name")
         raise_for(lib.sk_callback_queue_create_serial(name_bytes, byref(handle), byref(error)), error)
-        super().__init__(handle.value)
+        super().__init__(_ffi.created(handle))
 
 
 class HostQueue(CallbackQueue):
@@ -64,7 +64,7 @@ class HostQueue(CallbackQueue):
         handle = c_void_p()
         error = _ffi.CError()
         raise_for(lib.sk_callback_queue_create_host(byref(handle), byref(error)), error)
-        super().__init__(handle.value)
+        super().__init__(_ffi.created(handle))
         self._records = (_ffi.Event * self.BATCH)()
         self._raw_records = memoryview((ctypes.c_ubyte * ctypes.sizeof(self._records)).from_buffer(self._records))
         self._records_address = ctypes.addressof(self._records)
@@ -123,7 +123,7 @@ class LoopGroup:
         handle = c_void_p()
         error = _ffi.CError()
         raise_for(lib.sk_loop_group_create(loop_count, byref(handle), byref(error)), error)
-        self._handle: Optional[int] = handle.value
+        self._handle: Optional[int] = _ffi.created(handle)
         self._close_hooks: List[Callable[[], None]] = []
 
     @classmethod
@@ -136,7 +136,7 @@ class LoopGroup:
         handle = c_void_p()
         error = _ffi.CError()
         raise_for(lib.sk_loop_group_create_driven(byref(handle), byref(error)), error)
-        group._handle = handle.value
+        group._handle = _ffi.created(handle)
         group._close_hooks = []
         return group
 
@@ -149,9 +149,10 @@ class LoopGroup:
         created the group; True when more work is ready at once."""
         group = self._handle or self.handle  # the property only to raise when closed
         if speedups is not None:
-            return speedups.run_once(group)
+            more: bool = speedups.run_once(group)
+            return more
         errors = thread_errors
-        status = lib.sk_loop_group_run_once(group, errors.pointer)
+        status: int = lib.sk_loop_group_run_once(group, errors.pointer)
         if status < 0:
             raise_for(status, errors.error)
         return status == 1

@@ -259,14 +259,56 @@ static PyObject *SocketIO_read(HandleBase *self, PyObject *const *args, Py_ssize
     if (!speedups_configured()) {
         return NULL;
     }
-    if (nargs == 0 && kwnames == NULL && self->pointer != NULL) {
+    /* Positional (max_length, timeout, tag) of the plain types, as socketkit.aio's reads
+     * pass them; anything else (keywords, other types, a value the Python version refuses:
+     * a negative length, a tag past a C long) goes to the Python version, which says why. */
+    if (nargs <= 3 && kwnames == NULL && self->pointer != NULL) {
+        size_t max_length = 0;
+        double timeout = -1.0;
+        long tag = 0;
+        if (nargs >= 1) {
+            if (!PyLong_CheckExact(args[0])) {
+                goto python;
+            }
+            Py_ssize_t value = PyLong_AsSsize_t(args[0]);
+            if (value < 0) {
+                PyErr_Clear();
+                goto python;
+            }
+            max_length = (size_t)value;
+        }
+        if (nargs >= 2) {
+            if (PyFloat_CheckExact(args[1])) {
+                timeout = PyFloat_AS_DOUBLE(args[1]);
+            } else if (PyLong_CheckExact(args[1])) {
+                timeout = PyLong_AsDouble(args[1]);
+                if (timeout == -1.0 && PyErr_Occurred()) {
+                    PyErr_Clear();
+                    goto python;
+                }
+            } else {
+                goto python;
+            }
+        }
+        if (nargs == 3) {
+            int overflow = 0;
+            if (!PyLong_CheckExact(args[2])) {
+                goto python;
+            }
+            tag = PyLong_AsLongAndOverflow(args[2], &overflow);
+            if (overflow || (tag == -1 && PyErr_Occurred())) {
+                PyErr_Clear();
+                goto python;
+            }
+        }
         sk_error_t error;
         int status;
         error.code = 0; /* SocketKit fills the rest when the call fails */
         void *handle = self->pointer;
-        SK_CALL(status, sk_read(handle, 0, -1.0, 0, &error));
+        SK_CALL(status, sk_read(handle, max_length, timeout, tag, &error));
         return none_or_raise(status, &error);
     }
+python:
     return call_python(python_read, (PyObject *)self, args, nargs, kwnames);
 }
 

@@ -6,6 +6,7 @@ never crashes the process and is never silently lost."""
 from __future__ import annotations
 
 import ctypes
+import operator
 import sys
 import threading
 import traceback as _traceback
@@ -75,6 +76,20 @@ def check_size(value: int, name: str) -> int:
     value = int(value)
     if value < 0 or value >= 1 << 63:
         raise bad_param(f"{name} must be between 0 and 2**63 - 1")
+    return value
+
+
+_LONG_BITS = ctypes.sizeof(c_long) * 8
+_LONG_MIN, _LONG_MAX = -(1 << (_LONG_BITS - 1)), (1 << (_LONG_BITS - 1)) - 1
+
+
+def check_tag(tag: int) -> int:
+    """A tag as C takes it (a `long`): OverflowError outside its range, as Python raises
+    for any integer that does not fit the C type it is converted to (ctypes would cut it
+    down to its low bits instead, and the tag would come back as another number)."""
+    value = operator.index(tag)
+    if not _LONG_MIN <= value <= _LONG_MAX:
+        raise OverflowError(f"tag {value} does not fit in a C long ({_LONG_MIN}...{_LONG_MAX})")
     return value
 
 

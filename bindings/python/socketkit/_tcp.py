@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Tuple, Union
 
 from . import _addresses, _ffi
-from ._addresses import Address
+from ._addresses import Address, address_from_sockaddr
 from ._dispatch import socket_delegate_struct
 from ._ffi import lib
 from ._handles import UNSET, Handle, adopting, flag_property, next_token
 from ._hotpaths import BytesLike, SocketIO
 from ._queues import CallbackQueue, LoopGroup, default_queue
-from ._status import bad_param, check_int, check_port, check_size, raise_for
+from ._status import bad_param, check_int, check_port, check_size, check_tag, raise_for
 from ._tls import TLSInfo, TLSSettings, _tls_info
 
 #: Separators for :meth:`Socket.read_to_data`.
@@ -100,7 +100,7 @@ class Socket(SocketIO, Handle):
         raise_for(lib.sk_socket_create(delegate_pointer, delegate_size, None, self._queue_handle,
                                        loop_group.handle if loop_group is not None else None,
                                        byref(handle), byref(error)), error)
-        self._register(handle.value)
+        self._register(_ffi.created(handle))
 
     def _init_socket(self, delegate: Any, queue: Optional[CallbackQueue]) -> None:
         self._init_handle(delegate, queue)
@@ -149,7 +149,7 @@ class Socket(SocketIO, Handle):
             adopting.pop(token, None)
         raise_for(status, error)
         sock._sessions_started = 1
-        sock._register(handle.value)
+        sock._register(_ffi.created(handle))
         return sock
 
     # ---- lifetime ------------------------------------------------------------------------
@@ -353,8 +353,8 @@ class Socket(SocketIO, Handle):
         """Reads exactly `length` bytes (1 to :attr:`maximum_read_length`; BadParamError
         otherwise: see there why, and use :meth:`read_to_length_into` for more)."""
         error = _ffi.CError()
-        raise_for(lib.sk_socket_read_to_length(self.handle, check_size(length, "length"), float(timeout), tag,
-                                                byref(error)), error)
+        raise_for(lib.sk_socket_read_to_length(self.handle, check_size(length, "length"), float(timeout),
+                                                check_tag(tag), byref(error)), error)
 
     def read_to_data(self, separator: BytesLike, max_length: int = 0, timeout: float = -1, tag: int = 0) -> None:
         """Reads up to and including `separator`; with `max_length` the connection ends with
@@ -362,7 +362,7 @@ class Socket(SocketIO, Handle):
         separator = bytes(separator)
         error = _ffi.CError()
         raise_for(lib.sk_socket_read_to_data(self.handle, separator, len(separator),
-                                             check_size(max_length, "max_length"), float(timeout), tag,
+                                             check_size(max_length, "max_length"), float(timeout), check_tag(tag),
                                              byref(error)), error)
 
     def read_into(self, buffer: Any, offset: int = 0, max_length: int = 0, timeout: float = -1,
@@ -373,7 +373,8 @@ class Socket(SocketIO, Handle):
         view, address, capacity = self._pin(buffer)
         error = _ffi.CError()
         status = lib.sk_socket_read_into(self.handle, address, capacity, check_size(offset, "offset"),
-                                         check_size(max_length, "max_length"), float(timeout), tag, byref(error))
+                                         check_size(max_length, "max_length"), float(timeout), check_tag(tag),
+                                         byref(error))
         self._commit_pin(status, error, view, address, capacity)
 
     def read_to_length_into(self, length: int, buffer: Any, offset: int = 0, timeout: float = -1,
@@ -382,7 +383,8 @@ class Socket(SocketIO, Handle):
         view, address, capacity = self._pin(buffer)
         error = _ffi.CError()
         status = lib.sk_socket_read_to_length_into(self.handle, check_size(length, "length"), address, capacity,
-                                                   check_size(offset, "offset"), float(timeout), tag, byref(error))
+                                                   check_size(offset, "offset"), float(timeout), check_tag(tag),
+                                                   byref(error))
         self._commit_pin(status, error, view, address, capacity)
 
     def read_to_data_into(self, separator: BytesLike, buffer: Any, offset: int = 0, max_length: int = 0,
@@ -393,7 +395,7 @@ class Socket(SocketIO, Handle):
         error = _ffi.CError()
         status = lib.sk_socket_read_to_data_into(self.handle, separator, len(separator), address, capacity,
                                                  check_size(offset, "offset"), check_size(max_length, "max_length"),
-                                                 float(timeout), tag, byref(error))
+                                                 float(timeout), check_tag(tag), byref(error))
         self._commit_pin(status, error, view, address, capacity)
 
     def cancel_read(self, tag: int) -> None:
@@ -406,7 +408,7 @@ class Socket(SocketIO, Handle):
         delivered its ``socket_did_read`` before that answer. A buffer pinned by a withdrawn
         ``read_*_into`` stays pinned until the session ends."""
         error = _ffi.CError()
-        raise_for(lib.sk_socket_cancel_read(self.handle, tag, byref(error)), error)
+        raise_for(lib.sk_socket_cancel_read(self.handle, check_tag(tag), byref(error)), error)
 
     def unread(self, data: BytesLike) -> None:
         """Puts `data` (copied) in front of the socket's unread bytes, as if it had arrived
@@ -436,9 +438,11 @@ class Socket(SocketIO, Handle):
         self._pending_buffers.append((address, address + capacity, view, self._sessions_started))
 
     def _take_read_result(self, data: int, length: int) -> Union[bytes, memoryview]:
-        for index, (start, end, view, _) in enumerate(self._pending_buffers):
+        pending = self._pending_buffers
+        for index, (start, end, view, _) in enumerate(pending):
             if start <= data < end:
-                del self._pending_buffers[index]  # a list: something was pinned
+                assert isinstance(pending, list)  # something was pinned
+                del pending[index]
                 offset = data - start
                 return view[offset:offset + length]
         # Not ctypes.string_at, which is itself a foreign call.
@@ -527,7 +531,8 @@ class Socket(SocketIO, Handle):
     @property
     def connected_address(self) -> Optional[Address]:
         """("ip", port), a Unix path, or None."""
-        return self._address_of(lib.sk_socket_get_connected_address)
+        raw = self._sockaddr_of(lib.sk_socket_get_connected_address)
+        return address_from_sockaddr(raw) if raw is not None else None
 
     @property
     def connected_unix_path(self) -> Optional[str]:
@@ -543,7 +548,8 @@ class Socket(SocketIO, Handle):
 
     @property
     def local_address(self) -> Optional[Address]:
-        return self._address_of(lib.sk_socket_get_local_address)
+        raw = self._sockaddr_of(lib.sk_socket_get_local_address)
+        return address_from_sockaddr(raw) if raw is not None else None
 
     # ---- TLS -----------------------------------------------------------------------------
 

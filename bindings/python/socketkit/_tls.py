@@ -18,7 +18,7 @@ import re
 import threading
 from ctypes import POINTER, byref, c_char_p, c_size_t, c_void_p, cast, create_string_buffer, string_at
 from dataclasses import dataclass, field
-from typing import Any, Iterator, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 from . import _ffi
 from ._ffi import lib
@@ -66,7 +66,7 @@ class TLSVersion(enum.IntEnum):
         return {0x0301: "TLSv1", 0x0302: "TLSv1.1", 0x0303: "TLSv1.2", 0x0304: "TLSv1.3"}[self.value]
 
 
-def _enum_value(kind: type, value: Any, names: dict, what: str) -> int:
+def _enum_value(kind: type, value: Any, names: Dict[str, Any], what: str) -> int:
     if isinstance(value, str):
         key = value.strip().lower().replace("-", "_").replace(" ", "_")
         if key in names:
@@ -89,10 +89,8 @@ _VERSIONS = {"tlsv1": TLSVersion.TLSv1, "tlsv1.0": TLSVersion.TLSv1, "tlsv1_0": 
              "1.3": TLSVersion.TLSv1_3}
 
 
-def _pem(value: Optional[PEM]) -> Optional[bytes]:
+def _pem(value: PEM) -> bytes:
     # With its length: the library itself refuses PEM text with a NUL inside.
-    if value is None:
-        return None
     return value.encode() if isinstance(value, str) else bytes(value)
 
 
@@ -229,17 +227,19 @@ class TLSSettings:
         handle = c_void_p()
         error = _ffi.CError()
         raise_for(lib.sk_tls_settings_create(role, byref(handle), byref(error)), error)
+        created = _ffi.created(handle)
         try:
-            self._apply(handle.value, verification, minimum, maximum)
-            yield handle.value
+            self._apply(created, verification, minimum, maximum)
+            yield created
         finally:
-            lib.sk_tls_settings_release(handle.value)
+            lib.sk_tls_settings_release(created)
 
     def _c(self, name: str, path: bool = False) -> Optional[bytes]:
         """The setting `name` as a C string: one with a NUL inside is a TLSSettingsError
         (a ValueError), never a silent truncation ("localhost\\0.evil.test" verified and
         sent as "localhost")."""
-        return _ffi.c_string(getattr(self, name), name, path=path, error=TLSSettingsError)
+        value: Optional[Union[str, bytes]] = getattr(self, name)
+        return _ffi.c_string(value, name, path=path, error=TLSSettingsError)
 
     def _apply(self, handle: int, verification: int, minimum: int, maximum: int) -> None:
         if self.peer_name is not None:

@@ -7,6 +7,7 @@ import ctypes
 import enum
 import socket as _stdlib_socket
 import threading
+import warnings
 from ctypes import byref, c_int, c_size_t, c_void_p
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
@@ -17,9 +18,11 @@ from ._ffi import lib
 from ._handles import UNSET, Handle, flag_property, next_token
 from ._hotpaths import BytesLike, UdpSocketIO, send_source
 from ._queues import CallbackQueue, LoopGroup, default_queue
-from ._status import bad_param, check_int, check_port, check_size, raise_for, report_unraisable
+from ._status import bad_param, check_int, check_port, check_size, check_tag, raise_for, report_unraisable
 
 _AF_INET = _stdlib_socket.AF_INET
+# bind_to_port's interface when not given (None is "any interface", given explicitly).
+_NO_INTERFACE: Any = object()
 _AF_INET6 = _stdlib_socket.AF_INET6
 
 
@@ -65,8 +68,8 @@ def _release_udp_handle(handle: int) -> None:
     lib.sk_udp_socket_release(handle)
 
 
-@_ffi.UDP_RECEIVE_FILTER
-def _udp_receive_filter(handle, data, length, address, address_length, out_context, userdata):
+def _udp_receive_filter_py(handle: int, data: int, length: int, address: int, address_length: int,
+                           out_context: Any, userdata: Optional[int]) -> int:
     sock = socket_for(handle)
     function = sock._receive_filter if sock is not None else None
     if function is None:
@@ -95,8 +98,11 @@ def _udp_receive_filter(handle, data, length, address, address_length, out_conte
         running.pop()
 
 
-@_ffi.UDP_SEND_FILTER
-def _udp_send_filter(handle, data, length, address, address_length, tag, userdata):
+_udp_receive_filter = _ffi.UDP_RECEIVE_FILTER(_udp_receive_filter_py)
+
+
+def _udp_send_filter_py(handle: int, data: int, length: int, address: int, address_length: int, tag: int,
+                        userdata: Optional[int]) -> int:
     sock = socket_for(handle)
     function = sock._send_filter if sock is not None else None
     if function is None:
@@ -113,6 +119,9 @@ def _udp_send_filter(handle, data, length, address, address_length, tag, userdat
     finally:
         sock = function = send = None
         running.pop()
+
+
+_udp_send_filter = _ffi.UDP_SEND_FILTER(_udp_send_filter_py)
 
 
 class UdpSocket(UdpSocketIO, Handle):
@@ -173,7 +182,7 @@ class UdpSocket(UdpSocketIO, Handle):
         raise_for(lib.sk_udp_socket_create(delegate_pointer, delegate_size, None, self._queue_handle,
                                            loop_group.handle if loop_group is not None else None,
                                            byref(handle), byref(error)), error)
-        self._register(handle.value)
+        self._register(_ffi.created(handle))
 
     # ---- lifetime ------------------------------------------------------------------------
 
@@ -270,11 +279,27 @@ class UdpSocket(UdpSocketIO, Handle):
 
     # ---- binding and connecting ----------------------------------------------------------
 
-    def bind_to_port(self, port: int = 0, interface: Optional[str] = None) -> None:
+    def bind_to_port(self, port: int = 0, interface: Optional[str] = _NO_INTERFACE) -> None:
+        """Binds every enabled family to `port` (0: one free port for both families), on
+        every interface. Raises AddressInUseError, PermissionError, BadConfigError (bound
+        already, or after a connect or send).
+
+        ``bind_to_port(port, interface)`` is the former spelling of
+        :meth:`bind_to_interface` (interface, port): it still works and warns
+        (DeprecationWarning); every other call takes the host or interface first."""
+        if interface is not _NO_INTERFACE:
+            warnings.warn("UdpSocket.bind_to_port(port, interface) is deprecated: use bind_to_interface(interface, "
+                          "port), host before port as everywhere else", DeprecationWarning, stacklevel=2)
+        else:
+            interface = None
+        self.bind_to_interface(interface, port)
+
+    def bind_to_interface(self, interface: Optional[str], port: int = 0) -> None:
         """Binds every enabled family on `interface` (None: any; "localhost"; a name such as
-        "lo"; an IP address) to `port` (0: one free port for both families). Raises
-        SystemCallError (EADDRINUSE, EACCES), BadParamError (unknown interface),
-        BadConfigError (bound already, or after a connect or send)."""
+        "lo"; an IP address) to `port` (0: one free port for both families), as
+        :meth:`Socket.accept_on_interface` listens. Raises AddressInUseError,
+        PermissionError, BadParamError (unknown interface), BadConfigError (bound already,
+        or after a connect or send)."""
         self._request(lib.sk_udp_socket_bind_to_port, _addresses.interface(interface), check_port(port))
 
     def bind_to_address(self, address: IPAddress) -> None:
@@ -301,14 +326,14 @@ class UdpSocket(UdpSocketIO, Handle):
         follows. `timeout` (seconds, negative: none) counts from when the datagram reaches
         the head of the queue."""
         source, length = send_source(data)
-        self._request(lib.sk_udp_socket_send, source, length, float(timeout), tag)
+        self._request(lib.sk_udp_socket_send, source, length, float(timeout), check_tag(tag))
 
     def send_to_host(self, data: BytesLike, host: str, port: int, timeout: float = -1, tag: int = 0) -> None:
         """Queues a datagram to `host` (resolved off the loop: a name that does not resolve
         comes back as ``udp_socket_did_not_send`` with ResolutionError)."""
         source, length = send_source(data)
         self._request(lib.sk_udp_socket_send_to_host, source, length, _addresses.host(host), check_port(port),
-                      float(timeout), tag)
+                      float(timeout), check_tag(tag))
 
     # ---- filters -------------------------------------------------------------------------
 
@@ -433,7 +458,8 @@ class UdpSocket(UdpSocketIO, Handle):
     def _local_address(self, family: int) -> Optional[IPAddress]:
         if family == _stdlib_socket.AF_UNSPEC:
             return self._local_address(_AF_INET) or self._local_address(_AF_INET6)
-        return self._address_of(lib.sk_udp_socket_get_local_address, family, decode=ip_address_from_sockaddr)
+        raw = self._sockaddr_of(lib.sk_udp_socket_get_local_address, family)
+        return ip_address_from_sockaddr(raw) if raw is not None else None
 
     @property
     def local_host(self) -> Optional[str]:
@@ -486,4 +512,5 @@ class UdpSocket(UdpSocketIO, Handle):
 
     @property
     def connected_address(self) -> Optional[IPAddress]:
-        return self._address_of(lib.sk_udp_socket_get_connected_address, decode=ip_address_from_sockaddr)
+        raw = self._sockaddr_of(lib.sk_udp_socket_get_connected_address)
+        return ip_address_from_sockaddr(raw) if raw is not None else None

@@ -3,31 +3,45 @@
 
 Every error has ``code`` (the C ``SK_ERR_*`` value), ``errno`` (the OS errno, or the
 resolver's ``EAI_*`` value for resolution failures, else 0) and ``message``. The class says
-what happened, and most also derive from the matching built-in, so ``except TimeoutError``
-or ``except ConnectionRefusedError`` work as in the standard library:
+what happened, and derives from the built-in a Python programmer would catch for it, so
+``except FileNotFoundError``, ``except ConnectionRefusedError``, ``except TimeoutError``,
+``except OSError``, ``except socket.gaierror`` or ``except ssl.SSLError`` work as they do
+with the standard library. Every error that carries an ``errno`` is an ``OSError``:
 
 - :class:`Error`
   - :class:`BadConfigError` -- not valid in the socket's state (not connected, ...)
+    - :class:`WouldDeadlockError` (also ``OSError``, errno EDEADLK) -- a waiting call
+      refused because two loops' callbacks were calling each other's sockets
   - :class:`BadParamError` (also ``ValueError``) -- an argument is not acceptable
-  - :class:`TimeoutError` (also the built-in ``TimeoutError``)
+  - :class:`TimeoutError` (also the built-in ``TimeoutError``, an ``OSError``)
     - :class:`ConnectTimeoutError`, :class:`ReadTimeoutError`, :class:`WriteTimeoutError`,
       :class:`SendTimeoutError` (UDP: a datagram was not sent in time)
   - :class:`ReadMaxedOutError` -- a separator read passed its maximum length
   - :class:`ClosedError` (also ``ConnectionError``) -- the peer closed the connection
   - :class:`OtherError`
-  - :class:`SystemCallError` (also ``OSError``) -- an OS call failed; ``errno`` says why
-    - :class:`ConnectionRefusedError` (also the built-in), :class:`ConnectionResetError`
-      (also the built-in, for ECONNRESET and EPIPE)
-  - :class:`ResolutionError` -- a host name did not resolve
+  - :class:`SystemCallError` (also ``OSError``) -- an OS call failed; ``errno`` says why,
+    and picks the subclass, each also the built-in of the same name where Python has one
+    (the table ``ERRNO_CLASSES``; docs/EVENTS_AND_ERRORS.md lists it):
+    :class:`ConnectionRefusedError`, :class:`ConnectionResetError`,
+    :class:`BrokenPipeError` (also :class:`ConnectionResetError`, which EPIPE was before),
+    :class:`ConnectionAbortedError`, :class:`ConnectionTimedOutError` (also
+    :class:`TimeoutError`), :class:`FileNotFoundError`, :class:`FileExistsError`,
+    :class:`PermissionError`, :class:`IsADirectoryError`, :class:`NotADirectoryError`,
+    :class:`AddressInUseError` and :class:`AddressNotAvailableError` (``OSError`` only:
+    Python has no built-in for EADDRINUSE and EADDRNOTAVAIL)
+  - :class:`ResolutionError` (also ``socket.gaierror``) -- a host name did not resolve;
+    ``errno`` is the ``EAI_*`` code, as for ``socket.getaddrinfo``
   - :class:`InvalidHandleError` -- the socket, queue or group was closed or released
   - :class:`TruncatedError` -- UDP: a datagram larger than the receive limit was dropped
-  - :class:`TLSError` -- TLS failed (handshake, records, settings); ``errno`` holds the
-    X.509 verification result (``X509_V_ERR_*``) for certificate errors, else OpenSSL's
-    reason code (or 0)
+  - :class:`TLSError` (also ``ssl.SSLError``) -- TLS failed (handshake, records,
+    settings); ``errno`` holds the X.509 verification result (``X509_V_ERR_*``) for
+    certificate errors, else OpenSSL's reason code (or 0)
     - :class:`TLSFailedError` -- a failure without a code of its own: a handshake_failure
       alert, no shared cipher, a bad record, the peer rejecting our certificate, a peer
       that does not speak TLS
-    - :class:`CertificateVerificationError` -- the peer's certificate did not verify
+    - :class:`CertificateVerificationError` (also ``ssl.SSLCertVerificationError``,
+      with its ``verify_code`` and ``verify_message``) -- the peer's certificate did not
+      verify
       - :class:`CertificateExpiredError`, :class:`CertificateNotYetValidError`,
         :class:`SelfSignedCertificateError`, :class:`UnknownIssuerError`,
         :class:`HostnameMismatchError`, :class:`CertificateInvalidError` (any other
@@ -38,8 +52,8 @@ or ``except ConnectionRefusedError`` work as in the standard library:
       handshake
     - :class:`HandshakeTimeoutError` (also :class:`TimeoutError`) -- the handshake outlived
       its timeout
-    - :class:`TruncatedTLSError` (also ``ConnectionError``) -- the peer closed the TCP
-      connection without a TLS close_notify: the data may be cut short
+    - :class:`TruncatedTLSError` (also ``ssl.SSLEOFError`` and ``ConnectionError``) -- the
+      peer closed the TCP connection without a TLS close_notify: the data may be cut short
     - :class:`PeerRejectedError` -- manual trust evaluation said no
     - :class:`TLSSettingsError` (also ``ValueError``) -- the settings cannot be used: an
       unreadable or invalid certificate, key or trust file, a wrong key password, a key
@@ -52,7 +66,9 @@ from __future__ import annotations
 
 import builtins
 import errno as _errno
-from typing import Dict, Optional, Type
+import socket as _socket
+import ssl as _ssl
+from typing import Callable, Dict, Optional, Tuple, Type, cast
 
 OK = 0
 BAD_CONFIG = -1
@@ -86,9 +102,15 @@ WRITE_QUEUE_FULL = -28
 
 
 class Error(Exception):
-    """A SocketKit error: ``code`` (SK_ERR_*), ``errno`` and ``message``."""
+    """A SocketKit error: ``code`` (SK_ERR_*), ``errno`` and ``message``. The classes that
+    also derive from ``OSError`` keep ``errno`` in OSError's own attribute, and give the
+    message as ``strerror``, so code written for the standard library's errors reads
+    them as it always does."""
 
     code: int = OTHER
+    # Typed as OSError types it, for the classes that are both.
+    errno: Optional[int]
+    message: str
 
     def __init__(self, message: str = "", code: Optional[int] = None, errno: int = 0) -> None:
         super().__init__(message)
@@ -96,6 +118,8 @@ class Error(Exception):
             self.code = code
         self.errno = errno
         self.message = message
+        if isinstance(self, OSError):
+            cast(OSError, self).strerror = message
 
     def __str__(self) -> str:
         return self.message
@@ -104,12 +128,17 @@ class Error(Exception):
         return f"{type(self).__name__}(code={self.code}, errno={self.errno}, message={self.message!r})"
 
     # OSError's machinery would otherwise misread our arguments.
-    def __reduce__(self):  # pragma: no cover - pickling support
-        return (error_from_code, (self.code, self.errno, self.message))
+    def __reduce__(self) -> Tuple[Callable[..., "Error"], Tuple[int, int, str]]:  # pragma: no cover - pickling
+        return (error_from_code, (self.code, self.errno or 0, self.message))
 
 
 class BadConfigError(Error):
     code = BAD_CONFIG
+
+
+class WouldDeadlockError(BadConfigError, OSError):
+    """A call that waits for another loop was refused, with no effect (errno EDEADLK):
+    two loops' delegate methods were calling each other's sockets at the same moment."""
 
 
 class BadParamError(Error, ValueError):
@@ -145,25 +174,73 @@ class OtherError(Error):
 
 
 class SystemCallError(Error, OSError):
+    """An operating-system call failed: ``errno`` says why, and chooses the subclass
+    (:data:`ERRNO_CLASSES`)."""
+
     code = SYSTEM
 
-    def __init__(self, message: str = "", code: Optional[int] = None, errno: int = 0) -> None:
-        Error.__init__(self, message, code, errno)
 
-    @property
-    def strerror(self) -> str:  # type: ignore[override]
-        return self.message
-
+# One class per errno a socket meets, each also the built-in of the same name (PEP 3151's
+# mapping, which OSError itself applies): `except FileNotFoundError` catches a missing Unix
+# path from SocketKit as it does from the socket module.
 
 class ConnectionRefusedError(SystemCallError, builtins.ConnectionRefusedError):  # noqa: A001
-    pass
+    """ECONNREFUSED."""
 
 
 class ConnectionResetError(SystemCallError, builtins.ConnectionResetError):  # noqa: A001
-    pass
+    """ECONNRESET."""
 
 
-class ResolutionError(Error):
+class BrokenPipeError(ConnectionResetError, builtins.BrokenPipeError):  # noqa: A001
+    """EPIPE, ESHUTDOWN: writing to a connection the peer has reset. Also
+    :class:`ConnectionResetError`, as SocketKit reported it before (which of the two a
+    reset gives depends on whether a write meets it first)."""
+
+
+class ConnectionAbortedError(SystemCallError, builtins.ConnectionAbortedError):  # noqa: A001
+    """ECONNABORTED."""
+
+
+class ConnectionTimedOutError(SystemCallError, TimeoutError):
+    """ETIMEDOUT: the kernel gave up on the connection (unanswered retransmissions or
+    keep-alive probes). Also :class:`TimeoutError` (socketkit's and the built-in)."""
+
+
+class FileNotFoundError(SystemCallError, builtins.FileNotFoundError):  # noqa: A001
+    """ENOENT: no Unix-domain socket at that path (or no such directory)."""
+
+
+class FileExistsError(SystemCallError, builtins.FileExistsError):  # noqa: A001
+    """EEXIST."""
+
+
+class PermissionError(SystemCallError, builtins.PermissionError):  # noqa: A001
+    """EACCES, EPERM: a privileged port, a path without permission, a broadcast without
+    SO_BROADCAST, a firewall."""
+
+
+class IsADirectoryError(SystemCallError, builtins.IsADirectoryError):  # noqa: A001
+    """EISDIR."""
+
+
+class NotADirectoryError(SystemCallError, builtins.NotADirectoryError):  # noqa: A001
+    """ENOTDIR: a Unix path through something that is not a directory."""
+
+
+class AddressInUseError(SystemCallError):
+    """EADDRINUSE: the address or port is taken. ``OSError`` only: Python has no built-in
+    class for it."""
+
+
+class AddressNotAvailableError(SystemCallError):
+    """EADDRNOTAVAIL: no local interface has that address. ``OSError`` only."""
+
+
+class ResolutionError(Error, _socket.gaierror):
+    """A host name did not resolve: also ``socket.gaierror``, whose ``errno`` is likewise
+    the resolver's ``EAI_*`` code."""
+
     code = RESOLUTION
 
 
@@ -184,10 +261,14 @@ class TruncatedError(Error):
     code = TRUNCATED
 
 
-class TLSError(Error):
-    """A TLS failure: every SK_ERR_TLS_* code raises a subclass of this."""
+class TLSError(Error, _ssl.SSLError):
+    """A TLS failure: every SK_ERR_TLS_* code raises a subclass of this. Also
+    ``ssl.SSLError``, as a failure of the standard library's TLS is; ``library`` and
+    ``reason`` are empty (the message says what OpenSSL said)."""
 
     code = TLS_FAILED
+    library = ""
+    reason = ""
 
 
 class TLSFailedError(TLSError):
@@ -198,10 +279,16 @@ class TLSFailedError(TLSError):
     code = TLS_FAILED
 
 
-class CertificateVerificationError(TLSError):
-    """The peer's certificate failed verification (``errno``: the X509_V_ERR_* result)."""
+class CertificateVerificationError(TLSError, _ssl.SSLCertVerificationError):
+    """The peer's certificate failed verification (``errno``, as ``verify_code``: the
+    X509_V_ERR_* result). Also ``ssl.SSLCertVerificationError``."""
 
     code = TLS_CERT_INVALID
+
+    def __init__(self, message: str = "", code: Optional[int] = None, errno: int = 0) -> None:
+        super().__init__(message, code, errno)
+        self.verify_code = errno
+        self.verify_message = message
 
 
 class CertificateExpiredError(CertificateVerificationError):
@@ -257,9 +344,10 @@ class HandshakeTimeoutError(TLSError, TimeoutError):
     code = TLS_HANDSHAKE_TIMEOUT
 
 
-class TruncatedTLSError(TLSError, ConnectionError):
+class TruncatedTLSError(TLSError, _ssl.SSLEOFError, ConnectionError):
     """The peer closed the TCP connection without a TLS close_notify: what arrived may be
-    cut short (never reported as a clean close)."""
+    cut short (never reported as a clean close). Also ``ssl.SSLEOFError``, the standard
+    library's error for the same ("EOF occurred in violation of protocol")."""
 
     code = TLS_TRUNCATED
 
@@ -317,12 +405,32 @@ CLASSES: Dict[int, Type[Error]] = {
 }
 
 
+#: OS errno -> the SystemCallError subclass an SK_ERR_SYSTEM error with it raises (the table
+#: Tests/check_tables.py compares with docs/EVENTS_AND_ERRORS.md). Any other errno raises
+#: SystemCallError itself.
+ERRNO_CLASSES: Dict[int, Type[SystemCallError]] = {
+    _errno.ECONNREFUSED: ConnectionRefusedError,
+    _errno.ECONNRESET: ConnectionResetError,
+    _errno.EPIPE: BrokenPipeError,
+    _errno.ESHUTDOWN: BrokenPipeError,
+    _errno.ECONNABORTED: ConnectionAbortedError,
+    _errno.ETIMEDOUT: ConnectionTimedOutError,
+    _errno.ENOENT: FileNotFoundError,
+    _errno.EEXIST: FileExistsError,
+    _errno.EACCES: PermissionError,
+    _errno.EPERM: PermissionError,
+    _errno.EISDIR: IsADirectoryError,
+    _errno.ENOTDIR: NotADirectoryError,
+    _errno.EADDRINUSE: AddressInUseError,
+    _errno.EADDRNOTAVAIL: AddressNotAvailableError,
+}
+
+
 def error_from_code(code: int, errno: int = 0, message: str = "") -> Error:
     """The exception for a C error code (and errno)."""
     cls: Type[Error] = CLASSES.get(code, OtherError)
     if code == SYSTEM:
-        if errno == _errno.ECONNREFUSED:
-            cls = ConnectionRefusedError
-        elif errno in (_errno.ECONNRESET, _errno.EPIPE):
-            cls = ConnectionResetError
+        cls = ERRNO_CLASSES.get(errno, SystemCallError)
+    elif code == BAD_CONFIG and errno == _errno.EDEADLK:
+        cls = WouldDeadlockError
     return cls(message or f"SocketKit error {code}", code, errno)

@@ -183,7 +183,7 @@ def test_disconnect_ends_the_session_and_keeps_the_socket(kind):
     else:
         sock = socketkit.UdpSocket(events, queue=None)
         for disconnect in (sock.disconnect, sock.disconnect_after_sending, sock.close_after_sending):
-            sock.bind_to_port(0, "127.0.0.1")
+            sock.bind_to_interface("127.0.0.1", 0)
             sock.send_to_address(b"sent", ("127.0.0.1", peer.port))
             disconnect()
             assert events.wait_for("udp_socket_did_close")
@@ -246,7 +246,7 @@ def test_a_closed_udp_socket_sends_without_its_host_queue_being_drained():
     events = Events()
     sock = socketkit.UdpSocket(events, queue=host)
     sock.ipv6_enabled = False
-    sock.bind_to_port(0, "127.0.0.1")
+    sock.bind_to_interface("127.0.0.1", 0)
     sock.send_to_address(b"one", ("127.0.0.1", peer.port))
     pump(host, lambda: "udp_socket_did_send" in events.names)
     handle = sock.handle
@@ -288,7 +288,7 @@ def test_udp_close_still_sends_every_queued_datagram(how):
         sock = socketkit.UdpSocket(events, queue=None)
         sock.ipv6_enabled = False  # "localhost" is 127.0.0.1
         if how == "close with a receive filter":
-            sock.bind_to_port(0, "127.0.0.1")
+            sock.bind_to_interface("127.0.0.1", 0)
             sock.set_receive_filter(lambda data, address: True)
             sock.begin_receiving()
         for number in range(count):
@@ -305,3 +305,75 @@ def test_udp_close_still_sends_every_queued_datagram(how):
         before = list(events.names)
         assert receive_numbered(peer, count) == count
         assert events.names == before, "a closed socket reports nothing"
+
+
+@pytest.mark.parametrize("closer", ["abort", "close"])
+def test_a_callback_racing_a_close_on_another_thread_still_uses_its_socket_until_it_returns(closer, raw_peer,
+                                                                                           monkeypatch):
+    """close() and abort() from one thread wait for a delegate method of the socket running
+    on another (the default queue's thread here); until it returns, that method may still
+    call its own socket. The handle layer used to forget the handle before SocketKit's
+    release waited, so those calls raised InvalidHandleError."""
+    from socketkit._ffi import lib
+    from socketkit.errors import INVALID_HANDLE
+
+    in_callback = threading.Event()
+    release_started = threading.Event()
+    callback_done = threading.Event()
+    outcome: List[Any] = []
+    peer = raw_peer()
+    sock = peer.socket
+    handle = sock.handle
+    original = socketkit.Socket._release_handle
+
+    def release_handle(self: socketkit.Socket, released: int) -> None:
+        release_started.set()
+        original(self, released)
+
+    monkeypatch.setattr(socketkit.Socket, "_release_handle", release_handle)
+
+    def refused_by_the_handle_table() -> bool:
+        # From a thread outside the callback, a call goes through the handle table, which
+        # the release empties first: from then on SocketKit is waiting for the callback.
+        deadline = time.monotonic() + WAIT
+        while lib.sk_socket_is_connected(handle) != INVALID_HANDLE:
+            if time.monotonic() > deadline:
+                return False
+        return True
+
+    def on_read(sock: socketkit.Socket, data: Any, tag: int) -> None:
+        in_callback.set()
+        try:
+            assert release_started.wait(WAIT)
+            checker: List[bool] = []
+            thread = threading.Thread(target=lambda: checker.append(refused_by_the_handle_table()))
+            thread.start()
+            thread.join(WAIT)
+            outcome.append(("release waiting", checker == [True]))
+            outcome.append(("connected", sock.is_connected))
+            outcome.append(("local port", sock.local_port))
+            try:
+                sock.read(tag=7)
+                outcome.append(("read", "queued"))
+            except socketkit.BadConfigError:
+                outcome.append(("read", "refused: disconnecting"))  # close() asked to disconnect after writing
+        except BaseException as error:  # noqa: BLE001 - the test's finding
+            outcome.append(("raised", error))
+        finally:
+            callback_done.set()
+
+    peer.recorder.on_read = on_read
+    sock.read()
+    peer.peer.sendall(b"x")
+    assert in_callback.wait(WAIT)
+    getattr(sock, closer)()
+    assert callback_done.is_set(), "close() returned while the socket's callback was still running"
+    # close() asked for disconnect_after_writing first: with nothing to write, the
+    # connection is already over (published at once); abort() asked for nothing.
+    if closer == "abort":
+        expected = [("connected", True), ("local port", peer.peer.getpeername()[1]), ("read", "queued")]
+    else:
+        expected = [("connected", False), ("local port", 0), ("read", "refused: disconnecting")]
+    assert outcome == [("release waiting", True)] + expected
+    with pytest.raises(socketkit.InvalidHandleError):
+        sock.read()

@@ -78,7 +78,7 @@ def test_udp_hosts_interfaces_and_groups():
     recorder = Recorder()
     sock = socketkit.UdpSocket(recorder)
     try:
-        refused(lambda: sock.bind_to_port(0, "127.0.0.1\0x"))
+        refused(lambda: sock.bind_to_interface("127.0.0.1\0x", 0))
         refused(lambda: sock.connect_to_host("127.0.0.1\0.evil.test", 9))
         refused(lambda: sock.send_to_host(b"x", "127.0.0.1\0.evil.test", 9))
         sock.bind_to_port(0)

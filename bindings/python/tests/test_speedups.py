@@ -104,6 +104,21 @@ def test_reads_with_and_without_arguments_through_a_host_queue(host_pair):
     pump(host, lambda: pair.recorder.count("read") == 4)
     assert isinstance(seen[0], memoryview) and bytes(seen[0]) == b"xyz" and buffer[4:7] == b"xyz"
     assert pair.recorder.events[-1] == ("read", b"xyz", 9)
+    # Positional arguments of the plain types (the extension's path, as socketkit.aio
+    # passes them), and of other types and values (the Python path, which checks them).
+    count = 4
+    for arguments, data in [((2,), b"gh"), ((2, -1), b"ij"), ((2, 30.0, 11), b"kl"), ((2, 30, -(1 << 63)), b"mn"),
+                            ((True,), b"o"), ((2, 2.5, 12), b"pq")]:
+        pair.socket.read(*arguments)
+        pair.peer.sendall(data)
+        count += 1
+        pump(host, lambda: pair.recorder.count("read") == count)
+        expected_tag = arguments[2] if len(arguments) == 3 else 0
+        assert pair.recorder.events[-1] == ("read", data, expected_tag), arguments
+    for arguments, error in [((-1,), socketkit.BadParamError), ((0, -1, 1 << 63), OverflowError),
+                             ((0, float("nan"), 0), socketkit.BadParamError), ((0, []), TypeError)]:
+        with pytest.raises(error):
+            pair.socket.read(*arguments)
 
 
 def test_closed_sockets_refuse_reads_and_writes_with_invalid_handle(raw_peer):
@@ -210,11 +225,11 @@ def test_datagrams_through_a_host_queue_with_every_argument_form():
     host = socketkit.HostQueue()
     server_log = UdpLog(echo=True)
     server = socketkit.UdpSocket(server_log, queue=host)
-    server.bind_to_port(0, "127.0.0.1")
+    server.bind_to_interface("127.0.0.1", 0)
     server.begin_receiving()
     log = UdpLog()
     client = socketkit.UdpSocket(log, queue=host)
-    client.bind_to_port(0, "127.0.0.1")
+    client.bind_to_interface("127.0.0.1", 0)
     client.begin_receiving()
     target = ("127.0.0.1", server.local_port)
     payloads = [b"one", b"", bytearray(b"three"), memoryview(b"four"), pattern(5000, seed=2)]
@@ -253,7 +268,7 @@ def test_a_receive_filter_context_and_a_raising_receive_through_a_host_queue(mon
 
     server_log = Raises()
     server = socketkit.UdpSocket(server_log, queue=host)
-    server.bind_to_port(0, "127.0.0.1")
+    server.bind_to_interface("127.0.0.1", 0)
     server.begin_receiving()
     peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     peer.bind(("127.0.0.1", 0))
@@ -787,7 +802,7 @@ def test_a_delegate_that_refers_back_to_its_socket_is_collected_with_it():
     assert owner.sock._delegate is owner
     udp_owner = Owner()
     udp_owner.sock = socketkit.UdpSocket(udp_owner)
-    udp_owner.sock.bind_to_port(0, "127.0.0.1")
+    udp_owner.sock.bind_to_interface("127.0.0.1", 0)
     assert udp_owner.sock._delegate is udp_owner
     gone = [weakref.ref(owner), weakref.ref(owner.sock), weakref.ref(udp_owner), weakref.ref(udp_owner.sock)]
     del owner, udp_owner

@@ -122,7 +122,7 @@ def udp():
 def echo_server(udp, host: str = "127.0.0.1", **options: Any) -> Tuple[socketkit.UdpSocket, UdpRecorder, int]:
     log = UdpRecorder(echo=True)
     server = udp(log, **options)
-    server.bind_to_port(0, host)
+    server.bind_to_interface(host, 0)
     server.begin_receiving()
     port = server.local_port
     assert port != 0
@@ -319,7 +319,7 @@ def test_receive_once_begin_receiving_and_pause(udp):
     server = udp(log)
     with pytest.raises(socketkit.BadConfigError):
         server.receive_once()  # no descriptors yet
-    server.bind_to_port(0, "127.0.0.1")
+    server.bind_to_interface("127.0.0.1", 0)
     target = ("127.0.0.1", server.local_port)
     raw = raw_socket()
     server.receive_once()
@@ -348,7 +348,7 @@ def test_datagrams_over_the_receive_limit_are_reported_truncated(udp):
     server = udp(log)
     server.max_receive_sizes = (100, 200)
     assert server.max_receive_sizes == (100, 200)
-    server.bind_to_port(0, "127.0.0.1")
+    server.bind_to_interface("127.0.0.1", 0)
     server.begin_receiving()
     raw = raw_socket()
     raw.sendto(bytes(101), ("127.0.0.1", server.local_port))
@@ -372,7 +372,7 @@ def test_receive_filter_drops_and_attaches_a_context(udp, asynchronous, monkeypa
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
     log = UdpRecorder()
     server = udp(log, queue=socketkit.SerialQueue("udp-filter-test"))
-    server.bind_to_port(0, "127.0.0.1")
+    server.bind_to_interface("127.0.0.1", 0)
     seen = []
     filter_threads = set()
 
@@ -479,14 +479,14 @@ def test_bind_on_a_port_in_use_raises_eaddrinuse(udp):
     port = holder.getsockname()[1]
     sock = udp(UdpRecorder())
     with pytest.raises(socketkit.SystemCallError) as caught:
-        sock.bind_to_port(port, "127.0.0.1")
+        sock.bind_to_interface("127.0.0.1", port)
     assert caught.value.errno == errno.EADDRINUSE and isinstance(caught.value, OSError)
     assert sock.is_closed
     with pytest.raises(socketkit.BadParamError):
-        sock.bind_to_port(0, "no-such-interface0")
-    sock.bind_to_port(0, "127.0.0.1")
+        sock.bind_to_interface("no-such-interface0", 0)
+    sock.bind_to_interface("127.0.0.1", 0)
     with pytest.raises(socketkit.BadConfigError):
-        sock.bind_to_port(0, "127.0.0.1")  # bound twice
+        sock.bind_to_interface("127.0.0.1", 0)  # bound twice
     other = udp(UdpRecorder())
     with pytest.raises(socketkit.SystemCallError) as caught:
         other.bind_to_address(("127.0.0.1", sock.local_port))
@@ -499,9 +499,9 @@ def test_two_sockets_with_reuse_port_bind_the_same_port(udp):
     first, second = udp(log), udp(log)
     first.enable_reuse_port(True)
     second.enable_reuse_port(True)
-    first.bind_to_port(0, "127.0.0.1")
+    first.bind_to_interface("127.0.0.1", 0)
     port = first.local_port
-    second.bind_to_port(port, "127.0.0.1")
+    second.bind_to_interface("127.0.0.1", port)
     assert second.local_port == port
     with pytest.raises(socketkit.BadConfigError):
         second.enable_reuse_port(False)  # after bind
@@ -589,7 +589,8 @@ def test_broadcast_needs_enable_broadcast(udp):
     sock.bind_to_port(0)
     sock.send_to_address(b"refused", everyone, tag=3)
     failed = log.expect("not_send")[0]
-    assert failed[1] == 3 and type(failed[2]) is socketkit.SystemCallError
+    assert failed[1] == 3 and type(failed[2]) is socketkit.PermissionError  # EACCES
+    assert isinstance(failed[2], PermissionError) and isinstance(failed[2], socketkit.SystemCallError)
     assert failed[2].errno == errno.EACCES
     assert not sock.is_closed
     sock.enable_broadcast(True)
@@ -654,7 +655,7 @@ def test_a_udp_socket_needs_no_delegate(udp):
     (as in C and Swift): a send-only socket binds, connects and sends without one."""
     raw = raw_socket()
     sock = udp(None)
-    sock.bind_to_port(0, "127.0.0.1")
+    sock.bind_to_interface("127.0.0.1", 0)
     sock.send_to_address(b"one", raw.getsockname())
     assert raw.recvfrom(10) == (b"one", ("127.0.0.1", sock.local_port))
     sock.disconnect()
@@ -681,7 +682,7 @@ def test_configuration_round_trips(udp):
     assert repr(sock).startswith("<socketkit.UdpSocket idle")
     descriptors = []
     done = threading.Event()
-    sock.bind_to_port(0, "127.0.0.1")
+    sock.bind_to_interface("127.0.0.1", 0)
     sock.perform(lambda found: (descriptors.append(found), done.set()))
     assert done.wait(WAIT)
     assert descriptors[0].ipv4 >= 0 and descriptors[0].ipv6 == -1
@@ -697,7 +698,7 @@ def test_disconnect_reports_did_close_last_and_the_socket_is_reusable(udp):
     log = UdpRecorder()
     sock = udp(log)
     sock.disconnect()  # no descriptors: nothing to report
-    sock.bind_to_port(0, "127.0.0.1")
+    sock.bind_to_interface("127.0.0.1", 0)
     sock.begin_receiving()
     raw.sendto(b"before", ("127.0.0.1", sock.local_port))
     log.expect("receive")
@@ -710,7 +711,7 @@ def test_disconnect_reports_did_close_last_and_the_socket_is_reusable(udp):
     assert sock.is_closed and sock.local_port == 0 and sock.local_address is None
     # Used again: bound afresh, receiving, sending.
     log.reopened()
-    sock.bind_to_port(0, "127.0.0.1")
+    sock.bind_to_interface("127.0.0.1", 0)
     sock.begin_receiving()
     raw.sendto(b"after", ("127.0.0.1", sock.local_port))
     assert log.expect("receive", 2)[1][1] == b"after"
@@ -790,7 +791,7 @@ def test_disconnect_after_sending_sends_every_queued_datagram_and_those_queued_a
 def test_operations_on_a_released_socket_raise(udp):
     log = UdpRecorder()
     sock = socketkit.UdpSocket(log, queue=None)
-    sock.bind_to_port(0, "127.0.0.1")
+    sock.bind_to_interface("127.0.0.1", 0)
     handle = sock.handle
     sock.release()
     sock.release()  # idempotent
@@ -830,7 +831,7 @@ def test_release_from_callbacks_and_filters_and_by_the_collector(udp):
     # From inside did_receive, on the loop thread.
     log = UdpRecorder()
     sock = socketkit.UdpSocket(log, queue=None)
-    sock.bind_to_port(0, "127.0.0.1")
+    sock.bind_to_interface("127.0.0.1", 0)
     sock.begin_receiving()
     released = threading.Event()
     log.on_receive = lambda s, data, address, context: (s.release(), released.set())
@@ -841,7 +842,7 @@ def test_release_from_callbacks_and_filters_and_by_the_collector(udp):
     # on another thread once the filter returns.
     filtered = threading.Event()
     sock = socketkit.UdpSocket(UdpRecorder(), queue=None)
-    sock.bind_to_port(0, "127.0.0.1")
+    sock.bind_to_interface("127.0.0.1", 0)
 
     def release_me(data, address):
         sock.release()
@@ -861,7 +862,7 @@ def test_release_from_callbacks_and_filters_and_by_the_collector(udp):
     assert lib.sk_udp_socket_is_closed(handle) == -11
     # A socket nobody holds is released by the collector.
     sock = socketkit.UdpSocket(UdpRecorder(), queue=None)
-    sock.bind_to_port(0, "127.0.0.1")
+    sock.bind_to_interface("127.0.0.1", 0)
     handle = sock.handle
     reference = weakref.ref(sock)
     del sock, release_me
@@ -878,7 +879,7 @@ def test_release_in_did_receive_mid_batch_delivers_no_more_of_the_batch(udp):
     raw = raw_socket()
     log = UdpRecorder()
     sock = socketkit.UdpSocket(log, queue=None)
-    sock.bind_to_port(0, "127.0.0.1")
+    sock.bind_to_interface("127.0.0.1", 0)
     for index in range(10):
         raw.sendto(bytes([index]), ("127.0.0.1", sock.local_port))
 
@@ -906,7 +907,7 @@ def test_delegate_exceptions_go_to_unraisablehook(udp, monkeypatch):
             raise ValueError("delegate failure")
 
     sock = udp(Broken())
-    sock.bind_to_port(0, "127.0.0.1")
+    sock.bind_to_interface("127.0.0.1", 0)
     sock.begin_receiving()
     raw = raw_socket()
     raw.sendto(b"boom", ("127.0.0.1", sock.local_port))
@@ -944,7 +945,7 @@ def test_host_queue_runs_everything_on_the_draining_thread(udp):
     queue = socketkit.HostQueue()
     server_log = UdpRecorder(echo=True)
     server = udp(server_log, queue=queue)
-    server.bind_to_port(0, "127.0.0.1")
+    server.bind_to_interface("127.0.0.1", 0)
     port = server.local_port
     server.begin_receiving()
     filter_threads = set()
@@ -990,7 +991,7 @@ def test_serial_queue_runs_callbacks_on_its_thread_one_at_a_time(udp):
     log = UdpRecorder()
     clients = [udp(log, queue=queue) for _ in range(4)]
     for client in clients:
-        client.bind_to_port(0, "127.0.0.1")
+        client.bind_to_interface("127.0.0.1", 0)
         client.begin_receiving()
         for tag in range(25):
             client.send_to_address(b"%d" % tag, ("127.0.0.1", port), tag=tag)
@@ -1025,10 +1026,10 @@ def test_asyncio_udp_echo_on_the_loop_thread():
                 sent.put_nowait(tag)
 
         server = socketkit.UdpSocket(Server(), queue=aio.queue())
-        server.bind_to_port(0, "127.0.0.1")
+        server.bind_to_interface("127.0.0.1", 0)
         server.begin_receiving()
         client = socketkit.UdpSocket(Client(), queue=aio.queue())
-        client.bind_to_port(0, "127.0.0.1")
+        client.bind_to_interface("127.0.0.1", 0)
         client.begin_receiving()
         for tag in range(10):
             client.send_to_address(b"ping %d" % tag, ("127.0.0.1", server.local_port), tag=tag)

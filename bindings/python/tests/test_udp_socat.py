@@ -36,7 +36,7 @@ def test_socketkit_client_of_a_socat_echo_server(udp):  # noqa: F811
     try:
         log = UdpRecorder()
         client = udp(log)
-        client.bind_to_port(0, "127.0.0.1")
+        client.bind_to_interface("127.0.0.1", 0)
         client.begin_receiving()
         # socat may not be listening yet: send until the first echo comes back (each send
         # waits for an answer up to 0.2 s; bounded overall).

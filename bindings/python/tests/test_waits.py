@@ -51,7 +51,7 @@ for round in range(10):
             returned.append("delegate")
 
     udp = socketkit.UdpSocket(UdpDelegate(), queue=socketkit.SerialQueue(), loop_group=group)
-    udp.bind_to_port(0, "127.0.0.1")
+    udp.bind_to_interface("127.0.0.1", 0)
     udp.begin_receiving()
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -137,7 +137,7 @@ class _Targets:
 
     def call_all(self):
         failed = []
-        self.udp.bind_to_port(0, "127.0.0.1")
+        self.udp.bind_to_interface("127.0.0.1", 0)
         if self.udp.local_port == 0:
             failed.append("UDP bind")
         self.listener.disconnect()
@@ -246,7 +246,7 @@ def test_waiting_calls_from_delegate_methods_return_with_their_effect(kind, sour
     closing = []
     if source == "udp":
         udp_source = socketkit.UdpSocket(Delegate(), queue=queue, loop_group=here)
-        udp_source.bind_to_port(0, "127.0.0.1")
+        udp_source.bind_to_interface("127.0.0.1", 0)
         udp_source.begin_receiving()
         sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         sender.sendto(b"d", ("127.0.0.1", udp_source.local_port))
