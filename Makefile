@@ -46,7 +46,7 @@ REQUIRED_TOOLS := cc:gcc pkg-config:pkg-config valgrind:valgrind python3:python3
 
 .DEFAULT_GOAL := all
 .PHONY: all tools library c-prefix demo test swift-test c-test python python-test python-versions-test python-install-test budget-test \
-	tables-check \
+	tables-check compile-checks \
 	install uninstall clean bench bench-tools sanitize
 
 C_PREFIX   := $(BUILD)/c-prefix
@@ -123,7 +123,7 @@ demo: c-prefix $(VENV)/.ready $(SPEEDUPS)
 	@$(MAKE) --no-print-directory -C bindings/c demo SOCKETKIT_PREFIX=$(C_PREFIX)
 	$(VENV_PY) bindings/python/examples/echo_demo.py
 
-test: library tables-check swift-test c-test python-test python-versions-test python-install-test budget-test
+test: library tables-check swift-test compile-checks c-test python-test python-versions-test python-install-test budget-test
 	@echo "make test: every suite passed"
 
 # Every copy of the event and error tables (Swift, the header, the Python binding, the C
@@ -135,6 +135,13 @@ tables-check: library $(VENV)/.ready
 swift-test: tools
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
+
+# What Swift 6 must refuse in code using SocketKit (data races in delegates, near-miss
+# delegate methods) and what it must accept, type-checked against the debug build's module
+# with warnings as errors (Tests/compile-checks/check.py).
+compile-checks: tools
+	$(SWIFT) build --target SocketKit
+	$(PYTHON) Tests/compile-checks/check.py --swiftc "$$(dirname "$$(command -v $(SWIFT))")/swiftc"
 
 c-test: c-prefix
 	@$(MAKE) --no-print-directory -C bindings/c test SOCKETKIT_PREFIX=$(C_PREFIX) \

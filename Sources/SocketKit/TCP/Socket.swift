@@ -28,6 +28,7 @@ import Synchronization
 /// Text: a host, interface or Unix path holding a NUL character is refused (`.badParam`):
 /// the system calls would see only the text before it.
 public final class Socket: SocketFront, @unchecked Sendable {
+    typealias Receiver = SocketEventReceiver
     let core: TCPSocketCore
 
     /// The loop the socket lives on, for its whole life.
@@ -44,6 +45,15 @@ public final class Socket: SocketFront, @unchecked Sendable {
     public convenience init(delegate: SocketDelegate? = nil, callbackQueue: CallbackQueue = .eventLoop,
                             eventLoop: EventLoop? = nil) {
         self.init(receiver: SwiftDelegateReceiver(delegate), callbackQueue: callbackQueue, eventLoop: eventLoop)
+    }
+
+    /// A socket whose delegate lives on the main actor: its callbacks run there
+    /// (`CallbackQueue.mainActor`), on `eventLoop` (default: the next loop of
+    /// `EventLoopGroup.default`).
+    @MainActor
+    public convenience init(delegate: MainActorSocketDelegate, eventLoop: EventLoop? = nil) {
+        self.init(receiver: SwiftDelegateReceiver(mainActor: delegate),
+                  callbackQueue: PinnedCallbackQueue(.mainActor, behind: .eventLoop), eventLoop: eventLoop)
     }
 
     convenience init(receiver: SocketEventReceiver?, callbackQueue: CallbackQueue, eventLoop: EventLoop?) {
@@ -82,13 +92,31 @@ public final class Socket: SocketFront, @unchecked Sendable {
     /// callback reaches the previous delegate (a callback running on another thread is
     /// waited for; from inside a callback of this socket it takes effect at once; when that
     /// wait would deadlock, it is not made, and the running callback may still be finishing).
+    /// nil while the delegate is a `MainActorSocketDelegate` (see `mainActorDelegate`).
     public var delegate: SocketDelegate? {
-        get { (receiver as? SwiftDelegateReceiver)?.delegate }
+        get { (receiver as? SwiftDelegateReceiver)?.publicDelegate }
         set { setReceiver(SwiftDelegateReceiver(newValue), callbackQueue: nil) }
     }
 
+    /// The delegate, when it lives on the main actor (held weakly). Setting it is synchronous
+    /// as for `delegate`, and pins the callbacks to the main actor; setting `delegate` (or
+    /// nil here) lets them go back to `callbackQueue`.
+    @MainActor
+    public var mainActorDelegate: MainActorSocketDelegate? {
+        get { (receiver as? SwiftDelegateReceiver)?.mainActorAdapter?.target }
+        set { setDelegate(newValue) }
+    }
+
+    /// Sets a main-actor delegate (see `mainActorDelegate`).
+    @MainActor
+    public func setDelegate(_ delegate: MainActorSocketDelegate?) {
+        let receiver = SwiftDelegateReceiver(mainActor: delegate)
+        setReceiver(receiver, callbackQueue: nil, pinnedQueue: receiver.pinnedQueue)
+    }
+
     /// Where callbacks run. Changing it keeps callbacks in order: those already queued on the
-    /// old queue run there first.
+    /// old queue run there first. While the delegate is a `MainActorSocketDelegate` this is
+    /// `.mainActor`, and a queue set meanwhile applies once another delegate is set.
     public var callbackQueue: CallbackQueue {
         get { routedQueue }
         set { routedQueue = newValue }
@@ -722,7 +750,10 @@ public final class Socket: SocketFront, @unchecked Sendable {
 
     var hasDelegate: Bool {
         guard let receiver else { return false }
-        if let swiftReceiver = receiver as? SwiftDelegateReceiver { return swiftReceiver.delegate != nil }
+        if let swiftReceiver = receiver as? SwiftDelegateReceiver {
+            if let adapter = swiftReceiver.mainActorAdapter { return adapter.target != nil }
+            return swiftReceiver.delegate != nil
+        }
         return true
     }
 
@@ -776,7 +807,10 @@ public final class Socket: SocketFront, @unchecked Sendable {
     /// Socket first, with the listener's receiver and queue.
     func deliver(_ event: SocketEvent, from core: TCPSocketCore) {
         if case .didAccept(let childCore) = event {
-            let (queue, receiver) = core.withStateLock { (routing.queue, routing.receiver) }
+            let (queue, receiver) = core.withStateLock {
+                // A pin is the listener's own (it records the listener's choice of queue).
+                ((routing.queue as? PinnedCallbackQueue)?.copy() ?? routing.queue, routing.receiver)
+            }
             let child = Socket(core: childCore, receiver: receiver?.receiverForAcceptedSocket(), callbackQueue: queue)
             route(.didAcceptSocket(child))
             return
