@@ -462,6 +462,12 @@ typedef struct sk_socket_delegate {
      * longer raises the timeout (or sets it negative). If this member, or the whole
      * delegate, is NULL the peer is rejected (SK_ERR_TLS_PEER_REJECTED). */
     void (*did_receive_trust)(sk_socket_t *sock, const sk_tls_trust_t *trust, void *userdata);
+
+    /* The answer to sk_socket_cancel_read, once per call: the reads with `tag` that had not
+     * completed are withdrawn, and what the current one had gathered is back in front of the
+     * unread bytes. `unread_bytes`: what SocketKit holds ahead of the next read (what it can
+     * get without waiting for the peer). */
+    void (*did_cancel_read)(sk_socket_t *sock, long tag, size_t unread_bytes, void *userdata);
 } sk_socket_delegate_t;
 
 /* ---- Lifetime ------------------------------------------------------------------------ */
@@ -538,6 +544,7 @@ typedef enum sk_event_kind {
     SK_EVENT_DISCONNECT = 13,     /* error (NULL: a clean close) */
     SK_EVENT_SECURE = 14,
     SK_EVENT_TRUST = 15,          /* trust, token: answer with sk_socket_answer_trust */
+    SK_EVENT_CANCEL_READ = 16,    /* tag, length (unread bytes) */
     /* UDP sockets' events: `udp_sock` is set, `sock` is NULL. */
     SK_EVENT_UDP_CONNECT = 20,    /* address, address_length, host, port */
     SK_EVENT_UDP_NOT_CONNECT = 21,/* error */
@@ -759,6 +766,21 @@ int sk_socket_read_to_data_into(sk_socket_t *sock, const void *separator, size_t
 #define SK_CR "\r"
 #define SK_LF "\n"
 #define SK_ZERO "\0"
+
+/* Withdraws every queued read with `tag` that has not completed; the bytes the current one
+ * had gathered go back in front of the unread bytes, so the next read gets them, in order:
+ * a read can be cancelled without losing data. Queued like a read (in order with reads and
+ * sk_socket_unread calls made before it) and answered once by did_cancel_read; a read with
+ * that tag that had already completed delivered its did_read before that answer. Errors as
+ * for reads (SK_ERR_BAD_CONFIG when not connecting or connected). */
+int sk_socket_cancel_read(sk_socket_t *sock, long tag, sk_error_t *error);
+
+/* Puts a copy of `length` bytes at `bytes` in front of the socket's unread bytes, as if they
+ * had arrived before everything not yet read: the next read gets them first (bytes a read
+ * delivered to a caller that no longer wanted them, a protocol sniffed and not consumed).
+ * Under TLS they are plaintext. Queued like a read, in order. `length` 0 or `bytes` NULL:
+ * SK_ERR_BAD_PARAM. */
+int sk_socket_unread(sk_socket_t *sock, const void *bytes, size_t length, sk_error_t *error);
 
 /* The progress of the current read: returns 1 and fills the outputs (each may be NULL) when
  * a read is under way, 0 when none is, or SK_ERR_INVALID_HANDLE. `total` is 0 when not

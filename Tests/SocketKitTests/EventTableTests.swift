@@ -77,7 +77,7 @@ struct EventTableTests {
         switch event {
         case .didConnect, .didAccept, .didAcceptSocket, .didNotAccept, .didRead, .didReadPartial, .shouldTimeoutRead,
              .didWrite, .didWritePartial, .shouldTimeoutWrite, .didCloseReadStream, .didSecure, .didReceiveTrust,
-             .didReachWriteHighWatermark, .didDrainToWriteLowWatermark, .didDisconnect:
+             .didReachWriteHighWatermark, .didDrainToWriteLowWatermark, .didDisconnect, .didCancelRead:
             break
         }
     }
@@ -92,7 +92,7 @@ struct EventTableTests {
             .shouldTimeoutRead(tag: 5, elapsed: 1.5, bytesDone: 2, question: 9), .didWrite(tag: 5),
             .didWritePartial(length: 2, tag: 5), .shouldTimeoutWrite(tag: 5, elapsed: 1.5, bytesDone: 2, question: 9),
             .didCloseReadStream, .didSecure, .didReceiveTrust(trust, question: 9), .didReachWriteHighWatermark(queuedBytes: 2),
-            .didDrainToWriteLowWatermark(queuedBytes: 2), .didDisconnect(error),
+            .didDrainToWriteLowWatermark(queuedBytes: 2), .didDisconnect(error), .didCancelRead(tag: 5, unreadBytes: 2),
         ]
     }
 
@@ -127,6 +127,7 @@ struct EventTableTests {
         delegate.did_disconnect = { _, _, userdata in CalledMembers.note("did_disconnect", userdata) }
         delegate.did_secure = { _, userdata in CalledMembers.note("did_secure", userdata) }
         delegate.did_receive_trust = { _, _, userdata in CalledMembers.note("did_receive_trust", userdata) }
+        delegate.did_cancel_read = { _, _, _, userdata in CalledMembers.note("did_cancel_read", userdata) }
         return delegate
     }
 

@@ -112,6 +112,8 @@ final class CSocketDelegateReceiver: SocketEventReceiver, @unchecked Sendable {
         case .didDisconnect(let error):
             guard let callback = delegate.did_disconnect else { return 0 }
             withOptionalCError(error) { callback(handle, $0, userdata) }
+        case .didCancelRead(let tag, let unreadBytes):
+            delegate.did_cancel_read?(handle, tag, unreadBytes, userdata)
         }
         return 0
     }
@@ -210,6 +212,11 @@ final class CSocketDelegateReceiver: SocketEventReceiver, @unchecked Sendable {
             guard delegate.did_disconnect != nil else { return 0 }
             record.kind = Int32(SK_EVENT_DISCONNECT.rawValue)
             record.error = error.map { sink.keep($0) }
+        case .didCancelRead(let tag, let unreadBytes):
+            guard delegate.did_cancel_read != nil else { return 0 }
+            record.kind = Int32(SK_EVENT_CANCEL_READ.rawValue)
+            record.tag = tag
+            record.length = unreadBytes
         }
         sink.append(record)
         return answerLater ? .nan : 0

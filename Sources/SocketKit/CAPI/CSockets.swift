@@ -328,6 +328,23 @@ public func sk_socket_read_to_data_into(_ handle: OpaquePointer?, _ separator: U
     }
 }
 
+@_cdecl("sk_socket_cancel_read")
+public func sk_socket_cancel_read(_ handle: OpaquePointer?, _ tag: Int, _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
+        try socket.cancelRead(withTag: tag)
+    }
+}
+
+@_cdecl("sk_socket_unread")
+public func sk_socket_unread(_ handle: OpaquePointer?, _ bytes: UnsafeRawPointer?, _ length: Int,
+                             _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
+        guard let bytes else { throw badParam("bytes is NULL") }
+        let count = try checkedLength(length, "length")
+        try socket.unread(Array(UnsafeRawBufferPointer(start: bytes, count: count)))
+    }
+}
+
 private func report(_ progress: OperationProgress?, _ outTag: UnsafeMutablePointer<Int>?,
                     _ outDone: UnsafeMutablePointer<Int>?, _ outTotal: UnsafeMutablePointer<Int>?) -> Int32 {
     guard let progress else { return 0 }

@@ -269,7 +269,7 @@ private struct CFilterCall<Filter>: @unchecked Sendable {
     func keeps(_ data: [UInt8], _ address: SocketAddress,
                _ call: (Filter, OpaquePointer?, UnsafeRawPointer?, Int, UnsafePointer<sockaddr>?, socklen_t) -> Int32) -> Bool {
         var kept = false
-        filterGuard.write {
+        filterGuard.access {
             kept = data.withUnsafeBytes { bytes in
                 address.withSockAddr { call(filter, OpaquePointer(bitPattern: handle), bytes.baseAddress, bytes.count, $0, $1) != 0 }
             }

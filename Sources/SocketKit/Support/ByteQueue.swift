@@ -63,11 +63,49 @@ struct ByteQueue: ~Copyable {
         block!.pointee.end += max(0, min(written, count))
     }
 
+    /// Puts `bytes` in front of the queued ones (`Socket.unread`, a withdrawn read's bytes).
+    mutating func prepend(_ bytes: UnsafeRawBufferPointer) {
+        guard bytes.count > 0 else { return }
+        if let block, block.pointee.start >= bytes.count {
+            block.pointee.start -= bytes.count
+            (data + block.pointee.start).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+            return
+        }
+        let live = count
+        var capacity = 4096
+        while capacity < live + bytes.count { capacity *= 2 }
+        let grown = malloc(ByteQueue.headerSize + capacity)!.bindMemory(to: Header.self, capacity: 1)
+        grown.initialize(to: Header(capacity: capacity, start: 0, end: live + bytes.count))
+        let grownData = UnsafeMutableRawPointer(grown) + ByteQueue.headerSize
+        grownData.copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+        if live > 0 {
+            (grownData + bytes.count).copyMemory(from: data + block!.pointee.start, byteCount: live)
+        }
+        free(block)
+        block = grown
+    }
+
     /// Drops `count` bytes from the front; frees the block once empty.
     mutating func consume(_ count: Int) {
         guard let block else { return }
         block.pointee.start += count
         if block.pointee.start >= block.pointee.end {
+            removeAll()
+        }
+    }
+
+    /// Drops `count` bytes from the front but keeps the block even when that empties it, so
+    /// that a callback may go on looking at the dropped bytes; `releaseIfEmpty` afterwards.
+    /// Nothing can overwrite them meanwhile: the engine changes no prebuffer while a callback
+    /// of its socket runs (calls that would, `Socket.unread` and `cancelRead`, wait for it).
+    mutating func consumeKeepingStorage(_ count: Int) {
+        guard let block else { return }
+        block.pointee.start += count
+    }
+
+    /// Frees the block if nothing is queued (after `consumeKeepingStorage`).
+    mutating func releaseIfEmpty() {
+        if let block, block.pointee.start >= block.pointee.end {
             removeAll()
         }
     }

@@ -159,7 +159,7 @@ struct ReadRequest {
         if let callerBuffer {
             let destination = callerBuffer.baseAddress! + callerOffset + bytesDone
             if let callerBufferGuard {
-                callerBufferGuard.write { destination.copyMemory(from: bytes.baseAddress!, byteCount: bytes.count) }
+                callerBufferGuard.access { destination.copyMemory(from: bytes.baseAddress!, byteCount: bytes.count) }
             } else {
                 destination.copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
             }
@@ -167,6 +167,19 @@ struct ReadRequest {
             collected.append(contentsOf: bytes)
         }
         bytesDone += bytes.count
+    }
+
+    /// A copy of the bytes gathered so far (a withdrawn read gives them back). From a
+    /// caller's buffer only while the guard allows it: after a release, nobody reads them.
+    func gatheredBytes() -> [UInt8] {
+        guard bytesDone > 0 else { return [] }
+        guard let callerBuffer else { return collected }
+        var copy: [UInt8] = []
+        let take = {
+            copy = Array(UnsafeRawBufferPointer(rebasing: callerBuffer[self.callerOffset..<(self.callerOffset + self.bytesDone)]))
+        }
+        if let callerBufferGuard { callerBufferGuard.access(take) } else { take() }
+        return copy
     }
 
     /// The payload of a completed read that was not borrowed.
@@ -223,6 +236,17 @@ struct FIFO<Element> {
 
     func reduce<Result>(_ initial: Result, _ next: (Result, Element) -> Result) -> Result {
         storage[head...].reduce(initial, next)
+    }
+
+    /// Removes the elements `shouldRemove` picks (told each one's offset from the front),
+    /// keeping the order of the rest.
+    mutating func removeAll(where shouldRemove: (_ offset: Int, Element) -> Bool) {
+        var kept: [Element] = []
+        for offset in 0..<count where !shouldRemove(offset, storage[head + offset]) {
+            kept.append(storage[head + offset])
+        }
+        storage = kept
+        head = 0
     }
 
     /// Drops every element after the first `count`.

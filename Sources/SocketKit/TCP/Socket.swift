@@ -452,6 +452,42 @@ public final class Socket: SocketFront, @unchecked Sendable {
                   session: session)
     }
 
+    /// Withdraws every queued read with `tag` that has not completed; the bytes the current
+    /// one had gathered go back in front of the unread ones, so the next read gets them, in
+    /// order. Nothing is lost: this is how a read is cancelled (an async caller that stopped
+    /// waiting, a read whose framing turned out wrong). Answered once by
+    /// `socket(_:didCancelReadWithTag:unreadBytes:)`; a read with that tag that had already
+    /// completed delivered its `didRead` before that answer. Queued like a read, in order
+    /// with the reads, `unread`s and cancels made before it.
+    public func cancelRead(withTag tag: Int) throws(SocketError) {
+        let (session, _, _) = try sessionForTransfer()
+        try queueReadQueueChange { $0.cancelReads(withTag: tag, session: session) }
+    }
+
+    /// Puts `bytes` in front of the socket's unread bytes, as if they had arrived before
+    /// everything not yet read: the next read gets them first. For bytes a read delivered to
+    /// a caller that no longer wanted them, or a protocol sniffed and not consumed. Under TLS
+    /// they are plaintext, in front of what the next read gets (before the marker of a
+    /// `startTLS` still queued: the handshake's input). Queued like a read, in order.
+    public func unread(_ bytes: [UInt8]) throws(SocketError) {
+        guard !bytes.isEmpty else { throw SocketError(.badParam, "nothing to unread") }
+        let (session, _, _) = try sessionForTransfer()
+        try queueReadQueueChange { $0.unread(bytes, session: session) }
+    }
+
+    /// Changes to the read queue and the unread bytes wait for a running callback of this
+    /// socket (its read's bytes may be the prebuffer's), and keep their order with reads.
+    private func queueReadQueueChange(_ change: @escaping @Sendable (TCPSocketCore) -> Void) throws(SocketError) {
+        let core = self.core
+        if eventLoop.inEventLoop {
+            core.perform(touchesLentMemory: true, change)
+            return
+        }
+        guard eventLoop.execute({ core.perform(touchesLentMemory: true, change) }) else {
+            throw SocketError(.badConfig, "the socket's event loop has stopped")
+        }
+    }
+
     /// The current read's progress, or nil when no read is under way.
     public var readProgress: OperationProgress? { core.readProgress.read() }
 
@@ -793,10 +829,10 @@ public final class Socket: SocketFront, @unchecked Sendable {
     private func submit(_ operation: @escaping @Sendable (TCPSocketCore) -> Void) -> Bool {
         let core = self.core
         if eventLoop.inEventLoop {
-            core.perform(tearsDown: false, operation)
+            core.perform(touchesLentMemory: false, operation)
             return true
         }
-        return eventLoop.execute { core.perform(tearsDown: false, operation) }
+        return eventLoop.execute { core.perform(touchesLentMemory: false, operation) }
     }
 
     // MARK: Delivery (called by the core on the loop thread; see CallbackRouter.swift)

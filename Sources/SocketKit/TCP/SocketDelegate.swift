@@ -114,6 +114,13 @@ public protocol SocketDelegate: AnyObject, Sendable {
     /// Queued bytes drained to the low watermark after reaching the high one.
     func socket(_ sock: Socket, writeQueueDidDrainToLowWatermark queuedBytes: Int)
 
+    /// The answer to `cancelRead(withTag:)`, once per call: the reads with `tag` that had
+    /// not completed are withdrawn, and what the current one had gathered is back in front
+    /// of the unread bytes. A read with that tag that had already completed delivered its
+    /// `didRead` before this. `unreadBytes`: the bytes SocketKit holds ahead of the next read
+    /// (what it can get without waiting for the peer).
+    func socket(_ sock: Socket, didCancelReadWithTag tag: Int, unreadBytes: Int)
+
     /// The connection (or attempt, or listener) ended: nil after `disconnect` or a
     /// completed `disconnectAfter…`, otherwise why. The peer's close (`.closed`) or reset
     /// (`.system`, ECONNRESET or EPIPE) is reported after the bytes that arrived before it
@@ -144,6 +151,7 @@ extension SocketDelegate {
     }
     public func socket(_ sock: Socket, writeQueueDidReachHighWatermark queuedBytes: Int) {}
     public func socket(_ sock: Socket, writeQueueDidDrainToLowWatermark queuedBytes: Int) {}
+    public func socket(_ sock: Socket, didCancelReadWithTag tag: Int, unreadBytes: Int) {}
     public func socketDidDisconnect(_ sock: Socket, withError error: SocketError?) {}
 }
 
@@ -254,6 +262,8 @@ final class SwiftDelegateReceiver: SocketEventReceiver {
             delegate.socket(socket, writeQueueDidDrainToLowWatermark: queuedBytes)
         case .didDisconnect(let error):
             delegate.socketDidDisconnect(socket, withError: error)
+        case .didCancelRead(let tag, let unreadBytes):
+            delegate.socket(socket, didCancelReadWithTag: tag, unreadBytes: unreadBytes)
         }
         return 0
     }

@@ -31,6 +31,9 @@ enum SocketEvent: RoutedEvent {
     case didReachWriteHighWatermark(queuedBytes: Int)
     case didDrainToWriteLowWatermark(queuedBytes: Int)
     case didDisconnect(SocketError?)
+    /// The answer to `Socket.cancelRead(withTag:)`; `unreadBytes` are those SocketKit holds
+    /// ahead of the next read.
+    case didCancelRead(tag: Int, unreadBytes: Int)
 
     /// The same event with no borrowed memory, for delivery after the current loop step.
     func owned() -> SocketEvent {

@@ -182,9 +182,10 @@ final class CallerBufferGuard: @unchecked Sendable {
 
     init(revoked: Bool) { self.revoked = LockedValue(revoked) }
 
-    /// Runs `copy` unless revoked; false when it did not run.
+    /// Runs `copy` (into or out of the caller's buffer) unless revoked; false when it did
+    /// not run.
     @discardableResult
-    func write(_ copy: () -> Void) -> Bool {
+    func access(_ copy: () -> Void) -> Bool {
         revoked.withLock { isRevoked in
             guard !isRevoked else { return false }
             copy()

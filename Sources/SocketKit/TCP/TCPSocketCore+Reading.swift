@@ -181,16 +181,18 @@ extension TCPSocketCore {
             cancel(readTimer)
             readProgress.clear()
             if hasTLS { tlsCountCompletedRead() }
+            // Consumed before delivery, so that what the callback does next (an unread, a
+            // withdrawn read giving its bytes back: run once it returns) lands in front of
+            // what is left; the storage stays, as the payload may point into it.
+            if fromPrebuffer { prebuffer.consumeKeepingStorage(consumed) }
             if ownerWants(.read) {
                 let payload: ReadPayload = borrowed
                     ? .borrowed(UnsafeRawBufferPointer(rebasing: source[0..<consumed]))
                     : request.takePayload()
-                // The payload may point into the prebuffer: consume it only after delivery.
                 emit(.didRead(payload, tag: request.tag))
             }
-            guard session == self.session && phase == .connected else { return false }
-            if fromPrebuffer { prebuffer.consume(consumed) }
-            return true
+            if fromPrebuffer { prebuffer.releaseIfEmpty() }
+            return session == self.session && phase == .connected
         }
     }
 
@@ -208,6 +210,59 @@ extension TCPSocketCore {
             readStreamClosedReported = true
             emit(.didCloseReadStream)
         }
+    }
+
+    // MARK: Withdrawing reads, giving bytes back
+
+    /// The loop side of `Socket.cancelRead(withTag:)`: withdraws every queued read with
+    /// `tag` that has not completed. The current one's gathered bytes go back in front of
+    /// the unread ones, so the next read gets them in order; its timer and any timeout
+    /// question it had are void. A withdrawn read ahead of a TLS marker counts as done for
+    /// the marker (the reads before it are the first `readsBefore` in the queue).
+    /// Always answered with `didCancelRead`, after the `didRead` of a read that had
+    /// already completed: the order of one socket's events is how a caller tells the two
+    /// apart.
+    func cancelReads(withTag tag: Int, session: UInt64) {
+        guard session == self.session, phase == .resolving || phase == .connecting || phase == .connected
+        else { return }
+        let aheadOfTLS = tls?.stage == .waiting ? tls!.readsBefore : 0
+        var withdrawnAheadOfTLS = 0
+        if currentRead?.tag == tag {
+            if currentReadStarted {
+                let gathered = currentRead!.gatheredBytes()
+                gathered.withUnsafeBytes { prebuffer.prepend($0) }
+                cancel(readTimer)
+                readProgress.clear()
+                readTimeoutPending = false
+                currentReadStarted = false
+            }
+            currentRead = nil
+            if aheadOfTLS > 0 { withdrawnAheadOfTLS += 1 }
+        }
+        if hasQueuedReads {
+            // Offsets in the queue count from the read after `currentRead`'s slot.
+            let firstOffset = 1
+            outOfLine.readQueue.removeAll { offset, request in
+                guard request.tag == tag else { return false }
+                if firstOffset + offset < aheadOfTLS { withdrawnAheadOfTLS += 1 }
+                return true
+            }
+        }
+        if withdrawnAheadOfTLS > 0 {
+            for _ in 0..<withdrawnAheadOfTLS { tlsCountCompletedRead() }
+        }
+        emit(.didCancelRead(tag: tag, unreadBytes: prebuffer.count))
+        guard session == self.session else { return }
+        if phase == .connected && !pumpingReads { scheduleReadPump() }
+        closeIfDisconnectAfterIsDue()
+    }
+
+    /// The loop side of `Socket.unread`: `bytes` go in front of the unread ones.
+    func unread(_ bytes: [UInt8], session: UInt64) {
+        guard session == self.session, phase == .resolving || phase == .connecting || phase == .connected
+        else { return }
+        bytes.withUnsafeBytes { prebuffer.prepend($0) }
+        if phase == .connected && !pumpingReads { scheduleReadPump() }
     }
 
     // MARK: Read timeouts

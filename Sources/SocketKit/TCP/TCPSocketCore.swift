@@ -391,12 +391,13 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         !(inCallout && hasDeferredOperations)
     }
 
-    /// Runs `operation` now, or after the running callback of this socket if it tears the
-    /// session down (or if such an operation is already waiting: order is kept). True when
-    /// it waits.
+    /// Runs `operation` now, or after the running callback of this socket if it may free or
+    /// move memory that callback borrows (a teardown of the session, a change to the unread
+    /// bytes), or if such an operation is already waiting (order is kept). True when it
+    /// waits.
     @discardableResult
-    func perform(tearsDown: Bool, _ operation: @escaping (TCPSocketCore) -> Void) -> Bool {
-        if (inCallout || runningDeferredOperations) && (tearsDown || hasDeferredOperations) {
+    func perform(touchesLentMemory: Bool, _ operation: @escaping (TCPSocketCore) -> Void) -> Bool {
+        if (inCallout || runningDeferredOperations) && (touchesLentMemory || hasDeferredOperations) {
             outOfLine.deferredOperations.append(operation)
             return true
         }
@@ -742,7 +743,7 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
             setUp(&published)
         }
         let begun = session
-        let waits = perform(tearsDown: phase != .idle) { core in
+        let waits = perform(touchesLentMemory: phase != .idle) { core in
             let release = core.takeUnstartedSession(begun)
             guard core.session == begun, core.publishedState.status != .disconnected else {
                 release?()
@@ -796,7 +797,7 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         let ended = session
         publish { $0.endSession() }
         takeUnstartedSession(ended)?()
-        perform(tearsDown: status != .accepting) { $0.closeSession(nil, of: ended) }
+        perform(touchesLentMemory: status != .accepting) { $0.closeSession(nil, of: ended) }
     }
 
     /// The loop side of `Socket.disconnectAfter…`: no reads or writes are taken from now on.
@@ -804,7 +805,7 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         guard publishedState.status == .connecting || publishedState.status == .connected else { return }
         publish { $0.acceptsReadsAndWrites = false }
         let current = session
-        perform(tearsDown: true) { $0.setDisconnectAfter(reading: reading, writing: writing, session: current) }
+        perform(touchesLentMemory: true) { $0.setDisconnectAfter(reading: reading, writing: writing, session: current) }
     }
 
     // MARK: Options

@@ -26,6 +26,7 @@ final class Recorder: SocketDelegate, @unchecked Sendable {
         case disconnected(SocketError?)
         case secured
         case trustAsked(chainLength: Int, verification: SocketError.Code?)
+        case cancelledRead(tag: Int, unreadBytes: Int)
 
         var description: String {
             switch self {
@@ -46,6 +47,7 @@ final class Recorder: SocketDelegate, @unchecked Sendable {
             case .disconnected(let error): return "disconnected(\(error.map { "\($0)" } ?? "nil"))"
             case .secured: return "secured"
             case .trustAsked(let length, let code): return "trustAsked(\(length) certificates, \(code.map { "\($0)" } ?? "verified"))"
+            case .cancelledRead(let tag, let unread): return "cancelledRead(tag: \(tag), unreadBytes: \(unread))"
             }
         }
 
@@ -80,6 +82,7 @@ final class Recorder: SocketDelegate, @unchecked Sendable {
     /// Manual trust: called with the trust and the completion handler (nil: answer yes).
     nonisolated(unsafe) var onTrust: ((Socket, TLSTrust, @escaping @Sendable (Bool) -> Void) -> Void)? = nil
     nonisolated(unsafe) var onSecure: ((Socket) -> Void)? = nil
+    nonisolated(unsafe) var onCancelRead: ((Socket, Int, Int) -> Void)? = nil
 
     init(_ name: String = "recorder") {
         self.name = name
@@ -303,6 +306,13 @@ final class Recorder: SocketDelegate, @unchecked Sendable {
     func waitForSecure(timeout: Double = 10) -> Bool {
         wait(timeout: timeout) { events in events.contains(.secured) || events.contains { $0.isDisconnect } }
         return events.contains(.secured)
+    }
+
+    func socket(_ sock: Socket, didCancelReadWithTag tag: Int, unreadBytes: Int) {
+        callback {
+            record(sock, .cancelledRead(tag: tag, unreadBytes: unreadBytes))
+            onCancelRead?(sock, tag, unreadBytes)
+        }
     }
 
     func socketDidDisconnect(_ sock: Socket, withError error: SocketError?) {

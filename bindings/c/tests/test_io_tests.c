@@ -790,3 +790,66 @@ void test_write_queue_maximum_refuses_what_would_pass_it(void) {
     free(data);
     raw_pair_close(&pair);
 }
+
+/* sk_socket_cancel_read withdraws a read and gives its bytes to the next one; the answer
+ * says how many bytes SocketKit holds. */
+void test_cancel_read_gives_the_bytes_to_the_next_read(void) {
+    raw_pair_t pair;
+    raw_pair_open(&pair, NULL);
+    CHECK_EQ(sk_socket_read_to_length(pair.sock, 10, -1, 1, NULL), SK_OK);
+    raw_send(pair.peer, "12345", 5);
+    recorder_expect(&pair.recorder, EVENT_READ_PARTIAL, 1);
+    CHECK_EQ(sk_socket_cancel_read(pair.sock, 1, NULL), SK_OK);
+    recorder_expect(&pair.recorder, EVENT_CANCEL_READ, 1);
+    CHECK_EQ(recorder_event(&pair.recorder, EVENT_CANCEL_READ, 0).tag, 1);
+    CHECK_EQ(recorder_event(&pair.recorder, EVENT_CANCEL_READ, 0).length, 5);
+    CHECK_EQ(sk_socket_read_to_data(pair.sock, SK_LF, 1, 0, -1, 2, NULL), SK_OK);
+    raw_send(pair.peer, "67\n", 3);
+    recorder_expect(&pair.recorder, EVENT_READ, 1);
+    CHECK_EQ(recorder_event(&pair.recorder, EVENT_READ, 0).tag, 2);
+    CHECK_STR(recorder_event(&pair.recorder, EVENT_READ, 0).text, "1234567\n");
+    /* A read that had completed: its did_read comes first, then the answer. */
+    CHECK_EQ(sk_socket_cancel_read(pair.sock, 2, NULL), SK_OK);
+    recorder_expect(&pair.recorder, EVENT_CANCEL_READ, 2);
+    CHECK_EQ(recorder_event(&pair.recorder, EVENT_CANCEL_READ, 1).length, 0);
+    /* Bad input. */
+    sk_error_t error;
+    CHECK_EQ(sk_socket_unread(pair.sock, NULL, 3, &error), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_socket_unread(pair.sock, "x", 0, &error), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_socket_unread(NULL, "x", 1, &error), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_socket_cancel_read(NULL, 1, &error), SK_ERR_INVALID_HANDLE);
+    recorder_t idle_recorder;
+    recorder_init(&idle_recorder);
+    sk_socket_t *idle = recorded_socket(&idle_recorder, NULL);
+    CHECK_EQ(sk_socket_cancel_read(idle, 1, &error), SK_ERR_BAD_CONFIG);
+    CHECK_EQ(sk_socket_unread(idle, "x", 1, &error), SK_ERR_BAD_CONFIG);
+    CHECK_EQ(sk_socket_release(idle), SK_OK);
+    recorder_destroy(&idle_recorder);
+    raw_pair_close(&pair);
+}
+
+/* Bytes given back from did_read come before what followed that read, also when it was
+ * served from SocketKit's buffer (whose bytes did_read borrows). */
+static void unread_in_did_read(recorder_t *recorder, sk_socket_t *sock, const void *data, size_t length, long tag) {
+    (void)recorder;
+    (void)data;
+    (void)length;
+    if (tag == 0) CHECK_EQ(sk_socket_read_to_data(sock, SK_LF, 1, 0, -1, 1, NULL), SK_OK);
+    if (tag == 1) {
+        CHECK_EQ(sk_socket_unread(sock, "XY", 2, NULL), SK_OK);
+        CHECK_EQ(sk_socket_read_to_length(sock, 5, -1, 2, NULL), SK_OK);
+    }
+}
+
+void test_unread_from_did_read_comes_before_what_followed(void) {
+    raw_pair_t pair;
+    raw_pair_open(&pair, NULL);
+    pair.recorder.on_read = unread_in_did_read;
+    raw_send(pair.peer, "a\nbb\ncc\n", 8);
+    CHECK_EQ(sk_socket_read_to_data(pair.sock, SK_LF, 1, 0, -1, 0, NULL), SK_OK);
+    recorder_expect(&pair.recorder, EVENT_READ, 3);
+    CHECK_STR(recorder_event(&pair.recorder, EVENT_READ, 0).text, "a\n");
+    CHECK_STR(recorder_event(&pair.recorder, EVENT_READ, 1).text, "bb\n");
+    CHECK_STR(recorder_event(&pair.recorder, EVENT_READ, 2).text, "XYcc\n");
+    raw_pair_close(&pair);
+}

@@ -252,6 +252,14 @@ static void on_trust(sk_socket_t *sock, const sk_tls_trust_t *trust, void *userd
     end(recorder);
 }
 
+static void on_cancel_read(sk_socket_t *sock, long tag, size_t unread_bytes, void *userdata) {
+    recorder_t *recorder = userdata;
+    begin(recorder);
+    event_t event = {.kind = EVENT_CANCEL_READ, .sock = sock, .tag = tag, .length = unread_bytes};
+    record(recorder, event);
+    end(recorder);
+}
+
 sk_socket_delegate_t recorder_delegate(void) {
     sk_socket_delegate_t delegate;
     memset(&delegate, 0, sizeof delegate);
@@ -271,6 +279,7 @@ sk_socket_delegate_t recorder_delegate(void) {
     delegate.did_disconnect = on_disconnect;
     delegate.did_secure = on_secure;
     delegate.did_receive_trust = on_trust;
+    delegate.did_cancel_read = on_cancel_read;
     return delegate;
 }
 

@@ -138,14 +138,15 @@ typedef enum event_kind {
     EVENT_LOW_WATERMARK,
     EVENT_DISCONNECT,
     EVENT_SECURE,
-    EVENT_TRUST
+    EVENT_TRUST,
+    EVENT_CANCEL_READ
 } event_kind_t;
 
 typedef struct event {
     event_kind_t kind;
     sk_socket_t *sock;
     long tag;
-    size_t length;          /* bytes read/written, queued bytes, or done (timeouts) */
+    size_t length;          /* bytes read/written, queued bytes, done (timeouts), unread (cancel) */
     double elapsed;         /* timeouts */
     int error_code;         /* disconnect: 0 for a clean close; pause: the code; trust:
                              * the verification error's code (0: it verified) */

@@ -244,6 +244,7 @@ _SOCKET_MEMBERS = {
     "socket_did_disconnect": ("did_disconnect", _did_disconnect),
     "socket_did_secure": ("did_secure", _passing(_ffi.DID_SECURE, "socket_did_secure")),
     "socket_did_receive_trust": ("did_receive_trust", _did_receive_trust),
+    "socket_did_cancel_read": ("did_cancel_read", _passing(_ffi.DID_CANCEL_READ, "socket_did_cancel_read")),
 }
 _UDP_SOCKET_MEMBERS = {
     "udp_socket_did_connect": ("did_connect", _udp_did_connect),
@@ -359,6 +360,8 @@ def dispatch_records(raw: memoryview, records: Any, count: int, start: int = 0) 
                 on_simple(handle, "socket_did_secure")
             elif kind == _ffi.EVENT_TRUST:
                 on_trust(handle, trust)
+            elif kind == _ffi.EVENT_CANCEL_READ:
+                on_simple(handle, "socket_did_cancel_read", tag, length)
         except BaseException:  # pragma: no cover - invoke already reports delegate errors
             report_unraisable("Exception ignored while dispatching a socketkit event", None)
 

@@ -103,6 +103,7 @@ class TLSTrust(Structure):
 
 DID_SECURE = CFUNCTYPE(None, c_void_p, c_void_p)
 DID_RECEIVE_TRUST = CFUNCTYPE(None, c_void_p, POINTER(TLSTrust), c_void_p)
+DID_CANCEL_READ = CFUNCTYPE(None, c_void_p, c_long, c_size_t, c_void_p)
 
 RELEASE_FUNCTION = CFUNCTYPE(None, c_void_p, c_void_p)
 PERFORM_FUNCTION = CFUNCTYPE(None, POINTER(SocketDescriptors), c_void_p)
@@ -128,6 +129,7 @@ class SocketDelegate(Structure):
         ("did_disconnect", DID_DISCONNECT),
         ("did_secure", DID_SECURE),
         ("did_receive_trust", DID_RECEIVE_TRUST),
+        ("did_cancel_read", DID_CANCEL_READ),
     ]
 
 
@@ -191,7 +193,7 @@ class Event(Structure):
 # sk_event_kind_t
 (EVENT_ACCEPT, EVENT_PAUSE_ACCEPTING, EVENT_CONNECT, EVENT_READ, EVENT_READ_PARTIAL, EVENT_READ_TIMEOUT,
  EVENT_WRITE, EVENT_WRITE_PARTIAL, EVENT_WRITE_TIMEOUT, EVENT_CLOSE_READ_STREAM, EVENT_HIGH_WATERMARK,
- EVENT_LOW_WATERMARK, EVENT_DISCONNECT, EVENT_SECURE, EVENT_TRUST) = range(1, 16)
+ EVENT_LOW_WATERMARK, EVENT_DISCONNECT, EVENT_SECURE, EVENT_TRUST, EVENT_CANCEL_READ) = range(1, 17)
 (EVENT_UDP_CONNECT, EVENT_UDP_NOT_CONNECT, EVENT_UDP_SEND, EVENT_UDP_NOT_SEND, EVENT_UDP_RECEIVE,
  EVENT_UDP_RECEIVE_ERROR, EVENT_UDP_CLOSE) = range(20, 27)
 
@@ -323,6 +325,8 @@ PROTOTYPES = {
         [_handle, c_void_p, c_size_t, c_void_p, c_size_t, c_size_t, c_size_t, c_double, c_long, _error],
     ),
     "sk_socket_read_progress": (c_int, [_handle, POINTER(c_long), POINTER(c_size_t), POINTER(c_size_t)]),
+    "sk_socket_cancel_read": (c_int, [_handle, c_long, _error]),
+    "sk_socket_unread": (c_int, [_handle, c_void_p, c_size_t, _error]),
     # Writing
     "sk_socket_write": (c_int, [_handle, c_void_p, c_size_t, c_double, c_long, _error]),
     "sk_socket_write_no_copy": (

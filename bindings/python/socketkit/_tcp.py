@@ -49,7 +49,8 @@ class Socket(SocketIO, Handle):
     ``socket_did_read(sock, data, tag)``, ``socket_did_write(sock, tag)``,
     ``socket_did_disconnect(sock, error)``, ``socket_did_accept(listener, new_sock)``, ...
     and for TLS (:meth:`start_tls`) ``socket_did_secure(sock)`` and, with manual trust
-    evaluation, ``socket_did_receive_trust(sock, trust)`` (see :class:`TLSTrust`).
+    evaluation, ``socket_did_receive_trust(sock, trust)`` (see :class:`TLSTrust`); for
+    :meth:`cancel_read`, ``socket_did_cancel_read(sock, tag, unread_bytes)``.
     They run on ``queue``: by default a SocketKit thread shared by all sockets
     (:func:`default_queue`); a :class:`HostQueue` to run them yourself (see
     :mod:`socketkit.aio` for asyncio); ``None`` for SocketKit's loop thread.
@@ -393,6 +394,27 @@ class Socket(SocketIO, Handle):
                                                  check_size(offset, "offset"), check_size(max_length, "max_length"),
                                                  float(timeout), tag, byref(error))
         self._commit_pin(status, error, view, address, capacity)
+
+    def cancel_read(self, tag: int) -> None:
+        """Withdraws every queued read with `tag` that has not completed; the bytes the
+        current one had gathered go back in front of the unread bytes, so the next read gets
+        them, in order: a read can be cancelled without losing data. Queued like a read, in
+        order with the reads and :meth:`unread` calls made before it, and answered once by
+        ``socket_did_cancel_read(sock, tag, unread_bytes)`` (``unread_bytes``: what SocketKit
+        holds ahead of the next read); a read with that tag that had already completed
+        delivered its ``socket_did_read`` before that answer. A buffer pinned by a withdrawn
+        ``read_*_into`` stays pinned until the session ends."""
+        error = _ffi.CError()
+        raise_for(lib.sk_socket_cancel_read(self.handle, tag, byref(error)), error)
+
+    def unread(self, data: BytesLike) -> None:
+        """Puts `data` (copied) in front of the socket's unread bytes, as if it had arrived
+        before everything not yet read: the next read gets it first. For bytes a read
+        delivered to a caller that no longer wanted them, or a protocol sniffed and not
+        consumed. Under TLS it is plaintext. Queued like a read, in order."""
+        data = bytes(data)
+        error = _ffi.CError()
+        raise_for(lib.sk_socket_unread(self.handle, data, len(data), byref(error)), error)
 
     def _pin(self, buffer: Any) -> Tuple[memoryview, int, int]:
         view = memoryview(buffer)

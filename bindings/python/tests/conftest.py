@@ -125,6 +125,9 @@ class Recorder:
     def socket_did_pause_accepting(self, sock, error):
         self._record("pause_accepting", error)
 
+    def socket_did_cancel_read(self, sock, tag, unread_bytes):
+        self._record("cancel_read", tag, unread_bytes)
+
     def socket_did_disconnect(self, sock, error):
         self._record("disconnect", error)
 
