@@ -32,6 +32,7 @@ struct DelegateNameTests {
             "didReachWriteHighWatermark": "socket(_:writeQueueDidReachHighWatermark:)",
             "didDrainToWriteLowWatermark": "socket(_:writeQueueDidDrainToLowWatermark:)",
             "didDisconnect": "socketDidDisconnect(_:withError:)",
+            "didCancelRead": "socket(_:didCancelReadWithTag:unreadBytes:)",
         ]
         var events = samples.map { ($0, names[EventTableTests.caseName($0)]) }
         events.append((.didConnect(peer: try SocketAddress(unixPath: "/tmp/sample")), "socket(_:didConnectToUnixPath:)"))
@@ -142,6 +143,7 @@ final class ExactDelegate: SocketDelegate {
     func socket(_ sock: Socket, didReceiveTrust trust: TLSTrust, completionHandler: @escaping @Sendable (Bool) -> Void) { names.note() }
     func socket(_ sock: Socket, writeQueueDidReachHighWatermark queuedBytes: Int) { names.note() }
     func socket(_ sock: Socket, writeQueueDidDrainToLowWatermark queuedBytes: Int) { names.note() }
+    func socket(_ sock: Socket, didCancelReadWithTag tag: Int, unreadBytes: Int) { names.note() }
     func socketDidDisconnect(_ sock: Socket, withError error: SocketError?) { names.note() }
 }
 
@@ -165,6 +167,7 @@ final class NearMissDelegate: SocketDelegate {
     func socket(_ sock: Socket, didReceiveTrust trust: TLSTrust, completion: @escaping @Sendable (Bool) -> Void) { names.note() }
     func socket(_ sock: Socket, writeQueueDidReachHighWatermark queuedBytes: UInt) { names.note() }
     func socket(_ sock: Socket, writeQueueDidDrainToLowWaterMark queuedBytes: Int) { names.note() }
+    func socket(_ sock: Socket, didCancelReadWithTag tag: Int, unread: Int) { names.note() }
     func socketDidDisconnect(_ sock: Socket, withError error: Error?) { names.note() }
 }
 
@@ -187,6 +190,7 @@ final class MainActorExactDelegate: MainActorSocketDelegate {
     func socket(_ sock: Socket, didReceiveTrust trust: TLSTrust, completionHandler: @escaping @Sendable (Bool) -> Void) { names.note() }
     func socket(_ sock: Socket, writeQueueDidReachHighWatermark queuedBytes: Int) { names.note() }
     func socket(_ sock: Socket, writeQueueDidDrainToLowWatermark queuedBytes: Int) { names.note() }
+    func socket(_ sock: Socket, didCancelReadWithTag tag: Int, unreadBytes: Int) { names.note() }
     func socketDidDisconnect(_ sock: Socket, withError error: SocketError?) { names.note() }
 }
 
@@ -209,6 +213,7 @@ final class MainActorNearMissDelegate: MainActorSocketDelegate {
     func socket(_ sock: Socket, didReceiveTrust trust: TLSTrust, completion: @escaping @Sendable (Bool) -> Void) { names.note() }
     func socket(_ sock: Socket, writeQueueDidReachHighWatermark queuedBytes: UInt) { names.note() }
     func socket(_ sock: Socket, writeQueueDidDrainToLowWaterMark queuedBytes: Int) { names.note() }
+    func socket(_ sock: Socket, didCancelReadWithTag tag: Int, unread: Int) { names.note() }
     func socketDidDisconnect(_ sock: Socket, withError error: Error?) { names.note() }
 }
 

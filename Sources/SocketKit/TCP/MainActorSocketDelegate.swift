@@ -39,6 +39,8 @@ public protocol MainActorSocketDelegate: AnyObject {
     func socket(_ sock: Socket, didReceiveTrust trust: TLSTrust, completionHandler: @escaping @Sendable (Bool) -> Void)
     func socket(_ sock: Socket, writeQueueDidReachHighWatermark queuedBytes: Int)
     func socket(_ sock: Socket, writeQueueDidDrainToLowWatermark queuedBytes: Int)
+    /// See `SocketDelegate.socket(_:didCancelReadWithTag:unreadBytes:)`.
+    func socket(_ sock: Socket, didCancelReadWithTag tag: Int, unreadBytes: Int)
     func socketDidDisconnect(_ sock: Socket, withError error: SocketError?)
 }
 
@@ -63,6 +65,7 @@ extension MainActorSocketDelegate {
     }
     public func socket(_ sock: Socket, writeQueueDidReachHighWatermark queuedBytes: Int) {}
     public func socket(_ sock: Socket, writeQueueDidDrainToLowWatermark queuedBytes: Int) {}
+    public func socket(_ sock: Socket, didCancelReadWithTag tag: Int, unreadBytes: Int) {}
     public func socketDidDisconnect(_ sock: Socket, withError error: SocketError?) {}
 }
 
@@ -136,6 +139,9 @@ final class MainActorSocketDelegateAdapter: SocketDelegate, @unchecked Sendable 
     }
     func socket(_ sock: Socket, writeQueueDidDrainToLowWatermark queuedBytes: Int) {
         onMain { $0.socket(sock, writeQueueDidDrainToLowWatermark: queuedBytes) }
+    }
+    func socket(_ sock: Socket, didCancelReadWithTag tag: Int, unreadBytes: Int) {
+        onMain { $0.socket(sock, didCancelReadWithTag: tag, unreadBytes: unreadBytes) }
     }
     func socketDidDisconnect(_ sock: Socket, withError error: SocketError?) {
         onMain { $0.socketDidDisconnect(sock, withError: error) }
