@@ -832,6 +832,21 @@ int sk_socket_disconnect_after_writing(sk_socket_t *sock);
 /* Closes once both queues drained. */
 int sk_socket_disconnect_after_reading_and_writing(sk_socket_t *sock);
 
+/* Ends the connection abortively: the peer gets a reset (RST, by SO_LINGER 0) instead of
+ * an orderly close; queued writes are dropped and under TLS no close_notify is sent (as
+ * libuv's uv_tcp_close_reset). Otherwise as sk_socket_disconnect: did_disconnect (error
+ * NULL) follows, and the socket may connect again. Errors: SK_ERR_INVALID_HANDLE. */
+int sk_socket_disconnect_with_reset(sk_socket_t *sock);
+
+/* Half-close: closes our sending side once the writes queued before it have been written
+ * (FIN; under TLS close_notify, then FIN) and keeps reading, so the peer reads to the end of
+ * our stream and may go on sending (asyncio's write_eof, libuv's uv_shutdown). Writes and
+ * sk_socket_start_tls are refused from then on (SK_ERR_BAD_CONFIG). When the peer then
+ * closes its side, the connection ends cleanly: did_disconnect with error NULL. Does nothing
+ * when not connecting or connected, or when called before; returns with writes refused (it
+ * waits for the loop: see THREADS). Errors: SK_ERR_INVALID_HANDLE. */
+int sk_socket_close_write_stream(sk_socket_t *sock);
+
 /* ---- Diagnostics (never wait for the loop) ------------------------------------------- */
 
 /* 1 or 0, or SK_ERR_INVALID_HANDLE. "Connected" is false while connecting; "disconnected"

@@ -236,3 +236,85 @@ final class RawUdpPeer {
 
     deinit { close(fd) }
 }
+
+/// A socket still waiting for a name's answer has no descriptor for its loop to close: the
+/// loop must still end its session when it stops, and a released one lingering for its
+/// writes must let go of itself.
+@Suite("Loop stop while resolving")
+struct LoopStopWhileResolvingTests {
+    /// A name whose answer waits for `release` (the resolver stub of `AddressResolver`).
+    final class HeldName: @unchecked Sendable {
+        let host: String
+        let answer = Latch()
+        let asked = Latch()
+
+        init(_ name: String) {
+            host = "\(name)-\(getpid()).held.socketkit.test"
+            let answer = self.answer, asked = self.asked
+            AddressResolver.testStubs.withLock {
+                $0[host] = { port in
+                    asked.open()
+                    _ = answer.wait(timeout: 30)
+                    return .success([.ipv4Loopback(port: port)])
+                }
+            }
+        }
+
+        func release() {
+            answer.open()
+            AddressResolver.testStubs.withLock { $0[host] = nil }
+        }
+    }
+
+    @Test func aResolvingSocketIsToldItsLoopStopped() throws {
+        let name = HeldName("told")
+        defer { name.release() }
+        let group = EventLoopGroup(loopCount: 1)
+        let recorder = Recorder()
+        let socket = Socket(delegate: recorder, eventLoop: group.next())
+        try socket.connect(toHost: name.host, port: 9)
+        #expect(name.asked.wait())
+        try group.shutdown()
+        #expect(recorder.wait { $0.contains { $0.isDisconnect } }, "no end: \(recorder.events)")
+        guard case .disconnected(let error) = recorder.events.last else {
+            Issue.record("the last event is not the end: \(recorder.events)")
+            return
+        }
+        #expect(error?.code == .badConfig)
+        #expect(socket.isDisconnected)
+    }
+
+    @Test func aReleasedResolvingSocketLingeringForItsWritesEndsWithItsLoop() throws {
+        let name = HeldName("lingering")
+        let group = EventLoopGroup(loopCount: 1)
+        let recorder = Recorder()
+        var socket: Socket? = Socket(delegate: recorder, eventLoop: group.next())
+        try socket?.connect(toHost: name.host, port: 9)
+        try socket?.write(bytes("queued before the name's answer"))
+        socket?.disconnectAfterWriting()
+        #expect(name.asked.wait())
+        weak let lingering = socket?.core
+        socket = nil
+        try group.shutdown()
+        // The answer comes to a stopped loop.
+        name.release()
+        let limit = deadline(afterSeconds: 10)
+        while lingering != nil && monotonicNanoseconds() < limit { usleep(10_000) }
+        #expect(lingering == nil, "a lingering core outlived its loop")
+    }
+}
+
+extension LoopStopWhileResolvingTests {
+    /// UDP's twin: a socket whose only datagram waits for a name (no descriptor yet).
+    @Test func aUdpSocketWaitingForANameIsToldItsLoopStopped() throws {
+        let name = HeldName("udp")
+        defer { name.release() }
+        let group = EventLoopGroup(loopCount: 1)
+        let log = UdpRecorder()
+        let socket = UdpSocket(delegate: log, eventLoop: group.next())
+        try socket.send([1], toHost: name.host, port: 9, tag: 1)
+        #expect(name.asked.wait())
+        try group.shutdown()
+        #expect(log.wait { $0.contains { if case .closed = $0 { return true }; return false } }, "no end: \(log.events)")
+    }
+}

@@ -429,6 +429,16 @@ public func sk_socket_disconnect_after_reading_and_writing(_ handle: OpaquePoint
     Socket.withHandle(handle) { $0.disconnectAfterReadingAndWriting() }
 }
 
+@_cdecl("sk_socket_disconnect_with_reset")
+public func sk_socket_disconnect_with_reset(_ handle: OpaquePointer?) -> Int32 {
+    Socket.withHandle(handle) { $0.disconnectWithReset() }
+}
+
+@_cdecl("sk_socket_close_write_stream")
+public func sk_socket_close_write_stream(_ handle: OpaquePointer?) -> Int32 {
+    Socket.withHandle(handle) { $0.closeWriteStream() }
+}
+
 // MARK: Diagnostics
 
 @_cdecl("sk_socket_is_connected")

@@ -269,14 +269,7 @@ public final class EventLoop: @unchecked Sendable {
     /// sockets register once for input and output and never modify the registration.
     func register(fd: Int32, events: UInt32, handler: EventLoopHandler) throws(SocketError) -> RegistrationID {
         assertInEventLoop()
-        let slot: Int
-        if let reused = freeSlots.popLast() {
-            slot = reused
-        } else {
-            slot = handlers.count
-            handlers.append(nil)
-            generations.append(0)
-        }
+        let slot = takeSlot()
         let id = RegistrationID(slot: slot, generation: generations[slot])
         var event = epoll_event()
         event.events = events
@@ -288,6 +281,23 @@ public final class EventLoop: @unchecked Sendable {
         }
         handlers[slot] = handler
         return id
+    }
+
+    /// Registers a handler with no descriptor yet (a socket waiting for a name's answer):
+    /// a stopping loop tells it too (`eventLoopWillStop`), as it tells those it polls.
+    /// Removed with `deregister(_:fd:removeFromEpoll:)`, `removeFromEpoll` false.
+    func registerWithoutDescriptor(handler: EventLoopHandler) -> RegistrationID {
+        assertInEventLoop()
+        let slot = takeSlot()
+        handlers[slot] = handler
+        return RegistrationID(slot: slot, generation: generations[slot])
+    }
+
+    private func takeSlot() -> Int {
+        if let reused = freeSlots.popLast() { return reused }
+        handlers.append(nil)
+        generations.append(0)
+        return handlers.count - 1
     }
 
     func modify(_ id: RegistrationID, fd: Int32, events: UInt32) throws(SocketError) {

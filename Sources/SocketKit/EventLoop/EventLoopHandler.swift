@@ -26,3 +26,17 @@ struct RegistrationID: Equatable {
 
     var token: UInt64 { UInt64(generation) << 32 | UInt64(slot) }
 }
+
+/// A registration with no descriptor (`EventLoop.registerWithoutDescriptor`): tells its
+/// owner that the loop is stopping, for state the loop would otherwise not know of (a UDP
+/// socket whose datagram waits for a name's answer, before it has a descriptor).
+final class LoopStopObserver: EventLoopHandler {
+    private let stopping: () -> Void
+
+    init(_ stopping: @escaping () -> Void) {
+        self.stopping = stopping
+    }
+
+    func handleEvents(_ events: UInt32) {}
+    func eventLoopWillStop() { stopping() }
+}

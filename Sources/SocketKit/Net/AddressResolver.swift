@@ -25,6 +25,12 @@ final class AddressResolver: @unchecked Sendable {
         var isCancelled: Bool { cancelled.load(ordering: .relaxed) }
     }
 
+    /// Host names whose lookups tests answer themselves (`@testable` tests only: there is no
+    /// public way in): the pool thread calls the stub instead of `getaddrinfo`, so a test can
+    /// hold an answer back, or give one no resolver here would. Names no test registered
+    /// cost a dictionary lookup.
+    static let testStubs = LockedValue<[String: @Sendable (UInt16) -> Result<[SocketAddress], SocketError>]>([:])
+
     private let maximumThreads: Int
     private let lock = ConditionLock()
     private var waiting: [Request] = []
@@ -77,7 +83,8 @@ final class AddressResolver: @unchecked Sendable {
             let request = waiting.removeFirst()
             lock.unlock()
             guard !request.isCancelled else { continue }
-            let result = AddressResolver.lookup(host: request.host, port: request.port)
+            let stub = AddressResolver.testStubs.withLock { $0[request.host] }
+            let result = stub?(request.port) ?? AddressResolver.lookup(host: request.host, port: request.port)
             guard !request.isCancelled else { continue }
             request.completion(result)
         }

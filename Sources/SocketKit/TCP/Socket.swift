@@ -539,7 +539,7 @@ public final class Socket: SocketFront, @unchecked Sendable {
     private func admitWrite(count: Int, timeout: Double) throws(SocketError) -> (session: UInt64, limit: Int) {
         guard count > 0 else { throw SocketError(.badParam, "empty write") }
         try checkTimeout(timeout)
-        let (session, _, limit) = try sessionForTransfer()
+        let (session, _, limit) = try sessionForTransfer(writing: true)
         guard core.queuedWriteBytesAllow(count, limit: limit) else { throw writeQueueFull(adding: count, limit: limit) }
         return (session, limit)
     }
@@ -609,9 +609,14 @@ public final class Socket: SocketFront, @unchecked Sendable {
         let context = try TLSContext.forSettings(settings)
         // Queued like a read or a write (the marker's place in the queues is what counts),
         // after the same checks against the published state.
-        let (status, accepted, session) = core.readPublished { ($0.status, $0.acceptsReadsAndWrites, $0.session) }
+        let (status, accepted, writeStreamClosed, session) = core.readPublished {
+            ($0.status, $0.acceptsReadsAndWrites, $0.writeStreamClosed, $0.session)
+        }
         try checkSessionTakes("startTLS", status: status, accepted: accepted,
                               listener: "a listening socket does not start TLS; start it on each accepted socket")
+        guard !writeStreamClosed else {
+            throw SocketError(.badConfig, "the write stream is closed (closeWriteStream): TLS cannot start")
+        }
         guard core.tlsClaim.exchange(session, ordering: .relaxed) != session else {
             throw SocketError(.badConfig, "TLS was already started on this connection")
         }
@@ -651,6 +656,26 @@ public final class Socket: SocketFront, @unchecked Sendable {
     /// to a listener closes it later, on its loop: call this first to know when.
     public func disconnect() {
         onLoopOrQueued { $0.requestDisconnect(listenerOnly: false) }
+    }
+
+    /// Ends the connection abortively: the peer gets a reset (RST) instead of an orderly
+    /// close, queued writes are dropped, and under TLS no close_notify is sent (libuv's
+    /// `uv_tcp_close_reset`). For a peer that misbehaves, or to free the port's state at
+    /// once (no TIME_WAIT). Otherwise as `disconnect()`: `socketDidDisconnect` (error nil)
+    /// follows, and the socket may connect again. A listener just stops.
+    public func disconnectWithReset() {
+        onLoopOrQueued { $0.requestDisconnect(listenerOnly: false, reset: true) }
+    }
+
+    /// Closes our sending side once the writes queued before it have been written (FIN;
+    /// under TLS close_notify, then FIN) and keeps reading: the peer reads to the end of our
+    /// stream and may go on sending (asyncio's `write_eof`, NIO's `close(mode: .output)`,
+    /// libuv's `uv_shutdown`). Writes are refused from now on (`.badConfig`). When the peer
+    /// then closes its side, the connection ends cleanly: `socketDidDisconnect` with nil.
+    /// Does nothing when not connecting or connected, or when called before. Returns with
+    /// writes refused (it waits for the loop, as `disconnectAfterWriting` does).
+    public func closeWriteStream() {
+        onLoopOrQueued { $0.requestCloseWriteStream() }
     }
 
     /// For the C API's release: a listener closes before the release returns, as with
@@ -794,16 +819,19 @@ public final class Socket: SocketFront, @unchecked Sendable {
     }
 
     /// The session to queue a read or write in, and the socket's read and write-queue limits.
-    private func sessionForTransfer() throws(SocketError) -> (UInt64, Int, Int) {
+    private func sessionForTransfer(writing: Bool = false) throws(SocketError) -> (UInt64, Int, Int) {
         // The fields under the lock, the checks after it: a throwing closure under the lock
         // stays an outlined call on every read and write (bench/README.md, "Figures behind
         // the engine's comments").
-        let (status, accepted, session, readLimit, writeLimit) = core.readPublished {
-            ($0.status, $0.acceptsReadsAndWrites, $0.session, $0.configuration.maximumReadLength,
-             $0.configuration.maximumQueuedWriteBytes)
+        let (status, accepted, writeStreamClosed, session, readLimit, writeLimit) = core.readPublished {
+            ($0.status, $0.acceptsReadsAndWrites, $0.writeStreamClosed, $0.session,
+             $0.configuration.maximumReadLength, $0.configuration.maximumQueuedWriteBytes)
         }
         try checkSessionTakes("reads or writes", status: status, accepted: accepted,
                               listener: "a listening socket does not read or write")
+        if writing && writeStreamClosed {
+            throw SocketError(.badConfig, "the write stream is closed (closeWriteStream): no more writes")
+        }
         return (session, readLimit, writeLimit)
     }
 

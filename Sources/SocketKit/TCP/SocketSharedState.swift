@@ -20,6 +20,9 @@ struct SocketPublishedState: Sendable {
     var status = SocketStatus.disconnected
     /// False once `disconnectAfter…` was called in this session.
     var acceptsReadsAndWrites = true
+    /// True once `closeWriteStream` was called in this session: reads go on, writes are
+    /// refused.
+    var writeStreamClosed = false
     private var storedPeerAddress: CompactSocketAddress? = nil
     var isUnixDomain = false
     var listenerAddresses: [SocketAddress] = []
@@ -55,6 +58,7 @@ struct SocketPublishedState: Sendable {
     private mutating func reset(to newStatus: SocketStatus) {
         status = newStatus
         acceptsReadsAndWrites = true
+        writeStreamClosed = false
         tls = nil
         localAddress = nil
         peerAddress = nil

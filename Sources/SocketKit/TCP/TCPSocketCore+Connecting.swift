@@ -72,7 +72,10 @@ extension TCPSocketCore {
                 return
             }
             let loop = self.loop
-            // The request holds the core until it answers or is cancelled by the session's end.
+            // The request holds the core until it answers or is cancelled by the session's end;
+            // the registration makes a stopping loop end the session (and a lingering core let
+            // go of itself) before an answer that would find the loop stopped.
+            startWaitingForResolution()
             resolution = AddressResolver.shared.resolve(host: host, port: port) { [self] result in
                 loop.execute { self.resolutionFinished(result, session: session) }
             }
@@ -90,6 +93,7 @@ extension TCPSocketCore {
     private func resolutionFinished(_ result: Result<[SocketAddress], SocketError>, session: UInt64) {
         guard session == self.session, phase == .resolving else { return }
         resolution = nil
+        stopWaitingForResolution()
         switch result {
         case .failure(let error):
             closeSession(error)

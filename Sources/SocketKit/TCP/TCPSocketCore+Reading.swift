@@ -197,13 +197,17 @@ extension TCPSocketCore {
     }
 
     /// The peer sent FIN and every buffered byte has been consumed (a read wants more, or
-    /// none is queued). As upstream: disconnect with `.closed`, or with
+    /// none is queued). After our own half-close, the connection ends cleanly (error nil).
+    /// Otherwise as upstream: disconnect with `.closed`, or with
     /// `autoDisconnectOnClosedReadStream` off report the half-close once and keep the socket
     /// open for writing (pending reads then wait for their timeout). After a failed send the
     /// end is the connection's: the session ends with that failure.
     func handleEndOfStream() {
         if let failure = sendFailure {
             closeSession(failure)
+        } else if writeStreamEnd == .done {
+            // Both directions closed, ours first (`closeWriteStream`): an orderly end.
+            closeSession(nil)
         } else if configuration.autoDisconnectOnClosedReadStream {
             closeSession(SocketError(.closed))
         } else if !readStreamClosedReported {

@@ -70,6 +70,8 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
     var runningDeferredOperations = false
     var isScheduledForEndOfIteration = false
     var readPumpScheduled = false
+    /// Our half-close (`closeWriteStream`), once asked for in this session.
+    var writeStreamEnd: WriteStreamEnd? = nil
 
 
     /// Bytes of accepted writes not yet taken by the kernel, including writes on their way
@@ -224,6 +226,9 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         var connectTimer: LoopTimer? = nil
         var attemptTimer: LoopTimer? = nil
         var resolution: AddressResolver.Request? = nil
+        /// The loop's record of a socket waiting for `resolution`, which has no descriptor
+        /// yet: without it a stopping loop would not know to end its session.
+        var resolvingRegistration: RegistrationID? = nil
         var connectAddresses: [SocketAddress] = []
         var nextConnectAddress = 0
         var connectAttempts: [ConnectionAttempt] = []
@@ -258,6 +263,18 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         let state = ConnectingState()
         connectingState = state
         return state
+    }
+
+    /// A session waiting for a name's answer is known to the loop (see
+    /// `ConnectingState.resolvingRegistration`) until the answer comes or the session ends.
+    func startWaitingForResolution() {
+        connecting.resolvingRegistration = loop.registerWithoutDescriptor(handler: self)
+    }
+
+    func stopWaitingForResolution() {
+        guard let id = connectingState?.resolvingRegistration else { return }
+        loop.deregister(id, fd: -1, removeFromEpoll: false)
+        connectingState?.resolvingRegistration = nil
     }
 
     private var accepting: AcceptingState {
@@ -607,12 +624,13 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
     /// so it ends at once, also from inside one of its callbacks: `Socket.disconnect` of a
     /// listener returns with its descriptors closed (its didDisconnect still waits for the
     /// callback, as every event raised in a callout does).
-    func closeSession(_ error: SocketError?, notify: Bool = true, graceful: Bool = false, of ended: UInt64? = nil) {
+    func closeSession(_ error: SocketError?, notify: Bool = true, graceful: Bool = false, reset: Bool = false,
+                      of ended: UInt64? = nil) {
         guard phase != .idle else { return }
         let endedSession = ended ?? session
         if inCallout && phase != .accepting {
             outOfLine.deferredOperations.append { core in
-                core.closeSession(error, notify: notify, graceful: graceful, of: endedSession)
+                core.closeSession(error, notify: notify, graceful: graceful, reset: reset, of: endedSession)
             }
             return
         }
@@ -629,6 +647,7 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         cancel(acceptTimer)
         resolution?.cancel()
         resolution = nil
+        stopWaitingForResolution()
         for attempt in connectAttempts { attempt.close() }
         connectAttempts.removeAll()
         connectAddresses.removeAll()
@@ -637,9 +656,15 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
 
         // Orderly: our own close, or the peer's close_notify (SocketKit reports `.closed` only
         // after one), which TLS says to answer with ours (RFC 5246 7.2.1, RFC 8446 6.1).
-        endTLS(orderly: error == nil || error?.code == .closed)
+        endTLS(orderly: !reset && (error == nil || error?.code == .closed))
         if fd >= 0 {
-            if graceful { shutDownGracefully() }
+            if reset {
+                // close() with a zero linger time sends RST and drops what is unsent.
+                var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
+                _ = setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
+            } else if graceful {
+                shutDownGracefully()
+            }
             // A descriptor SocketKit made has no duplicates: close() takes it out of epoll.
             if let registration { loop.deregister(registration, fd: fd, removeFromEpoll: adoptedDescriptor) }
             close(fd)
@@ -667,6 +692,7 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         readEOF = false
         peerHalfClosed = false
         outOfLineState?.sendFailure = nil
+        writeStreamEnd = nil
         readStreamClosedReported = false
         disconnectAfterReads = false
         disconnectAfterWrites = false
@@ -703,8 +729,10 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
     /// Every queued write has reached the kernel.
     var queuedWritesDone: Bool { !hasQueuedWrites && tlsMarkerPassed && !tlsHasOutbound }
 
-    /// The "disconnect after reading/writing" checks, run whenever a queue may have drained.
+    /// The "disconnect after reading/writing" checks, run whenever a queue may have drained
+    /// (and the half-close's: `closeWriteStreamIfDue`).
     func closeIfDisconnectAfterIsDue() {
+        if writeStreamEnd != nil { closeWriteStreamIfDue() }
         guard phase == .connected, disconnectAfterReads || disconnectAfterWrites else { return }
         let readsDone = currentRead == nil && !hasQueuedReads && tlsMarkerPassed
         let writesDone = queuedWritesDone
@@ -715,6 +743,24 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         } else if writesDone {
             closeSession(nil, graceful: true)
         }
+    }
+
+    /// Our half-close, once every write queued before it has reached the kernel: under TLS
+    /// our close_notify first (OpenSSL goes on reading after it: a TLS 1.3 peer may keep
+    /// sending), then FIN once that has left.
+    func closeWriteStreamIfDue() {
+        guard phase == .connected, let end = writeStreamEnd, end != .done else { return }
+        if end == .requested {
+            guard queuedWritesDone else { return }
+            if let tls, let session = tls.session, tls.stage == .secure {
+                writeStreamEnd = .closeNotifySent
+                session.shutdown()
+                guard sendTLSOutput() else { return }
+            }
+        }
+        guard !tlsHasOutbound else { return } // the rest of the close_notify: on EPOLLOUT
+        writeStreamEnd = .done
+        _ = shutdown(fd, Int32(SHUT_WR))
     }
 
     func setDisconnectAfter(reading: Bool, writing: Bool, session: UInt64) {
@@ -770,6 +816,16 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         }
     }
 
+    /// Where our half-close stands (`closeWriteStream`).
+    enum WriteStreamEnd {
+        /// Waiting for the writes queued before it.
+        case requested
+        /// Under TLS: our close_notify is queued; FIN once it has left.
+        case closeNotifySent
+        /// FIN sent: the peer reads to the end of our stream.
+        case done
+    }
+
     /// What to release of `session` if it has not started (see `beginSession`), taken.
     private func takeUnstartedSession(_ session: UInt64) -> (() -> Void)? {
         guard let unstarted = outOfLineState?.unstartedSession, unstarted.session == session else { return nil }
@@ -791,13 +847,29 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
     /// The loop side of `Socket.disconnect()` (of a listener only, with `listenerOnly`): the
     /// session ends in the published state at once, also from inside one of its callbacks,
     /// and its teardown follows the callback (a listener's does not wait: see `closeSession`).
-    func requestDisconnect(listenerOnly: Bool) {
+    /// With `reset`, the connection ends abortively: RST instead of FIN (`SO_LINGER` 0), no
+    /// TLS close_notify, queued writes dropped.
+    func requestDisconnect(listenerOnly: Bool, reset: Bool = false) {
         let status = publishedState.status
         guard status != .disconnected, status == .accepting || !listenerOnly else { return }
         let ended = session
         publish { $0.endSession() }
         takeUnstartedSession(ended)?()
-        perform(touchesLentMemory: status != .accepting) { $0.closeSession(nil, of: ended) }
+        perform(touchesLentMemory: status != .accepting) { $0.closeSession(nil, reset: reset, of: ended) }
+    }
+
+    /// The loop side of `Socket.closeWriteStream`: no writes are taken from now on; FIN (under
+    /// TLS, close_notify and then FIN) follows the last queued one, and reading goes on.
+    func requestCloseWriteStream() {
+        guard publishedState.status == .connecting || publishedState.status == .connected,
+              !publishedState.writeStreamClosed else { return }
+        publish { $0.writeStreamClosed = true }
+        let current = session
+        perform(touchesLentMemory: false) { core in
+            guard current == core.session, core.phase != .idle, core.phase != .accepting else { return }
+            core.writeStreamEnd = .requested
+            core.closeWriteStreamIfDue()
+        }
     }
 
     /// The loop side of `Socket.disconnectAfter…`: no reads or writes are taken from now on.

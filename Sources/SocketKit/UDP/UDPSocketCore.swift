@@ -123,6 +123,9 @@ final class UDPSocketCore: SocketCore {
     private var nextID: UInt64 = 1
     private enum Phase { case idle, resolving, filtering, waitingWritable }
     private var phase = Phase.idle
+    /// While a datagram waits for a name's answer: the loop's record of this socket, which
+    /// may have no descriptor yet (a stopping loop must end it all the same).
+    private var resolvingRegistration: RegistrationID? = nil
     private var timedItem: UInt64 = 0
     private var timer: LoopTimer? = nil
     private var closeAfterSending = false
@@ -687,9 +690,11 @@ final class UDPSocketCore: SocketCore {
             phase = .resolving
             let id = queue[index].id
             let session = generation
+            resolvingRegistration = loop.registerWithoutDescriptor(handler: LoopStopObserver { [self] in loopWillStop() })
             let core = UncheckedSendable(self)
             AddressResolver.shared.resolve(host: host, port: port) { result in
-                core.value.onLoopOrAbandoned { core.value.resolved(id: id, session: session, result) }
+                let loop = core.value.loop
+                loop.execute { core.value.resolved(id: id, session: session, result) }
             }
             return nil
         }
@@ -698,6 +703,7 @@ final class UDPSocketCore: SocketCore {
     private func resolved(id: UInt64, session: UInt64, _ result: Result<[SocketAddress], SocketError>) {
         guard session == generation, phase == .resolving, head < queue.count, queue[head].id == id else { return }
         phase = .idle
+        stopWaitingForResolution()
         switch result {
         case .failure(let error):
             fail(head, error)
@@ -1127,6 +1133,7 @@ final class UDPSocketCore: SocketCore {
         head = 0
         timedItem = 0
         phase = .idle
+        stopWaitingForResolution()
         currentChannelFamily = nil
         closeAfterSending = false
         receiveMode = .off
@@ -1173,8 +1180,19 @@ final class UDPSocketCore: SocketCore {
         loop.execute { withExtendedLifetime(last) {} }
     }
 
+    private func stopWaitingForResolution() {
+        guard let id = resolvingRegistration else { return }
+        loop.deregister(id, fd: -1, removeFromEpoll: false)
+        resolvingRegistration = nil
+    }
+
+    /// A stopping loop ends the socket: with descriptors, or with datagrams still queued
+    /// (their sender waits to hear of them), it says so, as a socket closed with an error does.
     func loopWillStop() {
-        closeSocket(error: SocketError(.closed, "the event loop stopped"), announce: true)
+        let error = SocketError(.closed, "the event loop stopped")
+        let onlyQueued = v4 == nil && v6 == nil && head < queue.count
+        closeSocket(error: error, announce: true)
+        if onlyQueued { report(.didClose(error)) }
     }
 
     /// The owner was released after the loop stopped (called once the loop thread has
@@ -1195,15 +1213,6 @@ final class UDPSocketCore: SocketCore {
         timer = nil
         lingerTimer = nil
         lingeringCore = nil
-    }
-
-    /// Runs `body` on the loop (a resolution's answer, from the resolver's thread). When the
-    /// loop has stopped, a lingering core without descriptors (its first datagram waited for a
-    /// name) was told of no stop: it lets go of itself once the loop's thread is done with it.
-    private func onLoopOrAbandoned(_ body: @escaping @Sendable () -> Void) {
-        guard !loop.execute(body) else { return }
-        let core = UncheckedSendable(self)
-        loop.afterStopping { core.value.lingeringCore = nil }
     }
 
     private func report(_ event: UdpSocketEvent) {

@@ -853,3 +853,44 @@ void test_unread_from_did_read_comes_before_what_followed(void) {
     CHECK_STR(recorder_event(&pair.recorder, EVENT_READ, 2).text, "XYcc\n");
     raw_pair_close(&pair);
 }
+
+/* sk_socket_close_write_stream: FIN after the queued writes, writes refused, reads go on;
+ * the peer's close afterwards ends the connection cleanly. */
+void test_close_write_stream_half_closes_and_keeps_reading(void) {
+    raw_pair_t pair;
+    raw_pair_open(&pair, NULL);
+    CHECK_EQ(sk_socket_write(pair.sock, "hello", 5, -1, 1, NULL), SK_OK);
+    CHECK_EQ(sk_socket_close_write_stream(pair.sock), SK_OK);
+    sk_error_t error;
+    CHECK_EQ(sk_socket_write(pair.sock, "late", 4, -1, 2, &error), SK_ERR_BAD_CONFIG);
+    char received[16];
+    CHECK_EQ(raw_receive_until_eof(pair.peer, received, sizeof received), 5);
+    CHECK_EQ(memcmp(received, "hello", 5), 0);
+    CHECK_EQ(sk_socket_read_to_length(pair.sock, 5, -1, 3, NULL), SK_OK);
+    raw_send(pair.peer, "reply", 5);
+    recorder_expect(&pair.recorder, EVENT_READ, 1);
+    CHECK_STR(recorder_event(&pair.recorder, EVENT_READ, 0).text, "reply");
+    CHECK_EQ(sk_socket_is_connected(pair.sock), 1);
+    close(pair.peer);
+    pair.peer = -1;
+    recorder_expect(&pair.recorder, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&pair.recorder, EVENT_DISCONNECT, 0).error_code, 0);
+    CHECK_EQ(sk_socket_close_write_stream(NULL), SK_ERR_INVALID_HANDLE);
+    raw_pair_close(&pair);
+}
+
+/* sk_socket_disconnect_with_reset: the peer sees a reset, not an end of stream. */
+void test_disconnect_with_reset_sends_a_reset(void) {
+    raw_pair_t pair;
+    raw_pair_open(&pair, NULL);
+    CHECK_EQ(sk_socket_disconnect_with_reset(pair.sock), SK_OK);
+    recorder_expect(&pair.recorder, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&pair.recorder, EVENT_DISCONNECT, 0).error_code, 0);
+    struct pollfd readable = {.fd = pair.peer, .events = POLLIN};
+    CHECK_EQ(poll(&readable, 1, (int)(WAIT_SECONDS * 1000)), 1);
+    char byte;
+    CHECK_EQ(recv(pair.peer, &byte, 1, 0), -1);
+    CHECK_EQ(errno, ECONNRESET);
+    CHECK_EQ(sk_socket_disconnect_with_reset(NULL), SK_ERR_INVALID_HANDLE);
+    raw_pair_close(&pair);
+}

@@ -3,6 +3,8 @@
     X(tls_starttls_pattern_and_a_mebibyte_each_way) \
     X(cancel_read_gives_the_bytes_to_the_next_read) \
     X(unread_from_did_read_comes_before_what_followed) \
+    X(close_write_stream_half_closes_and_keeps_reading) \
+    X(disconnect_with_reset_sends_a_reset) \
     X(wait_hook_runs_once_on_the_thread_about_to_block) \
     X(tls_info_and_certificate_helpers)       \
     X(tls_bad_certificates_have_their_own_codes) \

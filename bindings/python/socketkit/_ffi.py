@@ -340,6 +340,8 @@ PROTOTYPES = {
     "sk_socket_disconnect_after_reading": (c_int, [_handle]),
     "sk_socket_disconnect_after_writing": (c_int, [_handle]),
     "sk_socket_disconnect_after_reading_and_writing": (c_int, [_handle]),
+    "sk_socket_disconnect_with_reset": (c_int, [_handle]),
+    "sk_socket_close_write_stream": (c_int, [_handle]),
     # Diagnostics
     "sk_socket_is_connected": (c_int, [_handle]),
     "sk_socket_is_disconnected": (c_int, [_handle]),

@@ -489,6 +489,22 @@ class Socket(SocketIO, Handle):
         """Closes once both queues drained."""
         raise_for(lib.sk_socket_disconnect_after_reading_and_writing(self.handle))
 
+    def disconnect_with_reset(self) -> None:
+        """Ends the connection abortively: the peer gets a reset (RST) instead of an orderly
+        close, queued writes are dropped, and under TLS no close_notify is sent. Otherwise as
+        :meth:`disconnect` (``socket_did_disconnect`` with None follows; the socket can
+        connect again)."""
+        raise_for(lib.sk_socket_disconnect_with_reset(self.handle))
+
+    def close_write_stream(self) -> None:
+        """Half-close (asyncio's ``write_eof``): closes our sending side once the writes
+        queued before it are written (FIN; under TLS close_notify, then FIN) and keeps
+        reading, so the peer reads to the end of our stream and may go on sending. Writes
+        and :meth:`start_tls` raise :class:`BadConfigError` from then on. When the peer then
+        closes its side, the connection ends cleanly (``socket_did_disconnect`` with None).
+        Returns with writes refused."""
+        raise_for(lib.sk_socket_close_write_stream(self.handle))
+
     # ---- diagnostics ---------------------------------------------------------------------
 
     is_connected = flag_property(lib.sk_socket_is_connected)
