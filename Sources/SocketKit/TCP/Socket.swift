@@ -671,7 +671,9 @@ public final class Socket: SocketFront, @unchecked Sendable {
     /// under TLS close_notify, then FIN) and keeps reading: the peer reads to the end of our
     /// stream and may go on sending (asyncio's `write_eof`, NIO's `close(mode: .output)`,
     /// libuv's `uv_shutdown`). Writes are refused from now on (`.badConfig`). When the peer
-    /// then closes its side, the connection ends cleanly: `socketDidDisconnect` with nil.
+    /// then closes its side, the connection ends cleanly: `socketDidDisconnect` with nil (with
+    /// `autoDisconnectOnClosedReadStream` off, `socketDidCloseReadStream` instead, and the
+    /// connection stays until you end it: what is left of a pending read can be taken back).
     /// Does nothing when not connecting or connected, or when called before. Returns with
     /// writes refused (it waits for the loop, as `disconnectAfterWriting` does).
     public func closeWriteStream() {
