@@ -87,7 +87,7 @@ public final class AsyncListener: Sendable {
         public struct AsyncIterator: AsyncIteratorProtocol, Sendable {
             let bridge: ListenerBridge
 
-            public mutating func next() async throws -> AsyncSocket? {
+            nonisolated(nonsending) public mutating func next() async throws -> AsyncSocket? {
                 try await bridge.next()
             }
         }
@@ -99,7 +99,7 @@ public final class AsyncListener: Sendable {
 /// An `AsyncListener`'s delegate: accepted connections, each given its own
 /// `ConnectionBridge`, wait here for the task that iterates.
 final class ListenerBridge: SocketDelegate {
-    typealias Waiter = CheckedContinuation<AsyncSocket?, any Error>
+    typealias Waiter = SocketKit.Waiter<AsyncSocket?>
 
     struct State {
         var accepted: [AsyncSocket] = []
@@ -142,10 +142,10 @@ final class ListenerBridge: SocketDelegate {
         if let error { waiter?.resume(throwing: error) } else { waiter?.resume(returning: nil) }
     }
 
-    func next() async throws -> AsyncSocket? {
+    nonisolated(nonsending) func next() async throws -> AsyncSocket? {
         let id = ids.add(1, ordering: .relaxed).newValue
         return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (waiter: Waiter) in
+            try await suspend { (waiter: Waiter) in
                 let result = state.withLock { state -> Result<AsyncSocket?, any Error>? in
                     if state.head < state.accepted.count {
                         let connection = state.accepted[state.head]

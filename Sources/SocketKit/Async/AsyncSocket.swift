@@ -64,7 +64,7 @@ public final class AsyncSocket: Sendable {
     /// resolution and connecting (nil: none); `configure` sets the socket up before it
     /// connects (options, watermarks, limits). Cancelling the task closes the attempt and
     /// throws `CancellationError`.
-    public static func connect(toHost host: String, port: UInt16, viaInterface interface: String? = nil,
+    nonisolated(nonsending) public static func connect(toHost host: String, port: UInt16, viaInterface interface: String? = nil,
                                timeout: Duration? = nil, tls: TLSSettings? = nil,
                                eventLoop: EventLoop? = nil,
                                configure: (Socket) throws -> Void = { _ in },
@@ -76,7 +76,7 @@ public final class AsyncSocket: Sendable {
     }
 
     /// Connects to a raw address (IPv4, IPv6 or Unix-domain), as `connect(toHost:port:...)`.
-    public static func connect(to address: SocketAddress, viaInterface interface: String? = nil,
+    nonisolated(nonsending) public static func connect(to address: SocketAddress, viaInterface interface: String? = nil,
                                timeout: Duration? = nil, tls: TLSSettings? = nil,
                                eventLoop: EventLoop? = nil,
                                configure: (Socket) throws -> Void = { _ in },
@@ -88,7 +88,7 @@ public final class AsyncSocket: Sendable {
     }
 
     /// Connects to a Unix-domain socket at `path`, as `connect(toHost:port:...)`.
-    public static func connect(toUnixPath path: String, timeout: Duration? = nil, tls: TLSSettings? = nil,
+    nonisolated(nonsending) public static func connect(toUnixPath path: String, timeout: Duration? = nil, tls: TLSSettings? = nil,
                                eventLoop: EventLoop? = nil,
                                configure: (Socket) throws -> Void = { _ in },
                                evaluateTrust: (@Sendable (TLSTrust) async -> Bool)? = nil) async throws -> AsyncSocket {
@@ -122,14 +122,14 @@ public final class AsyncSocket: Sendable {
         return max(0, Double(seconds) + Double(attoseconds) / 1e18)
     }
 
-    private static func connect(tls: TLSSettings?, evaluateTrust: (@Sendable (TLSTrust) async -> Bool)?,
+    nonisolated(nonsending) private static func connect(tls: TLSSettings?, evaluateTrust: (@Sendable (TLSTrust) async -> Bool)?,
                                 eventLoop: EventLoop?, configure: (Socket) throws -> Void,
                                 start: @escaping @Sendable (Socket) throws(SocketError) -> Void) async throws -> AsyncSocket {
         let (socket, bridge) = makeSocket(eventLoop: eventLoop)
         try configure(socket)
         bridge.trustEvaluator.withLock { $0 = evaluateTrust }
         try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (waiter: ConnectionBridge.VoidWaiter) in
+            try await suspend { (waiter: ConnectionBridge.VoidWaiter) in
                 let cancelled = bridge.state.withLock { state -> Bool in
                     guard !state.connectCancelled else { return true }
                     state.connectWaiter = waiter
@@ -191,14 +191,14 @@ public final class AsyncSocket: Sendable {
 
     /// Whatever is available, at least one byte (at most `maxLength` when positive); `[]`
     /// at the end of the stream.
-    public func read(maxLength: Int = 0) async throws -> [UInt8] {
+    nonisolated(nonsending) public func read(maxLength: Int = 0) async throws -> [UInt8] {
         guard maxLength >= 0 else { throw SocketError(.badParam, "negative maxLength") }
         return try await read(.available(maxLength: maxLength))
     }
 
     /// Exactly `length` bytes (at most the socket's `maximumReadLength`). At the end of the
     /// stream with fewer left: `.closed` (they stay for `read(maxLength:)`).
-    public func read(exactly length: Int) async throws -> [UInt8] {
+    nonisolated(nonsending) public func read(exactly length: Int) async throws -> [UInt8] {
         guard length > 0 else { throw SocketError(.badParam, "length must be positive") }
         return try await read(.exactly(length))
     }
@@ -206,7 +206,7 @@ public final class AsyncSocket: Sendable {
     /// Up to and including `separator`. Throws `.readMaxedOut` (and the connection ends, as
     /// for `Socket.read(toData:maxLength:)`) when `maxLength` bytes came without it; with
     /// `maxLength` 0 the socket's `maximumReadLength` applies.
-    public func read(upTo separator: [UInt8], maxLength: Int) async throws -> [UInt8] {
+    nonisolated(nonsending) public func read(upTo separator: [UInt8], maxLength: Int) async throws -> [UInt8] {
         guard !separator.isEmpty else { throw SocketError(.badParam, "empty separator") }
         guard maxLength >= 0 else { throw SocketError(.badParam, "negative maxLength") }
         guard maxLength == 0 || maxLength >= separator.count else {
@@ -215,13 +215,23 @@ public final class AsyncSocket: Sendable {
         return try await read(.upTo(separator: separator, maxLength: maxLength))
     }
 
-    private func read(_ kind: AsyncReadKind) async throws -> [UInt8] {
+    /// Every read: a continuation the bridge resumes, under a cancellation handler. Written
+    /// out here, not through `suspend`: each async frame between the caller and the
+    /// continuation is a task switch more per read (bench/README.md, "The async echo").
+    @inline(__always)
+    nonisolated(nonsending) func read(_ kind: AsyncReadKind) async throws -> [UInt8] {
         let id = bridge.newID()
         let (socket, bridge) = (self.socket, self.bridge)
         return try await withTaskCancellationHandler {
+            #if DEBUG
             try await withCheckedThrowingContinuation { (waiter: ConnectionBridge.ReadWaiter) in
                 bridge.startRead(id: id, kind: kind, waiter: waiter, on: socket)
             }
+            #else
+            try await withUnsafeThrowingContinuation { (waiter: ConnectionBridge.ReadWaiter) in
+                bridge.startRead(id: id, kind: kind, waiter: waiter, on: socket)
+            }
+            #endif
         } onCancel: {
             bridge.cancelRead(id: id, on: socket)
         }
@@ -229,7 +239,7 @@ public final class AsyncSocket: Sendable {
 
     /// The bytes as they arrive, each chunk what one read got (at most `maxLength` when
     /// positive); ends at the end of the stream.
-    public func chunks(maxLength: Int = 0) -> Chunks { Chunks(connection: self, maxLength: maxLength) }
+    public func chunks(maxLength: Int = 0) -> Chunks { Chunks(connection: self, maxLength: max(0, maxLength)) }
 
     /// The messages that `separator` ends, without it; ends at the end of the stream (a
     /// last message without its separator is an error: `.closed`, and its bytes stay for
@@ -246,23 +256,30 @@ public final class AsyncSocket: Sendable {
     /// (`.badParam`), as is a write past `maximumQueuedWriteBytes` (`.writeQueueFull`).
     /// Cancelling the task stops the wait (`CancellationError`); bytes already queued are
     /// still sent.
-    public func write(_ bytes: [UInt8]) async throws {
+    nonisolated(nonsending) public func write(_ bytes: [UInt8]) async throws {
         guard !bytes.isEmpty else { throw SocketError(.badParam, "empty write") }
         if bridge.isAboveHighWatermark { try await bridge.waitForRoom() }
-        let tag = try bridge.beginWrite()
+        // On the loop thread no event can come before this call returns: the write is
+        // registered only if the kernel did not take it whole at once (the common case of a
+        // task that prefers its connection's loop, which then never waits for a write).
+        let onLoop = socket.eventLoop.inEventLoop
+        let tag = try bridge.beginWrite(registered: !onLoop)
+        let completed: Bool
         do {
-            try socket.write(bytes, tag: tag)
+            completed = try socket.writeCompletingInline(bytes, tag: tag)
         } catch {
-            bridge.abandonWrite(tag: tag)
+            if !onLoop { bridge.abandonWrite(tag: tag) }
             throw error
         }
+        if completed { return }
+        if onLoop { bridge.register(write: tag) }
         try await bridge.finishWrite(tag: tag)
     }
 
     /// Closes the write side once every write made so far has been accepted (the peer reads
     /// the end of the stream; under TLS a close_notify goes first), and keeps reading. Later
     /// writes throw `.badConfig`.
-    public func shutdownOutput() async throws {
+    nonisolated(nonsending) public func shutdownOutput() async throws {
         try await bridge.shutWritesAndWaitForThem()
         socket.closeWriteStream()
     }
@@ -274,12 +291,12 @@ public final class AsyncSocket: Sendable {
     /// and the connection ends with them. Waits behind a read in progress. With
     /// `manualTrustEvaluation` in `settings`, `evaluateTrust` decides (no closure: refused).
     /// Cancelling the task ends the connection (a handshake cannot be left half-way).
-    public func startTLS(_ settings: TLSSettings = TLSSettings(),
+    nonisolated(nonsending) public func startTLS(_ settings: TLSSettings = TLSSettings(),
                          evaluateTrust: (@Sendable (TLSTrust) async -> Bool)? = nil) async throws {
         let (socket, bridge) = (self.socket, self.bridge)
         if let evaluateTrust { bridge.trustEvaluator.withLock { $0 = evaluateTrust } }
         try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (waiter: ConnectionBridge.VoidWaiter) in
+            try await suspend { (waiter: ConnectionBridge.VoidWaiter) in
                 let refused = bridge.state.withLock { state -> SocketError? in
                     if let ended = state.ended { return ConnectionBridge.endedError(ended) }
                     guard state.tlsWaiter == nil else { return SocketError(.badConfig, "a TLS handshake is under way") }
@@ -309,7 +326,7 @@ public final class AsyncSocket: Sendable {
     /// Closes gracefully: what was written is sent (FIN follows the last byte), then the
     /// connection ends; returns once it has. A read waiting meanwhile throws `.badConfig`.
     /// Cancelling the task closes at once instead.
-    public func close() async {
+    nonisolated(nonsending) public func close() async {
         let socket = self.socket
         await withTaskCancellationHandler {
             socket.disconnectAfterWriting()
@@ -342,9 +359,9 @@ extension AsyncSocket {
             let maxLength: Int
             var finished = false
 
-            public mutating func next() async throws -> [UInt8]? {
+            nonisolated(nonsending) public mutating func next() async throws -> [UInt8]? {
                 guard !finished else { return nil }
-                let chunk = try await connection.read(maxLength: maxLength)
+                let chunk = try await connection.read(.available(maxLength: maxLength))
                 if chunk.isEmpty {
                     finished = true
                     return nil
@@ -370,7 +387,7 @@ extension AsyncSocket {
             let maxLength: Int
             var finished = false
 
-            public mutating func next() async throws -> [UInt8]? {
+            nonisolated(nonsending) public mutating func next() async throws -> [UInt8]? {
                 guard !finished else { return nil }
                 do {
                     let message = try await connection.read(upTo: separator, maxLength: maxLength)

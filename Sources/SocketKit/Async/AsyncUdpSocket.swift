@@ -68,9 +68,9 @@ public final class AsyncUdpSocket: Sendable {
     }
 
     /// Connects to `address`; returns once connected (`didConnectToAddress`).
-    public func connect(to address: SocketAddress) async throws {
+    nonisolated(nonsending) public func connect(to address: SocketAddress) async throws {
         let (socket, bridge) = (self.socket, self.bridge)
-        try await withCheckedThrowingContinuation { (waiter: CheckedContinuation<Void, any Error>) in
+        try await suspend { (waiter: SocketKit.Waiter<Void>) in
             bridge.state.withLock { $0.connectWaiter = waiter }
             do {
                 try socket.connect(toAddress: address)
@@ -89,21 +89,21 @@ public final class AsyncUdpSocket: Sendable {
     /// Sends a datagram to the connected peer; returns once the kernel took it. Errors of
     /// this datagram (`.sendTimeout`, `.system` with `EMSGSIZE`, ...) are thrown; the socket
     /// stays open.
-    public func send(_ bytes: [UInt8]) async throws {
+    nonisolated(nonsending) public func send(_ bytes: [UInt8]) async throws {
         try await send { (socket, tag) throws(SocketError) in try socket.send(bytes, tag: tag) }
     }
 
     /// Sends a datagram to `address`.
-    public func send(_ bytes: [UInt8], to address: SocketAddress) async throws {
+    nonisolated(nonsending) public func send(_ bytes: [UInt8], to address: SocketAddress) async throws {
         try await send { (socket, tag) throws(SocketError) in try socket.send(bytes, toAddress: address, tag: tag) }
     }
 
     /// Sends a datagram to `host` (resolved off the loop).
-    public func send(_ bytes: [UInt8], toHost host: String, port: UInt16) async throws {
+    nonisolated(nonsending) public func send(_ bytes: [UInt8], toHost host: String, port: UInt16) async throws {
         try await send { (socket, tag) throws(SocketError) in try socket.send(bytes, toHost: host, port: port, tag: tag) }
     }
 
-    private func send(_ queue: (UdpSocket, Int) throws(SocketError) -> Void) async throws {
+    nonisolated(nonsending) private func send(_ queue: (UdpSocket, Int) throws(SocketError) -> Void) async throws {
         let tag = try bridge.beginSend()
         do {
             try queue(socket, tag)
@@ -140,7 +140,7 @@ public final class AsyncUdpSocket: Sendable {
         public struct AsyncIterator: AsyncIteratorProtocol, Sendable {
             let socket: AsyncUdpSocket
 
-            public mutating func next() async throws -> Datagram? {
+            nonisolated(nonsending) public mutating func next() async throws -> Datagram? {
                 try await socket.bridge.next(resume: socket.socket)
             }
         }
@@ -166,7 +166,7 @@ public final class AsyncUdpSocket: Sendable {
     }
 
     /// Closes once the datagrams queued are sent; returns once closed. The sequence ends.
-    public func close() async {
+    nonisolated(nonsending) public func close() async {
         socket.closeAfterSending()
         await bridge.waitForClose()
     }
@@ -179,8 +179,8 @@ public final class AsyncUdpSocket: Sendable {
 
 /// An `AsyncUdpSocket`'s delegate.
 final class DatagramBridge: UdpSocketDelegate {
-    typealias Waiter = CheckedContinuation<Datagram?, any Error>
-    typealias SendWaiter = CheckedContinuation<Void, any Error>
+    typealias Waiter = SocketKit.Waiter<Datagram?>
+    typealias SendWaiter = SocketKit.Waiter<Void>
 
     enum SendState {
         case pending
@@ -195,8 +195,8 @@ final class DatagramBridge: UdpSocketDelegate {
         var paused = false
         var waiter: (id: UInt64, waiter: Waiter)? = nil
         var closed = false
-        var closeWaiters: [CheckedContinuation<Void, Never>] = []
-        var connectWaiter: CheckedContinuation<Void, any Error>? = nil
+        var closeWaiters: [EndWaiter] = []
+        var connectWaiter: SocketKit.Waiter<Void>? = nil
         var receiveErrors: [SocketError] = []
         var nextTag = 1
         var sends: [Int: SendState] = [:]
@@ -230,10 +230,10 @@ final class DatagramBridge: UdpSocketDelegate {
         if pause { sock.pauseReceiving() }
     }
 
-    func next(resume socket: UdpSocket) async throws -> Datagram? {
+    nonisolated(nonsending) func next(resume socket: UdpSocket) async throws -> Datagram? {
         let id = ids.add(1, ordering: .relaxed).newValue
         return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (waiter: Waiter) in
+            try await suspend { (waiter: Waiter) in
                 var resumeReading = false
                 let result = state.withLock { state -> Result<Datagram?, any Error>? in
                     if state.head < state.datagrams.count {
@@ -310,8 +310,8 @@ final class DatagramBridge: UdpSocketDelegate {
         if let error { waiter?.resume(throwing: error) } else { waiter?.resume() }
     }
 
-    func finishSend(tag: Int) async throws {
-        try await withCheckedThrowingContinuation { (waiter: SendWaiter) in
+    nonisolated(nonsending) func finishSend(tag: Int) async throws {
+        try await suspend { (waiter: SendWaiter) in
             let result = state.withLock { state -> Result<Void, any Error>? in
                 switch state.sends[tag] {
                 case .done(let error)?:
@@ -367,8 +367,8 @@ final class DatagramBridge: UdpSocketDelegate {
         for waiter in closeWaiters { waiter.resume() }
     }
 
-    func waitForClose() async {
-        await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
+    nonisolated(nonsending) func waitForClose() async {
+        await suspendUntilEnd { (waiter: EndWaiter) in
             let closed = state.withLock { state -> Bool in
                 guard !state.closed else { return true }
                 state.closeWaiters.append(waiter)

@@ -23,8 +23,8 @@ enum AsyncReadKind: Sendable {
 /// tail), and every later read is served from the tail, then answered with the end.
 final class ConnectionBridge: SocketDelegate {
     /// A task waiting for a read's bytes.
-    typealias ReadWaiter = CheckedContinuation<[UInt8], any Error>
-    typealias VoidWaiter = CheckedContinuation<Void, any Error>
+    typealias ReadWaiter = Waiter<[UInt8]>
+    typealias VoidWaiter = Waiter<Void>
 
     enum ReadState {
         case idle
@@ -57,7 +57,7 @@ final class ConnectionBridge: SocketDelegate {
         var tlsWaiter: VoidWaiter? = nil
         /// Set once the connection ended: why (nil: closed by this side).
         var ended: SocketError?? = nil
-        var closeWaiters: [CheckedContinuation<Void, Never>] = []
+        var closeWaiters: [EndWaiter] = []
 
         var read = ReadState.idle
         /// The peer's end of stream was reported while a withdrawal was under way.
@@ -392,10 +392,10 @@ final class ConnectionBridge: SocketDelegate {
 
     /// Waits while the write queue is above its high watermark (until it drains to the
     /// low one). Cancellable.
-    func waitForRoom() async throws {
+    nonisolated(nonsending) func waitForRoom() async throws {
         let id = newID()
         try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (waiter: VoidWaiter) in
+            try await suspend { (waiter: VoidWaiter) in
                 let ready = state.withLock { state -> Result<Void, any Error>? in
                     if let ended = state.ended { return .failure(Self.endedError(ended)) }
                     guard state.aboveHighWatermark else { return .success(()) }
@@ -415,16 +415,23 @@ final class ConnectionBridge: SocketDelegate {
 
     var isAboveHighWatermark: Bool { state.withLock { $0.aboveHighWatermark } }
 
-    /// Registers a write about to be queued; its tag. Throws when the connection cannot
-    /// take writes.
-    func beginWrite() throws -> Int {
+    /// The tag of a write about to be made, registered (`register`) unless `registered` is
+    /// false: a write made on the loop thread registers only if it did not complete at once
+    /// (no event of it can come in between there). Throws when the connection cannot take
+    /// writes.
+    func beginWrite(registered: Bool) throws -> Int {
         try state.withLock { state throws -> Int in
             if let ended = state.ended { throw Self.endedError(ended) }
             if state.outputShut { throw SocketError(.badConfig, "the write side is shut: no writes after shutdownOutput()") }
             let tag = state.takeTag()
-            state.writes.append((tag, .pending))
+            if registered { state.writes.append((tag, .pending)) }
             return tag
         }
+    }
+
+    /// Registers write `tag`, whose completion comes as an event.
+    func register(write tag: Int) {
+        state.withLock { $0.writes.append((tag, .pending)) }
     }
 
     /// The write could not be queued.
@@ -432,8 +439,9 @@ final class ConnectionBridge: SocketDelegate {
         state.withLock { state in state.writes.removeAll { $0.tag == tag } }
     }
 
+
     /// Nil once the write has completed (it went out at once), otherwise waits for it.
-    func finishWrite(tag: Int) async throws {
+    nonisolated(nonsending) func finishWrite(tag: Int) async throws {
         let settled = state.withLock { state -> SocketError?? in
             guard let index = state.writes.firstIndex(where: { $0.tag == tag }),
                   case .done(let error) = state.writes[index].state else { return .none }
@@ -445,7 +453,7 @@ final class ConnectionBridge: SocketDelegate {
             return
         }
         try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (waiter: VoidWaiter) in
+            try await suspend { (waiter: VoidWaiter) in
                 let result = state.withLock { state -> Result<Void, any Error>? in
                     guard let index = state.writes.firstIndex(where: { $0.tag == tag }) else {
                         return .failure(Self.endedError(state.ended ?? nil))
@@ -506,8 +514,8 @@ final class ConnectionBridge: SocketDelegate {
 
     /// Waits until every write queued so far has completed (for `shutdownOutput`), and
     /// refuses writes from now on.
-    func shutWritesAndWaitForThem() async throws {
-        try await withCheckedThrowingContinuation { (waiter: VoidWaiter) in
+    nonisolated(nonsending) func shutWritesAndWaitForThem() async throws {
+        try await suspend { (waiter: VoidWaiter) in
             let result = state.withLock { state -> Result<Void, any Error>? in
                 if let ended = state.ended { return .failure(Self.endedError(ended)) }
                 if state.outputShut { return .failure(SocketError(.badConfig, "the write side is already shut")) }
@@ -550,7 +558,7 @@ final class ConnectionBridge: SocketDelegate {
     func socketDidDisconnect(_ sock: Socket, withError error: SocketError?) {
         var waiters: [(VoidWaiter, any Error)] = []
         var readWaiter: (ReadWaiter, Result<[UInt8], any Error>)? = nil
-        let closeWaiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+        let closeWaiters = state.withLock { state -> [EndWaiter] in
             state.ended = .some(error)
             let failure = Self.endedError(error)
             if let waiter = state.connectWaiter.take() {
@@ -601,8 +609,8 @@ final class ConnectionBridge: SocketDelegate {
     }
 
     /// Waits until the connection has ended.
-    func waitForEnd() async {
-        await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
+    nonisolated(nonsending) func waitForEnd() async {
+        await suspendUntilEnd { (waiter: EndWaiter) in
             let ended = state.withLock { state -> Bool in
                 guard state.ended == nil else { return true }
                 state.closeWaiters.append(waiter)

@@ -515,6 +515,25 @@ public final class Socket: SocketFront, @unchecked Sendable {
         try queue(WriteRequest(.array(data), tag: tag, timeout: timeout), session: session, limit: limit)
     }
 
+    /// The async face's write (`AsyncSocket.write`): as `write(_:timeout:tag:)`, except that
+    /// a write the kernel takes whole at once, on the loop thread outside a callback (a task
+    /// running on the socket's loop), completes without `didWriteDataWithTag`: true then.
+    /// False when its completion comes as the event, as for any write.
+    func writeCompletingInline(_ data: [UInt8], tag: Int) throws(SocketError) -> Bool {
+        let (session, limit) = try admitWrite(count: data.count, timeout: -1)
+        let core = self.core
+        if eventLoop.inEventLoop && !core.inCallout && core.acceptsInlineOperation,
+           let written = data.withUnsafeBytes({ core.writeImmediately($0, session: session, silentCompletion: true) }) {
+            if written == data.count { return true }
+            var request = WriteRequest(.array(data), tag: tag, timeout: -1)
+            request.offset = written
+            core.enqueuePartlyWritten(request, session: session)
+            return false
+        }
+        try queue(WriteRequest(.array(data), tag: tag, timeout: -1), session: session, limit: limit)
+        return false
+    }
+
     /// Writes bytes the caller keeps (the C API's copying write): sent at once when the
     /// fast path allows, so the copy is made only of what the kernel did not take.
     func write(copying bytes: UnsafeRawBufferPointer, timeout: Double, tag: Int) throws(SocketError) {
