@@ -13,6 +13,7 @@ let package = Package(
         .library(name: "SocketKit", targets: ["SocketKit"]),
         .executable(name: "socketkit-demo", targets: ["socketkit-demo"]),
         .executable(name: "socketkit-echo", targets: ["socketkit-echo"]),
+        .executable(name: "socketkit-async-echo", targets: ["socketkit-async-echo"]),
     ],
     targets: [
         .target(
@@ -40,6 +41,12 @@ let package = Package(
             path: "bench/swift-echo",
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
+        .executableTarget(
+            name: "socketkit-async-echo",
+            dependencies: ["SocketKit"],
+            path: "bench/swift-async-echo",
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
         .testTarget(
             name: "SocketKitTests",
             dependencies: ["SocketKit"],
@@ -48,3 +55,4 @@ let package = Package(
         ),
     ]
 )
+

@@ -15,10 +15,11 @@ from summarize import HEADLINE, num, parse
 
 REFERENCE = "c-epoll"
 PEERS = ["c-epoll", "libuv", "nio", "asyncio", "uvloop"]
-OURS = ["sk-c", "sk-swift", "sk-py"]
+OURS = ["sk-c", "sk-swift", "sk-swift-async", "sk-py"]
 LABELS = {
     "c-epoll": "C epoll", "libuv": "libuv", "nio": "SwiftNIO", "asyncio": "asyncio", "uvloop": "uvloop",
-    "sk-c": "**SocketKit C**", "sk-swift": "**SocketKit Swift**", "sk-py": "**SocketKit Python**",
+    "sk-c": "**SocketKit C**", "sk-swift": "**SocketKit Swift**",
+    "sk-swift-async": "**SocketKit Swift async**", "sk-py": "**SocketKit Python**",
 }
 SCENARIO_TEXT = {
     "pp1": "64 B ping-pong, 1 connection",
