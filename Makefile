@@ -5,7 +5,9 @@
 #   make test                 every suite: Swift, C (valgrind and sanitizers), header/ABI
 #                             checks, the event and error tables, Python (pytest, on every
 #                             CPython 3.9-3.13 found), a clean `pip install`, and the
-#                             instruction budgets of the hot paths (callgrind)
+#                             instruction budgets of the hot paths (callgrind); Swift 6
+#                             compile checks, the sample package, the DocC build
+#   make docs                 the API reference (DocC archive in .build/docs)
 #   make sanitize             the Swift suite under ThreadSanitizer, then AddressSanitizer
 #                             and LeakSanitizer (~15 minutes; not part of `make test`)
 #   make bench                the benchmarks (SocketKit beside C epoll, libuv, SwiftNIO,
@@ -46,7 +48,7 @@ REQUIRED_TOOLS := cc:gcc pkg-config:pkg-config valgrind:valgrind python3:python3
 
 .DEFAULT_GOAL := all
 .PHONY: all tools library c-prefix demo test swift-test c-test python python-test python-versions-test python-install-test budget-test \
-	tables-check compile-checks \
+	tables-check compile-checks sample-test docs \
 	install uninstall clean bench bench-tools sanitize
 
 C_PREFIX   := $(BUILD)/c-prefix
@@ -123,7 +125,7 @@ demo: c-prefix $(VENV)/.ready $(SPEEDUPS)
 	@$(MAKE) --no-print-directory -C bindings/c demo SOCKETKIT_PREFIX=$(C_PREFIX)
 	$(VENV_PY) bindings/python/examples/echo_demo.py
 
-test: library tables-check swift-test compile-checks c-test python-test python-versions-test python-install-test budget-test
+test: library tables-check swift-test compile-checks sample-test docs c-test python-test python-versions-test python-install-test budget-test
 	@echo "make test: every suite passed"
 
 # Every copy of the event and error tables (Swift, the header, the Python binding, the C
@@ -135,6 +137,23 @@ tables-check: library $(VENV)/.ready
 swift-test: tools
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
+
+# SocketKit as a dependency of a package outside the repository: the README's two Swift
+# programs and an async sample (TCP echo, STARTTLS, UDP), built in Swift 6 mode with warnings
+# as errors and run (Tests/sample-package/run.sh).
+sample-test: tools
+	Tests/sample-package/run.sh $(SWIFT)
+
+# The API reference: SocketKit's doc comments and its DocC catalog
+# (Sources/SocketKit/SocketKit.docc) as a DocC archive in .build/docs, with the
+# swift-docc-plugin (fetched for this target only: SOCKETKIT_DOCS in Package.swift).
+# Warnings (a broken link, a missing symbol) are errors.
+docs: tools
+	@rm -rf $(BUILD)/docs && mkdir -p $(BUILD)/docs
+	SOCKETKIT_DOCS=1 $(SWIFT) package --scratch-path $(BUILD)/docs-build \
+		--allow-writing-to-directory $(BUILD)/docs generate-documentation --target SocketKit \
+		--output-path $(BUILD)/docs/SocketKit.doccarchive --warnings-as-errors
+	@echo "docs: $(BUILD)/docs/SocketKit.doccarchive"
 
 # What Swift 6 must refuse in code using SocketKit (data races in delegates, near-miss
 # delegate methods) and what it must accept, type-checked against the debug build's module

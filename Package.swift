@@ -56,3 +56,8 @@ let package = Package(
     ]
 )
 
+// `make docs`: the DocC plugin (swiftlang/swift-docc-plugin), only when asked for, so that
+// building SocketKit, and depending on it, needs no package of anyone else.
+if Context.environment["SOCKETKIT_DOCS"] != nil {
+    package.dependencies.append(.package(url: "https://github.com/swiftlang/swift-docc-plugin", exact: "1.5.0"))
+}
