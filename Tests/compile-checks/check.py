@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """check.py - what Swift 6 must refuse (and accept) in code that uses SocketKit.
 
     Tests/compile-checks/check.py [--build-dir .build/debug] [--swiftc swiftc] [-k NAME]

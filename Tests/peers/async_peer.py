@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """async_peer.py - peers SocketKit did not write, for the Swift async API's tests.
 
     async_peer.py MODE [--cert CERT --key KEY]

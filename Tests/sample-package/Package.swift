@@ -1,4 +1,5 @@
 // swift-tools-version:6.0
+// SPDX-License-Identifier: MIT
 // A package outside SocketKit's repository that uses it as a user would: a dependency by
 // path. Tests/sample-package/run.sh copies it to a temporary directory, points the path at
 // the checkout (SOCKETKIT_PATH below), builds it with warnings as errors and runs it.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # run.sh - the sample package: SocketKit used from a package outside its repository.
 #
 #   Tests/sample-package/run.sh [SWIFT]        (make sample-test)

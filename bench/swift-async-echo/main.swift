@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // SocketKit echo server through the Swift async API (AsyncListener, AsyncSocket,
 // AsyncUdpSocket), for the benchmark harness beside bench/swift-echo (the delegate one).
 //

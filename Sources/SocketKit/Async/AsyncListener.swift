@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import Synchronization
 
 /// A listener whose accepted connections are an `AsyncSequence` of `AsyncSocket`s.

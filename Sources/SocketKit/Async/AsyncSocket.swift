@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// A TCP or Unix-domain connection for structured concurrency: `async` reads and writes on
 /// the same engine as `Socket` (it is one, with a delegate of SocketKit's own).
 ///

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// An event loop runs tasks that prefer it (SE-0417's task executor preference):
 ///
 /// ```swift

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// A task waiting for the loop: the continuation a bridge keeps and resumes from a callback.
 ///
 /// Release builds use `UnsafeContinuation`: its layout is fixed (frozen), so the bridges'

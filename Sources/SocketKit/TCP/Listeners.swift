@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import Glibc
 
 /// One listening descriptor of a socket that accepts (IPv4, IPv6 or Unix-domain).

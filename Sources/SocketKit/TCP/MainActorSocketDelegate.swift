@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// A socket delegate that lives on the main actor: `SocketDelegate`'s methods, isolated to
 /// the main actor, for a `@MainActor` class (a view model, a controller) that touches
 /// main-actor state in its callbacks. Set it from the main actor (`Socket(delegate:)`,

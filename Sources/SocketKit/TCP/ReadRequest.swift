@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import Glibc
 
 /// One queued read: its framing, where its bytes go, its timeout and tag, and how far it

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// TCP keep-alive probing: after `idle` seconds without traffic, probe every `interval`
 /// seconds and give up after `count` unanswered probes.
 public struct KeepAlive: Hashable, Sendable {

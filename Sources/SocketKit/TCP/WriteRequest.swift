@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// Bytes the caller lent to a no-copy write; `release` runs once SocketKit no longer needs
 /// them (written, or dropped by a disconnect), on the socket's loop thread.
 final class ExternalBytes: @unchecked Sendable {

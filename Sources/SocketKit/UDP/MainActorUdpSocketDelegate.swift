@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// A UDP socket delegate that lives on the main actor: `UdpSocketDelegate`'s methods,
 /// isolated to the main actor. Set it from the main actor (`UdpSocket(delegate:)`,
 /// `setDelegate(_:)`, `mainActorDelegate`); its callbacks then run on the main actor

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The async API from the main actor and from task groups, without a warning in Swift 6
 // mode: its types are Sendable, its sequences iterate from any isolation.
 // expect-clean

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Closures the async API runs on its own (the trust evaluator, called from a loop thread's
 // callback) are @Sendable: unprotected state cannot be captured.
 // expect-error: capture of 'log' with non-Sendable type 'Log' in a '@Sendable' closure

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A user's own bridge from delegate callbacks to async code: the continuation is touched
 // by the loop thread (didRead) and by the awaiting task.
 // expect-error: stored property 'waiting' of 'Sendable'-conforming class 'Bridge' is mutable

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // SE-0470's isolated conformance is refused: the protocol is Sendable, so the socket may
 // call it from any thread.
 // expect-error: cannot form main actor-isolated conformance of 'Screen' to SendableMetatype-inheriting protocol 'SocketDelegate'

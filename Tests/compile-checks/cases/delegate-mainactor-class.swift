@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A main-actor class conforming to the nonisolated protocol would run main-actor code on
 // the loop thread.
 // expect-error: conformance of 'Screen' to protocol 'SocketDelegate' crosses into main actor-isolated code

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A delegate's methods run on the callback queue's thread: unprotected state is a race.
 // expect-error: stored property 'received' of 'Sendable'-conforming class 'Counter' is mutable
 import SocketKit

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A main-actor delegate is set from the main actor only.
 // expect-error: call to main actor-isolated initializer 'init(delegate:eventLoop:)' in a synchronous nonisolated context
 import SocketKit

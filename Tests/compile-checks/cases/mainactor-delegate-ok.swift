@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What compiles without a warning: a main-actor delegate with main-actor state, set from
 // the main actor (its callbacks run there), TCP and UDP.
 // expect-clean

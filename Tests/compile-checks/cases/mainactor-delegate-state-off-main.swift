@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Its state stays on the main actor: touching it from elsewhere is refused.
 // expect-error: main actor-isolated property 'lines' can not be referenced from a nonisolated context
 import SocketKit

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The limit the delegate protocols' documentation states: a near miss declared in the class
 // body is not diagnosed (it is silently never called; DelegateNameTests shows it at run
 // time), which is why the conformance belongs in an extension that holds the methods.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The two misspellings, declared as the documentation advises: each is a warning
 // (an error with -warnings-as-errors).
 // expect-warning: instance method 'socket(_:didReadData:withTag:)' nearly matches defaulted requirement 'socket(_:didRead:withTag:)' of protocol 'SocketDelegate'

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // `@preconcurrency` conformance (a fix-it the compiler offers) still compiles: it asks for
 // run-time checks instead, and its methods stop the program when called off the main actor.
 // Documented: use MainActorSocketDelegate, or `callbackQueue: .mainActor` with it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What compiles without a warning: state behind a Mutex, any callback queue.
 // expect-clean
 import SocketKit

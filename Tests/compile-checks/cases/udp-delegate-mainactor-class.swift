@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // expect-error: conformance of 'Screen' to protocol 'UdpSocketDelegate' crosses into main actor-isolated code
 import SocketKit
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // expect-error: stored property 'datagrams' of 'Sendable'-conforming class 'Collector' is mutable
 import SocketKit
 

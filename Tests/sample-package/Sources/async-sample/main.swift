@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // SocketKit's async API end to end, as a package that depends on it would use it: a TCP
 // echo, a STARTTLS exchange and a UDP exchange, each a server and a client in this process.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import SocketKit
 
 let listener = try AsyncListener(host: "localhost", port: 0)

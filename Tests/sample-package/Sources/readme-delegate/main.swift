@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import SocketKit
 
 /// Echoes every line it reads, on each connection it accepts.
