@@ -149,7 +149,7 @@ void test_delegate_sizes_follow_the_extensible_struct_rule(void) {
     grown.newer[1] = (void (*)(void))test_delegate_sizes_follow_the_extensible_struct_rule;
     sk_socket_t *refused = NULL;
     CHECK_EQ(sk_socket_create(&grown.known, sizeof grown, &recorder, NULL, NULL, &refused, &error), SK_ERR_BAD_PARAM);
-    CHECK(strstr(error.message, "member 17") != NULL);
+    CHECK(strstr(error.message, "member 18") != NULL);
     CHECK_EQ(sk_socket_set_delegate(sock, &grown.known, sizeof grown, &recorder), SK_ERR_BAD_PARAM);
     /* The refused delegates changed nothing: the recorder still hears the socket. */
     void *userdata = NULL;

@@ -66,9 +66,9 @@ def test_every_header_function_is_declared_with_matching_types():
 
 def test_struct_layouts_match_the_header():
     pointer = ctypes.sizeof(ctypes.c_void_p)
-    assert ctypes.sizeof(_ffi.SocketDelegate) == 16 * pointer
-    assert [name for name, _ in _ffi.SocketDelegate._fields_][-3:] == ["did_disconnect", "did_secure",
-                                                                        "did_receive_trust"]
+    assert ctypes.sizeof(_ffi.SocketDelegate) == 17 * pointer
+    assert [name for name, _ in _ffi.SocketDelegate._fields_][-4:] == ["did_disconnect", "did_secure",
+                                                                        "did_receive_trust", "did_cancel_read"]
     assert ctypes.sizeof(_ffi.CError) == 8 + _ffi.ERROR_MESSAGE_CAPACITY
     assert ctypes.sizeof(_ffi.SocketDescriptors) == 16
     assert ctypes.sizeof(_ffi.UdpSocketDelegate) == 7 * pointer
