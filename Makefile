@@ -9,7 +9,9 @@
 #                             Python (pytest, on every CPython 3.9-3.13 found), a clean
 #                             `pip install`, the wheel and the sdist installed on another
 #                             CPython, the examples, a CMake project, and the instruction
-#                             budgets of the hot paths (callgrind)
+#                             budgets of the hot paths (callgrind); Swift 6 compile checks,
+#                             a package that depends on SocketKit, the DocC build
+#   make docs                 the Swift API reference (DocC archive in .build/docs)
 #   make sanitize             the Swift suite under ThreadSanitizer, then AddressSanitizer
 #                             and LeakSanitizer (~15 minutes; not part of `make test`)
 #   make bench                the benchmarks (SocketKit beside C epoll, libuv, SwiftNIO,
@@ -88,7 +90,7 @@ endef
 .DEFAULT_GOAL := all
 .PHONY: all tools build-tools wheel-tools test-tools library programs c-prefix demo test swift-test c-test \
 	python python-test python-versions-test python-install-test python-dist-test cmake-test \
-	budget-test tables-check version-check spdx-check \
+	budget-test tables-check version-check spdx-check compile-checks sample-test docs \
 	install uninstall clean bench bench-tools sanitize
 
 C_PREFIX   := $(BUILD)/c-prefix
@@ -188,7 +190,8 @@ demo: programs c-prefix $(VENV)/.ready $(SPEEDUPS)
 	@$(MAKE) --no-print-directory -C bindings/c demo SOCKETKIT_PREFIX=$(C_PREFIX)
 	$(VENV_PY) bindings/python/examples/echo_demo.py
 
-test: spdx-check test-tools library tables-check version-check swift-test c-test cmake-test python-test \
+test: spdx-check test-tools library tables-check version-check swift-test compile-checks \
+	sample-test docs c-test cmake-test python-test \
 	python-versions-test python-install-test python-dist-test budget-test
 	@echo "make test: every suite passed"
 
@@ -212,6 +215,30 @@ SWIFT_TEST_TRAITS := --traits SwiftLog
 swift-test: build-tools test-tools
 	$(SWIFT) build --build-tests $(SWIFT_TEST_TRAITS)
 	$(SWIFT) test --skip-build $(SWIFT_TEST_TRAITS)
+
+# SocketKit as a dependency of a package outside the repository: the README's two Swift
+# programs and an async sample (TCP echo, STARTTLS, UDP), built in Swift 6 mode with warnings
+# as errors and run (Tests/sample-package/run.sh).
+sample-test: build-tools test-tools
+	Tests/sample-package/run.sh $(SWIFT)
+
+# The API reference: SocketKit's doc comments and its DocC catalog
+# (Sources/SocketKit/SocketKit.docc) as a DocC archive in .build/docs, with the
+# swift-docc-plugin (fetched for this target only: SOCKETKIT_DOCS in Package.swift).
+# Warnings (a broken link, a missing symbol) are errors.
+docs: build-tools
+	@rm -rf $(BUILD)/docs && mkdir -p $(BUILD)/docs
+	SOCKETKIT_DOCS=1 $(SWIFT) package --scratch-path $(BUILD)/docs-build \
+		--allow-writing-to-directory $(BUILD)/docs generate-documentation --target SocketKit \
+		--output-path $(BUILD)/docs/SocketKit.doccarchive --warnings-as-errors
+	@echo "docs: $(BUILD)/docs/SocketKit.doccarchive"
+
+# What Swift 6 must refuse in code using SocketKit (data races in delegates, near-miss
+# delegate methods) and what it must accept, type-checked against the debug build's module
+# with warnings as errors (Tests/compile-checks/check.py).
+compile-checks: build-tools
+	$(SWIFT) build --target SocketKit $(SWIFT_TEST_TRAITS)
+	$(PYTHON) Tests/compile-checks/check.py --swiftc "$$(dirname "$$(command -v $(SWIFT))")/swiftc"
 
 c-test: c-prefix test-tools
 	@$(MAKE) --no-print-directory -C bindings/c test SOCKETKIT_PREFIX=$(C_PREFIX) \

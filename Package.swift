@@ -22,6 +22,7 @@ let package = Package(
         .library(name: "SocketKitLogging", targets: ["SocketKitLogging"]),
         .executable(name: "socketkit-demo", targets: ["socketkit-demo"]),
         .executable(name: "socketkit-echo", targets: ["socketkit-echo"]),
+        .executable(name: "socketkit-async-echo", targets: ["socketkit-async-echo"]),
     ],
     traits: [
         .trait(name: "SwiftLog", description: "SocketKitLogging: SocketKit's log to apple/swift-log"),
@@ -64,6 +65,12 @@ let package = Package(
             path: "bench/swift-echo",
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
+        .executableTarget(
+            name: "socketkit-async-echo",
+            dependencies: ["SocketKit"],
+            path: "bench/swift-async-echo",
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
         .testTarget(
             name: "SocketKitTests",
             dependencies: [
@@ -76,3 +83,9 @@ let package = Package(
         ),
     ]
 )
+
+// `make docs`: the DocC plugin (swiftlang/swift-docc-plugin), only when asked for, so that
+// building SocketKit, and depending on it, needs no package of anyone else.
+if Context.environment["SOCKETKIT_DOCS"] != nil {
+    package.dependencies.append(.package(url: "https://github.com/swiftlang/swift-docc-plugin", exact: "1.5.0"))
+}

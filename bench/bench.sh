@@ -23,7 +23,7 @@ while getopts "r:d:o:h" o; do
     *) sed -n '2,12p' "$0"; exit 2 ;;
     esac
 done
-SERVERS="c-epoll libuv nio asyncio uvloop sk-c sk-swift sk-py sk-py-aio sk-py-streams sk-py-streams-threads sk-py-loop"
+SERVERS="c-epoll libuv nio asyncio uvloop sk-c sk-swift sk-swift-async sk-py sk-py-aio sk-py-streams sk-py-streams-threads sk-py-loop"
 SCENARIOS="pp1 pp64 pp1000 stream1 connect idlemax udp1 udp16 tls-pp64 tls-stream1m tls-connect tls-idle10k"
 for tool in bin/loadgen bin/echo_epoll bin/echo_uv bin/count_alloc.so nio-echo/.build/release/nio-echo \
     ../.build/c-out/echo_server ../.build/release/socketkit-echo ../.build/venv/bin/python; do

@@ -16,10 +16,11 @@ from summarize import HEADLINE, num, parse
 
 REFERENCE = "c-epoll"
 PEERS = ["c-epoll", "libuv", "nio", "asyncio", "uvloop"]
-OURS = ["sk-c", "sk-swift", "sk-py", "sk-py-aio", "sk-py-streams", "sk-py-streams-threads", "sk-py-loop"]
+OURS = ["sk-c", "sk-swift", "sk-swift-async", "sk-py", "sk-py-aio", "sk-py-streams", "sk-py-streams-threads", "sk-py-loop"]
 LABELS = {
     "c-epoll": "C epoll", "libuv": "libuv", "nio": "SwiftNIO", "asyncio": "asyncio", "uvloop": "uvloop",
-    "sk-c": "**SocketKit C**", "sk-swift": "**SocketKit Swift**", "sk-py": "**SocketKit Python**",
+    "sk-c": "**SocketKit C**", "sk-swift": "**SocketKit Swift**",
+    "sk-swift-async": "**SocketKit Swift async**", "sk-py": "**SocketKit Python**",
     "sk-py-aio": "**SocketKit Python, aio.AsyncSocket**",
     "sk-py-streams": "**SocketKit Python, aio streams (loop run by asyncio)**",
     "sk-py-streams-threads": "**SocketKit Python, aio streams (SocketKit's threads)**",

@@ -4,51 +4,70 @@
 // the way an application with its own poll loop would use SocketKit.
 import Glibc
 import SocketKit
+import Synchronization
+
+// Delegates are `Sendable` (Swift 6 checks it): their state sits in a `Mutex`. Here every
+// callback runs on the main thread (which drains the queue), so the locks are never
+// contended; the compiler cannot know that, and the mutexes cost next to nothing.
 
 final class LineEchoServer: SocketDelegate {
-    private var connections: [Socket] = []
-    /// Backpressure: connections whose client does not read its echo (write queue above
-    /// the high watermark) are not read from until their queue has drained to the low
-    /// watermark, so the echo cannot pile up without bound.
-    private var pausedConnections: Set<ObjectIdentifier> = []
-    private var readingConnections: Set<ObjectIdentifier> = []
+    private struct State {
+        var connections: [Socket] = []
+        /// Backpressure: connections whose client does not read its echo (write queue
+        /// above the high watermark) are not read from until their queue has drained to the
+        /// low watermark, so the echo cannot pile up without bound.
+        var paused: Set<ObjectIdentifier> = []
+        var reading: Set<ObjectIdentifier> = []
+    }
+    private let state = Mutex(State())
 
     func socket(_ listener: Socket, didAcceptNewSocket newSocket: Socket) {
-        connections.append(newSocket)
+        state.withLock { $0.connections.append(newSocket) }
         readLine(newSocket)
     }
 
     private func readLine(_ sock: Socket) {
-        readingConnections.insert(ObjectIdentifier(sock))
+        state.withLock { _ = $0.reading.insert(ObjectIdentifier(sock)) }
         try? sock.read(toData: Socket.lf, maxLength: 4096)
     }
 
     func socket(_ sock: Socket, didRead data: [UInt8], withTag tag: Int) {
-        readingConnections.remove(ObjectIdentifier(sock))
+        let paused = state.withLock { state in
+            state.reading.remove(ObjectIdentifier(sock))
+            return state.paused.contains(ObjectIdentifier(sock))
+        }
         try? sock.write(data)
-        if !pausedConnections.contains(ObjectIdentifier(sock)) { readLine(sock) }
+        if !paused { readLine(sock) }
     }
 
     func socket(_ sock: Socket, writeQueueDidReachHighWatermark queuedBytes: Int) {
-        pausedConnections.insert(ObjectIdentifier(sock))
+        state.withLock { _ = $0.paused.insert(ObjectIdentifier(sock)) }
     }
 
     func socket(_ sock: Socket, writeQueueDidDrainToLowWatermark queuedBytes: Int) {
-        pausedConnections.remove(ObjectIdentifier(sock))
-        if !readingConnections.contains(ObjectIdentifier(sock)) { readLine(sock) }
+        let reading = state.withLock { state in
+            state.paused.remove(ObjectIdentifier(sock))
+            return state.reading.contains(ObjectIdentifier(sock))
+        }
+        if !reading { readLine(sock) }
     }
 
     func socketDidDisconnect(_ sock: Socket, withError error: SocketError?) {
-        connections.removeAll { $0 === sock }
-        pausedConnections.remove(ObjectIdentifier(sock))
-        readingConnections.remove(ObjectIdentifier(sock))
+        state.withLock { state in
+            state.connections.removeAll { $0 === sock }
+            state.paused.remove(ObjectIdentifier(sock))
+            state.reading.remove(ObjectIdentifier(sock))
+        }
     }
 }
 
 final class LineClient: SocketDelegate {
     let lines: [String]
-    private(set) var finished = false
-    private(set) var failure: SocketError?
+    /// Set once, by the last callback: whether it ended, and why (nil: cleanly).
+    private let outcome = Mutex<(finished: Bool, failure: SocketError?)>((false, nil))
+
+    var finished: Bool { outcome.withLock { $0.finished } }
+    var failure: SocketError? { outcome.withLock { $0.failure } }
 
     init(lines: [String]) { self.lines = lines }
 
@@ -62,8 +81,7 @@ final class LineClient: SocketDelegate {
     }
 
     func socketDidDisconnect(_ sock: Socket, withError error: SocketError?) {
-        failure = error
-        finished = true
+        outcome.withLock { $0 = (true, error) }
     }
 }
 

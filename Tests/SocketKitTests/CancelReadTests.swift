@@ -140,6 +140,47 @@ struct CancelReadTests {
         #expect(pair.socket.isConnected)
     }
 
+    /// The same, as a delegate does it on the loop (what an async face does): withdraw the
+    /// pending read in `socketDidCloseReadStream`, read what is left in
+    /// `didCancelReadWithTag`. Those callbacks come from the loop's read pump as it meets the
+    /// end of the stream; the read queued from them must still be served.
+    @Test func atTheEndOfTheStreamAReadQueuedFromTheCallbacksGetsTheRest() throws {
+        final class TakesTheRest: SocketDelegate, @unchecked Sendable {
+            let latch = Latch()
+            var rest: [UInt8] = []
+            func socketDidCloseReadStream(_ sock: Socket) { try? sock.cancelRead(withTag: 1) }
+            func socket(_ sock: Socket, didCancelReadWithTag tag: Int, unreadBytes: Int) {
+                try? sock.read(toLength: unreadBytes, tag: 2)
+            }
+            func socket(_ sock: Socket, didRead data: [UInt8], withTag tag: Int) {
+                rest = data
+                latch.open()
+            }
+        }
+        for halfClosedFirst in [false, true] {
+            let listener = try RawSocket.listen()
+            defer { listener.close() }
+            let delegate = TakesTheRest()
+            let socket = Socket(delegate: delegate)
+            socket.autoDisconnectOnClosedReadStream = false
+            try socket.connect(toHost: "127.0.0.1", port: listener.localPort, timeout: 5)
+            let peer = try listener.accept()
+            defer { peer.close() }
+            if halfClosedFirst {
+                // Our own half-close first: with auto-disconnect off the peer's end is still
+                // reported, not turned into the end of the connection.
+                socket.closeWriteStream()
+                #expect(try peer.receiveUntilEndOfStream() == [])
+            }
+            try socket.read(toLength: 10, tag: 1)
+            try peer.send("last")
+            peer.shutdownWrite()
+            #expect(delegate.latch.wait(), "half-closed first: \(halfClosedFirst)")
+            #expect(delegate.rest == bytes("last"))
+            socket.disconnect()
+        }
+    }
+
     @Test func aWithdrawnReadAheadOfStartTLSLetsTheHandshakeBegin() throws {
         let pair = try Pair()
         defer { pair.close() }

@@ -14,9 +14,18 @@ import SocketKitC
 /// - `HostCallbackQueue`: callbacks wait until the host calls `drain()`; its
 ///   `fileDescriptor` is readable while callbacks are pending, so asyncio, GLib or any poll
 ///   loop can run SocketKit callbacks on its own thread.
+/// - `CallbackQueue.mainActor`: on the main actor (the main dispatch queue; on Linux, once
+///   an `async` main has suspended, libdispatch serves it from a thread of its pool, one
+///   job at a time). Where a `MainActorSocketDelegate`'s callbacks run.
 public class CallbackQueue: @unchecked Sendable {
     /// Callbacks run on the socket's event loop thread.
     public static let eventLoop: CallbackQueue = CallbackQueue(runsOnEventLoop: true)
+
+    /// Callbacks run on the main actor, each socket's in order, one at a time, interleaved
+    /// with the main actor's other work. The main actor must be free to run them: a main
+    /// thread blocked in a system call or a synchronous wait never does. A delegate that
+    /// conforms to `MainActorSocketDelegate` always has its callbacks here.
+    public static let mainActor: CallbackQueue = MainActorCallbackQueue()
 
     /// True for `CallbackQueue.eventLoop`.
     let runsOnEventLoop: Bool
@@ -182,5 +191,16 @@ public final class HostCallbackQueue: CallbackQueue, @unchecked Sendable {
     private func clearPending() {
         var counter: UInt64 = 0
         _ = read(eventFD, &counter, 8)
+    }
+}
+
+/// `CallbackQueue.mainActor`: each drain job is a task on the main actor. A socket has at
+/// most one drain job at a time (`EventMailbox`), so its callbacks keep their order however
+/// the main actor orders tasks from different sockets.
+final class MainActorCallbackQueue: CallbackQueue, @unchecked Sendable {
+    init() { super.init(runsOnEventLoop: false) }
+
+    override func enqueue(_ job: @escaping Job, loop: EventLoop) {
+        Task { @MainActor in _ = job(Int.max) }
     }
 }

@@ -11,11 +11,35 @@ protocol RoutedEvent {
 /// Where a socket's callbacks go. Guarded by the core's state lock; changed by any thread,
 /// read by the delivering one.
 struct CallbackRouting<Receiver> {
+    /// Where callbacks run now.
     var queue: CallbackQueue
     /// The Swift delegate's adapter, or the C API's table of function pointers.
     var receiver: Receiver?
     /// The user's; never touched by SocketKit.
     var userData: AnyObject? = nil
+}
+
+/// The queue of a socket whose receiver needs its callbacks on one queue whatever
+/// `callbackQueue` says (a main-actor delegate's adapter works only on the main actor): it
+/// runs them on `pinned` and keeps the queue the user chose (`behind`, guarded by the
+/// socket's state lock), which applies again once a receiver that does not pin is set.
+/// Kept in `CallbackRouting.queue` itself, so that no socket grows by a field for it.
+final class PinnedCallbackQueue: CallbackQueue, @unchecked Sendable {
+    let pinned: CallbackQueue
+    var behind: CallbackQueue
+
+    init(_ pinned: CallbackQueue, behind: CallbackQueue) {
+        self.pinned = pinned
+        self.behind = behind
+        super.init(runsOnEventLoop: pinned.runsOnEventLoop)
+    }
+
+    override func enqueue(_ job: @escaping Job, loop: EventLoop) {
+        pinned.enqueue(job, loop: loop)
+    }
+
+    /// Another one like it, for a connection accepted by a socket that has it.
+    func copy() -> PinnedCallbackQueue { PinnedCallbackQueue(pinned, behind: behind) }
 }
 
 /// The part of a front end's routing that threads touch without a lock, inline in the
@@ -52,11 +76,21 @@ extension SocketFront {
     /// callback reaches the previous receiver (a callback running on another thread is waited
     /// for; from inside a callback of this socket it takes effect at once; when that wait
     /// would deadlock, it is not made, and the running callback may still be finishing).
+    ///
+    /// `pinnedQueue`: the queue this receiver's callbacks must run on, whatever the socket's
+    /// `callbackQueue` (a main-actor delegate's adapter only works on the main actor). While
+    /// it is set, setting `callbackQueue` records the user's choice for later and the pinned
+    /// queue stays (`PinnedCallbackQueue`).
     func setReceiver(_ receiver: Receiver?, callbackQueue: CallbackQueue?) {
+        setReceiver(receiver, callbackQueue: callbackQueue, pinnedQueue: nil)
+    }
+
+    func setReceiver(_ receiver: Receiver?, callbackQueue: CallbackQueue?, pinnedQueue: CallbackQueue?) {
         withGate {
             core.withStateLock {
+                let chosen = callbackQueue ?? (routing.queue as? PinnedCallbackQueue)?.behind ?? routing.queue
                 routing.receiver = receiver
-                if let callbackQueue { routing.queue = callbackQueue }
+                routing.queue = pinnedQueue.map { PinnedCallbackQueue($0, behind: chosen) } ?? chosen
                 router.version.add(1, ordering: .relaxed)
             }
             receiverChanged(to: receiver)
@@ -64,11 +98,21 @@ extension SocketFront {
     }
 
     /// Where callbacks run. A change keeps callbacks in order: those already queued on the
-    /// old queue run there first.
+    /// old queue run there first. While a receiver pins the queue, a change waits behind the
+    /// pin (see `setReceiver`).
     var routedQueue: CallbackQueue {
-        get { core.withStateLock { routing.queue } }
+        get {
+            core.withStateLock {
+                let queue = routing.queue
+                return (queue as? PinnedCallbackQueue)?.pinned ?? queue
+            }
+        }
         set {
             core.withStateLock {
+                if let pin = routing.queue as? PinnedCallbackQueue {
+                    pin.behind = newValue
+                    return
+                }
                 routing.queue = newValue
                 router.version.add(1, ordering: .relaxed)
             }

@@ -29,6 +29,7 @@ import Synchronization
 /// Text: a host, interface or Unix path holding a NUL character is refused (`.badParam`):
 /// the system calls would see only the text before it.
 public final class Socket: SocketFront, @unchecked Sendable {
+    typealias Receiver = SocketEventReceiver
     let core: TCPSocketCore
 
     /// The loop the socket lives on, for its whole life.
@@ -45,6 +46,15 @@ public final class Socket: SocketFront, @unchecked Sendable {
     public convenience init(delegate: SocketDelegate? = nil, callbackQueue: CallbackQueue = .eventLoop,
                             eventLoop: EventLoop? = nil) {
         self.init(receiver: SwiftDelegateReceiver(delegate), callbackQueue: callbackQueue, eventLoop: eventLoop)
+    }
+
+    /// A socket whose delegate lives on the main actor: its callbacks run there
+    /// (`CallbackQueue.mainActor`), on `eventLoop` (default: the next loop of
+    /// `EventLoopGroup.default`).
+    @MainActor
+    public convenience init(delegate: MainActorSocketDelegate, eventLoop: EventLoop? = nil) {
+        self.init(receiver: SwiftDelegateReceiver(mainActor: delegate),
+                  callbackQueue: PinnedCallbackQueue(.mainActor, behind: .eventLoop), eventLoop: eventLoop)
     }
 
     convenience init(receiver: SocketEventReceiver?, callbackQueue: CallbackQueue, eventLoop: EventLoop?) {
@@ -83,13 +93,31 @@ public final class Socket: SocketFront, @unchecked Sendable {
     /// callback reaches the previous delegate (a callback running on another thread is
     /// waited for; from inside a callback of this socket it takes effect at once; when that
     /// wait would deadlock, it is not made, and the running callback may still be finishing).
+    /// nil while the delegate is a `MainActorSocketDelegate` (see `mainActorDelegate`).
     public var delegate: SocketDelegate? {
-        get { (receiver as? SwiftDelegateReceiver)?.delegate }
+        get { (receiver as? SwiftDelegateReceiver)?.publicDelegate }
         set { setReceiver(SwiftDelegateReceiver(newValue), callbackQueue: nil) }
     }
 
+    /// The delegate, when it lives on the main actor (held weakly). Setting it is synchronous
+    /// as for `delegate`, and pins the callbacks to the main actor; setting `delegate` (or
+    /// nil here) lets them go back to `callbackQueue`.
+    @MainActor
+    public var mainActorDelegate: MainActorSocketDelegate? {
+        get { (receiver as? SwiftDelegateReceiver)?.mainActorAdapter?.target }
+        set { setDelegate(newValue) }
+    }
+
+    /// Sets a main-actor delegate (see `mainActorDelegate`).
+    @MainActor
+    public func setDelegate(_ delegate: MainActorSocketDelegate?) {
+        let receiver = SwiftDelegateReceiver(mainActor: delegate)
+        setReceiver(receiver, callbackQueue: nil, pinnedQueue: receiver.pinnedQueue)
+    }
+
     /// Where callbacks run. Changing it keeps callbacks in order: those already queued on the
-    /// old queue run there first.
+    /// old queue run there first. While the delegate is a `MainActorSocketDelegate` this is
+    /// `.mainActor`, and a queue set meanwhile applies once another delegate is set.
     public var callbackQueue: CallbackQueue {
         get { routedQueue }
         set { routedQueue = newValue }
@@ -488,6 +516,25 @@ public final class Socket: SocketFront, @unchecked Sendable {
         try queue(WriteRequest(.array(data), tag: tag, timeout: timeout), session: session, limit: limit)
     }
 
+    /// The async face's write (`AsyncSocket.write`): as `write(_:timeout:tag:)`, except that
+    /// a write the kernel takes whole at once, on the loop thread outside a callback (a task
+    /// running on the socket's loop), completes without `didWriteDataWithTag`: true then.
+    /// False when its completion comes as the event, as for any write.
+    func writeCompletingInline(_ data: [UInt8], tag: Int) throws(SocketError) -> Bool {
+        let (session, limit) = try admitWrite(count: data.count, timeout: -1)
+        let core = self.core
+        if eventLoop.inEventLoop && !core.inCallout && core.acceptsInlineOperation,
+           let written = data.withUnsafeBytes({ core.writeImmediately($0, session: session, silentCompletion: true) }) {
+            if written == data.count { return true }
+            var request = WriteRequest(.array(data), tag: tag, timeout: -1)
+            request.offset = written
+            core.enqueuePartlyWritten(request, session: session)
+            return false
+        }
+        try queue(WriteRequest(.array(data), tag: tag, timeout: -1), session: session, limit: limit)
+        return false
+    }
+
     /// Writes bytes the caller keeps (the C API's copying write): sent at once when the
     /// fast path allows, so the copy is made only of what the kernel did not take.
     func write(copying bytes: UnsafeRawBufferPointer, timeout: Double, tag: Int) throws(SocketError) {
@@ -644,7 +691,9 @@ public final class Socket: SocketFront, @unchecked Sendable {
     /// under TLS close_notify, then FIN) and keeps reading: the peer reads to the end of our
     /// stream and may go on sending (asyncio's `write_eof`, NIO's `close(mode: .output)`,
     /// libuv's `uv_shutdown`). Writes are refused from now on (`.badConfig`). When the peer
-    /// then closes its side, the connection ends cleanly: `socketDidDisconnect` with nil.
+    /// then closes its side, the connection ends cleanly: `socketDidDisconnect` with nil (with
+    /// `autoDisconnectOnClosedReadStream` off, `socketDidCloseReadStream` instead, and the
+    /// connection stays until you end it: what is left of a pending read can be taken back).
     /// Does nothing when not connecting or connected, or when called before. Returns with
     /// writes refused (it waits for the loop, as `disconnectAfterWriting` does).
     public func closeWriteStream() {
@@ -784,7 +833,10 @@ public final class Socket: SocketFront, @unchecked Sendable {
 
     var hasDelegate: Bool {
         guard let receiver else { return false }
-        if let swiftReceiver = receiver as? SwiftDelegateReceiver { return swiftReceiver.delegate != nil }
+        if let swiftReceiver = receiver as? SwiftDelegateReceiver {
+            if let adapter = swiftReceiver.mainActorAdapter { return adapter.target != nil }
+            return swiftReceiver.delegate != nil
+        }
         return true
     }
 
@@ -841,7 +893,10 @@ public final class Socket: SocketFront, @unchecked Sendable {
     /// Socket first, with the listener's receiver and queue.
     func deliver(_ event: SocketEvent, from core: TCPSocketCore) {
         if case .didAccept(let childCore) = event {
-            let (queue, receiver) = core.withStateLock { (routing.queue, routing.receiver) }
+            let (queue, receiver) = core.withStateLock {
+                // A pin is the listener's own (it records the listener's choice of queue).
+                ((routing.queue as? PinnedCallbackQueue)?.copy() ?? routing.queue, routing.receiver)
+            }
             let child = Socket(core: childCore, receiver: receiver?.receiverForAcceptedSocket(), callbackQueue: queue)
             route(.didAcceptSocket(child))
             return

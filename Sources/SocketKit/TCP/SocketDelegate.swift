@@ -4,7 +4,47 @@
 /// `socketDidDisconnect` is the last callback of each connection attempt or session.
 ///
 /// The names follow GCDAsyncSocketDelegate as Swift imports it.
-public protocol SocketDelegate: AnyObject {
+///
+/// ## Isolation
+///
+/// The methods run on a thread of the callback queue (a loop thread, a queue's thread, the
+/// main actor), while the code that made the delegate runs elsewhere: the delegate is shared
+/// between them, so the protocol requires `Sendable` and Swift 6 checks every conforming
+/// type. A class with unprotected mutable state, or one that is not `final`, does not
+/// compile; keep the state in a `Mutex` (Synchronization), in `let`s of `Sendable` values, or
+/// behind an actor the methods hand work to. `@unchecked Sendable` takes the responsibility
+/// off the compiler: only for state the callbacks alone touch, on one queue.
+///
+/// A delegate that lives on the main actor conforms to `MainActorSocketDelegate` instead
+/// (same methods, main-actor isolated): its callbacks run on the main actor
+/// (`CallbackQueue.mainActor`), and it can touch main-actor state directly. A `@MainActor`
+/// class cannot conform to this protocol with isolated methods (the compiler says the
+/// conformance "crosses into main actor-isolated code"), and an isolated conformance
+/// (`@MainActor SocketDelegate`) is refused because the protocol is `Sendable`: both would
+/// run main-actor code on another thread.
+///
+/// ## Misspelled methods
+///
+/// Every requirement has a default implementation, so a method that misses a requirement's
+/// name or types (`socket(_:didReadData:withTag:)` for `socket(_:didRead:withTag:)`,
+/// `withError error: Error?` for `SocketError?`) compiles and is never called. To hear of a
+/// near miss at compile time, declare the conformance in an extension that holds the
+/// delegate methods:
+///
+/// ```swift
+/// final class Handler: Sendable { ... }
+/// extension Handler: SocketDelegate {
+///     func socket(_ sock: Socket, didReadData data: [UInt8], withTag tag: Int) { }
+///     // warning: instance method 'socket(_:didReadData:withTag:)' nearly matches
+///     // defaulted requirement 'socket(_:didRead:withTag:)' of protocol 'SocketDelegate'
+/// }
+/// ```
+///
+/// and build with `-warnings-as-errors` (`swift build -Xswiftc -warnings-as-errors`) to
+/// make it an error. The compiler looks for near misses only among the declarations of the
+/// extension that declares the conformance: methods in the class body are not checked,
+/// whether the class itself or an extension declares the conformance.
+public protocol SocketDelegate: AnyObject, Sendable {
     /// Asked on the listener's event loop thread (not the callback queue) before a new
     /// connection is wrapped: the loop it should live on, or nil for the group's next loop.
     /// It may disconnect the listener: that connection is then closed unserved, and the
@@ -143,13 +183,30 @@ protocol SocketEventReceiver: AnyObject {
     func eventLoopForConnection(from address: SocketAddress, on listener: Socket) -> EventLoop?
 }
 
-/// Delivers events to a Swift `SocketDelegate`, held weakly as upstream does.
+/// Delivers events to a Swift `SocketDelegate`, held weakly as upstream does (or to a
+/// `MainActorSocketDelegate` through the adapter it keeps, which holds that one weakly).
 final class SwiftDelegateReceiver: SocketEventReceiver {
     weak var delegate: SocketDelegate?
+    /// The adapter of a main-actor delegate (nobody else holds it); nil otherwise.
+    let mainActorAdapter: MainActorSocketDelegateAdapter?
 
     init(_ delegate: SocketDelegate?) {
         self.delegate = delegate
+        mainActorAdapter = nil
     }
+
+    init(mainActor target: MainActorSocketDelegate?) {
+        let adapter = target.map { MainActorSocketDelegateAdapter($0) }
+        delegate = adapter
+        mainActorAdapter = adapter
+    }
+
+    /// The queue a main-actor delegate's callbacks must run on, whatever the socket's
+    /// `callbackQueue` says (see `SocketFront.setReceiver`).
+    var pinnedQueue: CallbackQueue? { mainActorAdapter == nil ? nil : CallbackQueue.mainActor }
+
+    /// What `Socket.delegate` reports: not the adapter.
+    var publicDelegate: SocketDelegate? { mainActorAdapter == nil ? delegate : nil }
 
     /// A Swift protocol cannot tell which methods are implemented: everything.
     var interests: SocketEventInterests { .all }

@@ -49,7 +49,11 @@ extension TCPSocketCore {
             }
             if readEOF {
                 handleEndOfStream()
-                return
+                // Its report's callbacks may have queued a read of what is left (a delegate
+                // taking back the bytes of the read it withdrew): a read queued by this pump's
+                // callbacks is this pump's to start, from the prebuffer.
+                guard phase == .connected, !prebuffer.isEmpty, currentRead != nil || hasQueuedReads else { return }
+                continue
             }
             guard readable || (secure && tls!.hasBufferedInput) else { break }
             guard kernelReads < TCPSocketCore.kernelReadsPerPump else {
@@ -206,19 +210,18 @@ extension TCPSocketCore {
     }
 
     /// The peer sent FIN and every buffered byte has been consumed (a read wants more, or
-    /// none is queued). After our own half-close, the connection ends cleanly (error nil).
-    /// Otherwise as upstream: disconnect with `.closed`, or with
-    /// `autoDisconnectOnClosedReadStream` off report the half-close once and keep the socket
-    /// open for writing (pending reads then wait for their timeout). After a failed send the
+    /// none is queued). As upstream: disconnect with `.closed` (after our own half-close,
+    /// cleanly: error nil), or with `autoDisconnectOnClosedReadStream` off report the
+    /// half-close once and keep the socket open (pending reads then wait for their timeout;
+    /// the application ends the connection, also after a half-close of its own: it asked to
+    /// hear of the end, e.g. to take back a pending read's bytes). After a failed send the
     /// end is the connection's: the session ends with that failure.
     func handleEndOfStream() {
         if let failure = sendFailure {
             closeSession(failure)
-        } else if writeStreamEnd == .done {
-            // Both directions closed, ours first (`closeWriteStream`): an orderly end.
-            closeSession(nil)
         } else if configuration.autoDisconnectOnClosedReadStream {
-            closeSession(SocketError(.closed))
+            // Both directions closed, ours first (`closeWriteStream`): an orderly end.
+            closeSession(writeStreamEnd == .done ? nil : SocketError(.closed))
         } else if !readStreamClosedReported {
             readStreamClosedReported = true
             emit(.didCloseReadStream)

@@ -62,12 +62,14 @@ extension TCPSocketCore {
     /// good, which `sendFailed` records for the read side to report).
     ///
     /// Taken only where its completion cannot run user code re-entrantly: inside this
-    /// socket's own callback (didWrite then follows that callback, as always), or when the
-    /// delegate does not listen for write completions.
-    func writeImmediately(_ bytes: UnsafeRawBufferPointer, session: UInt64) -> Int? {
+    /// socket's own callback (didWrite then follows that callback, as always), when the
+    /// delegate does not listen for write completions, or when the caller takes a whole
+    /// write's completion from the return value instead of an event (`silentCompletion`: the
+    /// async face, whose tasks run on the loop outside callbacks).
+    func writeImmediately(_ bytes: UnsafeRawBufferPointer, session: UInt64, silentCompletion: Bool = false) -> Int? {
         guard session == self.session, phase == .connected, writable, !hasQueuedWrites,
               !writeTimeoutPending, !disconnectAfterReads, !disconnectAfterWrites, bytes.count > 0,
-              inCallout || (!ownerWants(.write) && !ownerWants(.writePartial)) else { return nil }
+              inCallout || silentCompletion || (!ownerWants(.write) && !ownerWants(.writePartial)) else { return nil }
         if hasTLS { return writeImmediatelySecure(bytes) }
         let written = skc_send(fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags)
         guard written > 0 else {

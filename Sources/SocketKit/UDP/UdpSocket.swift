@@ -24,6 +24,7 @@ import Synchronization
 /// Text: a host, interface or multicast group holding a NUL character is refused
 /// (`.badParam`): the system calls would see only the text before it.
 public final class UdpSocket: SocketFront, @unchecked Sendable {
+    typealias Receiver = UdpSocketEventReceiver
     /// The loop the socket lives on.
     public let eventLoop: EventLoop
     let core: UDPSocketCore
@@ -44,6 +45,14 @@ public final class UdpSocket: SocketFront, @unchecked Sendable {
         self.init(receiver: SwiftUdpDelegateReceiver(delegate), callbackQueue: callbackQueue, eventLoop: eventLoop)
     }
 
+    /// A UDP socket whose delegate lives on the main actor: its callbacks run there
+    /// (`CallbackQueue.mainActor`).
+    @MainActor
+    public convenience init(delegate: MainActorUdpSocketDelegate, eventLoop: EventLoop? = nil) {
+        self.init(receiver: SwiftUdpDelegateReceiver(mainActor: delegate),
+                  callbackQueue: PinnedCallbackQueue(.mainActor, behind: .eventLoop), eventLoop: eventLoop)
+    }
+
     init(receiver: UdpSocketEventReceiver?, callbackQueue: CallbackQueue, eventLoop: EventLoop?) {
         let loop = eventLoop ?? EventLoopGroup.default.next()
         self.eventLoop = loop
@@ -62,12 +71,29 @@ public final class UdpSocket: SocketFront, @unchecked Sendable {
     // MARK: Delegate and queue
 
     /// The delegate, held weakly. Setting it is synchronous, as for `Socket.delegate`.
+    /// nil while the delegate is a `MainActorUdpSocketDelegate` (see `mainActorDelegate`).
     public var delegate: UdpSocketDelegate? {
-        get { (receiver as? SwiftUdpDelegateReceiver)?.delegate }
+        get { (receiver as? SwiftUdpDelegateReceiver)?.publicDelegate }
         set { setReceiver(SwiftUdpDelegateReceiver(newValue), callbackQueue: nil) }
     }
 
-    /// Where callbacks run (and asynchronous filters given no queue of their own).
+    /// The delegate, when it lives on the main actor (held weakly): as `Socket.mainActorDelegate`.
+    @MainActor
+    public var mainActorDelegate: MainActorUdpSocketDelegate? {
+        get { (receiver as? SwiftUdpDelegateReceiver)?.mainActorAdapter?.target }
+        set { setDelegate(newValue) }
+    }
+
+    /// Sets a main-actor delegate: its callbacks run on the main actor from now on.
+    @MainActor
+    public func setDelegate(_ delegate: MainActorUdpSocketDelegate?) {
+        let receiver = SwiftUdpDelegateReceiver(mainActor: delegate)
+        setReceiver(receiver, callbackQueue: nil, pinnedQueue: receiver == nil ? nil : CallbackQueue.mainActor)
+    }
+
+    /// Where callbacks run (and asynchronous filters given no queue of their own). While the
+    /// delegate is a `MainActorUdpSocketDelegate` this is `.mainActor`, and a queue set
+    /// meanwhile applies once another delegate is set.
     public var callbackQueue: CallbackQueue {
         get { routedQueue }
         set { routedQueue = newValue }

@@ -4,7 +4,13 @@ import Glibc
 /// What a `UdpSocket` tells its delegate, on the socket's callback queue, in the order it
 /// happened; `udpSocketDidClose` is the last call of a session. Every method has an empty
 /// default, so implement only those you need.
-public protocol UdpSocketDelegate: AnyObject {
+///
+/// Isolation and misspelled methods: as for `SocketDelegate`. The methods run on the
+/// callback queue's thread, so the protocol requires `Sendable` and Swift 6 checks the
+/// conforming type; a delegate that lives on the main actor conforms to
+/// `MainActorUdpSocketDelegate` instead. Declare the conformance in an extension that holds
+/// the methods to be warned of a near miss ("nearly matches defaulted requirement").
+public protocol UdpSocketDelegate: AnyObject, Sendable {
     /// `connect(toHost:port:)` / `connect(toAddress:)` succeeded: only `address` can now
     /// send to this socket, and sends without a destination go there.
     func udpSocket(_ sock: UdpSocket, didConnectToAddress address: SocketAddress)
@@ -108,13 +114,28 @@ class UdpSocketEventReceiver {
     }
 }
 
+/// Delivers events to a Swift `UdpSocketDelegate`, held weakly (or to a
+/// `MainActorUdpSocketDelegate` through the adapter it keeps, which holds that one weakly).
 final class SwiftUdpDelegateReceiver: UdpSocketEventReceiver {
     weak var delegate: UdpSocketDelegate?
+    /// The adapter of a main-actor delegate (nobody else holds it); nil otherwise.
+    let mainActorAdapter: MainActorUdpSocketDelegateAdapter?
 
     init?(_ delegate: UdpSocketDelegate?) {
         guard let delegate else { return nil }
         self.delegate = delegate
+        mainActorAdapter = nil
     }
+
+    init?(mainActor target: MainActorUdpSocketDelegate?) {
+        guard let target else { return nil }
+        let adapter = MainActorUdpSocketDelegateAdapter(target)
+        delegate = adapter
+        mainActorAdapter = adapter
+    }
+
+    /// What `UdpSocket.delegate` reports: not the adapter.
+    var publicDelegate: UdpSocketDelegate? { mainActorAdapter == nil ? delegate : nil }
 
     override func receive(_ event: UdpSocketEvent, on socket: UdpSocket) {
         guard let delegate else {
