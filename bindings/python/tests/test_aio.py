@@ -75,6 +75,7 @@ def test_async_socket_against_an_asyncio_server():
     run(main())
 
 
+@pytest.mark.filterwarnings("ignore:socketkit.aio.start_.*one argument:DeprecationWarning")  # the former API, still served
 def test_socketkit_server_with_asyncio_clients():
     async def main():
         async def echo(connection):
@@ -125,6 +126,7 @@ def test_errors_arrive_as_exceptions():
     run(main())
 
 
+@pytest.mark.filterwarnings("ignore:socketkit.aio.start_.*one argument:DeprecationWarning")  # the former API, still served
 def test_unix_servers_and_clients():
     async def main():
         import tempfile

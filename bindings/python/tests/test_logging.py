@@ -106,7 +106,7 @@ def test_a_tls_failure_is_logged_with_openssls_reason(captured, certs):
 
     async def handshake():
         refused = []
-        async with await aio.start_server(lambda connection: connection.close(), "127.0.0.1", 0,
+        async with await aio.start_server(lambda reader, writer: writer.close(), "127.0.0.1", 0,
                                           tls=certs.server("incomplete"), on_tls_error=refused.append) as server:
             with pytest.raises(socketkit.UnknownIssuerError):
                 await aio.AsyncSocket.connect("127.0.0.1", server.port, timeout=WAIT, tls=certs.client())

@@ -679,6 +679,9 @@ def test_the_interpreter_exits_cleanly_while_lent_writes_are_pending():
 # A peer in a process of its own that reads slowly: a little from each connection in turn.
 _SLOW_PEER_SCRIPT = r"""
 import selectors, socket, sys, time
+# Exits once every expected connection (argv[1]) has come and gone: a client slow between
+# its connections (a loaded machine) must not find the listener closed after the first.
+expected = int(sys.argv[1])
 listener = socket.socket()
 listener.bind(("127.0.0.1", 0))
 listener.listen(128)
@@ -686,6 +689,7 @@ print(listener.getsockname()[1], flush=True)
 selector = selectors.DefaultSelector()
 selector.register(listener, selectors.EVENT_READ)
 connections = 0
+accepted = 0
 while True:
     events = selector.select(10)
     if not events:
@@ -695,6 +699,7 @@ while True:
             connection, _ = listener.accept()
             selector.register(connection, selectors.EVENT_READ)
             connections += 1
+            accepted += 1
             continue
         try:
             data = key.fileobj.recv(1 << 14)
@@ -704,7 +709,7 @@ while True:
             selector.unregister(key.fileobj)
             key.fileobj.close()
             connections -= 1
-            if connections == 0:
+            if connections == 0 and accepted >= expected:
                 sys.exit(0)
     time.sleep(0.005)
 """
@@ -715,7 +720,7 @@ import socketkit
 
 # The slow peer (argv[1]) keeps SocketKit's loop threads completing writes, and dropping
 # the bytes each held, while this interpreter finalizes.
-peer = subprocess.Popen([sys.executable, "-c", sys.argv[1]], stdout=subprocess.PIPE,
+peer = subprocess.Popen([sys.executable, "-c", sys.argv[1], "64"], stdout=subprocess.PIPE,
                         stderr=subprocess.DEVNULL, text=True)
 port = int(peer.stdout.readline())
 # Freed last as the interpreter finalizes (with the sys module, after socketkit's own

@@ -1137,6 +1137,7 @@ def test_a_peer_that_does_not_speak_tls(certs):
 # asyncio
 # ======================================================================================
 
+@pytest.mark.filterwarnings("ignore:socketkit.aio.start_.*one argument:DeprecationWarning")  # the former API, still served
 def test_aio_tls_server_and_client(certs):
     async def main():
         async def echo(connection):
@@ -1166,6 +1167,7 @@ def test_aio_tls_server_and_client(certs):
     run(main())
 
 
+@pytest.mark.filterwarnings("ignore:socketkit.aio.start_.*one argument:DeprecationWarning")  # the former API, still served
 def test_aio_handshake_failures_raise_on_both_sides(certs):
     async def main():
         failure = asyncio.get_running_loop().create_future()
@@ -1186,6 +1188,7 @@ def test_aio_handshake_failures_raise_on_both_sides(certs):
     run(main())
 
 
+@pytest.mark.filterwarnings("ignore:socketkit.aio.start_.*one argument:DeprecationWarning")  # the former API, still served
 @pytest.mark.parametrize("verdict", ["sync yes", "async yes", "async no", "async raises", "none"])
 def test_aio_manual_trust(certs, verdict):
     async def main():
@@ -1224,6 +1227,7 @@ def test_aio_manual_trust(certs, verdict):
     run(main())
 
 
+@pytest.mark.filterwarnings("ignore:socketkit.aio.start_.*one argument:DeprecationWarning")  # the former API, still served
 def test_aio_starttls_in_a_handler(certs):
     async def main():
         async def smtp_like(connection):
