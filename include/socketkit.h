@@ -73,8 +73,8 @@
  *   - a call that changes the socket's state waits for the loop to make the change and
  *     returns its answer, when made on another thread: sk_socket_connect_*(),
  *     sk_socket_accept_on_*(), sk_socket_create_from_fd(), sk_socket_disconnect() and
- *     sk_socket_disconnect_after_*(), the configuration setters
- *     (sk_socket_set_ipv4_enabled() to sk_socket_set_buffer_sizes()), and every
+ *     sk_socket_disconnect_after_*(), the configuration setters (every
+ *     sk_socket_set_* and sk_socket_clear_socket_options() of Configuration), and every
  *     sk_udp_socket_* call but the sends, sk_udp_socket_perform and the getters (bind,
  *     connect, receiving, filters, multicast, options, close). So a read queued right after
  *     a connect is taken, an accept returns listening, a disconnect returns disconnected (a
@@ -667,6 +667,46 @@ int sk_socket_get_keep_alive(sk_socket_t *sock, int *out_enabled, int *out_idle,
 /* SO_SNDBUF / SO_RCVBUF to request (0: the kernel's default; 0...INT_MAX). */
 int sk_socket_set_buffer_sizes(sk_socket_t *sock, int send_size, int receive_size, sk_error_t *error);
 int sk_socket_get_buffer_sizes(sk_socket_t *sock, int *out_send_size, int *out_receive_size);
+
+/* TCP_USER_TIMEOUT, in seconds: how long written data may stay unacknowledged before the
+ * kernel gives up on the connection, which then ends with SK_ERR_SYSTEM and ETIMEDOUT (a
+ * peer that vanished is noticed in seconds rather than after the ~15 minutes of the
+ * kernel's retransmissions). 0 (default) leaves the kernel's. For connections made,
+ * accepted (they take the listener's) or adopted; at once on a connected socket;
+ * millisecond resolution. Errors: SK_ERR_BAD_PARAM (negative, NaN, infinite, above
+ * INT_MAX milliseconds: about 24 days). */
+int sk_socket_set_user_timeout(sk_socket_t *sock, double seconds, sk_error_t *error);
+int sk_socket_get_user_timeout(sk_socket_t *sock, double *out_seconds);
+
+/* TCP Fast Open (RFC 7413), off (0) by default; TCP only. A listener accepts data in the
+ * client's SYN (TCP_FASTOPEN). A connect sends its first write with the SYN when the kernel
+ * holds a cookie from an earlier connection to that server (TCP_FASTOPEN_CONNECT), and
+ * otherwise asks for one and connects as usual. The kernel must allow it:
+ * net.ipv4.tcp_fastopen has bit 1 for clients (its default) and bit 2 for servers.
+ * With a cookie the kernel sends the SYN with the first write, so did_connect comes before
+ * the handshake: a server that is not there then ends the connection with SK_ERR_SYSTEM
+ * and ECONNREFUSED, and the first address of a name wins the Happy Eyeballs race at once.
+ * For the first write to ride in the SYN, queue it right after the connect on the socket's
+ * loop thread (in a callback or sk_socket_perform); made from another thread it does when
+ * it reaches the loop before the kernel reports the socket writable. A connection with
+ * nothing queued by then sends a plain SYN once it is reported connected. */
+int sk_socket_set_fast_open(sk_socket_t *sock, int enabled);
+int sk_socket_get_fast_open(sk_socket_t *sock);
+
+/* Sets the option (setsockopt(2)'s level, name, and `length` bytes at `value`, copied) on
+ * every descriptor SocketKit makes for this socket from now on, right after socket(2):
+ * before a listener binds and listens, before each connection attempt binds and connects.
+ * For what sk_socket_perform, which sees descriptors already listening or connected, comes
+ * too late for: TCP_MAXSEG for the SYN, IP_TOS, IP_FREEBIND, SO_BINDTODEVICE, SO_MARK...
+ * One value per level and name: setting it again replaces it; descriptors that exist
+ * already keep what they have. An option the kernel refuses fails the sk_socket_accept_on_*
+ * that makes the listener (SK_ERR_SYSTEM with its errno; the message names the option), or
+ * the connection attempt, as a refused connect does (did_disconnect).
+ * Errors: SK_ERR_BAD_PARAM (value NULL, length 0 or above 1024, more than 64 options). */
+int sk_socket_set_socket_option(sk_socket_t *sock, int level, int name, const void *value, size_t length,
+                                sk_error_t *error);
+/* Forgets every option sk_socket_set_socket_option set. */
+int sk_socket_clear_socket_options(sk_socket_t *sock);
 
 /* ---- Accepting ------------------------------------------------------------------------ */
 

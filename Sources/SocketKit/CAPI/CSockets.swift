@@ -204,6 +204,47 @@ public func sk_socket_get_buffer_sizes(_ handle: OpaquePointer?, _ outSend: Unsa
     }
 }
 
+@_cdecl("sk_socket_set_user_timeout")
+public func sk_socket_set_user_timeout(_ handle: OpaquePointer?, _ seconds: Double,
+                                       _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in try socket.setUserTimeout(seconds) }
+}
+
+@_cdecl("sk_socket_get_user_timeout")
+public func sk_socket_get_user_timeout(_ handle: OpaquePointer?, _ outSeconds: UnsafeMutablePointer<Double>?) -> Int32 {
+    Socket.withHandle(handle) { (socket) throws(SocketError) in
+        outSeconds?.pointee = socket.userTimeout
+    }
+}
+
+@_cdecl("sk_socket_set_fast_open")
+public func sk_socket_set_fast_open(_ handle: OpaquePointer?, _ enabled: Int32) -> Int32 {
+    Socket.withHandle(handle) { $0.fastOpen = enabled != 0 }
+}
+
+@_cdecl("sk_socket_get_fast_open")
+public func sk_socket_get_fast_open(_ handle: OpaquePointer?) -> Int32 { Socket.flag(handle) { $0.fastOpen } }
+
+@_cdecl("sk_socket_set_socket_option")
+public func sk_socket_set_socket_option(_ handle: OpaquePointer?, _ level: Int32, _ name: Int32,
+                                        _ value: UnsafeRawPointer?, _ length: Int,
+                                        _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
+        guard let value else { throw badParam("value is NULL") }
+        let count = try checkedLength(length, "length")
+        guard count <= SocketOption.maximumValueLength else {
+            throw badParam("length must be 1...\(SocketOption.maximumValueLength)")
+        }
+        let bytes = Array(UnsafeRawBufferPointer(start: value, count: count))
+        try socket.setSocketOption(try SocketOption(level: level, name: name, value: bytes))
+    }
+}
+
+@_cdecl("sk_socket_clear_socket_options")
+public func sk_socket_clear_socket_options(_ handle: OpaquePointer?) -> Int32 {
+    Socket.withHandle(handle) { $0.removeAllSocketOptions() }
+}
+
 // MARK: Accepting and connecting
 
 @_cdecl("sk_socket_accept_on_port")

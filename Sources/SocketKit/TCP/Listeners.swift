@@ -1,4 +1,5 @@
 import Glibc
+import SocketKitC
 
 /// One listening descriptor of a socket that accepts (IPv4, IPv6 or Unix-domain).
 /// Holds its core `unowned` (no side table on the core): the core deregisters its endpoints
@@ -40,8 +41,10 @@ enum ListenerFactory {
     /// IPv4 and/or IPv6 listeners on `interface` (see `Interfaces`) and `port`. Both
     /// families get the same port, also when the kernel picks it (port 0); the IPv6 socket
     /// is IPv6-only so the two coexist on Linux.
-    static func makeIPListeners(interface: String?, port: UInt16, ipv4Enabled: Bool,
-                                ipv6Enabled: Bool) throws(SocketError) -> [Listener] {
+    static func makeIPListeners(interface: String?, port: UInt16,
+                                configuration: SocketConfiguration) throws(SocketError) -> [Listener] {
+        let ipv4Enabled = configuration.isIPv4Enabled
+        let ipv6Enabled = configuration.isIPv6Enabled
         var name = interface
         var port = port
         if let interface, !interface.isEmpty {
@@ -62,13 +65,13 @@ enum ListenerFactory {
             do throws(SocketError) {
                 var chosenPort = port
                 if let ipv4 {
-                    let listener = try listen(on: ipv4.withPort(chosenPort))
+                    let listener = try listen(on: ipv4.withPort(chosenPort), configuration: configuration)
                     made.append(listener)
                     chosenPort = listener.address.port
                 }
                 if let ipv6 {
                     do throws(SocketError) {
-                        made.append(try listen(on: ipv6.withPort(chosenPort)))
+                        made.append(try listen(on: ipv6.withPort(chosenPort), configuration: configuration))
                     } catch let error where ipv4 != nil && error.code == .system
                                 && (error.osError == EAFNOSUPPORT || error.osError == EADDRNOTAVAIL)
                                 && (name == nil || name == "localhost" || name == "loopback") {
@@ -86,14 +89,24 @@ enum ListenerFactory {
         throw lastError ?? SocketError(.other, "could not bind both families to one port")
     }
 
-    private static func listen(on address: SocketAddress) throws(SocketError) -> Listener {
+    /// A listening TCP socket on `address`, with the socket's options: its own (before the
+    /// bind), SO_REUSEPORT (before the bind, where the kernel looks for it), TCP Fast Open
+    /// (before `listen`, which sizes its queue).
+    static func listen(on address: SocketAddress, configuration: SocketConfiguration) throws(SocketError) -> Listener {
         let fd = try SystemCalls.makeStreamSocket(family: address.posixFamily)
         do throws(SocketError) {
             try SystemCalls.setOption(fd, SOL_SOCKET, SO_REUSEADDR, 1, "SO_REUSEADDR")
             if address.family == .ipv6 {
                 try SystemCalls.setOption(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, 1, "IPV6_V6ONLY")
             }
+            if configuration.reusePort {
+                try SystemCalls.setOption(fd, SOL_SOCKET, SO_REUSEPORT, 1, "SO_REUSEPORT")
+            }
+            for option in configuration.socketOptions { try option.apply(to: fd) }
             try SystemCalls.bind(fd, to: address)
+            if configuration.fastOpen {
+                try SystemCalls.setOption(fd, Int32(IPPROTO_TCP), TCP_FASTOPEN, fastOpenQueueLength, "TCP_FASTOPEN")
+            }
             guard Glibc.listen(fd, backlog) == 0 else { throw SocketError.lastSystemError("listen") }
             return Listener(fd: fd, address: SystemCalls.localAddress(fd) ?? address)
         } catch {
@@ -102,9 +115,13 @@ enum ListenerFactory {
         }
     }
 
+    /// Connections whose SYN carried data and that were not accepted yet, at most (the
+    /// kernel falls back to a plain handshake beyond it).
+    static let fastOpenQueueLength: Int32 = 256
+
     /// A Unix-domain listener at `path`. A stale socket file there is removed first (a file
     /// that is not a socket is never deleted: that fails with EADDRINUSE).
-    static func makeUnixListener(path: String) throws(SocketError) -> Listener {
+    static func makeUnixListener(path: String, configuration: SocketConfiguration) throws(SocketError) -> Listener {
         let address = try SocketAddress(unixPath: path)
         var status = stat()
         if lstat(path, &status) == 0 {
@@ -115,6 +132,7 @@ enum ListenerFactory {
         }
         let fd = try SystemCalls.makeStreamSocket(family: AF_UNIX)
         do throws(SocketError) {
+            for option in configuration.socketOptions { try option.apply(to: fd) }
             try SystemCalls.bind(fd, to: address)
             guard Glibc.listen(fd, backlog) == 0 else { throw SocketError.lastSystemError("listen") }
             return Listener(fd: fd, address: address, unixFile: UnixSocketFile(boundAt: path))

@@ -242,6 +242,76 @@ public final class Socket: SocketFront, @unchecked Sendable {
         }
     }
 
+    /// TCP_USER_TIMEOUT, in seconds: how long written data may stay unacknowledged before
+    /// the kernel gives up on the connection, which then ends with `.system` ETIMEDOUT (a
+    /// peer that vanished is noticed in seconds instead of the ~15 minutes of the kernel's
+    /// retransmissions). 0 (the default) leaves the kernel's. Applies to connections (made,
+    /// accepted: they take the listener's, adopted), at once when connected; millisecond
+    /// resolution.
+    public var userTimeout: Double { Double(configuration.tcpOptions.userTimeoutMilliseconds) / 1000 }
+
+    /// Sets `userTimeout`. Throws `.badParam` for a negative, NaN or infinite value, or one
+    /// above `Int32.max` milliseconds (about 24 days).
+    public func setUserTimeout(_ seconds: Double) throws(SocketError) {
+        guard seconds.isFinite, seconds >= 0, (seconds * 1000).rounded(.up) <= Double(Int32.max) else {
+            throw SocketError(.badParam, "the user timeout takes 0...\(Int32.max / 1000) seconds")
+        }
+        let milliseconds = UInt32((seconds * 1000).rounded(.up))
+        configure { $0.tcpOptions.userTimeoutMilliseconds = milliseconds }
+    }
+
+    /// TCP Fast Open (RFC 7413), off by default; TCP only. A listener accepts data in the
+    /// client's SYN (TCP_FASTOPEN). A connect sends its first write with the SYN when the
+    /// kernel holds a cookie from an earlier connection to that server
+    /// (TCP_FASTOPEN_CONNECT), and otherwise asks for one and connects as usual. The
+    /// kernel decides too: net.ipv4.tcp_fastopen has bit 1 for clients (its default) and
+    /// bit 2 for servers.
+    ///
+    /// With a cookie the kernel sends the SYN with the first write, so `didConnect` comes
+    /// before the handshake: a server that is not there then ends the connection with
+    /// `.system` ECONNREFUSED, and the first address of a name wins the Happy Eyeballs
+    /// race at once. For the first write to ride in the SYN, queue it right after `connect`
+    /// on the socket's loop thread (in a callback or `perform`); made from another thread it
+    /// does when it reaches the loop before the kernel reports the socket writable. A
+    /// connection with nothing queued by then sends a plain SYN once it is reported connected.
+    public var fastOpen: Bool {
+        get { configuration.fastOpen }
+        set { configure { $0.fastOpen = newValue } }
+    }
+
+    /// The options `setSocketOption` set, in the order they are applied.
+    public var socketOptions: [SocketOption] { configuration.socketOptions }
+
+    /// The most options `setSocketOption` keeps.
+    public static let maximumSocketOptions = 64
+
+    /// Sets `option` on every descriptor SocketKit makes for this socket from now on, right
+    /// after `socket(2)`: before a listener binds and listens, before each connection
+    /// attempt binds and connects. For what `perform` (which sees descriptors already
+    /// connected or listening) comes too late for: TCP_MAXSEG for the SYN, IP_TOS,
+    /// IP_FREEBIND, SO_BINDTODEVICE, SO_MARK... One value per level and name: setting it
+    /// again replaces it. Descriptors that exist already keep what they have (see
+    /// `perform`). An option the kernel refuses fails the `accept` that makes the listener
+    /// (`.system` with its errno and the option's numbers), or the connection attempt, as
+    /// a refused connect does (`socketDidDisconnect`). Throws `.badParam` beyond
+    /// `maximumSocketOptions` options.
+    public func setSocketOption(_ option: SocketOption) throws(SocketError) {
+        let options = configuration.socketOptions
+        let replaces = options.contains { $0.level == option.level && $0.name == option.name }
+        guard replaces || options.count < Socket.maximumSocketOptions else {
+            throw SocketError(.badParam, "at most \(Socket.maximumSocketOptions) socket options")
+        }
+        configure { configuration in
+            configuration.socketOptions.removeAll { $0.level == option.level && $0.name == option.name }
+            configuration.socketOptions.append(option)
+        }
+    }
+
+    /// Forgets every option `setSocketOption` set (descriptors that have them keep them).
+    public func removeAllSocketOptions() {
+        configure { $0.socketOptions.removeAll() }
+    }
+
     // MARK: Accepting
 
     /// Listens on every interface, IPv4 and IPv6 (as enabled). Port 0 picks one free port
@@ -257,8 +327,8 @@ public final class Socket: SocketFront, @unchecked Sendable {
     public func accept(onInterface interface: String?, port: UInt16) throws(SocketError) {
         try checkDelegate()
         try onLoop { core throws(SocketError) in
-            try core.requestListen(requireFamilies: true) { ipv4, ipv6 throws(SocketError) in
-                try ListenerFactory.makeIPListeners(interface: interface, port: port, ipv4Enabled: ipv4, ipv6Enabled: ipv6)
+            try core.requestListen(requireFamilies: true) { configuration throws(SocketError) in
+                try ListenerFactory.makeIPListeners(interface: interface, port: port, configuration: configuration)
             }
         }
     }
@@ -269,8 +339,8 @@ public final class Socket: SocketFront, @unchecked Sendable {
     public func accept(onUnixPath path: String) throws(SocketError) {
         try checkDelegate()
         try onLoop { core throws(SocketError) in
-            try core.requestListen(requireFamilies: false) { _, _ throws(SocketError) in
-                [try ListenerFactory.makeUnixListener(path: path)]
+            try core.requestListen(requireFamilies: false) { configuration throws(SocketError) in
+                [try ListenerFactory.makeUnixListener(path: path, configuration: configuration)]
             }
         }
     }

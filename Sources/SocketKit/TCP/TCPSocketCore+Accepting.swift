@@ -7,14 +7,14 @@ extension TCPSocketCore {
     static let firstAcceptBackoff: UInt64 = 50_000_000
     static let longestAcceptBackoff: UInt64 = 1_000_000_000
 
-    /// The loop side of `Socket.accept`: makes the listeners (`make`, told which families
-    /// are enabled), publishes their addresses and starts listening on them. Until the
+    /// The loop side of `Socket.accept`: makes the listeners (`make`, given the socket's
+    /// configuration: families, options), publishes their addresses and starts listening on them. Until the
     /// session starts they are bound and listening, so a connection made meanwhile waits in
     /// the kernel's backlog.
     func requestListen(requireFamilies: Bool,
-                       _ make: (_ ipv4: Bool, _ ipv6: Bool) throws(SocketError) -> [ListenerFactory.Listener]) throws(SocketError) {
+                       _ make: (SocketConfiguration) throws(SocketError) -> [ListenerFactory.Listener]) throws(SocketError) {
         try checkSessionMayBegin(requireFamilies: requireFamilies)
-        let made = try make(configuration.isIPv4Enabled, configuration.isIPv6Enabled)
+        let made = try make(configuration)
         try beginSession(.accepting, setUp: { published in
             published.listenerAddresses = made.map(\.address)
             published.isUnixDomain = made.contains { $0.address.family == .unix }

@@ -199,6 +199,13 @@ extension TCPSocketCore {
         if events & (EPOLLRDHUP.rawValue | EPOLLHUP.rawValue) != 0 && phase == .connected {
             peerHalfClosed = true
         }
+        if configuration.fastOpen && !isUnixDomain && phase == .connected && !hasQueuedWrites {
+            // TCP_FASTOPEN_CONNECT with a cookie: the kernel reported the socket writable
+            // without a SYN, which it sends with the first write. Nothing to write (a server
+            // that speaks first): an empty send sends the SYN alone. On a socket that is
+            // connecting or connected (a write made in didConnect went first) it does nothing.
+            _ = skc_send(fd, nil, 0, SystemCalls.sendFlags | Int32(MSG_DONTWAIT))
+        }
     }
 
     func connectTimerFired() {

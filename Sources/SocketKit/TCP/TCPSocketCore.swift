@@ -884,8 +884,9 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
 
     /// Applies the TCP options to the connected descriptor (Unix sockets take the buffer
     /// sizes only). Errors are ignored: the values were validated when set.
-    /// `initial`: a connection just made or accepted by SocketKit, whose keep-alive is off
-    /// (new sockets start so, and accepted ones inherit the listener's): no call to turn it off.
+    /// `initial`: a connection just made or accepted by SocketKit, whose keep-alive and user
+    /// timeout are off (new sockets start so, and accepted ones inherit the listener's): no
+    /// call to turn them off.
     func applyTCPOptions(initial: Bool = false) {
         guard fd >= 0 else { return }
         let options = configuration.tcpOptions
@@ -898,6 +899,10 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
                 _ = try? SystemCalls.setOption(fd, Int32(IPPROTO_TCP), TCP_KEEPCNT, Int32(keepAlive.count), "TCP_KEEPCNT")
             } else if !initial || adoptedDescriptor {
                 _ = try? SystemCalls.setOption(fd, SOL_SOCKET, SO_KEEPALIVE, 0, "SO_KEEPALIVE")
+            }
+            if options.userTimeoutMilliseconds > 0 || !initial || adoptedDescriptor {
+                _ = try? SystemCalls.setOption(fd, Int32(IPPROTO_TCP), TCP_USER_TIMEOUT,
+                                               Int32(options.userTimeoutMilliseconds), "TCP_USER_TIMEOUT")
             }
         }
         if options.sendBufferSize > 0 {

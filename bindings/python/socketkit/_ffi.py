@@ -304,6 +304,12 @@ PROTOTYPES = {
     ),
     "sk_socket_set_buffer_sizes": (c_int, [_handle, c_int, c_int, _error]),
     "sk_socket_get_buffer_sizes": (c_int, [_handle, POINTER(c_int), POINTER(c_int)]),
+    "sk_socket_set_user_timeout": (c_int, [_handle, c_double, _error]),
+    "sk_socket_get_user_timeout": (c_int, [_handle, POINTER(c_double)]),
+    "sk_socket_set_fast_open": (c_int, [_handle, c_int]),
+    "sk_socket_get_fast_open": (c_int, [_handle]),
+    "sk_socket_set_socket_option": (c_int, [_handle, c_int, c_int, c_void_p, c_size_t, _error]),
+    "sk_socket_clear_socket_options": (c_int, [_handle]),
     # Accepting and connecting
     "sk_socket_accept_on_port": (c_int, [_handle, c_uint16, _error]),
     "sk_socket_accept_on_interface": (c_int, [_handle, c_char_p, c_uint16, _error]),

@@ -293,6 +293,58 @@ class Socket(SocketIO, Handle):
         error = _ffi.CError()
         raise_for(lib.sk_socket_set_buffer_sizes(self.handle, check_int(send), check_int(receive), byref(error)), error)
 
+    @property
+    def user_timeout(self) -> float:
+        """TCP_USER_TIMEOUT in seconds: how long written data may stay unacknowledged before
+        the kernel gives up on the connection (``socket_did_disconnect`` with a
+        :class:`SystemCallError` of errno ETIMEDOUT); 0 (default) leaves the kernel's. Accepted
+        sockets take the listener's; applies at once when connected; millisecond resolution.
+        Negative, NaN, infinite or above about 24 days: BadParamError."""
+        value = c_double()
+        raise_for(lib.sk_socket_get_user_timeout(self.handle, byref(value)))
+        return value.value
+
+    @user_timeout.setter
+    def user_timeout(self, seconds: float) -> None:
+        error = _ffi.CError()
+        raise_for(lib.sk_socket_set_user_timeout(self.handle, float(seconds), byref(error)), error)
+
+    fast_open = flag_property(
+        lib.sk_socket_get_fast_open, lib.sk_socket_set_fast_open,
+        """TCP Fast Open (False by default; TCP only). A listener accepts data in the
+        client's SYN; a connect sends its first write with the SYN when the kernel has a
+        cookie from an earlier connection to that server (otherwise it asks for one and
+        connects as usual). net.ipv4.tcp_fastopen must allow it (bit 1 clients, the default;
+        bit 2 servers). With a cookie, ``socket_did_connect`` comes before the handshake: a
+        server that is not there ends the connection with ConnectionRefusedError after it.
+        Queue the first write right after the connect for it to ride in the SYN.""")
+
+    def set_socket_option(self, level: int, name: int, value: Union[int, BytesLike]) -> None:
+        """Sets an option (as :meth:`socket.socket.setsockopt`: an int, or bytes) on every
+        descriptor SocketKit makes for this socket from now on, right after creating it:
+        before a listener binds and listens, before each connection attempt binds and
+        connects (what :meth:`perform` comes too late for: TCP_MAXSEG for the SYN, IP_TOS,
+        SO_BINDTODEVICE...). Setting the same level and name again replaces the value. An
+        option the kernel refuses makes the accept raise (OSError subclass with its errno),
+        or fails the connection attempt (``socket_did_disconnect``). Empty or over 1024
+        bytes, more than 64 options: BadParamError."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            data = ctypes.c_int(check_int(value))
+            pointer, length = ctypes.addressof(data), ctypes.sizeof(data)
+        else:
+            raw = bytes(value)
+            if not raw:
+                raise bad_param("a socket option's value must not be empty")
+            data = ctypes.create_string_buffer(raw, len(raw))
+            pointer, length = ctypes.addressof(data), len(raw)
+        error = _ffi.CError()
+        raise_for(lib.sk_socket_set_socket_option(self.handle, check_int(level), check_int(name), pointer, length,
+                                                  byref(error)), error)
+
+    def clear_socket_options(self) -> None:
+        """Forgets every option :meth:`set_socket_option` set."""
+        raise_for(lib.sk_socket_clear_socket_options(self.handle))
+
     # ---- accepting and connecting --------------------------------------------------------
 
     def accept_on_port(self, port: int) -> None:
