@@ -74,7 +74,9 @@
  *     returns its answer, when made on another thread: sk_socket_connect_*(),
  *     sk_socket_accept_on_*(), sk_socket_create_from_fd(), sk_socket_disconnect() and
  *     sk_socket_disconnect_after_*(), the configuration setters (every
- *     sk_socket_set_* and sk_socket_clear_socket_options() of Configuration), and every
+ *     sk_socket_set_* and sk_socket_clear_socket_options() of Configuration), the
+ *     questions only the loop can answer (sk_socket_take_received_descriptors(),
+ *     sk_socket_get_peer_credentials()), and every
  *     sk_udp_socket_* call but the sends, sk_udp_socket_perform and the getters (bind,
  *     connect, receiving, filters, multicast, options, close). So a read queued right after
  *     a connect is taken, an accept returns listening, a disconnect returns disconnected (a
@@ -150,6 +152,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -756,6 +759,55 @@ int sk_socket_connect_to_address(sk_socket_t *sock, const struct sockaddr *addre
 
 /* Connects to a Unix-domain socket at `path`; did_connect reports the path. */
 int sk_socket_connect_to_unix_path(sk_socket_t *sock, const char *path, double timeout, sk_error_t *error);
+
+/* ---- Unix-domain extras --------------------------------------------------------------
+ *
+ * Linux abstract names (no file: a name in the kernel's namespace, gone with the last
+ * socket bound to it), descriptors passed with the bytes (SCM_RIGHTS), and the peer's
+ * credentials. Abstract names are given as bytes (NULs allowed), 1...107 of them; where
+ * SocketKit shows one as text (did_connect's host, sk_socket_get_connected_unix_path) it is
+ * '@' followed by the name, as ss(8) shows it. */
+
+/* Listens on / connects to an abstract name (`length` bytes at `name`). As
+ * sk_socket_accept_on_unix_path and sk_socket_connect_to_unix_path otherwise; nothing is
+ * created on or removed from the file system. Errors: SK_ERR_BAD_PARAM (name NULL, length
+ * 0 or above 107), SK_ERR_SYSTEM (EADDRINUSE: the name is taken). */
+int sk_socket_accept_on_abstract_unix_name(sk_socket_t *sock, const void *name, size_t length, sk_error_t *error);
+int sk_socket_connect_to_abstract_unix_name(sk_socket_t *sock, const void *name, size_t length, double timeout,
+                                            sk_error_t *error);
+
+/* Whether reads of a Unix-domain connection keep the descriptors the peer passes
+ * (SCM_RIGHTS) for sk_socket_take_received_descriptors: 0 (default): the kernel closes them
+ * as their bytes are read, so a peer cannot fill the process with open files. Accepted
+ * sockets take the listener's; a change applies at once. Not under TLS (the kernel then
+ * closes them). A configuration setter (see THREADS). */
+int sk_socket_set_receives_descriptors(sk_socket_t *sock, int enabled);
+int sk_socket_get_receives_descriptors(sk_socket_t *sock);
+
+/* Takes up to `capacity` descriptors the peer passed, in the order they came, into `fds`,
+ * and returns how many: yours to close. NULL `fds`: returns how many wait, taking none.
+ * They are there by the time the bytes they came with reach a read (its did_read), possibly
+ * earlier. Those nobody takes are closed when the next session begins or the socket is
+ * released; more than 1024 waiting end the connection (SK_ERR_OTHER). Waits for the loop
+ * (inline on it: call it from did_read). Errors: SK_ERR_INVALID_HANDLE, SK_ERR_BAD_CONFIG
+ * (stopped loop). */
+int sk_socket_take_received_descriptors(sk_socket_t *sock, int *fds, size_t capacity, sk_error_t *error);
+
+/* sk_socket_write with `fd_count` (1...253) descriptors passed along (SCM_RIGHTS): they reach
+ * the peer with the first byte of `data`. SocketKit passes duplicates made here, so the
+ * caller keeps its own. Queued in order with the other writes (never sent inline); did_write
+ * as for any write. Errors: as sk_socket_write, plus SK_ERR_BAD_PARAM (fds NULL, a count out
+ * of range, a descriptor that is not open), SK_ERR_BAD_CONFIG (not a Unix-domain
+ * connection, or TLS started). */
+int sk_socket_write_with_descriptors(sk_socket_t *sock, const void *data, size_t length, const int *fds,
+                                     size_t fd_count, double timeout, long tag, sk_error_t *error);
+
+/* The process, user and group at the other end of a connected Unix-domain socket, as the
+ * kernel recorded them when the connection was made (SO_PEERCRED); each out-pointer may be
+ * NULL. Waits for the loop (inline on it). Errors: SK_ERR_BAD_CONFIG (not a connected
+ * Unix-domain socket), SK_ERR_SYSTEM, SK_ERR_INVALID_HANDLE. */
+int sk_socket_get_peer_credentials(sk_socket_t *sock, pid_t *out_pid, uid_t *out_uid, gid_t *out_gid,
+                                   sk_error_t *error);
 
 /* ---- Reading ---------------------------------------------------------------------------
  * Reads are queued and complete in order, each with one did_read carrying its `tag`.

@@ -1,6 +1,7 @@
 #define _GNU_SOURCE 1
 #include "socketkit_c.h"
 
+#include <errno.h>
 #include <sched.h>
 #include <stddef.h>
 #include <string.h>
@@ -50,6 +51,72 @@ int skc_send_datagrams(int fd, skc_mmsghdr *messages, unsigned int count) {
 #else
     return (int)syscall(SYS_sendmmsg, fd, messages, count, MSG_NOSIGNAL | MSG_DONTWAIT);
 #endif
+}
+
+int skc_peer_credentials(int fd, int32_t *pid, uint32_t *uid, uint32_t *gid) {
+    struct ucred credentials;
+    socklen_t length = sizeof credentials;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return -1;
+    *pid = credentials.pid;
+    *uid = credentials.uid;
+    *gid = credentials.gid;
+    return 0;
+}
+
+ssize_t skc_read_with_descriptors(int fd, void *buffer, size_t count, int *fds, int *fd_count, int *truncated) {
+    union {
+        struct cmsghdr header;
+        char space[CMSG_SPACE(sizeof(int) * SKC_MAX_PASSED_DESCRIPTORS)];
+    } control;
+    struct iovec vector = {buffer, count};
+    struct msghdr message = {0};
+    message.msg_iov = &vector;
+    message.msg_iovlen = 1;
+    message.msg_control = control.space;
+    message.msg_controllen = sizeof control.space;
+    *fd_count = 0;
+    *truncated = 0;
+    ssize_t result = recvmsg(fd, &message, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (result < 0) return result;
+    *truncated = (message.msg_flags & MSG_CTRUNC) != 0;
+    for (struct cmsghdr *header = CMSG_FIRSTHDR(&message); header; header = CMSG_NXTHDR(&message, header)) {
+        if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
+        size_t carried = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t index = 0; index < carried; index++) {
+            int passed;
+            memcpy(&passed, CMSG_DATA(header) + index * sizeof(int), sizeof passed);
+            if (*fd_count < SKC_MAX_PASSED_DESCRIPTORS) {
+                fds[(*fd_count)++] = passed;
+            } else {
+                close(passed);
+                *truncated = 1;
+            }
+        }
+    }
+    return result;
+}
+
+ssize_t skc_send_with_descriptors(int fd, const struct iovec *vectors, int iovcnt, const int *fds, int fd_count) {
+    if (fd_count < 1 || fd_count > SKC_MAX_PASSED_DESCRIPTORS) {
+        errno = EINVAL;
+        return -1;
+    }
+    union {
+        struct cmsghdr header;
+        char space[CMSG_SPACE(sizeof(int) * SKC_MAX_PASSED_DESCRIPTORS)];
+    } control;
+    memset(&control, 0, sizeof control);
+    struct msghdr message = {0};
+    message.msg_iov = (struct iovec *)vectors;
+    message.msg_iovlen = (size_t)iovcnt;
+    message.msg_control = control.space;
+    message.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)fd_count);
+    struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)fd_count);
+    memcpy(CMSG_DATA(header), fds, sizeof(int) * (size_t)fd_count);
+    return sendmsg(fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 SKC_THREAD_LOCAL skc_callback_scope_t skc_callback_scope;

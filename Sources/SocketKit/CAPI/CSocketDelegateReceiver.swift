@@ -56,7 +56,7 @@ final class CSocketDelegateReceiver: SocketEventReceiver, @unchecked Sendable {
 
     /// The text did_connect and SK_EVENT_CONNECT carry: the host, or the Unix path.
     private func connectedText(_ peer: SocketAddress) -> String {
-        peer.family == .unix ? (peer.unixPath ?? "") : (peer.host ?? "")
+        peer.family == .unix ? (peer.unixDisplayName ?? "") : (peer.host ?? "")
     }
 
     // MARK: Calls

@@ -296,6 +296,88 @@ public func sk_socket_connect_to_unix_path(_ handle: OpaquePointer?, _ path: Uns
     }
 }
 
+@_cdecl("sk_socket_accept_on_abstract_unix_name")
+public func sk_socket_accept_on_abstract_unix_name(_ handle: OpaquePointer?, _ name: UnsafeRawPointer?, _ length: Int,
+                                                   _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
+        try socket.accept(onAbstractUnixName: try abstractName(name, length))
+    }
+}
+
+@_cdecl("sk_socket_connect_to_abstract_unix_name")
+public func sk_socket_connect_to_abstract_unix_name(_ handle: OpaquePointer?, _ name: UnsafeRawPointer?, _ length: Int,
+                                                    _ timeout: Double, _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
+        try socket.connect(toAbstractUnixName: try abstractName(name, length), timeout: timeout)
+    }
+}
+
+/// An abstract Unix-domain name from C: `length` bytes (NULs included) at `name`.
+private func abstractName(_ name: UnsafeRawPointer?, _ length: Int) throws(SocketError) -> [UInt8] {
+    guard let name else { throw badParam("name is NULL") }
+    let count = try checkedLength(length, "length")
+    guard count <= 1024 else { throw badParam("an abstract Unix socket name takes 1...107 bytes") }
+    return Array(UnsafeRawBufferPointer(start: name, count: count))
+}
+
+// MARK: Unix-domain extras
+
+@_cdecl("sk_socket_set_receives_descriptors")
+public func sk_socket_set_receives_descriptors(_ handle: OpaquePointer?, _ enabled: Int32) -> Int32 {
+    Socket.withHandle(handle) { $0.receivesDescriptors = enabled != 0 }
+}
+
+@_cdecl("sk_socket_get_receives_descriptors")
+public func sk_socket_get_receives_descriptors(_ handle: OpaquePointer?) -> Int32 {
+    Socket.flag(handle) { $0.receivesDescriptors }
+}
+
+@_cdecl("sk_socket_take_received_descriptors")
+public func sk_socket_take_received_descriptors(_ handle: OpaquePointer?, _ fds: UnsafeMutablePointer<Int32>?,
+                                                _ capacity: Int, _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    var result: Int32 = 0
+    let status = Socket.withHandle(handle, error) { (socket) throws(SocketError) in
+        guard let fds else {
+            result = Int32(clamping: try socket.receivedDescriptorCount())
+            return
+        }
+        let taken = try socket.takeReceivedDescriptors(limit: try checkedLength(capacity, "capacity"))
+        for (index, descriptor) in taken.enumerated() { fds[index] = descriptor }
+        result = Int32(taken.count)
+    }
+    return status == 0 ? result : status
+}
+
+@_cdecl("sk_socket_write_with_descriptors")
+public func sk_socket_write_with_descriptors(_ handle: OpaquePointer?, _ data: UnsafeRawPointer?, _ length: Int,
+                                             _ fds: UnsafePointer<Int32>?, _ fdCount: Int, _ timeout: Double, _ tag: Int,
+                                             _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
+        guard let data else { throw badParam("data is NULL") }
+        guard let fds else { throw badParam("fds is NULL") }
+        let count = try checkedLength(length, "length")
+        let descriptors = try checkedLength(fdCount, "fd_count")
+        guard descriptors <= Int(SKC_MAX_PASSED_DESCRIPTORS) else {
+            throw badParam("a write passes 1...\(SKC_MAX_PASSED_DESCRIPTORS) descriptors")
+        }
+        try socket.write(Array(UnsafeRawBufferPointer(start: data, count: count)),
+                         passingDescriptors: Array(UnsafeBufferPointer(start: fds, count: descriptors)),
+                         timeout: timeout, tag: tag)
+    }
+}
+
+@_cdecl("sk_socket_get_peer_credentials")
+public func sk_socket_get_peer_credentials(_ handle: OpaquePointer?, _ outPid: UnsafeMutablePointer<Int32>?,
+                                           _ outUid: UnsafeMutablePointer<UInt32>?, _ outGid: UnsafeMutablePointer<UInt32>?,
+                                           _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
+        let credentials = try socket.peerCredentials()
+        outPid?.pointee = credentials.processID
+        outUid?.pointee = credentials.userID
+        outGid?.pointee = credentials.groupID
+    }
+}
+
 // MARK: Reading
 
 /// A caller buffer from C, validated.

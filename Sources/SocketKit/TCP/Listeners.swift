@@ -143,6 +143,23 @@ enum ListenerFactory {
     }
 }
 
+extension ListenerFactory {
+    /// A Unix-domain listener on a Linux abstract address (`SocketAddress(abstractUnixName:)`):
+    /// no file to replace before, nor to remove after.
+    static func makeAbstractUnixListener(address: SocketAddress, configuration: SocketConfiguration) throws(SocketError) -> Listener {
+        let fd = try SystemCalls.makeStreamSocket(family: AF_UNIX)
+        do throws(SocketError) {
+            for option in configuration.socketOptions { try option.apply(to: fd) }
+            try SystemCalls.bind(fd, to: address)
+            guard Glibc.listen(fd, backlog) == 0 else { throw SocketError.lastSystemError("listen") }
+            return Listener(fd: fd, address: address)
+        } catch {
+            close(fd)
+            throw error
+        }
+    }
+}
+
 /// The socket file a Unix-domain listener's bind created, and which file it is (device and
 /// inode): the listener removes it when it closes, but only while it is still that file. A
 /// new listener may have replaced it at the same path meanwhile (it removes a stale socket

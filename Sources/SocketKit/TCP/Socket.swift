@@ -1,4 +1,5 @@
 import Glibc
+import SocketKitC
 import Synchronization
 
 /// An asynchronous TCP or Unix-domain socket with GCDAsyncSocket's programming model:
@@ -345,6 +346,24 @@ public final class Socket: SocketFront, @unchecked Sendable {
         }
     }
 
+    /// Listens on a Linux abstract Unix-domain name (`SocketAddress(abstractUnixName:)`): a
+    /// name in the kernel's namespace, no file, gone with the listener. Throws `.badParam`
+    /// for an empty name or one longer than 107 bytes, `.system` EADDRINUSE when it is taken.
+    public func accept(onAbstractUnixName name: [UInt8]) throws(SocketError) {
+        let address = try SocketAddress(abstractUnixName: name)
+        try checkDelegate()
+        try onLoop { core throws(SocketError) in
+            try core.requestListen(requireFamilies: false) { configuration throws(SocketError) in
+                [try ListenerFactory.makeAbstractUnixListener(address: address, configuration: configuration)]
+            }
+        }
+    }
+
+    /// Listens on the abstract name made of `name`'s UTF-8 bytes.
+    public func accept(onAbstractUnixName name: String) throws(SocketError) {
+        try accept(onAbstractUnixName: Array(name.utf8))
+    }
+
     // MARK: Connecting
 
     /// Connects to a host name, an IP literal or `"localhost"`. Resolution runs off the
@@ -377,6 +396,18 @@ public final class Socket: SocketFront, @unchecked Sendable {
     public func connect(toUnixPath path: String, timeout: Double = -1) throws(SocketError) {
         try checkTimeout(timeout)
         try connect(.address(try SocketAddress(unixPath: path)), local: nil, timeout: timeout)
+    }
+
+    /// Connects to a Linux abstract Unix-domain name; `didConnectToUnixPath` reports it as
+    /// `@` followed by the name.
+    public func connect(toAbstractUnixName name: [UInt8], timeout: Double = -1) throws(SocketError) {
+        try checkTimeout(timeout)
+        try connect(.address(try SocketAddress(abstractUnixName: name)), local: nil, timeout: timeout)
+    }
+
+    /// Connects to the abstract name made of `name`'s UTF-8 bytes.
+    public func connect(toAbstractUnixName name: String, timeout: Double = -1) throws(SocketError) {
+        try connect(toAbstractUnixName: Array(name.utf8), timeout: timeout)
     }
 
     private static func localEndpoints(_ description: String) throws(SocketError) -> Interfaces.Endpoints {
@@ -635,6 +666,73 @@ public final class Socket: SocketFront, @unchecked Sendable {
     /// included).
     public var queuedWriteBytes: Int { core.queuedWriteBytes }
 
+    // MARK: Unix-domain extras
+
+    /// Whether reads of a Unix-domain connection keep the descriptors the peer passes with
+    /// its bytes (SCM_RIGHTS), for `takeReceivedDescriptors` (off by default: without it the
+    /// kernel closes them as the bytes are read, so a peer cannot fill this process with
+    /// open files). Accepted sockets take the listener's; changes apply at once. Not under
+    /// TLS (its records are read without control messages: the kernel closes them).
+    public var receivesDescriptors: Bool {
+        get { configuration.receivesDescriptors }
+        set { configure { $0.receivesDescriptors = newValue } }
+    }
+
+    /// Takes up to `limit` descriptors the peer passed (with `receivesDescriptors` on), in
+    /// the order they came: yours to close. They are there by the time the bytes they came
+    /// with reach a read (a `didRead`), possibly earlier, since a read may take fewer bytes
+    /// than arrived. Those nobody takes are closed when the next session begins or the
+    /// socket goes; more than 1024 held at once end the connection (`.other`). Waits for
+    /// the loop (inline on it: call it from `didRead`).
+    public func takeReceivedDescriptors(limit: Int = Int.max) throws(SocketError) -> [Int32] {
+        guard limit >= 0 else { throw SocketError(.badParam, "negative limit") }
+        return try onLoop { core in core.takeReceivedDescriptors(limit: limit) }
+    }
+
+    /// How many passed descriptors wait to be taken (waits for the loop, as
+    /// `takeReceivedDescriptors`).
+    public func receivedDescriptorCount() throws(SocketError) -> Int {
+        try onLoop { core in core.heldReceivedDescriptors }
+    }
+
+    /// Writes `data` with `descriptors` passed along (SCM_RIGHTS), over a Unix-domain
+    /// connection: they reach the peer with the first byte of `data`. SocketKit passes
+    /// duplicates, so you keep yours (close them when you like). Otherwise a write as
+    /// `write(_:timeout:tag:)` (queued in order, `didWriteDataWithTag`), never sent by the
+    /// fast path. Throws `.badParam` for empty data, no or more than 253 descriptors, or one
+    /// that is not open; `.badConfig` when not a Unix-domain connection or under TLS.
+    public func write(_ data: [UInt8], passingDescriptors descriptors: [Int32], timeout: Double = -1,
+                      tag: Int = 0) throws(SocketError) {
+        guard !descriptors.isEmpty, descriptors.count <= Int(SKC_MAX_PASSED_DESCRIPTORS) else {
+            throw SocketError(.badParam, "a write passes 1...\(SKC_MAX_PASSED_DESCRIPTORS) descriptors")
+        }
+        let (session, limit) = try admitWrite(count: data.count, timeout: timeout)
+        guard core.readPublished({ $0.isUnixDomain }) else {
+            throw SocketError(.badConfig, "descriptors are passed over Unix-domain connections only")
+        }
+        guard core.tlsClaim.load(ordering: .relaxed) != session else {
+            throw SocketError(.badConfig, "descriptors are not passed under TLS")
+        }
+        let passing = try DescriptorPassingBytes(bytes: data, descriptors: descriptors)
+        let request = WriteRequest(.passing(passing), tag: tag, timeout: timeout)
+        let core = self.core
+        guard core.reserveQueuedWriteBytes(request.remaining, limit: limit) else {
+            throw writeQueueFull(adding: request.remaining, limit: limit)
+        }
+        let sendable = UncheckedSendable(request)
+        guard submit({ $0.enqueueDescriptorWrite(sendable.value, session: session) }) else {
+            core.releaseQueuedWriteBytes(request.remaining)
+            throw SocketError(.badConfig, "the socket's event loop has stopped")
+        }
+    }
+
+    /// The process, user and group at the other end of a connected Unix-domain socket, as
+    /// the kernel recorded them when the connection was made (SO_PEERCRED). Throws
+    /// `.badConfig` for any other socket. Waits for the loop (inline on it).
+    public func peerCredentials() throws(SocketError) -> PeerCredentials {
+        try onLoop { core throws(SocketError) in try core.peerCredentials() }
+    }
+
     // MARK: TLS
 
     /// Queues the TLS handshake behind every read and write already queued (GCDAsyncSocket's
@@ -760,8 +858,9 @@ public final class Socket: SocketFront, @unchecked Sendable {
     public var connectedPort: UInt16 { published.peerAddress?.port ?? 0 }
     /// The peer's address (IP or Unix-domain).
     public var connectedAddress: SocketAddress? { published.peerAddress }
-    /// For Unix-domain connections: the path at the other end (for a client, the listener's).
-    public var connectedUnixPath: String? { published.peerAddress?.unixPath }
+    /// For Unix-domain connections: the path at the other end (for a client, the listener's),
+    /// or for an abstract name `@` followed by the name.
+    public var connectedUnixPath: String? { published.peerAddress?.unixDisplayName }
 
     private var localSocketAddress: SocketAddress? {
         let state = published

@@ -41,6 +41,8 @@ struct SocketConfiguration: Sendable {
         var fastOpen = false
         /// SO_REUSEPORT on TCP listeners.
         var reusePort = false
+        /// Unix-domain reads keep descriptors the peer passes (SCM_RIGHTS).
+        var receivesDescriptors = false
         /// Set on every descriptor SocketKit makes for the socket, before bind, connect and
         /// listen (`Socket.setSocketOption`).
         var socketOptions: [SocketOption] = []
@@ -109,6 +111,10 @@ struct SocketConfiguration: Sendable {
     var reusePort: Bool {
         get { storage.values.reusePort }
         set { values.reusePort = newValue }
+    }
+    var receivesDescriptors: Bool {
+        get { storage.values.receivesDescriptors }
+        set { values.receivesDescriptors = newValue }
     }
     var socketOptions: [SocketOption] {
         get { storage.values.socketOptions }

@@ -219,6 +219,7 @@ extension TCPSocketCore {
         readable = true
         writable = true
         applyTCPOptions(initial: true)
+        if isUnixDomain { updateReceivesDescriptors() }
         let session = self.session
         // Accepted and adopted connections published their local address already.
         let local = publishedState.localAddress ?? SystemCalls.localAddress(fd)

@@ -38,12 +38,14 @@ extension TCPSocketCore {
         publishedQueuedWriteBytes.wrappingSubtract(count, ordering: .relaxed)
     }
 
-    /// Queues a write whose bytes were counted (`reserveQueuedWriteBytes`).
-    func enqueueWrite(_ request: WriteRequest, session: UInt64) {
+    /// Queues a write whose bytes were counted (`reserveQueuedWriteBytes`). False when the
+    /// session it was made for is over (its bytes are no longer counted).
+    @discardableResult
+    func enqueueWrite(_ request: WriteRequest, session: UInt64) -> Bool {
         guard session == self.session, phase == .resolving || phase == .connecting || phase == .connected,
               !disconnectAfterReads, !disconnectAfterWrites else {
             releaseQueuedWriteBytes(request.remaining)
-            return
+            return false
         }
         writeQueue.append(request)
         if phase == .connected {
@@ -51,6 +53,7 @@ extension TCPSocketCore {
             scheduleWriteFlush()
         }
         checkWatermarks()
+        return true
     }
 
     /// The fast path of a write made on the loop thread: with nothing queued ahead and the
@@ -162,6 +165,9 @@ extension TCPSocketCore {
     private func sendQueuedWrites() -> (written: Int, attempted: Int) {
         // Before a TLS marker, only the writes queued ahead of it go out in plaintext.
         let count = min(writeQueue.count, TCPSocketCore.writesPerSystemCall, tls?.writesBefore ?? Int.max)
+        if isUnixDomain, let extras = existingUnixExtras, extras.queuedDescriptorWrites > 0 {
+            return sendQueuedWritesPassingDescriptors(count: count, extras: extras)
+        }
         if count == 1, let head = writeQueue.first {
             return head.withRemainingBytes { bytes in
                 (skc_send(fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags), bytes.count)
@@ -173,10 +179,17 @@ extension TCPSocketCore {
     }
 
     /// Fills `vectors[index...]` from the queue, keeping each request's bytes pinned while
-    /// the system call runs (recursion keeps every `withRemainingBytes` scope open).
-    private func gather(index: Int, count: Int, into vectors: UnsafeMutableBufferPointer<iovec>,
-                        attempted: Int) -> (written: Int, attempted: Int) {
+    /// the system call runs (recursion keeps every `withRemainingBytes` scope open). With
+    /// `passing`, the `sendmsg` carries those descriptors (SCM_RIGHTS).
+    func gather(index: Int, count: Int, into vectors: UnsafeMutableBufferPointer<iovec>,
+                attempted: Int, passing: [Int32]? = nil) -> (written: Int, attempted: Int) {
         if index == count {
+            if let passing {
+                let written = passing.withUnsafeBufferPointer {
+                    skc_send_with_descriptors(fd, vectors.baseAddress, Int32(count), $0.baseAddress, Int32($0.count))
+                }
+                return (written, attempted)
+            }
             var message = msghdr()
             message.msg_iov = vectors.baseAddress
             message.msg_iovlen = count
@@ -184,7 +197,8 @@ extension TCPSocketCore {
         }
         return writeQueue[index].withRemainingBytes { bytes in
             vectors[index] = iovec(iov_base: UnsafeMutableRawPointer(mutating: bytes.baseAddress), iov_len: bytes.count)
-            return gather(index: index + 1, count: count, into: vectors, attempted: attempted + bytes.count)
+            return gather(index: index + 1, count: count, into: vectors, attempted: attempted + bytes.count,
+                          passing: passing)
         }
     }
 

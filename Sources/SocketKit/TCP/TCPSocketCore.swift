@@ -72,6 +72,9 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
     var readPumpScheduled = false
     /// Our half-close (`closeWriteStream`), once asked for in this session.
     var writeStreamEnd: WriteStreamEnd? = nil
+    /// A connected Unix-domain socket whose configuration asks for passed descriptors:
+    /// reads use `recvmsg` and keep what SCM_RIGHTS brings (`readKeepingDescriptors`).
+    var receivesDescriptors = false
 
 
     /// Bytes of accepted writes not yet taken by the kernel, including writes on their way
@@ -117,9 +120,30 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         var lingeringCore: TCPSocketCore? = nil
         var readQueue = FIFO<ReadRequest>()
         var writeQueue = FIFO<WriteRequest>()
-        /// A session begun from a callback whose start waits for it (`beginSession`). Rare:
-        /// boxed, so that it costs every connection with this state one word.
-        var unstartedSession: UnstartedSession? = nil
+        /// What few connections ever have, behind one word of this object.
+        final class Rare {
+            var unstartedSession: UnstartedSession? = nil
+            var unixExtras: UnixExtras? = nil
+        }
+        private var rare: Rare? = nil
+
+        /// A session begun from a callback whose start waits for it (`beginSession`).
+        var unstartedSession: UnstartedSession? {
+            get { rare?.unstartedSession }
+            set { if rare != nil || newValue != nil { rareState.unstartedSession = newValue } }
+        }
+        /// Descriptors passed over a Unix-domain connection, both ways.
+        var unixExtras: UnixExtras? {
+            get { rare?.unixExtras }
+            set { if rare != nil || newValue != nil { rareState.unixExtras = newValue } }
+        }
+
+        private var rareState: Rare {
+            if let rare { return rare }
+            let made = Rare()
+            rare = made
+            return made
+        }
 
         func deferEvent(_ event: SocketEvent) {
             if firstDeferredEvent == nil && deferredEvents.isEmpty {
@@ -165,6 +189,8 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
     var hasTLS: Bool { outOfLineState?.tls != nil }
     /// See `sendFailed`.
     var sendFailure: SocketError? { outOfLineState?.sendFailure }
+    /// See `UnixExtras` (nil until descriptors are passed either way).
+    var existingUnixExtras: UnixExtras? { outOfLineState?.unixExtras }
 
     var outOfLine: OutOfLineState {
         if let state = outOfLineState { return state }
@@ -693,6 +719,8 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         peerHalfClosed = false
         outOfLineState?.sendFailure = nil
         writeStreamEnd = nil
+        receivesDescriptors = false
+        outOfLineState?.unixExtras?.queuedDescriptorWrites = 0
         readStreamClosedReported = false
         disconnectAfterReads = false
         disconnectAfterWrites = false
@@ -799,6 +827,8 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
             // What is left of the session before it (queued teardowns run first, so normally
             // nothing) ends here, without touching what is published for this one.
             if core.phase != .idle { core.closeSession(nil, of: begun &- 1) }
+            // Descriptors the last connection passed and nobody took were its own.
+            core.closeHeldDescriptors()
             start(core)
         }
         if waits { outOfLine.unstartedSession = UnstartedSession(session: begun, release: unused) }
@@ -918,6 +948,7 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         let previousOptions = configuration.tcpOptions
         publish { change(&$0.configuration) }
         guard phase == .connected else { return }
+        updateReceivesDescriptors()
         if configuration.tcpOptions != previousOptions { applyTCPOptions() }
         checkWatermarks()
     }

@@ -189,6 +189,26 @@ typedef struct skc_mmsghdr {
 int skc_recv_datagrams(int fd, skc_mmsghdr *messages, unsigned int count);
 int skc_send_datagrams(int fd, skc_mmsghdr *messages, unsigned int count);
 
+/* Unix-domain extras, whose structs (struct ucred) need _GNU_SOURCE and whose control
+ * messages are built with macros (CMSG_*) Swift cannot import. */
+
+/* The most descriptors one SCM_RIGHTS message carries (the kernel's SCM_MAX_FD). */
+#define SKC_MAX_PASSED_DESCRIPTORS 253
+
+/* SO_PEERCRED: the peer's process, user and group at connect time. 0, or -1 with errno. */
+int skc_peer_credentials(int fd, int32_t *pid, uint32_t *uid, uint32_t *gid);
+
+/* recvmsg(2) of up to `count` bytes with room for SCM_RIGHTS (MSG_CMSG_CLOEXEC): returns
+ * what read(2) would; the descriptors that came with the bytes are stored in `fds` (room
+ * for SKC_MAX_PASSED_DESCRIPTORS) and counted in *fd_count (0 when none). *truncated is set
+ * when the kernel dropped some (MSG_CTRUNC: it closed them). */
+ssize_t skc_read_with_descriptors(int fd, void *buffer, size_t count, int *fds, int *fd_count, int *truncated);
+
+/* sendmsg(2) of `iovcnt` vectors with one SCM_RIGHTS message carrying `fd_count` (1...
+ * SKC_MAX_PASSED_DESCRIPTORS) descriptors, MSG_NOSIGNAL: the kernel attaches them to the
+ * first byte sent. Returns what sendmsg returns. */
+ssize_t skc_send_with_descriptors(int fd, const struct iovec *vectors, int iovcnt, const int *fds, int fd_count);
+
 /* OpenSSL: the macros Swift cannot import (BUILDING.md §10), one thin wrapper each. */
 
 /* OPENSSL_init_ssl with OPENSSL_INIT_NO_ATEXIT: OpenSSL must not tear itself down in an

@@ -7,7 +7,9 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stddef.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 static int int_option(int fd, int level, int name) {
@@ -101,5 +103,119 @@ void test_options_before_listen_and_a_refused_one(void) {
     CHECK(seen_mss > 0 && seen_mss <= 800); /* the listener's SYN-ACK announced it */
     close(client);
     CHECK_EQ(sk_socket_release(listener), SK_OK);
+    recorder_destroy(&recorder);
+}
+
+/* An abstract address for `name` (length bytes, NULs allowed) and its length. */
+static socklen_t abstract_address(struct sockaddr_un *address, const char *name, size_t length) {
+    memset(address, 0, sizeof *address);
+    address->sun_family = AF_UNIX;
+    memcpy(address->sun_path + 1, name, length);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + length);
+}
+
+/* Abstract names, descriptors both ways against a peer made with the system calls, and the
+ * peer's credentials. */
+void test_unix_abstract_names_passed_descriptors_and_credentials(void) {
+    char name[64];
+    int name_length = snprintf(name, sizeof name, "sk-c-%d-%ld", (int)getpid(), (long)now_seconds());
+    name[3] = '\0'; /* abstract names are bytes: a NUL inside is part of the name */
+    recorder_t recorder;
+    recorder_init(&recorder);
+    sk_socket_t *listener = recorded_socket(&recorder, NULL);
+    sk_error_t error;
+    CHECK_EQ(sk_socket_set_receives_descriptors(listener, 1), SK_OK);
+    CHECK_EQ(sk_socket_get_receives_descriptors(listener), 1);
+    CHECK_EQ(sk_socket_accept_on_abstract_unix_name(listener, name, (size_t)name_length, &error), SK_OK);
+    CHECK_EQ(sk_socket_is_unix(listener), 1);
+
+    struct sockaddr_un address;
+    socklen_t length = abstract_address(&address, name, (size_t)name_length);
+    int raw = socket(AF_UNIX, SOCK_STREAM, 0);
+    CHECK_EQ(connect(raw, (struct sockaddr *)&address, length), 0);
+    sk_socket_t *server = recorder_accepted(&recorder, 0);
+    CHECK_EQ(sk_socket_get_receives_descriptors(server), 1); /* the listener's */
+
+    int pipe_ends[2];
+    CHECK_EQ(pipe(pipe_ends), 0);
+    /* The raw peer passes the pipe's write end with one byte. */
+    char byte = 'z';
+    struct iovec vector = {&byte, 1};
+    union { struct cmsghdr header; char space[CMSG_SPACE(sizeof(int))]; } control;
+    memset(&control, 0, sizeof control);
+    struct msghdr message = {0};
+    message.msg_iov = &vector;
+    message.msg_iovlen = 1;
+    message.msg_control = control.space;
+    message.msg_controllen = sizeof control.space;
+    struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(header), &pipe_ends[1], sizeof(int));
+    CHECK_EQ(sendmsg(raw, &message, 0), 1);
+    CHECK_EQ(sk_socket_read_to_length(server, 1, -1, 1, NULL), SK_OK);
+    recorder_expect(&recorder, EVENT_READ, 1);
+    CHECK_EQ(sk_socket_take_received_descriptors(server, NULL, 0, &error), 1);
+    int received[4] = {-1, -1, -1, -1};
+    CHECK_EQ(sk_socket_take_received_descriptors(server, received, 4, &error), 1);
+    CHECK_EQ(sk_socket_take_received_descriptors(server, received + 1, 3, &error), 0);
+    CHECK_EQ(write(received[0], "via c", 5), 5);
+    close(received[0]);
+    char text[8];
+    CHECK_EQ(read(pipe_ends[0], text, sizeof text), 5);
+    CHECK_EQ(memcmp(text, "via c", 5), 0);
+
+    /* SocketKit passes one back: the raw peer receives it with the byte. */
+    CHECK_EQ(sk_socket_write_with_descriptors(server, "w", 1, &pipe_ends[1], 1, -1, 7, &error), SK_OK);
+    recorder_expect(&recorder, EVENT_WRITE, 1);
+    memset(&control, 0, sizeof control);
+    message.msg_controllen = sizeof control.space;
+    byte = 0;
+    CHECK_EQ(recvmsg(raw, &message, 0), 1);
+    CHECK_EQ(byte, 'w');
+    header = CMSG_FIRSTHDR(&message);
+    CHECK(header != NULL && header->cmsg_type == SCM_RIGHTS);
+    int passed = -1;
+    memcpy(&passed, CMSG_DATA(header), sizeof passed);
+    CHECK_EQ(write(passed, "back", 4), 4);
+    close(passed);
+    CHECK_EQ(read(pipe_ends[0], text, sizeof text), 4);
+    CHECK_EQ(memcmp(text, "back", 4), 0);
+
+    pid_t pid = 0;
+    uid_t uid = 1;
+    gid_t gid = 1;
+    CHECK_EQ(sk_socket_get_peer_credentials(server, &pid, &uid, &gid, &error), SK_OK);
+    CHECK_EQ(pid, getpid());
+    CHECK_EQ(uid, getuid());
+    CHECK_EQ(gid, getgid());
+    CHECK_EQ(sk_socket_get_peer_credentials(server, NULL, NULL, NULL, NULL), SK_OK);
+
+    /* Bad input. */
+    CHECK_EQ(sk_socket_write_with_descriptors(server, "w", 1, NULL, 1, -1, 0, &error), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_socket_write_with_descriptors(server, "w", 1, &pipe_ends[1], 0, -1, 0, &error), SK_ERR_BAD_PARAM);
+    int closed_descriptor = 987654;
+    CHECK_EQ(sk_socket_write_with_descriptors(server, "w", 1, &closed_descriptor, 1, -1, 0, &error), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_socket_write_with_descriptors(server, NULL, 1, &pipe_ends[1], 1, -1, 0, &error), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_socket_accept_on_abstract_unix_name(listener, name, 0, &error), SK_ERR_BAD_PARAM);
+    sk_socket_t *client = recorded_socket(&recorder, NULL);
+    static char long_name[108];
+    memset(long_name, 'n', sizeof long_name);
+    CHECK_EQ(sk_socket_connect_to_abstract_unix_name(client, long_name, sizeof long_name, -1, &error), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_socket_connect_to_abstract_unix_name(client, NULL, 3, -1, &error), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_socket_get_peer_credentials(client, &pid, &uid, &gid, &error), SK_ERR_BAD_CONFIG);
+    /* A SocketKit client by the same name; its did_connect shows '@' and the name. */
+    CHECK_EQ(sk_socket_connect_to_abstract_unix_name(client, name, (size_t)name_length, 10, &error), SK_OK);
+    recorder_expect(&recorder, EVENT_CONNECT, 1);
+    CHECK_EQ(recorder_event(&recorder, EVENT_CONNECT, 0).text[0], '@');
+    CHECK_EQ(memcmp(recorder_event(&recorder, EVENT_CONNECT, 0).text + 1, name, 3), 0);
+    CHECK_EQ(sk_socket_take_received_descriptors(NULL, NULL, 0, NULL), SK_ERR_INVALID_HANDLE);
+
+    CHECK_EQ(sk_socket_release(client), SK_OK);
+    CHECK_EQ(sk_socket_release(listener), SK_OK);
+    close(raw);
+    close(pipe_ends[0]);
+    close(pipe_ends[1]);
     recorder_destroy(&recorder);
 }

@@ -7,6 +7,7 @@
     X(disconnect_with_reset_sends_a_reset) \
     X(user_timeout_fast_open_and_options_before_connect) \
     X(options_before_listen_and_a_refused_one) \
+    X(unix_abstract_names_passed_descriptors_and_credentials) \
     X(wait_hook_runs_once_on_the_thread_about_to_block) \
     X(tls_info_and_certificate_helpers)       \
     X(tls_bad_certificates_have_their_own_codes) \

@@ -317,6 +317,17 @@ PROTOTYPES = {
     "sk_socket_connect_to_host": (c_int, [_handle, c_char_p, c_uint16, c_char_p, c_double, _error]),
     "sk_socket_connect_to_address": (c_int, [_handle, c_void_p, c_uint32, c_char_p, c_double, _error]),
     "sk_socket_connect_to_unix_path": (c_int, [_handle, c_char_p, c_double, _error]),
+    "sk_socket_accept_on_abstract_unix_name": (c_int, [_handle, c_void_p, c_size_t, _error]),
+    "sk_socket_connect_to_abstract_unix_name": (c_int, [_handle, c_void_p, c_size_t, c_double, _error]),
+    # Unix-domain extras
+    "sk_socket_set_receives_descriptors": (c_int, [_handle, c_int]),
+    "sk_socket_get_receives_descriptors": (c_int, [_handle]),
+    "sk_socket_take_received_descriptors": (c_int, [_handle, POINTER(c_int), c_size_t, _error]),
+    "sk_socket_write_with_descriptors": (
+        c_int,
+        [_handle, c_void_p, c_size_t, POINTER(c_int), c_size_t, c_double, c_long, _error],
+    ),
+    "sk_socket_get_peer_credentials": (c_int, [_handle, POINTER(c_int), POINTER(c_uint32), POINTER(c_uint32), _error]),
     # Reading
     "sk_socket_read": (c_int, [_handle, c_size_t, c_double, c_long, _error]),
     "sk_socket_read_into": (c_int, [_handle, c_void_p, c_size_t, c_size_t, c_size_t, c_double, c_long, _error]),

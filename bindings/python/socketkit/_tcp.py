@@ -33,6 +33,26 @@ class Progress:
 
 
 @dataclass(frozen=True)
+class PeerCredentials:
+    """The process, user and group at the other end of a Unix-domain connection, as the
+    kernel recorded them when it was made (SO_PEERCRED)."""
+
+    pid: int
+    uid: int
+    gid: int
+
+
+def _abstract_name(path: Any) -> Optional[bytes]:
+    """The name of a Linux abstract Unix-domain address given as the socket module gives
+    one (a str or bytes starting with NUL), else None."""
+    if isinstance(path, str) and path.startswith("\0"):
+        return path[1:].encode()
+    if isinstance(path, (bytes, bytearray)) and path[:1] == b"\0":
+        return bytes(path[1:])
+    return None
+
+
+@dataclass(frozen=True)
 class KeepAlive:
     """TCP keep-alive: probe after `idle` seconds, every `interval` seconds, `count` times."""
 
@@ -363,9 +383,16 @@ class Socket(SocketIO, Handle):
 
     def accept_on_unix_path(self, path: str) -> None:
         """Listens on a Unix-domain socket (a stale socket file there is replaced). The file
-        is removed when the listener closes, unless a newer listener replaced it."""
+        is removed when the listener closes, unless a newer listener replaced it. A path
+        that starts with NUL (``"\\0name"``, str or bytes, as the socket module takes it) is
+        a Linux abstract name: no file at all."""
         error = _ffi.CError()
-        raise_for(lib.sk_socket_accept_on_unix_path(self.handle, _addresses.unix_path(path), byref(error)), error)
+        name = _abstract_name(path)
+        if name is not None:
+            status = lib.sk_socket_accept_on_abstract_unix_name(self.handle, name, len(name), byref(error))
+        else:
+            status = lib.sk_socket_accept_on_unix_path(self.handle, _addresses.unix_path(path), byref(error))
+        raise_for(status, error)
         self._sessions_started += 1
 
     def connect_to_host(self, host: str, port: int, interface: Optional[str] = None, timeout: float = -1) -> None:
@@ -392,11 +419,65 @@ class Socket(SocketIO, Handle):
         self._sessions_started += 1
 
     def connect_to_unix_path(self, path: str, timeout: float = -1) -> None:
-        """Connects to a Unix-domain socket."""
+        """Connects to a Unix-domain socket; a path starting with NUL is an abstract name (see
+        :meth:`accept_on_unix_path`), which ``socket_did_connect`` and
+        :attr:`connected_unix_path` show as ``"@name"``."""
         error = _ffi.CError()
-        raise_for(lib.sk_socket_connect_to_unix_path(self.handle, _addresses.unix_path(path), float(timeout),
-                                                     byref(error)), error)
+        name = _abstract_name(path)
+        if name is not None:
+            status = lib.sk_socket_connect_to_abstract_unix_name(self.handle, name, len(name), float(timeout),
+                                                                 byref(error))
+        else:
+            status = lib.sk_socket_connect_to_unix_path(self.handle, _addresses.unix_path(path), float(timeout),
+                                                        byref(error))
+        raise_for(status, error)
         self._sessions_started += 1
+
+    # ---- Unix-domain extras --------------------------------------------------------------
+
+    receives_descriptors = flag_property(
+        lib.sk_socket_get_receives_descriptors, lib.sk_socket_set_receives_descriptors,
+        """Whether reads of a Unix-domain connection keep the descriptors the peer passes
+        (SCM_RIGHTS) for :meth:`take_received_descriptors`. False by default: the kernel then
+        closes them as their bytes are read. Accepted sockets take the listener's.""")
+
+    def take_received_descriptors(self, limit: Optional[int] = None) -> List[int]:
+        """Takes the descriptors the peer passed (up to `limit`), in the order they came:
+        yours to close (``os.close``, or ``socket.socket(fileno=...)``). They are there by the
+        time the bytes they came with reach a read, possibly earlier; those nobody takes are
+        closed when the next session begins or the socket is closed."""
+        error = _ffi.CError()
+        waiting = lib.sk_socket_take_received_descriptors(self.handle, None, 0, byref(error))
+        raise_for(waiting, error)
+        count = waiting if limit is None else min(waiting, check_size(limit, "limit"))
+        if count == 0:
+            return []
+        fds = (c_int * count)()
+        taken = lib.sk_socket_take_received_descriptors(self.handle, fds, count, byref(error))
+        raise_for(taken, error)
+        return list(fds[:taken])
+
+    def write_with_descriptors(self, data: BytesLike, fds: List[int], timeout: float = -1, tag: int = 0) -> None:
+        """Writes `data` with the descriptors `fds` (1 to 253; ints, or objects with
+        ``fileno()``) passed along, as :func:`socket.send_fds` does: they reach the peer with
+        the first byte of `data`. SocketKit passes duplicates, so yours stay open. Raises
+        BadParamError (empty data, bad descriptors), BadConfigError (not a Unix-domain
+        connection, or under TLS)."""
+        raw = bytes(data)
+        numbers = [fd if isinstance(fd, int) else fd.fileno() for fd in fds]
+        array = (c_int * max(1, len(numbers)))(*[check_int(fd) for fd in numbers])
+        error = _ffi.CError()
+        raise_for(lib.sk_socket_write_with_descriptors(self.handle, raw, len(raw), array, len(numbers), float(timeout),
+                                                       tag, byref(error)), error)
+
+    def peer_credentials(self) -> PeerCredentials:
+        """The peer's process, user and group (SO_PEERCRED) of a connected Unix-domain
+        socket; BadConfigError for any other."""
+        pid, uid, gid = c_int(), ctypes.c_uint32(), ctypes.c_uint32()
+        error = _ffi.CError()
+        raise_for(lib.sk_socket_get_peer_credentials(self.handle, byref(pid), byref(uid), byref(gid), byref(error)),
+                  error)
+        return PeerCredentials(pid.value, uid.value, gid.value)
 
     # ---- reading (read() itself is SocketIO's) -------------------------------------------
 
