@@ -72,13 +72,13 @@
  * state; calls run on it, inline when made on that thread. The rule, for TCP and UDP alike:
  *   - a call that changes the socket's state waits for the loop to make the change and
  *     returns its answer, when made on another thread: sk_socket_connect_*(),
- *     sk_socket_accept_on_*(), sk_socket_create_from_fd(), sk_socket_disconnect() and
- *     sk_socket_disconnect_after_*(), the configuration setters (every
- *     sk_socket_set_* and sk_socket_clear_socket_options() of Configuration), the
+ *     sk_socket_accept_on_*() (sk_socket_accept_on_fds() too), sk_socket_create_from_fd(),
+ *     sk_socket_disconnect() and sk_socket_disconnect_after_*(), the configuration setters
+ *     (every sk_socket_set_* and sk_socket_clear_socket_options() of Configuration), the
  *     questions only the loop can answer (sk_socket_take_received_descriptors(),
- *     sk_socket_get_peer_credentials()), and every
- *     sk_udp_socket_* call but the sends, sk_udp_socket_perform and the getters (bind,
- *     connect, receiving, filters, multicast, options, close). So a read queued right after
+ *     sk_socket_get_peer_credentials()), and every sk_udp_socket_* call but the sends,
+ *     sk_udp_socket_perform and the getters (bind, connect, receiving, filters, multicast,
+ *     options, close). So a read queued right after
  *     a connect is taken, an accept returns listening, a disconnect returns disconnected (a
  *     listener's descriptors closed and its Unix-domain socket file removed: a new listener
  *     may take the port or path at once; sk_socket_release() of a listener waits likewise),
@@ -730,6 +730,30 @@ int sk_socket_accept_on_interface(sk_socket_t *sock, const char *interface, uint
  * listener's file at the same path stays. Errors: SK_ERR_BAD_PARAM (empty path, longer
  * than 107 bytes). */
 int sk_socket_accept_on_unix_path(sk_socket_t *sock, const char *path, sk_error_t *error);
+
+/* Listens on descriptors made elsewhere (NIO's withBoundSocket, asyncio's
+ * create_server(sock=)): those systemd's socket activation passed (sk_socket_activation_fds),
+ * a supervisor's, or sockets made with options SocketKit does not offer. Each of the `count`
+ * (1...64) must be a bound stream socket, IPv4, IPv6 or Unix-domain (to a port, a path or
+ * an abstract name), listening or not (one that is not is made to). On success the socket
+ * owns them: made non-blocking and close-on-exec, closed when the listener stops (a Unix
+ * socket file is left where it is: SocketKit did not make it); they keep the options they
+ * were made with (sk_socket_set_socket_option, _fast_open and _reuse_port concern
+ * descriptors SocketKit makes). Returns listening (see THREADS). On failure they stay the
+ * caller's, unchanged (unless listen(2) itself failed on one of several). Errors:
+ * SK_ERR_BAD_PARAM (fds NULL, a count out of range, a descriptor negative, of another kind,
+ * not bound, connected or given twice), SK_ERR_SYSTEM (EBADF, ENOTSOCK), SK_ERR_BAD_CONFIG
+ * (not disconnected, no delegate). */
+int sk_socket_accept_on_fds(sk_socket_t *sock, const int *fds, size_t count, sk_error_t *error);
+
+/* systemd's socket activation (sd_listen_fds(3)): the listening descriptors the service
+ * manager passed to this process, LISTEN_FDS of them from 3 on, when LISTEN_PID is this
+ * process (none otherwise). Writes the first `capacity` to `fds` and returns how many there
+ * are, as snprintf (NULL `fds`: the count alone). They are made close-on-exec; with
+ * `unset_environment` nonzero LISTEN_PID, LISTEN_FDS and LISTEN_FDNAMES are removed, so a
+ * child does not take them for its own (setenv/unsetenv: call it before other threads read
+ * the environment). Errors: SK_ERR_BAD_PARAM (a malformed variable). */
+int sk_socket_activation_fds(int *fds, size_t capacity, int unset_environment, sk_error_t *error);
 
 /* ---- Connecting ----------------------------------------------------------------------- */
 

@@ -268,6 +268,32 @@ public func sk_socket_accept_on_unix_path(_ handle: OpaquePointer?, _ path: Unsa
     }
 }
 
+@_cdecl("sk_socket_accept_on_fds")
+public func sk_socket_accept_on_fds(_ handle: OpaquePointer?, _ fds: UnsafePointer<Int32>?, _ count: Int,
+                                    _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
+        guard let fds else { throw badParam("fds is NULL") }
+        let number = try checkedLength(count, "count")
+        guard number <= ListenerFactory.maximumAdoptedDescriptors else {
+            throw badParam("a listener adopts 1...\(ListenerFactory.maximumAdoptedDescriptors) descriptors")
+        }
+        try socket.accept(onDescriptors: Array(UnsafeBufferPointer(start: fds, count: number)))
+    }
+}
+
+@_cdecl("sk_socket_activation_fds")
+public func sk_socket_activation_fds(_ fds: UnsafeMutablePointer<Int32>?, _ capacity: Int, _ unsetEnvironment: Int32,
+                                     _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    var found = 0
+    let status = reporting(error) { () throws(SocketError) in
+        let room = fds == nil ? 0 : try checkedLength(capacity, "capacity")
+        let descriptors = try Socket.socketActivationDescriptors(unsettingEnvironment: unsetEnvironment != 0)
+        for (index, descriptor) in descriptors.prefix(room).enumerated() { fds?[index] = descriptor }
+        found = descriptors.count
+    }
+    return status == 0 ? Int32(clamping: found) : status
+}
+
 @_cdecl("sk_socket_connect_to_host")
 public func sk_socket_connect_to_host(_ handle: OpaquePointer?, _ host: UnsafePointer<CChar>?, _ port: UInt16,
                                       _ interface: UnsafePointer<CChar>?, _ timeout: Double,

@@ -239,6 +239,15 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
         return Array(unixBytes[(offset + 1)...])
     }
 
+    /// Whether a socket with this local address is bound: to a port (IP), or to a path or
+    /// an abstract name (Unix domain).
+    var isBound: Bool {
+        switch family {
+        case .ipv4, .ipv6: return port != 0
+        case .unix: return unixPath != nil || abstractUnixName != nil
+        }
+    }
+
     /// How a Unix-domain address is shown: its path, or an abstract name after an `@` (as
     /// ss(8) and systemd show them; bytes that are not UTF-8 appear as U+FFFD). Nil for IP
     /// addresses and unnamed sockets.

@@ -160,6 +160,93 @@ extension ListenerFactory {
     }
 }
 
+extension ListenerFactory {
+    /// The most descriptors one listener adopts.
+    static let maximumAdoptedDescriptors = 64
+
+    /// Checks descriptors handed to `Socket.accept(onDescriptors:)`, changing nothing: each
+    /// must be a stream socket of IPv4, IPv6 or the Unix domain, bound (to a port, a path or
+    /// an abstract name), listening or not, and not connected; no duplicates. Returns their
+    /// bound addresses.
+    static func checkAdoptable(_ descriptors: [Int32]) throws(SocketError) -> [SocketAddress] {
+        guard !descriptors.isEmpty, descriptors.count <= maximumAdoptedDescriptors else {
+            throw SocketError(.badParam, "a listener adopts 1...\(maximumAdoptedDescriptors) descriptors")
+        }
+        guard Set(descriptors).count == descriptors.count else {
+            throw SocketError(.badParam, "the same descriptor is given twice")
+        }
+        var addresses: [SocketAddress] = []
+        for descriptor in descriptors {
+            guard descriptor >= 0 else { throw SocketError(.badParam, "negative descriptor") }
+            guard let family = SystemCalls.socketFamily(descriptor) else {
+                throw SocketError.lastSystemError("getsockopt(SO_DOMAIN) of descriptor \(descriptor)")
+            }
+            guard family == AF_INET || family == AF_INET6 || family == AF_UNIX else {
+                throw SocketError(.badParam, "descriptor \(descriptor) is not an IPv4, IPv6 or Unix-domain socket")
+            }
+            guard SystemCalls.getOption(descriptor, SOL_SOCKET, SO_TYPE) == SystemCalls.streamType else {
+                throw SocketError(.badParam, "descriptor \(descriptor) is not a stream socket")
+            }
+            if SystemCalls.getOption(descriptor, SOL_SOCKET, SO_ACCEPTCONN) != 1 && SystemCalls.peerAddress(descriptor) != nil {
+                throw SocketError(.badParam, "descriptor \(descriptor) is connected: adopt it with Socket(connectedSocketDescriptor:)")
+            }
+            guard let address = SystemCalls.localAddress(descriptor), address.isBound else {
+                throw SocketError(.badParam, "descriptor \(descriptor) is not bound: bind it first (or let SocketKit make the listener)")
+            }
+            addresses.append(address)
+        }
+        return addresses
+    }
+
+    /// Takes descriptors `checkAdoptable` passed: each made to listen if it does not,
+    /// non-blocking and close-on-exec. No Unix socket file is recorded: SocketKit did not
+    /// make it, so it does not remove it.
+    static func adopt(_ descriptors: [Int32], addresses: [SocketAddress]) throws(SocketError) -> [Listener] {
+        var listeners: [Listener] = []
+        for (descriptor, address) in zip(descriptors, addresses) {
+            if SystemCalls.getOption(descriptor, SOL_SOCKET, SO_ACCEPTCONN) != 1 {
+                guard Glibc.listen(descriptor, backlog) == 0 else {
+                    throw SocketError.lastSystemError("listen(descriptor \(descriptor))")
+                }
+            }
+            try SystemCalls.makeNonBlocking(descriptor)
+            listeners.append(Listener(fd: descriptor, address: address))
+        }
+        return listeners
+    }
+}
+
+/// systemd's socket activation (sd_listen_fds(3)): the listening descriptors the service
+/// manager passed, from 3 on, when LISTEN_PID names this process.
+enum SocketActivation {
+    static let firstDescriptor: Int32 = 3
+
+    static func descriptors(unsettingEnvironment: Bool) throws(SocketError) -> [Int32] {
+        defer {
+            if unsettingEnvironment {
+                unsetenv("LISTEN_PID")
+                unsetenv("LISTEN_FDS")
+                unsetenv("LISTEN_FDNAMES")
+            }
+        }
+        guard let pidText = getenv("LISTEN_PID").map({ String(cString: $0) }) else { return [] }
+        guard let pid = Int32(pidText), pid > 0 else {
+            throw SocketError(.badParam, "LISTEN_PID is not a process id: '\(pidText)'")
+        }
+        guard pid == getpid() else { return [] }
+        guard let countText = getenv("LISTEN_FDS").map({ String(cString: $0) }) else { return [] }
+        guard let count = Int32(countText), count >= 0, count <= Int32.max - firstDescriptor else {
+            throw SocketError(.badParam, "LISTEN_FDS is not a count: '\(countText)'")
+        }
+        let descriptors = (0..<count).map { firstDescriptor + $0 }
+        for descriptor in descriptors {
+            let flags = fcntl(descriptor, F_GETFD)
+            if flags >= 0 { _ = fcntl(descriptor, F_SETFD, flags | FD_CLOEXEC) }
+        }
+        return descriptors
+    }
+}
+
 /// The socket file a Unix-domain listener's bind created, and which file it is (device and
 /// inode): the listener removes it when it closes, but only while it is still that file. A
 /// new listener may have replaced it at the same path meanwhile (it removes a stale socket

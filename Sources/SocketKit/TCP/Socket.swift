@@ -364,6 +364,40 @@ public final class Socket: SocketFront, @unchecked Sendable {
         try accept(onAbstractUnixName: Array(name.utf8))
     }
 
+    /// Listens on descriptors made elsewhere (NIO's `withBoundSocket`, asyncio's
+    /// `create_server(sock=)`): sockets systemd's socket activation passed
+    /// (`socketActivationDescriptors`), or a supervisor, or code that set options SocketKit
+    /// does not offer. Each must be a bound stream socket (IPv4, IPv6 or Unix-domain: to a
+    /// port, a path or an abstract name), listening or not (one that is not is made to);
+    /// one listener may take several (an IPv4 and an IPv6 one). On success the socket owns
+    /// them: made non-blocking and close-on-exec, closed when the listener stops; a Unix
+    /// socket file is left where it is (SocketKit did not make it). They keep the options
+    /// they were made with (`setSocketOption`, `fastOpen` and `reusePort` concern
+    /// descriptors SocketKit makes). On failure they stay yours, unchanged (unless the
+    /// failure is `listen` itself on one of several). Throws `.badParam` for a descriptor
+    /// that is negative, not a socket of those kinds, not bound, connected, or given twice
+    /// (1...64 of them), `.system` for one that is not open or not a socket (EBADF,
+    /// ENOTSOCK), `.badConfig` when not disconnected or without a delegate.
+    public func accept(onDescriptors descriptors: [Int32]) throws(SocketError) {
+        try checkDelegate()
+        let addresses = try ListenerFactory.checkAdoptable(descriptors)
+        try onLoop { core throws(SocketError) in
+            try core.requestListen(requireFamilies: false) { _ throws(SocketError) in
+                try ListenerFactory.adopt(descriptors, addresses: addresses)
+            }
+        }
+    }
+
+    /// The listening descriptors systemd's socket activation passed to this process
+    /// (sd_listen_fds(3)): `LISTEN_FDS` of them from descriptor 3 on, when `LISTEN_PID` is
+    /// this process; none otherwise. They are made close-on-exec; with
+    /// `unsettingEnvironment` (the default) the variables are removed, so that a child
+    /// process does not take them for its own. Hand them to `accept(onDescriptors:)`.
+    /// Throws `.badParam` when a variable is malformed.
+    public static func socketActivationDescriptors(unsettingEnvironment: Bool = true) throws(SocketError) -> [Int32] {
+        try SocketActivation.descriptors(unsettingEnvironment: unsettingEnvironment)
+    }
+
     // MARK: Connecting
 
     /// Connects to a host name, an IP literal or `"localhost"`. Resolution runs off the

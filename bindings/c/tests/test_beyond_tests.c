@@ -3,7 +3,9 @@
 #define _GNU_SOURCE
 #include "test_support.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -217,5 +219,81 @@ void test_unix_abstract_names_passed_descriptors_and_credentials(void) {
     close(raw);
     close(pipe_ends[0]);
     close(pipe_ends[1]);
+    recorder_destroy(&recorder);
+}
+
+/* sk_socket_accept_on_fds: a listening descriptor and a bound one are adopted; bad ones are
+ * refused and stay the caller's; systemd's activation hands over descriptor 3. */
+void test_accept_on_fds_and_socket_activation(void) {
+    /* Descriptor 3 as systemd would pass it: a listening socket, made before anything else
+     * (the runner starts each test with only 0, 1 and 2 open). */
+    int activated = fcntl(3, F_GETFD) < 0;
+    uint16_t activated_port = 0;
+    if (activated) {
+        int made = raw_listen("127.0.0.1", &activated_port, 8);
+        if (made != 3) {
+            CHECK_EQ(dup2(made, 3), 3);
+            close(made);
+        }
+    } else {
+        fprintf(stderr, "note: descriptor 3 is in use: socket activation of a real descriptor not checked\n");
+    }
+    recorder_t recorder;
+    recorder_init(&recorder);
+    sk_error_t error;
+    char pid_text[32];
+    snprintf(pid_text, sizeof pid_text, "%d", (int)getpid() + 1);
+    setenv("LISTEN_PID", pid_text, 1);
+    setenv("LISTEN_FDS", "1", 1);
+    CHECK_EQ(sk_socket_activation_fds(NULL, 0, 1, &error), 0); /* another process's */
+    CHECK(getenv("LISTEN_PID") == NULL && getenv("LISTEN_FDS") == NULL);
+    snprintf(pid_text, sizeof pid_text, "%d", (int)getpid());
+    setenv("LISTEN_PID", pid_text, 1);
+    setenv("LISTEN_FDS", "one", 1);
+    CHECK_EQ(sk_socket_activation_fds(NULL, 0, 1, &error), SK_ERR_BAD_PARAM);
+
+    if (activated) {
+        setenv("LISTEN_PID", pid_text, 1);
+        setenv("LISTEN_FDS", "1", 1);
+        int fds[4] = {-1, -1, -1, -1};
+        CHECK_EQ(sk_socket_activation_fds(fds, 4, 1, &error), 1);
+        CHECK_EQ(fds[0], 3);
+        CHECK(fcntl(3, F_GETFD) & FD_CLOEXEC);
+        sk_socket_t *listener = recorded_socket(&recorder, NULL);
+        CHECK_EQ(sk_socket_accept_on_fds(listener, fds, 1, &error), SK_OK);
+        uint16_t port = 0;
+        CHECK_EQ(sk_socket_get_local_port(listener, &port), SK_OK);
+        CHECK_EQ(port, activated_port);
+        int client = raw_connect("127.0.0.1", port);
+        recorder_expect(&recorder, EVENT_ACCEPT, 1);
+        close(client);
+        CHECK_EQ(sk_socket_release(listener), SK_OK);
+    }
+
+    /* A bound socket that does not listen is made to. */
+    int bound = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in address = {0};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK_EQ(bind(bound, (struct sockaddr *)&address, sizeof address), 0);
+    socklen_t length = sizeof address;
+    CHECK_EQ(getsockname(bound, (struct sockaddr *)&address, &length), 0);
+    sk_socket_t *second = recorded_socket(&recorder, NULL);
+    int unbound = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK_EQ(sk_socket_accept_on_fds(second, &unbound, 1, &error), SK_ERR_BAD_PARAM);
+    CHECK(fcntl(unbound, F_GETFD) >= 0); /* still the caller's */
+    close(unbound);
+    CHECK_EQ(sk_socket_accept_on_fds(second, NULL, 1, &error), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_socket_accept_on_fds(second, &bound, 0, &error), SK_ERR_BAD_PARAM);
+    int twice[2] = {bound, bound};
+    CHECK_EQ(sk_socket_accept_on_fds(second, twice, 2, &error), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_socket_accept_on_fds(second, &bound, 1, &error), SK_OK);
+    CHECK_EQ(sk_socket_is_accepting(second), 1);
+    CHECK_EQ(sk_socket_accept_on_fds(second, &bound, 1, &error), SK_ERR_BAD_CONFIG);
+    int client = raw_connect("127.0.0.1", ntohs(address.sin_port));
+    recorder_expect(&recorder, EVENT_ACCEPT, activated ? 2 : 1);
+    close(client);
+    CHECK_EQ(sk_socket_accept_on_fds(NULL, &bound, 1, &error), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_socket_release(second), SK_OK);
     recorder_destroy(&recorder);
 }

@@ -66,7 +66,7 @@ from ._handles import Descriptors
 from ._native import SPEEDUPS
 from ._queues import CallbackQueue, HostQueue, LoopGroup, SerialQueue, default_queue
 from ._tcp import CR, CRLF, LF, ZERO, KeepAlive, Progress, Socket
-from ._tcp import PeerCredentials
+from ._tcp import PeerCredentials, socket_activation_fds
 from ._udp import AddressPreference, UdpSocket
 from ._ffi import lib as _lib
 from ._tls import Certificate, TLSInfo, TLSRole, TLSSettings, TLSTrust, TLSVerification, TLSVersion
@@ -125,4 +125,4 @@ __all__ = [
     "UdpSocket", "UnknownIssuerError", "WriteQueueFullError", "WriteTimeoutError", "ZERO", "default_queue",
     "lookup_host",
 ]
-__all__ += ["PeerCredentials"]
+__all__ += ["PeerCredentials", "socket_activation_fds"]

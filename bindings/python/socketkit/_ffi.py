@@ -317,6 +317,8 @@ PROTOTYPES = {
     "sk_socket_connect_to_host": (c_int, [_handle, c_char_p, c_uint16, c_char_p, c_double, _error]),
     "sk_socket_connect_to_address": (c_int, [_handle, c_void_p, c_uint32, c_char_p, c_double, _error]),
     "sk_socket_connect_to_unix_path": (c_int, [_handle, c_char_p, c_double, _error]),
+    "sk_socket_accept_on_fds": (c_int, [_handle, POINTER(c_int), c_size_t, _error]),
+    "sk_socket_activation_fds": (c_int, [POINTER(c_int), c_size_t, c_int, _error]),
     "sk_socket_accept_on_abstract_unix_name": (c_int, [_handle, c_void_p, c_size_t, _error]),
     "sk_socket_connect_to_abstract_unix_name": (c_int, [_handle, c_void_p, c_size_t, c_double, _error]),
     # Unix-domain extras

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 from ctypes import byref, c_double, c_int, c_long, c_size_t, c_void_p
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Tuple, Union
@@ -50,6 +51,25 @@ def _abstract_name(path: Any) -> Optional[bytes]:
     if isinstance(path, (bytes, bytearray)) and path[:1] == b"\0":
         return bytes(path[1:])
     return None
+
+
+def socket_activation_fds(unset_environment: bool = True) -> List[int]:
+    """The listening descriptors systemd's socket activation passed to this process
+    (sd_listen_fds(3)): LISTEN_FDS of them from 3 on, when LISTEN_PID is this process; []
+    otherwise. Made close-on-exec; the variables are removed unless `unset_environment` is
+    False. Hand them to :meth:`Socket.accept_on_fds`. BadParamError for malformed variables."""
+    error = _ffi.CError()
+    # First the count (the variables kept), then the descriptors (removing them if asked).
+    count = lib.sk_socket_activation_fds(None, 0, 0, byref(error))
+    raise_for(count, error)
+    fds = (c_int * max(1, count))()
+    found = lib.sk_socket_activation_fds(fds, count, 1 if unset_environment else 0, byref(error))
+    raise_for(found, error)
+    if unset_environment:
+        # os.environ is Python's own copy, which subprocess hands to children.
+        for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+            os.environ.pop(name, None)
+    return list(fds[:min(found, count)])
 
 
 @dataclass(frozen=True)
@@ -393,6 +413,23 @@ class Socket(SocketIO, Handle):
         else:
             status = lib.sk_socket_accept_on_unix_path(self.handle, _addresses.unix_path(path), byref(error))
         raise_for(status, error)
+        self._sessions_started += 1
+
+    def accept_on_fds(self, fds: List[Any]) -> None:
+        """Listens on sockets made elsewhere (asyncio's ``create_server(sock=)``): bound
+        stream sockets (TCP or Unix-domain), listening or not, as ints or socket objects, such
+        as :func:`socket_activation_fds` gives. On success this Socket owns them (socket
+        objects are detached) and closes them when it stops listening; on failure they stay
+        yours, unchanged. BadParamError (not bound, connected, of another kind, given twice),
+        SystemCallError (not open, not a socket), BadConfigError (already in use, no delegate)."""
+        objects = list(fds)
+        numbers = [fd if isinstance(fd, int) else fd.fileno() for fd in objects]
+        array = (c_int * max(1, len(numbers)))(*[check_int(fd) for fd in numbers])
+        error = _ffi.CError()
+        raise_for(lib.sk_socket_accept_on_fds(self.handle, array, len(numbers), byref(error)), error)
+        for item in objects:
+            if not isinstance(item, int):
+                item.detach()
         self._sessions_started += 1
 
     def connect_to_host(self, host: str, port: int, interface: Optional[str] = None, timeout: float = -1) -> None:
