@@ -671,6 +671,28 @@ int sk_socket_get_keep_alive(sk_socket_t *sock, int *out_enabled, int *out_idle,
 int sk_socket_set_buffer_sizes(sk_socket_t *sock, int send_size, int receive_size, sk_error_t *error);
 int sk_socket_get_buffer_sizes(sk_socket_t *sock, int *out_send_size, int *out_receive_size);
 
+/* SO_REUSEPORT on the listening sockets sk_socket_accept_on_port / _on_interface make (0 by
+ * default): other sockets with it set, of this process or another of the same user, may
+ * listen on the same address and port, and the kernel spreads new connections among them
+ * (several processes, a rolling restart). For one listener spread over the loops of its
+ * group, see sk_socket_set_accepts_on_every_loop. */
+int sk_socket_set_reuse_port(sk_socket_t *sock, int enabled);
+int sk_socket_get_reuse_port(sk_socket_t *sock);
+
+/* A listener with one accepting socket per loop of its group (0 by default):
+ * sk_socket_accept_on_port / _on_interface open an SO_REUSEPORT socket on every loop of the
+ * socket's group, on the same addresses and port, so the kernel spreads connections over
+ * the loops and each connection lives on the loop that accepted it: no hand-off between
+ * threads (new_socket_loop_for_connection is not asked). did_accept names this socket as
+ * the listener; with callbacks on the loop (queue NULL) it runs on the accepting loop, so
+ * the did_accepts of different loops may run at the same time (on a serial or host queue
+ * they take turns). Everything else is as one listener: getters, sk_socket_perform and
+ * sk_socket_disconnect (which ends every loop's socket before it returns; so does
+ * sk_socket_release) are this socket's; delegate and queue changes reach every loop's
+ * socket. A group of one loop, and Unix-domain or adopted listeners, listen once. */
+int sk_socket_set_accepts_on_every_loop(sk_socket_t *sock, int enabled);
+int sk_socket_get_accepts_on_every_loop(sk_socket_t *sock);
+
 /* TCP_USER_TIMEOUT, in seconds: how long written data may stay unacknowledged before the
  * kernel gives up on the connection, which then ends with SK_ERR_SYSTEM and ETIMEDOUT (a
  * peer that vanished is noticed in seconds rather than after the ~15 minutes of the

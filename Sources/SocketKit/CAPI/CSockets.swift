@@ -204,6 +204,24 @@ public func sk_socket_get_buffer_sizes(_ handle: OpaquePointer?, _ outSend: Unsa
     }
 }
 
+@_cdecl("sk_socket_set_reuse_port")
+public func sk_socket_set_reuse_port(_ handle: OpaquePointer?, _ enabled: Int32) -> Int32 {
+    Socket.withHandle(handle) { $0.reusePort = enabled != 0 }
+}
+
+@_cdecl("sk_socket_get_reuse_port")
+public func sk_socket_get_reuse_port(_ handle: OpaquePointer?) -> Int32 { Socket.flag(handle) { $0.reusePort } }
+
+@_cdecl("sk_socket_set_accepts_on_every_loop")
+public func sk_socket_set_accepts_on_every_loop(_ handle: OpaquePointer?, _ enabled: Int32) -> Int32 {
+    Socket.withHandle(handle) { $0.acceptsOnEveryLoop = enabled != 0 }
+}
+
+@_cdecl("sk_socket_get_accepts_on_every_loop")
+public func sk_socket_get_accepts_on_every_loop(_ handle: OpaquePointer?) -> Int32 {
+    Socket.flag(handle) { $0.acceptsOnEveryLoop }
+}
+
 @_cdecl("sk_socket_set_user_timeout")
 public func sk_socket_set_user_timeout(_ handle: OpaquePointer?, _ seconds: Double,
                                        _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {

@@ -53,6 +53,11 @@ public final class Socket: SocketFront, @unchecked Sendable {
                   callbackQueue: callbackQueue)
     }
 
+    /// A multi-loop listener's sibling (`MultiLoopListeners`).
+    convenience init(siblingCore core: TCPSocketCore, receiver: SocketEventReceiver?, callbackQueue: CallbackQueue) {
+        self.init(core: core, receiver: receiver, callbackQueue: callbackQueue)
+    }
+
     /// A socket around `core` (for an accepted connection: made on the listener's loop).
     private init(core: TCPSocketCore, receiver: SocketEventReceiver?, callbackQueue: CallbackQueue) {
         self.core = core
@@ -92,7 +97,10 @@ public final class Socket: SocketFront, @unchecked Sendable {
     /// old queue run there first.
     public var callbackQueue: CallbackQueue {
         get { routedQueue }
-        set { routedQueue = newValue }
+        set {
+            routedQueue = newValue
+            routingChangedForSiblings()
+        }
     }
 
     /// Sets both, synchronously (see `delegate`).
@@ -243,6 +251,33 @@ public final class Socket: SocketFront, @unchecked Sendable {
         }
     }
 
+    /// SO_REUSEPORT on the listening sockets `accept(onPort:)` and `accept(onInterface:port:)`
+    /// make (off by default): other sockets with it set, of this process or another of the
+    /// same user, may listen on the same address and port, and the kernel spreads new
+    /// connections among them (for several processes, or a rolling restart). See
+    /// `acceptsOnEveryLoop` for one listener spread over the loops of its group.
+    public var reusePort: Bool {
+        get { configuration.reusePort }
+        set { configure { $0.reusePort = newValue } }
+    }
+
+    /// A listener with one accepting socket per loop of its group (off by default):
+    /// `accept(onPort:)` and `accept(onInterface:port:)` open an SO_REUSEPORT socket on
+    /// every loop of the socket's `EventLoopGroup`, listening on the same addresses and
+    /// port, so the kernel spreads connections over the loops, and each connection lives on
+    /// the loop that accepted it: no hand-off between threads (the new-connection hook,
+    /// `newEventLoop(forConnectionFrom:)`, is not asked). `didAccept` names this socket as
+    /// the listener; on `.eventLoop` it runs on the accepting loop, so the didAccepts of
+    /// different loops may run at the same time (on a serial queue they take turns).
+    /// Everything else is as one listener: getters, `perform` and `disconnect` (which ends
+    /// every loop's socket before it returns) are this socket's; delegate and queue changes
+    /// reach every loop's socket. A group of one loop, and Unix-domain or adopted listeners,
+    /// listen once as usual.
+    public var acceptsOnEveryLoop: Bool {
+        get { configuration.acceptsOnEveryLoop }
+        set { configure { $0.acceptsOnEveryLoop = newValue } }
+    }
+
     /// TCP_USER_TIMEOUT, in seconds: how long written data may stay unacknowledged before
     /// the kernel gives up on the connection, which then ends with `.system` ETIMEDOUT (a
     /// peer that vanished is noticed in seconds instead of the ~15 minutes of the kernel's
@@ -327,10 +362,39 @@ public final class Socket: SocketFront, @unchecked Sendable {
     /// is 0).
     public func accept(onInterface interface: String?, port: UInt16) throws(SocketError) {
         try checkDelegate()
-        try onLoop { core throws(SocketError) in
-            try core.requestListen(requireFamilies: true) { configuration throws(SocketError) in
-                try ListenerFactory.makeIPListeners(interface: interface, port: port, configuration: configuration)
+        let loops = eventLoop.group?.loops ?? [eventLoop]
+        let spreading = configuration.acceptsOnEveryLoop && loops.count > 1
+        let session = try onLoop { core throws(SocketError) -> UInt64 in
+            try core.requestListen(requireFamilies: true, multiLoop: spreading ? true : nil) { configuration throws(SocketError) in
+                var configuration = configuration
+                if spreading { configuration.reusePort = true }
+                return try ListenerFactory.makeIPListeners(interface: interface, port: port, configuration: configuration)
             }
+            return core.session
+        }
+        if spreading { try startSiblings(session: session, on: loops) }
+    }
+
+    /// The other loops' listeners of a multi-loop listener, on the addresses (and ports) the
+    /// primary got. A failure ends the whole listener.
+    private func startSiblings(session: UInt64, on loops: [EventLoop]) throws(SocketError) {
+        let addresses = listeningAddresses
+        var configuration = self.configuration
+        configuration.reusePort = true
+        let (queue, receiver) = core.withStateLock { (routing.queue, routing.receiver) }
+        do throws(SocketError) {
+            for loop in loops where loop !== eventLoop {
+                try MultiLoopListeners.startSibling(of: self, session: session, on: loop, addresses: addresses,
+                                                    receiver: receiver, queue: queue, configuration: configuration)
+            }
+        } catch {
+            disconnect()
+            throw error
+        }
+        // Ended meanwhile (a disconnect from another thread, the loop stopping): the
+        // siblings started after it ended would otherwise stay.
+        if core.readPublished({ $0.session != session || $0.status != .accepting }) {
+            MultiLoopListeners.stopSiblings(of: core)
         }
     }
 
@@ -1076,6 +1140,14 @@ public final class Socket: SocketFront, @unchecked Sendable {
 
     func receiverChanged(to receiver: SocketEventReceiver?) {
         core.ownerInterests.store(receiver?.interests.rawValue ?? 0, ordering: .relaxed)
+        routingChangedForSiblings()
+    }
+
+    /// A multi-loop listener's siblings follow its receiver and queue (only listeners look).
+    private func routingChangedForSiblings() {
+        guard core.readPublished({ $0.status == .accepting }) else { return }
+        let (queue, receiver) = core.withStateLock { (routing.queue, routing.receiver) }
+        MultiLoopListeners.routingChanged(of: self, receiver: receiver, queue: queue)
     }
 
     /// A receiver's later answer to the `shouldTimeoutRead`/`shouldTimeoutWrite` event that

@@ -43,6 +43,8 @@ struct SocketConfiguration: Sendable {
         var reusePort = false
         /// Unix-domain reads keep descriptors the peer passes (SCM_RIGHTS).
         var receivesDescriptors = false
+        /// IP listeners open one SO_REUSEPORT socket per loop of the group (`MultiLoopListeners`).
+        var acceptsOnEveryLoop = false
         /// Set on every descriptor SocketKit makes for the socket, before bind, connect and
         /// listen (`Socket.setSocketOption`).
         var socketOptions: [SocketOption] = []
@@ -115,6 +117,10 @@ struct SocketConfiguration: Sendable {
     var receivesDescriptors: Bool {
         get { storage.values.receivesDescriptors }
         set { values.receivesDescriptors = newValue }
+    }
+    var acceptsOnEveryLoop: Bool {
+        get { storage.values.acceptsOnEveryLoop }
+        set { values.acceptsOnEveryLoop = newValue }
     }
     var socketOptions: [SocketOption] {
         get { storage.values.socketOptions }

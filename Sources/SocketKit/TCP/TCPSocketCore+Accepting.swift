@@ -11,7 +11,9 @@ extension TCPSocketCore {
     /// configuration: families, options), publishes their addresses and starts listening on them. Until the
     /// session starts they are bound and listening, so a connection made meanwhile waits in
     /// the kernel's backlog.
-    func requestListen(requireFamilies: Bool,
+    /// `multiLoop`: a listener of a multi-loop listener (true: its primary; see
+    /// `MultiLoopListeners`).
+    func requestListen(requireFamilies: Bool, multiLoop: Bool? = nil,
                        _ make: (SocketConfiguration) throws(SocketError) -> [ListenerFactory.Listener]) throws(SocketError) {
         try checkSessionMayBegin(requireFamilies: requireFamilies)
         let made = try make(configuration)
@@ -20,6 +22,7 @@ extension TCPSocketCore {
             published.isUnixDomain = made.contains { $0.address.family == .unix }
         }, start: { core in
             core.startAccepting(made)
+            if let multiLoop, core.phase == .accepting { core.keepAcceptedConnectionsOnThisLoop(spreading: multiLoop) }
         }, unused: {
             for listener in made {
                 close(listener.fd)
@@ -132,18 +135,25 @@ extension TCPSocketCore {
         }
         let unix = endpoint.address.family == .unix
         let session = self.session
-        // The new-connection hook is user code, so it runs as a callout: what it raises (a
-        // disconnect's didDisconnect) waits until it returns, and closing its own listener
-        // from it frees nothing the loop is using.
-        var chosenLoop: EventLoop? = nil
-        callout(owner) { chosenLoop = peer.flatMap { owner.eventLoopForAcceptedConnection(from: $0) } }
-        // The hook may have ended this listening session (and reported that): a connection
-        // accepted meanwhile must not follow the session's didDisconnect.
-        guard phase == .accepting, session == self.session else {
-            close(descriptor)
-            return
+        // One of a multi-loop listener's sockets keeps its connections on its own loop: no
+        // hand-off to another thread, and no hook to ask.
+        let childLoop: EventLoop
+        if keepsAcceptedConnectionsOnItsLoop {
+            childLoop = loop
+        } else {
+            // The new-connection hook is user code, so it runs as a callout: what it raises
+            // (a disconnect's didDisconnect) waits until it returns, and closing its own
+            // listener from it frees nothing the loop is using.
+            var chosenLoop: EventLoop? = nil
+            callout(owner) { chosenLoop = peer.flatMap { owner.eventLoopForAcceptedConnection(from: $0) } }
+            // The hook may have ended this listening session (and reported that): a
+            // connection accepted meanwhile must not follow the session's didDisconnect.
+            guard phase == .accepting, session == self.session else {
+                close(descriptor)
+                return
+            }
+            childLoop = chosenLoop ?? loop.group?.next() ?? loop
         }
-        let childLoop = chosenLoop ?? loop.group?.next() ?? loop
         // A listener bound to one address accepts on exactly that address: no system call.
         let local = unix || !endpoint.address.isUnspecifiedIP ? endpoint.address : SystemCalls.localAddress(descriptor)
         let child = TCPSocketCore(loop: childLoop, configuration: configuration)

@@ -271,6 +271,11 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         var acceptBackoff: UInt64 = 0
         var acceptFailureReported = false
         var acceptTimer: LoopTimer? = nil
+        /// One of the listeners of a multi-loop listener (`MultiLoopListeners`): what it
+        /// accepts stays on this loop, and the new-connection hook is not asked.
+        var keepsAcceptedConnectionsOnItsLoop = false
+        /// The primary of a multi-loop listener: its siblings end with its session.
+        var spreadsOverLoops = false
     }
 
     private var connectingState: ConnectingState? {
@@ -366,6 +371,15 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         get { acceptingState?.acceptFailureReported ?? false }
         set { if acceptingState != nil || !(!newValue) { accepting.acceptFailureReported = newValue } }
     }
+    /// See `AcceptingState.keepsAcceptedConnectionsOnItsLoop`.
+    var keepsAcceptedConnectionsOnItsLoop: Bool { acceptingState?.keepsAcceptedConnectionsOnItsLoop ?? false }
+
+    /// Makes this listening session one of a multi-loop listener's (`spreading`: its primary).
+    func keepAcceptedConnectionsOnThisLoop(spreading: Bool) {
+        accepting.keepsAcceptedConnectionsOnItsLoop = true
+        accepting.spreadsOverLoops = spreading
+    }
+
     var acceptTimer: LoopTimer? {
         get { acceptingState?.acceptTimer }
         set { if acceptingState != nil || !(newValue == nil) { accepting.acceptTimer = newValue } }
@@ -699,6 +713,11 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
             adoptedDescriptor = false
         }
         closeListeners()
+        if let accepting = acceptingState, accepting.keepsAcceptedConnectionsOnItsLoop {
+            if accepting.spreadsOverLoops { MultiLoopListeners.stopSiblings(of: self) }
+            accepting.keepsAcceptedConnectionsOnItsLoop = false
+            accepting.spreadsOverLoops = false
+        }
 
         outOfLineState?.readQueue.removeAll()
         currentRead = nil

@@ -297,3 +297,70 @@ void test_accept_on_fds_and_socket_activation(void) {
     CHECK_EQ(sk_socket_release(second), SK_OK);
     recorder_destroy(&recorder);
 }
+
+static int connect_refused(uint16_t port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in address = {0};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(port);
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int refused = connect(fd, (struct sockaddr *)&address, sizeof address) != 0 && errno == ECONNREFUSED;
+    close(fd);
+    return refused;
+}
+
+/* sk_socket_set_reuse_port, and a listener on every loop of a two-loop group: connections
+ * spread over both loops' threads, each did_accept naming the one listener; its release
+ * closes every loop's socket before it returns. */
+void test_reuse_port_and_a_listener_on_every_loop(void) {
+    recorder_t recorder;
+    recorder_init(&recorder);
+    sk_error_t error;
+    sk_socket_t *first = recorded_socket(&recorder, NULL);
+    CHECK_EQ(sk_socket_get_reuse_port(first), 0);
+    CHECK_EQ(sk_socket_set_reuse_port(first, 1), SK_OK);
+    CHECK_EQ(sk_socket_get_reuse_port(first), 1);
+    CHECK_EQ(sk_socket_accept_on_interface(first, "127.0.0.1", 0, &error), SK_OK);
+    uint16_t shared = 0;
+    CHECK_EQ(sk_socket_get_local_port(first, &shared), SK_OK);
+    sk_socket_t *second = recorded_socket(&recorder, NULL);
+    CHECK_EQ(sk_socket_accept_on_interface(second, "127.0.0.1", shared, &error), SK_ERR_SYSTEM);
+    CHECK_EQ(error.os_error, EADDRINUSE);
+    CHECK_EQ(sk_socket_set_reuse_port(second, 1), SK_OK);
+    CHECK_EQ(sk_socket_accept_on_interface(second, "127.0.0.1", shared, &error), SK_OK);
+    CHECK_EQ(sk_socket_release(second), SK_OK);
+    CHECK_EQ(sk_socket_release(first), SK_OK);
+
+    sk_loop_group_t *group = NULL;
+    CHECK_EQ(sk_loop_group_create(2, &group, &error), SK_OK);
+    sk_socket_delegate_t delegate = recorder_delegate();
+    sk_socket_t *listener = NULL;
+    CHECK_EQ(sk_socket_create(&delegate, sizeof delegate, &recorder, NULL, group, &listener, &error), SK_OK);
+    CHECK_EQ(sk_socket_set_accepts_on_every_loop(listener, 1), SK_OK);
+    CHECK_EQ(sk_socket_get_accepts_on_every_loop(listener), 1);
+    CHECK_EQ(sk_socket_accept_on_interface(listener, "127.0.0.1", 0, &error), SK_OK);
+    uint16_t port = 0;
+    CHECK_EQ(sk_socket_get_local_port(listener, &port), SK_OK);
+    enum { CLIENTS = 32 };
+    int clients[CLIENTS];
+    for (int i = 0; i < CLIENTS; i++) clients[i] = raw_connect("127.0.0.1", port);
+    recorder_expect(&recorder, EVENT_ACCEPT, CLIENTS);
+    pthread_t threads[2];
+    int thread_count = 0;
+    for (size_t i = 0; i < CLIENTS; i++) {
+        event_t accepted = recorder_event(&recorder, EVENT_ACCEPT, i);
+        CHECK(accepted.sock == listener);
+        int known = 0;
+        for (int t = 0; t < thread_count; t++) known |= pthread_equal(threads[t], accepted.thread);
+        if (!known) {
+            CHECK(thread_count < 2);
+            threads[thread_count++] = accepted.thread;
+        }
+    }
+    CHECK_EQ(thread_count, 2); /* all 32 on one loop: 2^-31 */
+    CHECK_EQ(sk_socket_release(listener), SK_OK);
+    CHECK(connect_refused(port)); /* every loop's socket closed before the release returned */
+    for (int i = 0; i < CLIENTS; i++) close(clients[i]);
+    recorder_destroy(&recorder);
+    CHECK_EQ(sk_loop_group_release(group), SK_OK);
+}

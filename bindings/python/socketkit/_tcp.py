@@ -333,6 +333,22 @@ class Socket(SocketIO, Handle):
         error = _ffi.CError()
         raise_for(lib.sk_socket_set_buffer_sizes(self.handle, check_int(send), check_int(receive), byref(error)), error)
 
+    reuse_port = flag_property(
+        lib.sk_socket_get_reuse_port, lib.sk_socket_set_reuse_port,
+        """SO_REUSEPORT on the listening sockets :meth:`accept_on_port` and
+        :meth:`accept_on_interface` make (False by default): other sockets with it set (of
+        this process or another of the same user) may listen on the same port, and the kernel
+        spreads new connections among them.""")
+
+    accepts_on_every_loop = flag_property(
+        lib.sk_socket_get_accepts_on_every_loop, lib.sk_socket_set_accepts_on_every_loop,
+        """A listener with one accepting socket per loop of its :class:`LoopGroup` (False by
+        default): the kernel spreads connections over the loops (SO_REUSEPORT), and each
+        connection lives on the loop that accepted it, with no hand-off between threads.
+        ``socket_did_accept`` names this socket as the listener; with ``queue=None`` it runs
+        on the accepting loop, so two loops' may run at once. Everything else (getters,
+        disconnect, close, delegate changes) is as for one listener.""")
+
     @property
     def user_timeout(self) -> float:
         """TCP_USER_TIMEOUT in seconds: how long written data may stay unacknowledged before
