@@ -905,6 +905,18 @@ int sk_socket_read_to_data_into(sk_socket_t *sock, const void *separator, size_t
 #define SK_LF "\n"
 #define SK_ZERO "\0"
 
+/* Reads exactly `length` (1 or more; no maximum read length applies) bytes into the
+ * regular file open for writing at `fd`, written at its position as they arrive (write(2):
+ * the position, shared with the caller's descriptor, advances), so a large body goes to
+ * disk without being held in memory. SocketKit writes through a duplicate of `fd`: close
+ * yours when you like. Progress as for sk_socket_read_to_length (did_read_partial,
+ * sk_socket_read_progress); completion is did_read with `data` NULL, `length` 0 and the tag
+ * (no other read completes empty). A write to the file that fails (ENOSPC, EIO) ends the
+ * connection with SK_ERR_SYSTEM; a cancelled read keeps what it wrote. Under TLS the file
+ * gets the plaintext. Errors: as sk_socket_read_to_length, plus SK_ERR_BAD_PARAM (`fd` not
+ * a regular file open for writing). */
+int sk_socket_read_to_file(sk_socket_t *sock, size_t length, int fd, double timeout, long tag, sk_error_t *error);
+
 /* Withdraws every queued read with `tag` that has not completed; the bytes the current one
  * had gathered go back in front of the unread bytes, so the next read gets them, in order:
  * a read can be cancelled without losing data. Queued like a read (in order with reads and
@@ -943,6 +955,22 @@ int sk_socket_write(sk_socket_t *sock, const void *data, size_t length, double t
 int sk_socket_write_no_copy(sk_socket_t *sock, const void *data, size_t length,
                             void (*release)(void *data, void *release_context), void *release_context,
                             double timeout, long tag, sk_error_t *error);
+
+/* Queues `length` bytes (0: to the end) of the regular file open for reading at `fd`, from
+ * `offset`, sent with sendfile(2): the kernel copies them from the page cache to the
+ * socket, with no copy through this process (NIO's FileRegion, asyncio's loop.sendfile). A
+ * write in the queue like any other: in order, with its tag (did_write once the kernel
+ * took all of it, did_write_partial as it goes), timeout and progress; its bytes count in
+ * sk_socket_get_queued_write_bytes and the watermarks, not against the maximum queued
+ * write bytes (they take no memory). SocketKit reads through a duplicate of `fd` at
+ * explicit offsets: the file's position is untouched, and the caller may close `fd` at
+ * once. A file that shrinks before the region is sent ends the connection (SK_ERR_OTHER).
+ * Plaintext only (TCP or Unix-domain). Errors: SK_ERR_BAD_PARAM (`fd` not a regular file
+ * open for reading; a negative offset; a region that is empty or passes the end of the
+ * file), SK_ERR_BAD_CONFIG (not connected, TLS started, after a disconnect-after or
+ * close_write_stream). */
+int sk_socket_write_file(sk_socket_t *sock, int fd, int64_t offset, size_t length, double timeout, long tag,
+                         sk_error_t *error);
 
 /* The progress of the current write; as sk_socket_read_progress. */
 int sk_socket_write_progress(sk_socket_t *sock, long *out_tag, size_t *out_done, size_t *out_total);

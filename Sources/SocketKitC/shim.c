@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/sendfile.h>
 #include <sys/syscall.h>
 
 int skc_accept_nonblocking(int fd, struct sockaddr *address, socklen_t *length) {
@@ -117,6 +118,11 @@ ssize_t skc_send_with_descriptors(int fd, const struct iovec *vectors, int iovcn
     header->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)fd_count);
     memcpy(CMSG_DATA(header), fds, sizeof(int) * (size_t)fd_count);
     return sendmsg(fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+ssize_t skc_sendfile(int fd, int file, int64_t offset, size_t count) {
+    off_t position = (off_t)offset;
+    return sendfile(fd, file, &position, count);
 }
 
 SKC_THREAD_LOCAL skc_callback_scope_t skc_callback_scope;

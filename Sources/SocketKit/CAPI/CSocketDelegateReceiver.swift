@@ -80,6 +80,8 @@ final class CSocketDelegateReceiver: SocketEventReceiver, @unchecked Sendable {
             case .borrowed(let bytes):
                 callback(handle, bytes.baseAddress, bytes.count, tag, userdata)
             case .owned(let bytes):
+                // Empty only for a read to a file: data NULL, as the header says.
+                if bytes.isEmpty { callback(handle, nil, 0, tag, userdata); break }
                 bytes.withUnsafeBytes { callback(handle, $0.baseAddress, $0.count, tag, userdata) }
             case .callerBuffer(let buffer, let range):
                 callback(handle, buffer.baseAddress.map { $0 + range.lowerBound }, range.count, tag, userdata)
@@ -157,10 +159,10 @@ final class CSocketDelegateReceiver: SocketEventReceiver, @unchecked Sendable {
             record.tag = tag
             switch payload {
             case .borrowed(let bytes):
-                record.data = sink.keep(Array(bytes))
+                record.data = bytes.isEmpty ? nil : sink.keep(Array(bytes))
                 record.length = bytes.count
             case .owned(let bytes):
-                record.data = sink.keep(bytes)
+                record.data = bytes.isEmpty ? nil : sink.keep(bytes)
                 record.length = bytes.count
             case .callerBuffer(let buffer, let range):
                 record.data = UnsafeRawPointer(buffer.baseAddress.map { $0 + range.lowerBound })

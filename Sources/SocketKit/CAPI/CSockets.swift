@@ -495,6 +495,14 @@ public func sk_socket_read_to_data_into(_ handle: OpaquePointer?, _ separator: U
     }
 }
 
+@_cdecl("sk_socket_read_to_file")
+public func sk_socket_read_to_file(_ handle: OpaquePointer?, _ length: Int, _ fd: Int32, _ timeout: Double, _ tag: Int,
+                                   _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
+        try socket.read(toLength: try checkedLength(length, "length"), intoFile: fd, timeout: timeout, tag: tag)
+    }
+}
+
 @_cdecl("sk_socket_cancel_read")
 public func sk_socket_cancel_read(_ handle: OpaquePointer?, _ tag: Int, _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
     Socket.withHandle(handle, error) { (socket) throws(SocketError) in
@@ -560,6 +568,15 @@ public func sk_socket_write_no_copy(_ handle: OpaquePointer?, _ data: UnsafeRawP
             armed = false
             throw error
         }
+    }
+}
+
+@_cdecl("sk_socket_write_file")
+public func sk_socket_write_file(_ handle: OpaquePointer?, _ fd: Int32, _ offset: Int64, _ length: Int, _ timeout: Double,
+                                 _ tag: Int, _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
+        let count = try checkedLength(length, "length")
+        try socket.writeFile(fd, offset: offset, length: count == 0 ? nil : count, timeout: timeout, tag: tag)
     }
 }
 

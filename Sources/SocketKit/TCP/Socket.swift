@@ -623,6 +623,26 @@ public final class Socket: SocketFront, @unchecked Sendable {
                   session: session)
     }
 
+    /// Reads exactly `length` bytes into the regular file open for writing at
+    /// `descriptor`, written at its position as they arrive (`write(2)`: the position, which
+    /// the caller's descriptor shares, advances), so a large body goes to disk without being
+    /// held in memory (no `maximumReadLength` applies). SocketKit writes through a duplicate
+    /// of the descriptor: close yours when you like. Progress as for a read to a length
+    /// (`didReadPartialDataOfLength`, `readProgress`); completion is `didRead` with no bytes
+    /// and the tag (no other read completes empty). A write to the file that fails (ENOSPC,
+    /// EIO) ends the connection with that error; a withdrawn read keeps what it wrote.
+    /// Under TLS the file gets the plaintext. Throws `.badParam` for a length below 1 or a
+    /// descriptor that is not a regular file open for writing.
+    public func read(toLength length: Int, intoFile descriptor: Int32, timeout: Double = -1,
+                     tag: Int = 0) throws(SocketError) {
+        guard length > 0 else { throw SocketError(.badParam, "length must be positive") }
+        try checkTimeout(timeout)
+        try FileChecks.regularFile(descriptor, writable: true)
+        let (session, _, _) = try sessionForTransfer()
+        let sink = try FileSink(duplicating: descriptor, length: length)
+        try queue(ReadRequest(framing: .file(sink), tag: tag, timeout: timeout, maximumLength: length), session: session)
+    }
+
     /// Withdraws every queued read with `tag` that has not completed; the bytes the current
     /// one had gathered go back in front of the unread ones, so the next read gets them, in
     /// order. Nothing is lost: this is how a read is cancelled (an async caller that stopped
@@ -757,6 +777,46 @@ public final class Socket: SocketFront, @unchecked Sendable {
         }
     }
 
+    /// Queues `length` bytes of the regular file at `descriptor` from `offset` (nil: to the
+    /// end), sent with `sendfile(2)`: the kernel copies them from the page cache to the
+    /// socket, with no copy through this process (NIO's `FileRegion`, asyncio's
+    /// `loop.sendfile`). A write in the queue like any other: in order, with its tag
+    /// (`didWriteDataWithTag` once the kernel took all of it, `didWritePartialDataOfLength`
+    /// as it goes), timeout and progress. Its bytes count in `queuedWriteBytes` and the
+    /// watermarks but not against `maximumQueuedWriteBytes` (they take no memory).
+    /// SocketKit reads through a duplicate of the descriptor at explicit offsets: the file's
+    /// position is untouched, and you may close yours at once. A file that shrinks before
+    /// the region is sent ends the connection (`.other`).
+    /// Plaintext only (TCP or Unix-domain). Throws `.badParam` for a descriptor that is not
+    /// a regular file open for reading, a negative offset, or a region that is empty or
+    /// passes the end of the file; `.badConfig` under TLS or when not connected.
+    public func writeFile(_ descriptor: Int32, offset: Int64 = 0, length: Int? = nil, timeout: Double = -1,
+                          tag: Int = 0) throws(SocketError) {
+        try checkTimeout(timeout)
+        let size = try FileChecks.regularFile(descriptor, writable: false)
+        guard offset >= 0, offset <= size else {
+            throw SocketError(.badParam, "offset \(offset) is outside the file (\(size) bytes)")
+        }
+        let count = length ?? Int(size - offset)
+        guard count > 0 else { throw SocketError(.badParam, "the region is empty") }
+        guard Int64(count) <= size - offset else {
+            throw SocketError(.badParam, "the region (\(count) bytes from \(offset)) passes the end of the file (\(size) bytes)")
+        }
+        let (session, _, _) = try sessionForTransfer(writing: true)
+        guard core.tlsClaim.load(ordering: .relaxed) != session else {
+            throw SocketError(.badConfig, "a file region goes with sendfile, which bypasses TLS: write its bytes instead")
+        }
+        let request = WriteRequest(.file(try FileRegion(duplicating: descriptor, offset: offset, length: count)),
+                                   tag: tag, timeout: timeout)
+        let core = self.core
+        _ = core.reserveQueuedWriteBytes(request.remaining, limit: 0) // no memory: no limit
+        let sendable = UncheckedSendable(request)
+        guard submit({ $0.enqueueSpecialWrite(sendable.value, session: session) }) else {
+            core.releaseQueuedWriteBytes(request.remaining)
+            throw SocketError(.badConfig, "the socket's event loop has stopped")
+        }
+    }
+
     /// The current write's progress, or nil when no write is under way.
     public var writeProgress: OperationProgress? { core.writeProgressBox.load()?.cell.read() }
 
@@ -818,7 +878,7 @@ public final class Socket: SocketFront, @unchecked Sendable {
             throw writeQueueFull(adding: request.remaining, limit: limit)
         }
         let sendable = UncheckedSendable(request)
-        guard submit({ $0.enqueueDescriptorWrite(sendable.value, session: session) }) else {
+        guard submit({ $0.enqueueSpecialWrite(sendable.value, session: session) }) else {
             core.releaseQueuedWriteBytes(request.remaining)
             throw SocketError(.badConfig, "the socket's event loop has stopped")
         }

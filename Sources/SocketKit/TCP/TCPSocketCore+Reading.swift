@@ -175,6 +175,10 @@ extension TCPSocketCore {
             }
             return true
 
+        case .failed(let error):
+            closeSession(error)
+            return false
+
         case .maxedOut:
             closeSession(SocketError(.readMaxedOut,
                                      "read reached its maximum length (\(currentRead?.maximumLength ?? 0) bytes) without the separator"))

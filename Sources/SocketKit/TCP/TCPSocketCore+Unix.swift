@@ -1,15 +1,13 @@
 import Glibc
 import SocketKitC
 
-/// What a Unix-domain connection passes besides bytes: descriptors (SCM_RIGHTS), both ways.
-/// Out of line (`OutOfLineState.unixExtras`): most connections never pass any.
+/// The descriptors a Unix-domain connection received (SCM_RIGHTS) and nobody took yet. Out of
+/// line (`OutOfLineState.unixExtras`): most connections never receive any. (Writes that
+/// pass descriptors are queued writes: `WriteRequest.Storage.passing`.)
 final class UnixExtras {
     /// Descriptors the peer passed and the user has not taken (`takeReceivedDescriptors`),
     /// in the order they came. Owned here until taken.
     var received: [Int32] = []
-    /// Queued writes whose descriptors have not been sent: while there are some, a flush
-    /// looks for them (`sendQueuedWritesPassingDescriptors`).
-    var queuedDescriptorWrites = 0
     /// Set by a read whose descriptors could not all be kept: the session ends with it once
     /// that read's bytes have been handed on.
     var droppedError: SocketError? = nil
@@ -98,42 +96,6 @@ extension TCPSocketCore {
     /// begins: they were the old connection's).
     func closeHeldDescriptors() {
         existingUnixExtras?.closeReceived()
-    }
-
-    /// Queues a write that passes descriptors (counted by `reserveQueuedWriteBytes`).
-    func enqueueDescriptorWrite(_ request: WriteRequest, session: UInt64) {
-        if enqueueWrite(request, session: session) { unixExtras.queuedDescriptorWrites += 1 }
-    }
-
-    /// `sendQueuedWrites` while writes that pass descriptors are queued: the descriptors
-    /// ride with the first byte of their write (the kernel attaches SCM_RIGHTS to the first
-    /// byte of a `sendmsg`), so such a write begins a system call of its own, and the
-    /// writes before it leave without them.
-    func sendQueuedWritesPassingDescriptors(count: Int, extras: UnixExtras) -> (written: Int, attempted: Int) {
-        var passing = 0
-        while passing < count && writeQueue[passing].pendingDescriptors == nil { passing += 1 }
-        if passing == count {
-            // The ones left are further back than this call reaches.
-            return withUnsafeTemporaryAllocation(of: iovec.self, capacity: count) { vectors in
-                gather(index: 0, count: count, into: vectors, attempted: 0)
-            }
-        }
-        if passing > 0 {
-            return withUnsafeTemporaryAllocation(of: iovec.self, capacity: passing) { vectors in
-                gather(index: 0, count: passing, into: vectors, attempted: 0)
-            }
-        }
-        guard let head = writeQueue[0].pendingDescriptors else { return (0, 0) }
-        var end = 1
-        while end < count && writeQueue[end].pendingDescriptors == nil { end += 1 }
-        let result = withUnsafeTemporaryAllocation(of: iovec.self, capacity: end) { vectors in
-            gather(index: 0, count: end, into: vectors, attempted: 0, passing: head.descriptors)
-        }
-        if result.written > 0 {
-            head.sent()
-            extras.queuedDescriptorWrites -= 1
-        }
-        return result
     }
 
     /// The loop side of `Socket.peerCredentials`.

@@ -124,8 +124,16 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         final class Rare {
             var unstartedSession: UnstartedSession? = nil
             var unixExtras: UnixExtras? = nil
+            var specialWrites = 0
         }
         private var rare: Rare? = nil
+
+        /// Queued writes that need a system call of their own (passing descriptors, a file
+        /// region): while there are some, a flush looks for them (`sendQueuedWritesOneByOne`).
+        var specialWrites: Int {
+            get { rare?.specialWrites ?? 0 }
+            set { if rare != nil || newValue != 0 { rareState.specialWrites = newValue } }
+        }
 
         /// A session begun from a callback whose start waits for it (`beginSession`).
         var unstartedSession: UnstartedSession? {
@@ -191,6 +199,11 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
     var sendFailure: SocketError? { outOfLineState?.sendFailure }
     /// See `UnixExtras` (nil until descriptors are passed either way).
     var existingUnixExtras: UnixExtras? { outOfLineState?.unixExtras }
+    /// See `OutOfLineState.specialWrites`.
+    var specialQueuedWrites: Int {
+        get { outOfLineState?.specialWrites ?? 0 }
+        set { if outOfLineState != nil || newValue != 0 { outOfLine.specialWrites = newValue } }
+    }
 
     var outOfLine: OutOfLineState {
         if let state = outOfLineState { return state }
@@ -739,7 +752,7 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         outOfLineState?.sendFailure = nil
         writeStreamEnd = nil
         receivesDescriptors = false
-        outOfLineState?.unixExtras?.queuedDescriptorWrites = 0
+        outOfLineState?.specialWrites = 0
         readStreamClosedReported = false
         disconnectAfterReads = false
         disconnectAfterWrites = false

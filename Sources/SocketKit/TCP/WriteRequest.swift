@@ -52,6 +52,47 @@ final class DescriptorPassingBytes {
     deinit { sent() }
 }
 
+/// The checks `Socket.writeFile` and `Socket.read(toLength:intoFile:)` make of a caller's
+/// descriptor: a regular file (what `sendfile` reads, what a write to disk never blocks on
+/// as a pipe could), open for the direction used.
+enum FileChecks {
+    /// The file's size; throws `.badParam` otherwise.
+    @discardableResult
+    static func regularFile(_ descriptor: Int32, writable: Bool) throws(SocketError) -> Int64 {
+        var status = stat()
+        guard descriptor >= 0, fstat(descriptor, &status) == 0 else {
+            throw SocketError(.badParam, osError: descriptor < 0 ? EBADF : errno, "descriptor \(descriptor) is not open")
+        }
+        guard status.st_mode & S_IFMT == S_IFREG else {
+            throw SocketError(.badParam, "descriptor \(descriptor) is not a regular file")
+        }
+        let mode = fcntl(descriptor, F_GETFL) & O_ACCMODE
+        guard writable ? (mode == O_WRONLY || mode == O_RDWR) : (mode == O_RDONLY || mode == O_RDWR) else {
+            throw SocketError(.badParam, "descriptor \(descriptor) is not open for \(writable ? "writing" : "reading")")
+        }
+        return Int64(status.st_size)
+    }
+}
+
+/// A region of a regular file to send with `sendfile` (`Socket.writeFile`): a duplicate of
+/// the caller's descriptor (the caller keeps its own), closed when the write is done or
+/// dropped. `sendfile` reads at an explicit offset, so the file's own position is untouched.
+final class FileRegion {
+    let fd: Int32
+    let offset: Int64
+    let length: Int
+
+    init(duplicating descriptor: Int32, offset: Int64, length: Int) throws(SocketError) {
+        let duplicate = fcntl(descriptor, F_DUPFD_CLOEXEC, 0)
+        guard duplicate >= 0 else { throw SocketError.lastSystemError("fcntl(F_DUPFD_CLOEXEC)") }
+        fd = duplicate
+        self.offset = offset
+        self.length = length
+    }
+
+    deinit { close(fd) }
+}
+
 /// One queued write.
 struct WriteRequest {
     enum Storage {
@@ -59,6 +100,8 @@ struct WriteRequest {
         case external(ExternalBytes)
         /// Bytes with descriptors to pass with their first byte (Unix-domain only).
         case passing(DescriptorPassingBytes)
+        /// A file region, sent with `sendfile` (never gathered with other writes).
+        case file(FileRegion)
     }
 
     let storage: Storage
@@ -77,6 +120,7 @@ struct WriteRequest {
         case .array(let bytes): length = bytes.count
         case .external(let external): length = external.bytes.count
         case .passing(let passing): length = passing.bytes.count
+        case .file(let region): length = region.length
         }
     }
 
@@ -91,6 +135,18 @@ struct WriteRequest {
             return body(UnsafeRawBufferPointer(rebasing: external.bytes[offset...]))
         case .passing(let passing):
             return passing.bytes.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[offset...])) }
+        case .file:
+            // Never gathered (`isSpecial`): its bytes are the kernel's to copy.
+            return body(UnsafeRawBufferPointer(start: nil, count: 0))
+        }
+    }
+
+    /// Needs a system call of its own (`TCPSocketCore.sendQueuedWritesOneByOne`).
+    var isSpecial: Bool {
+        switch storage {
+        case .array, .external: return false
+        case .passing(let passing): return passing.isPending
+        case .file: return true
         }
     }
 

@@ -209,6 +209,10 @@ ssize_t skc_read_with_descriptors(int fd, void *buffer, size_t count, int *fds, 
  * first byte sent. Returns what sendmsg returns. */
 ssize_t skc_send_with_descriptors(int fd, const struct iovec *vectors, int iovcnt, const int *fds, int fd_count);
 
+/* sendfile(2) of `count` bytes of `file` from `offset` (the file's own position untouched)
+ * to the socket `fd`: the bytes sent, or -1 with errno. */
+ssize_t skc_sendfile(int fd, int file, int64_t offset, size_t count);
+
 /* OpenSSL: the macros Swift cannot import (BUILDING.md §10), one thin wrapper each. */
 
 /* OPENSSL_init_ssl with OPENSSL_INIT_NO_ATEXIT: OpenSSL must not tear itself down in an

@@ -364,3 +364,61 @@ void test_reuse_port_and_a_listener_on_every_loop(void) {
     recorder_destroy(&recorder);
     CHECK_EQ(sk_loop_group_release(group), SK_OK);
 }
+
+/* sk_socket_write_file sends a file region in order with the other writes, and
+ * sk_socket_read_to_file writes a read's bytes into a file, completing with data NULL. */
+void test_write_file_and_read_to_file(void) {
+    enum { SIZE = 300000 };
+    unsigned char *contents = malloc(SIZE);
+    fill_pattern(contents, SIZE, 4);
+    char path[] = "/tmp/socketkit-c-file-XXXXXX";
+    int file = mkstemp(path);
+    CHECK(file >= 0);
+    unlink(path);
+    CHECK_EQ(write(file, contents, SIZE), SIZE);
+    recorder_t recorder;
+    recorder_init(&recorder);
+    int listener = -1, peer = -1;
+    sk_socket_t *sock = connected_recorded_socket(&recorder, NULL, &listener, &peer);
+    sk_error_t error;
+    CHECK_EQ(sk_socket_write(sock, "head", 4, -1, 1, &error), SK_OK);
+    CHECK_EQ(sk_socket_write_file(sock, file, 100, 200000, -1, 2, &error), SK_OK);
+    CHECK_EQ(sk_socket_write(sock, "tail", 4, -1, 3, &error), SK_OK);
+    unsigned char *received = malloc(SIZE);
+    raw_receive(peer, received, 200008);
+    CHECK_EQ(memcmp(received, "head", 4), 0);
+    CHECK_EQ(memcmp(received + 4, contents + 100, 200000), 0);
+    CHECK_EQ(memcmp(received + 200004, "tail", 4), 0);
+    recorder_expect(&recorder, EVENT_WRITE, 3);
+    CHECK_EQ(recorder_event(&recorder, EVENT_WRITE, 1).tag, 2);
+    CHECK_EQ(lseek(file, 0, SEEK_CUR), SIZE); /* untouched by the send */
+    /* Bad regions and descriptors. */
+    CHECK_EQ(sk_socket_write_file(sock, file, SIZE, 0, -1, 0, &error), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_socket_write_file(sock, file, -1, 10, -1, 0, &error), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_socket_write_file(sock, file, 10, SIZE, -1, 0, &error), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_socket_write_file(sock, peer, 0, 0, -1, 0, &error), SK_ERR_BAD_PARAM); /* a socket */
+    CHECK_EQ(sk_socket_read_to_file(sock, 0, file, -1, 0, &error), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_socket_read_to_file(sock, 10, peer, -1, 0, &error), SK_ERR_BAD_PARAM);
+
+    /* A read into the file (from its start, where the position now is). */
+    CHECK_EQ(lseek(file, 0, SEEK_SET), 0);
+    CHECK_EQ(ftruncate(file, 0), 0);
+    CHECK_EQ(sk_socket_read_to_file(sock, SIZE, file, -1, 7, &error), SK_OK);
+    raw_send(peer, contents, SIZE);
+    recorder_expect(&recorder, EVENT_READ, 1);
+    event_t done = recorder_event(&recorder, EVENT_READ, 0);
+    CHECK_EQ(done.tag, 7);
+    CHECK_EQ(done.length, 0);
+    CHECK_EQ(lseek(file, 0, SEEK_CUR), SIZE);
+    CHECK_EQ(pread(file, received, SIZE, 0), SIZE);
+    CHECK_EQ(memcmp(received, contents, SIZE), 0);
+    CHECK_EQ(sk_socket_write_file(NULL, file, 0, 0, -1, 0, NULL), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_socket_read_to_file(NULL, 1, file, -1, 0, NULL), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_socket_release(sock), SK_OK);
+    close(peer);
+    close(listener);
+    close(file);
+    free(received);
+    free(contents);
+    recorder_destroy(&recorder);
+}

@@ -10,6 +10,7 @@
     X(unix_abstract_names_passed_descriptors_and_credentials) \
     X(accept_on_fds_and_socket_activation) \
     X(reuse_port_and_a_listener_on_every_loop) \
+    X(write_file_and_read_to_file) \
     X(wait_hook_runs_once_on_the_thread_about_to_block) \
     X(tls_info_and_certificate_helpers)       \
     X(tls_bad_certificates_have_their_own_codes) \

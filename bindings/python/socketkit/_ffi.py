@@ -348,6 +348,7 @@ PROTOTYPES = {
         [_handle, c_void_p, c_size_t, c_void_p, c_size_t, c_size_t, c_size_t, c_double, c_long, _error],
     ),
     "sk_socket_read_progress": (c_int, [_handle, POINTER(c_long), POINTER(c_size_t), POINTER(c_size_t)]),
+    "sk_socket_read_to_file": (c_int, [_handle, c_size_t, c_int, c_double, c_long, _error]),
     "sk_socket_cancel_read": (c_int, [_handle, c_long, _error]),
     "sk_socket_unread": (c_int, [_handle, c_void_p, c_size_t, _error]),
     # Writing
@@ -357,6 +358,7 @@ PROTOTYPES = {
         [_handle, c_void_p, c_size_t, RELEASE_FUNCTION, c_void_p, c_double, c_long, _error],
     ),
     "sk_socket_write_progress": (c_int, [_handle, POINTER(c_long), POINTER(c_size_t), POINTER(c_size_t)]),
+    "sk_socket_write_file": (c_int, [_handle, c_int, ctypes.c_int64, c_size_t, c_double, c_long, _error]),
     "sk_socket_get_queued_write_bytes": (c_int, [_handle, POINTER(c_size_t)]),
     # Disconnecting
     "sk_socket_disconnect": (c_int, [_handle]),

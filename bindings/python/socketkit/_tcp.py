@@ -581,6 +581,35 @@ class Socket(SocketIO, Handle):
                                                  float(timeout), tag, byref(error))
         self._commit_pin(status, error, view, address, capacity)
 
+    def read_to_file(self, length: int, file: Any, timeout: float = -1, tag: int = 0) -> None:
+        """Reads exactly `length` bytes into `file` (a regular file open for writing: an int
+        descriptor, or an object with ``fileno()``, such as ``open(path, "wb")``), written at
+        its position as they arrive, so a large body never sits in memory. Completes with
+        ``socket_did_read(sock, b"", tag)``; ``socket_did_read_partial`` and
+        :attr:`read_progress` follow it. Flush a Python file object before (its buffer is
+        not SocketKit's). BadParamError for anything but a regular file open for writing."""
+        fd = file if isinstance(file, int) else file.fileno()
+        error = _ffi.CError()
+        raise_for(lib.sk_socket_read_to_file(self.handle, check_size(length, "length"), check_int(fd), float(timeout),
+                                             tag, byref(error)), error)
+
+    def write_file(self, file: Any, offset: int = 0, length: Optional[int] = None, timeout: float = -1,
+                   tag: int = 0) -> None:
+        """Queues `length` bytes (None: to the end) of `file` (a regular file open for
+        reading: an int descriptor, or an object with ``fileno()``) from `offset`, sent with
+        sendfile(2) (asyncio's ``loop.sendfile``): no copy through this process. A write in
+        the queue like any other (``socket_did_write(sock, tag)``); the file's position is
+        untouched and it may be closed at once. Plaintext only: BadConfigError under TLS;
+        BadParamError for a bad file or region."""
+        fd = file if isinstance(file, int) else file.fileno()
+        if offset < 0:
+            raise bad_param("negative offset")
+        if length is not None and length <= 0:
+            raise bad_param("the region is empty")
+        error = _ffi.CError()
+        raise_for(lib.sk_socket_write_file(self.handle, check_int(fd), int(offset), 0 if length is None else
+                                           check_size(length, "length"), float(timeout), tag, byref(error)), error)
+
     def cancel_read(self, tag: int) -> None:
         """Withdraws every queued read with `tag` that has not completed; the bytes the
         current one had gathered go back in front of the unread bytes, so the next read gets
@@ -621,6 +650,8 @@ class Socket(SocketIO, Handle):
         self._pending_buffers.append((address, address + capacity, view, self._sessions_started))
 
     def _take_read_result(self, data: int, length: int) -> Union[bytes, memoryview]:
+        if not length:
+            return b""  # a read to a file completes empty, with data NULL
         for index, (start, end, view, _) in enumerate(self._pending_buffers):
             if start <= data < end:
                 del self._pending_buffers[index]  # a list: something was pinned
