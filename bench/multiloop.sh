@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # multiloop.sh - a listener on every loop against one loop: the 64-byte ping-pong over 64
 # connections (run.sh's pp64; -c for others), side by side in one run, as ratios to one loop.
 #
@@ -8,7 +9,7 @@
 # each accepting its own). The server may use CPUs $SERVER_CPU (default 0,1: both cores of
 # the machines this was written on) and the load generator $LOADGEN_CPU (default 0,1 too):
 # with two cores, a second loop shares its core with the load generator, which the figures
-# then show. Needs the release build (make library, or make c-prefix) for socketkit-echo.
+# then show. Needs the release programs (make programs) for socketkit-echo.
 set -u
 cd "$(dirname "$0")"
 REPS=3
@@ -23,7 +24,7 @@ while getopts "r:d:c:h" o; do
     esac
 done
 make -s bin/loadgen certs/cert.pem >/dev/null || exit 1
-[ -x ../.build/release/socketkit-echo ] || { echo "build first: make library" >&2; exit 1; }
+[ -x ../.build/release/socketkit-echo ] || { echo "build first: make programs" >&2; exit 1; }
 OUT="results/multiloop-$(date +%Y%m%d-%H%M%S)"
 SERVERS="sk-1-loop sk-2-loops-handoff sk-2-loops-every"
 SERVERS_CONF=multiloop.conf SERVER_CPU=${SERVER_CPU:-0,1} LOADGEN_CPU=${LOADGEN_CPU:-0,1} \

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # profile.sh - where both cores' time goes, kernel included, during one load of one echo
 # server: perf sampling of the cpu-clock software event (this machine's virtual CPUs expose
 # no hardware counters, but the software clock samples kernel and user code alike; run as

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Write docs/PERFORMANCE.md from a bench.sh run (RUN lines from run.sh, ALLOC lines from
 alloc_bench.py): medians, ratios to the C epoll server, and issue 7's targets.
 

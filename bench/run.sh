@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # run.sh - run the echo-server benchmark side by side (SocketKit and its peers).
 #
 #   ./run.sh [-r REPS] [-d SECONDS] [-w WARMUP] [-s "server ..."] [-c "scenario ..."] [-o DIR]

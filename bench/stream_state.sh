@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # stream_state.sh - which steady state a stream echo lands in: the server's reads, writes and
 # sleeps per MB, and its CPU per MB, over one 3 s stream (server pinned to CPU 0, load
 # generator to CPU 1, as run.sh does). See README.md ("two steady states").

@@ -1,8 +1,13 @@
+/* SPDX-License-Identifier: MIT */
 /*
- * socketkit.h - SocketKit, asynchronous TCP and Unix-domain sockets with the programming
- * model of CocoaAsyncSocket (GCDAsyncSocket): queued reads and writes with tags and
- * timeouts, framing (available bytes, exactly N bytes, up to a separator), listeners whose
- * connections arrive as new sockets, and a delegate of callbacks.
+ * socketkit.h - SocketKit: asynchronous TCP, TLS, Unix-domain and UDP sockets with the
+ * programming model of CocoaAsyncSocket (GCDAsyncSocket and GCDAsyncUdpSocket): queued
+ * reads and writes with tags and timeouts, framing (available bytes, exactly N bytes, up to
+ * a separator), listeners whose connections arrive as new sockets, STARTTLS as a marker in
+ * the queues, datagrams with filters and multicast, and a delegate of callbacks.
+ *
+ * Copyright (c) 2026 The SocketKit authors. MIT License: see the LICENSE file that comes
+ * with SocketKit (https://github.com/socketkit/socketkit).
  *
  *     cc app.c $(pkg-config --cflags --libs socketkit)
  *
@@ -129,9 +134,10 @@
  *
  * ABI
  *
- * The library exports only sk_* symbols, versioned SOCKETKIT_0, with soname
- * libsocketkit.so.0. Compare SK_VERSION_NUMBER with sk_version_number() to detect a header
- * and library mismatch.
+ * The library exports only sk_* symbols, versioned SOCKETKIT_<SK_VERSION_ABI>, with soname
+ * libsocketkit.so.<SK_VERSION_ABI>. Compare SK_VERSION_NUMBER with sk_version_number() to
+ * detect a header and library mismatch: a library of the same ABI and a version number at
+ * least the header's has everything the header declares.
  *
  * Delegate structs are passed with their size: pass sizeof(sk_socket_delegate_t) or
  * sizeof(sk_udp_socket_delegate_t) as `delegate_size`. Members are only ever added at the
@@ -162,12 +168,20 @@ extern "C" {
  * Version
  * ====================================================================================== */
 
+/* The one place SocketKit's version is written: the Makefile, the pkg-config and CMake
+ * files, the Swift package (SocketKitVersion) and the Python package (socketkit.__version__)
+ * take it from here, and `make test` checks that every face agrees. CHANGELOG.md says what a
+ * change of each number promises. */
 #define SK_VERSION_MAJOR 0
-#define SK_VERSION_MINOR 1
+#define SK_VERSION_MINOR 2
 #define SK_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH */
-#define SK_VERSION_NUMBER 100
-#define SK_VERSION_STRING "0.1.0"
+#define SK_VERSION_NUMBER 200
+#define SK_VERSION_STRING "0.2.0"
+/* The ABI's number: the library's soname is libsocketkit.so.<SK_VERSION_ABI> and its
+ * symbols are versioned SOCKETKIT_<SK_VERSION_ABI>. It changes only when a program built
+ * against an earlier header could misbehave with this library (CHANGELOG.md). */
+#define SK_VERSION_ABI 1
 
 /* The library's version as "MAJOR.MINOR.PATCH". Static string. */
 const char *sk_version(void);
@@ -1445,6 +1459,48 @@ int sk_udp_socket_is_ipv6(sk_udp_socket_t *sock);
 int sk_udp_socket_perform(sk_udp_socket_t *sock,
                           void (*function)(const sk_socket_descriptors_t *descriptors, void *context), void *context);
 
+
+/* ======================================================================================
+ * Logging
+ *
+ * What the engine has to say that no return code or callback carries: a listener out of
+ * descriptors that backs off, a TLS handshake that failed and OpenSSL's reason, a name that
+ * did not resolve, events dropped for want of a delegate, every connection that ended with
+ * an error. Off by default; off, it costs one relaxed atomic load at the places that could
+ * log, none of them on the path of a read or a write.
+ *
+ * The callback runs on the thread where the engine met what it reports: an event loop
+ * thread, a resolver thread, a callback queue's thread, or yours inside an sk_* call; on
+ * several threads at once, possibly. No SocketKit lock is held while it runs (a delegate
+ * callback of that thread may be running around it). Keep it short: a loop thread serving
+ * many sockets waits for it. It must not call SocketKit functions other than
+ * sk_log_set_callback, sk_version, sk_strerror and sk_error_name; what the engine would log
+ * on the same thread while it runs is dropped, not passed to it again. `subsystem` ("accept",
+ * "connection", "tls", "resolver", "callbacks") and `message` are NUL-terminated UTF-8,
+ * valid for the call only. One callback per process (the Python binding's
+ * socketkit.enable_logging and Swift's SocketKitLog set the same one).
+ * ====================================================================================== */
+
+typedef enum sk_log_level {
+    SK_LOG_OFF = 0,
+    SK_LOG_ERROR = 1,    /* SocketKit cannot do what it was asked: a thread it needs did not start */
+    SK_LOG_WARNING = 2,  /* service degraded: a listener out of descriptors stops accepting */
+    SK_LOG_INFO = 3,     /* a connection failed: a TLS handshake or verification (OpenSSL's
+                          * reason), a name that did not resolve; a listener accepting again */
+    SK_LOG_DEBUG = 4     /* every connection ended by an error, and why; events dropped for
+                          * want of a delegate; each retry of a paused listener */
+} sk_log_level_t;
+
+/* `level` is an sk_log_level_t other than SK_LOG_OFF. */
+typedef void (*sk_log_callback_t)(int level, const char *subsystem, const char *message, void *userdata);
+
+/* Sends the records of `level` and more serious ones (SK_LOG_ERROR is the most serious) to
+ * `callback` with `userdata`, replacing the callback set before; a NULL callback or
+ * SK_LOG_OFF turns logging off. Once this returns, the previous callback is not running on
+ * any other thread and is not called again, so its userdata may go (called from inside the
+ * callback, it does not wait for that call itself).
+ * Errors: SK_ERR_BAD_PARAM (a level outside SK_LOG_OFF..SK_LOG_DEBUG; nothing changes). */
+int sk_log_set_callback(sk_log_callback_t callback, int level, void *userdata);
 
 /* ======================================================================================
  * Utilities

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A line echo server and a client in one process, both on loopback. Callbacks run on a
 // host-driven queue that this main thread drains whenever its descriptor is readable,
 // the way an application with its own poll loop would use SocketKit.

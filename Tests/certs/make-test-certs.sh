@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # make-test-certs.sh OUTDIR
 #
 # Creates a throwaway PKI for the SocketKit TLS tests with the openssl(1)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * count_alloc.so - counts heap allocations of a process, for the allocation benchmark.
  *

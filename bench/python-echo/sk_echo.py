@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """SocketKit echo server through the Python binding, for the benchmark harness.
 
     python sk_echo.py --port P [--udp-port Q] [--host ADDR]

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // SocketKit echo server through the Swift API, for the benchmark harness and the
 // descriptor-exhaustion test.
 //

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # run-versions.sh - the Python suite on every CPython from 3.9 to 3.13 found on the machine
 # (pyenv's versions, or python3.X on PATH), each in its own virtualenv under .build, with the
 # binding's C extension (which must build and load) and then with ctypes only. A version

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import Glibc
 
 // How every C function that copies text or bytes of a length the caller cannot know in

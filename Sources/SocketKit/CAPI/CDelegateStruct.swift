@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import SocketKitC
 
 // What the two C delegate structs (sk_socket_delegate_t, sk_udp_socket_delegate_t) share:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import Glibc
 import SocketKitC
 
@@ -60,17 +61,16 @@ func reporting(_ destination: UnsafeMutablePointer<sk_error_t>?, _ body: () thro
     }
 }
 
-private let versionString: StaticString = "0.1.0"
-private let versionNumber: UInt32 = 100
+// Both from the header's version block (SocketKitVersion).
 
 @_cdecl("sk_version")
 public func sk_version() -> UnsafePointer<CChar>? {
-    UnsafeRawPointer(versionString.utf8Start).assumingMemoryBound(to: CChar.self)
+    skc_version_string()
 }
 
 @_cdecl("sk_version_number")
 public func sk_version_number() -> UInt32 {
-    versionNumber
+    UInt32(SocketKitVersion.number)
 }
 
 // Both from the table generated from docs/EVENTS_AND_ERRORS.md (SocketErrorCodes.swift).

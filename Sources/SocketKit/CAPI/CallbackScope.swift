@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import SocketKitC
 
 /// The C API's fast path for calls made from inside a C callback about that callback's own

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import Synchronization
 
 /// A socket's pending callbacks when they run off the loop: the loop posts, one job at a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import Glibc
 
 /// The one error type of SocketKit. Its codes map one-to-one onto the C `SK_ERR_*` values
@@ -56,5 +57,23 @@ public struct SocketError: Error, Hashable, Sendable, CustomStringConvertible {
 
     public var description: String {
         osError != 0 ? "\(code.name) (\(osError)): \(message)" : "\(code.name): \(message)"
+    }
+}
+
+extension SocketError.Code {
+    /// A TLS error (`SK_ERR_TLS_*`, `.tls…`).
+    var isTLS: Bool { SocketError.Code.entry(self)?.cName.description.hasPrefix("SK_ERR_TLS_") ?? false }
+}
+
+extension SocketError {
+    /// How the log reports a session that ended with this error: a TLS handshake or
+    /// verification that failed is `info` (with OpenSSL's reason in the message); any other
+    /// end, a peer closing without close_notify included (common, and reported to the
+    /// delegate anyway), is `debug`.
+    var sessionEndLogLevel: LogLevel {
+        switch code {
+        case .tlsPeerClosed, .tlsTruncated: return .debug
+        default: return code.isTLS ? .info : .debug
+        }
     }
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Generated from docs/EVENTS_AND_ERRORS.md ("Errors") by Tests/check_tables.py: edit the
 // table and run `python3 Tests/check_tables.py --write`, not this file.
 

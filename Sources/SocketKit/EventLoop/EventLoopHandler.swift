@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// Something registered with an event loop for readiness events on one file descriptor.
 /// Every method runs on the loop's thread.
 protocol EventLoopHandler: AnyObject {

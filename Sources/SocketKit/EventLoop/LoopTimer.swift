@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// A one-shot timer owned by an object that lives on one loop (a read timeout, a connect
 /// timeout, a Happy Eyeballs delay, an accept back-off). The owner creates it once and
 /// re-arms it as often as needed, so arming a timeout allocates nothing.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import Glibc
 import Synchronization
 
@@ -60,6 +61,8 @@ final class AddressResolver: @unchecked Sendable {
             do {
                 try PosixThread.spawnDetached(name: "socketkit-resolver") { [self] in work() }
             } catch {
+                EngineLog.log(.error, .resolver, "no resolver thread could start (\(error.message)): "
+                    + "the names waiting for one fail")
                 let orphaned = lock.withLock { () -> [Request] in
                     threadCount -= 1
                     guard threadCount == 0 else { return [] }
@@ -97,10 +100,19 @@ final class AddressResolver: @unchecked Sendable {
         try host.checkedForC("the host")
     }
 
-    /// Blocking resolution: `"localhost"`/`"loopback"` give 127.0.0.1 and ::1 without asking
+    /// Blocking resolution (a name that does not resolve is logged, `info`):
+    /// `"localhost"`/`"loopback"` give 127.0.0.1 and ::1 without asking
     /// the resolver, IP literals give themselves, anything else goes to `getaddrinfo`
     /// (IPv4 and IPv6, in the resolver's order, duplicates removed).
     static func lookup(host: String, port: UInt16) -> Result<[SocketAddress], SocketError> {
+        let result = resolve(host: host, port: port)
+        if case .failure(let error) = result, error.code != .badParam {
+            EngineLog.log(.info, .resolver, "\"\(host)\" did not resolve: \(error)")
+        }
+        return result
+    }
+
+    private static func resolve(host: String, port: UInt16) -> Result<[SocketAddress], SocketError> {
         do throws(SocketError) { try checkHost(host) } catch { return .failure(error) }
         if host == "localhost" || host == "loopback" {
             return .success([.ipv4Loopback(port: port), .ipv6Loopback(port: port)])

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// A `SocketAddress` kept without a heap allocation when it is an IPv4 or IPv6 one: the raw
 /// `sockaddr_in` / `sockaddr_in6` (at most 28 bytes) stored inline. Unix-domain addresses
 /// keep their array. For addresses every connection holds for its whole life (its local

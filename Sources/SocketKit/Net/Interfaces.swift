@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import Glibc
 
 /// Resolution of the interface descriptions GCDAsyncSocket accepts for listening and for the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import Glibc
 
 /// A FIFO of bytes in one malloc'd block: the socket's prebuffer (bytes read from the kernel

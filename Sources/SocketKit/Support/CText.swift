@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// Text that SocketKit hands to C as a NUL-terminated string: host names (`getaddrinfo`),
 /// IP literals (`inet_pton`), interface names (`if_nametoindex`), paths (`open`, `bind`),
 /// and every TLS setting OpenSSL reads (the peer name for SNI and verification, file paths,

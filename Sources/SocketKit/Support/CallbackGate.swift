@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import Synchronization
 
 /// Held while a socket's callback runs, so that changing the delegate (or, in C, releasing

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import Glibc
 
 /// Nanoseconds on the monotonic clock. Every deadline in the engine is one of these.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// A core's reference to the user-facing object that owns it (`Socket`, `UdpSocket`): what a
 /// weak reference does, in one word and without a side table.
 ///

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import Glibc
 
 /// Where every thread that must wait on one of SocketKit's locks, conditions or callback

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import SocketKitC
 
 /// The engine's direct uses of the Swift runtime's reference counting: the one place that

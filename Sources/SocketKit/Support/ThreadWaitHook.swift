@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import SocketKitC
 
 /// The calling thread's one-shot wait hook (`sk_thread_set_wait_hook`,

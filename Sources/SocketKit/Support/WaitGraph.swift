@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import Synchronization
 
 /// Which thread each thread blocked in a public call waits for, so that no call waits for

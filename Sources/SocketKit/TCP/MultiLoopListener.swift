@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import Glibc
 
 /// A listener with one accepting socket per loop of its group (`Socket.acceptsOnEveryLoop`).

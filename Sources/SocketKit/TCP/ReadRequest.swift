@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import Glibc
 
 /// Where a read to a file (`Socket.read(toLength:intoFile:)`) writes: a duplicate of the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import Glibc
 
 /// TCP keep-alive probing: after `idle` seconds without traffic, probe every `interval`

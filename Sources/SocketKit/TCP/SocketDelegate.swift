@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// What a socket tells its user. Every method is optional (the defaults do nothing), runs
 /// on the socket's callback queue, and never overlaps another callback of the same socket.
 /// `socketDidDisconnect` is the last callback of each connection attempt or session.
@@ -157,6 +158,10 @@ final class SwiftDelegateReceiver: SocketEventReceiver {
         guard let delegate else {
             // Nobody to judge the peer: reject at once rather than wait for the timeout.
             if case .didReceiveTrust(_, let question) = event { socket.answerTrust(question: question, accept: false) }
+            if case .didDisconnect = event {} else {
+                EngineLog.log(.debug, .callbacks, "a socket's delegate is gone (delegates are held weakly): "
+                    + "\(EngineLog.name(of: event)) dropped")
+            }
             return 0
         }
         switch event {

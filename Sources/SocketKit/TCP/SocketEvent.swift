@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// The bytes a completed read hands to its callback.
 enum ReadPayload {
     /// A view of the loop's read buffer or the socket's prebuffer: valid only while the

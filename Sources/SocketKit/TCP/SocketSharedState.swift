@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import Synchronization
 
 /// A socket's state as its user sees it: the session, its status and addresses, the

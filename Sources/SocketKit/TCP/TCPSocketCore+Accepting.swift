@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import Glibc
 import SocketKitC
 
@@ -73,6 +74,9 @@ extension TCPSocketCore {
                 }
             }
             if child >= 0 {
+                if acceptFailureReported {
+                    EngineLog.log(.info, .accept, "the listener on \(listenerDescription) accepts again")
+                }
                 acceptBackoff = 0
                 acceptFailureReported = false
                 let peer = withUnsafeBytes(of: &storage) { SocketAddress(storage: $0.baseAddress!, length: length) }
@@ -115,8 +119,17 @@ extension TCPSocketCore {
         arm(&acceptTimer, deadline: monotonicNanoseconds() + acceptBackoff) { $0.acceptTimerFired() }
         if !acceptFailureReported {
             acceptFailureReported = true
+            EngineLog.log(.warning, .accept, "the listener on \(listenerDescription) stopped accepting (\(error.message)); "
+                + "retrying in \(acceptBackoff / 1_000_000) ms, backing off to \(TCPSocketCore.longestAcceptBackoff / 1_000_000) ms")
             emit(.didNotAccept(error))
+        } else {
+            EngineLog.log(.debug, .accept, "the listener on \(listenerDescription) still cannot accept (\(error.message)); "
+                + "retrying in \(acceptBackoff / 1_000_000) ms")
         }
+    }
+
+    private var listenerDescription: String {
+        listeners.map { "\($0.address)" }.joined(separator: ", ")
     }
 
     func acceptTimerFired() {

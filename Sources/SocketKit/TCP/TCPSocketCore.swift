@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import Glibc
 import SocketKitC
 import Synchronization
@@ -687,6 +688,7 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
             }
             return
         }
+        if let error, EngineLog.wants(.info) { logSessionEnd(error) }
         // A lingering core lets go of itself, but not before this call is over.
         let lingering = outOfLineState?.lingeringCore
         outOfLineState?.lingeringCore = nil
@@ -769,6 +771,24 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         if notify {
             emit(.didDisconnect(error))
         }
+    }
+
+    /// The log's record of a session that ended with `error`, made while what it was (a
+    /// peer, a host being connected to, listeners) is still known.
+    @inline(never)
+    private func logSessionEnd(_ error: SocketError) {
+        let what: String
+        if let peer = publishedState.peerAddress {
+            what = "the connection with \(peer)"
+        } else if let host = connectHost {
+            what = "connecting to \(host)"
+        } else if !listeners.isEmpty {
+            what = "the listener on \(listeners.map { "\($0.address)" }.joined(separator: ", "))"
+        } else {
+            what = "a connection"
+        }
+        let subsystem: LogSubsystem = error.code.isTLS ? .tls : .connection
+        EngineLog.log(error.sessionEndLogLevel, subsystem, "\(what) ended: \(error)")
     }
 
     private func shutDownGracefully() {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import Glibc
 
 /// Bytes the caller lent to a no-copy write; `release` runs once SocketKit no longer needs

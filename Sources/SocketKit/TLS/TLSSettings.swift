@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// What `Socket.startTLS` needs to know: the side of the handshake, whom to trust, who we
 /// are, and the protocol limits. Secure by default: a client verifies the server's chain
 /// against the system trust store and the host name it connected to; TLS 1.2 is the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 import Glibc
 
 /// What a `UdpSocket` tells its delegate, on the socket's callback queue, in the order it
@@ -116,7 +117,13 @@ final class SwiftUdpDelegateReceiver: UdpSocketEventReceiver {
     }
 
     override func receive(_ event: UdpSocketEvent, on socket: UdpSocket) {
-        guard let delegate else { return }
+        guard let delegate else {
+            if case .didClose = event {} else {
+                EngineLog.log(.debug, .callbacks, "a UDP socket's delegate is gone (delegates are held weakly): "
+                    + "\(EngineLog.name(of: event)) dropped")
+            }
+            return
+        }
         switch event {
         case .didConnect(let address): delegate.udpSocket(socket, didConnectToAddress: address)
         case .didNotConnect(let error): delegate.udpSocket(socket, didNotConnect: error)

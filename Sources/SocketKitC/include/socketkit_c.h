@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * SocketKitC: the few things Swift cannot reach directly from Glibc.
  *
@@ -38,6 +39,13 @@
  * @_cdecl implementations in Sources/SocketKit/CAPI use exactly what users compile
  * against. */
 #include "../../../include/socketkit.h"
+
+/* SK_VERSION_STRING as a C string with static storage, for sk_version(): the header's
+ * version block is the one place the version is written (Swift imports the string macro as
+ * a String, which has no stable address). */
+static inline const char *skc_version_string(void) {
+    return SK_VERSION_STRING;
+}
 
 /* accept4(2) with SOCK_NONBLOCK | SOCK_CLOEXEC. */
 int skc_accept_nonblocking(int fd, struct sockaddr *address, socklen_t *length);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * echo_server.c - a line echo server on SocketKit.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * line_client.c - a line-protocol client on SocketKit.
  *

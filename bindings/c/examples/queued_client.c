@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * queued_client.c - queue writes and reads before the connection exists.
  *

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Checks that socketkit.h and libsocketkit.so agree exactly.
 
 1. Every sk_* function the library exports is declared in the header, and every function

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Runs every C test in a process of its own, with a timeout, optionally under valgrind.
 
     run_tests.py --binary PATH [--valgrind "valgrind ..."] [--timeout SECONDS] [NAME ...]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The C surface itself: version, errors, handles, arguments, configuration, utilities. */
 #include "test_support.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* What SocketKit offers beyond CocoaAsyncSocket (issue 32): options set before connect and
  * listen, Unix-domain extras, adopted listeners, multi-loop listeners. */
 #define _GNU_SOURCE

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A driven loop group (sk_loop_group_create_driven): no thread of its own; the thread that
  * created it runs it with poll() on sk_loop_group_get_fd() and sk_loop_group_run_once(), as a
  * host's own event loop would. */

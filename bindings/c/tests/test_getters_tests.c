@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Getters, as the header's CONVENTIONS state them once for all: out-pointers may be NULL;
  * text and bytes work as snprintf (what fits is copied, the whole length returned, a NULL
  * buffer asks for the length); addresses as getsockname. Every getter of TCP sockets and

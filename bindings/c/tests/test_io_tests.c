@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Reading and writing over loopback, and the callback contract around them. */
 #include "test_support.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Lifetimes and threads: release, delegates, callback queues, loop groups, perform. */
 #include "test_support.h"
 

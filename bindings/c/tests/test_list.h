@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Every C test, in one table (see test_main.c). */
 #define TEST_LIST(X)                          \
     X(tls_starttls_pattern_and_a_mebibyte_each_way) \
@@ -52,6 +53,10 @@
     X(udp_addresses_given_with_the_storage_length) \
     X(udp_getters_follow_the_one_rule)        \
     X(version_matches_the_header)             \
+    X(log_reports_a_name_that_does_not_resolve_at_its_level) \
+    X(log_levels_outside_the_enum_are_refused) \
+    X(log_callback_may_turn_logging_off_from_inside) \
+    X(tls_failure_is_logged_with_openssls_reason) \
     X(every_error_code_has_a_name)            \
     X(invalid_handles_are_errors)             \
     X(bad_arguments_are_errors)               \

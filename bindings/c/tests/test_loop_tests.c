@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Event loops: stopping while other threads use them (wake-ups, bounded stops, teardown:
  * issue 26.3-26.5), calls that wait for them from callbacks without deadlocking (27.4), and
  * a listener's disconnect or release returning with its descriptors closed (27.5). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The C test runner's other half: `test_socketkit NAME` runs one test in this process;
  * `test_socketkit --list` prints every name. run_tests.py starts each test in a process of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Connecting and accepting across the address families, and the failures to report. */
 #include "test_support.h"
 
@@ -461,6 +462,7 @@ void test_pause_accepting_when_out_of_descriptors(void) {
     recorder.on_accept = keep_and_read;
     uint16_t port = 0;
     sk_socket_t *listener = recorded_listener(&recorder, &port);
+    log_capture_start(SK_LOG_INFO);
 
     /* Make the client sockets first, then leave the process room for four more. */
     enum { CLIENTS = 12 };
@@ -493,6 +495,13 @@ void test_pause_accepting_when_out_of_descriptors(void) {
     recorder_expect(&recorder, EVENT_ACCEPT, CLIENTS);
     recorder_expect(&recorder, EVENT_READ, CLIENTS);
     CHECK_EQ(recorder_count(&recorder, EVENT_PAUSE_ACCEPTING), 1);
+    /* The log says so too: a warning when the listener stops, once, and when it resumes. */
+    const char *stopped[] = {"stopped accepting", "Too many open files", "retrying in 50 ms", NULL};
+    const char *resumed[] = {"accepts again", NULL};
+    if (log_capture_find(SK_LOG_WARNING, "accept", stopped) != 1) log_capture_print();
+    CHECK_EQ(log_capture_find(SK_LOG_WARNING, "accept", stopped), 1);
+    CHECK_EQ(log_capture_find(SK_LOG_INFO, "accept", resumed), 1);
+    log_capture_stop();
     for (int i = 0; i < CLIENTS; i++) close(clients[i]);
     CHECK_EQ(sk_socket_release(listener), SK_OK);
     recorder_destroy(&recorder);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "test_support.h"
 
 #include <arpa/inet.h>
@@ -658,4 +659,103 @@ unsigned char *write_then_disconnect_after_writing(sk_socket_t *sock, size_t len
     CHECK_EQ(sk_socket_write(sock, data, length, -1, 1, NULL), SK_OK);
     CHECK_EQ(sk_socket_disconnect_after_writing(sock), SK_OK);
     return data;
+}
+
+/* ---- The engine's log, captured --------------------------------------------------------- */
+
+enum { LOG_CAPTURE_MAX = 512 };
+
+typedef struct {
+    int level;
+    char subsystem[32];
+    char message[512];
+} log_record_t;
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    log_record_t records[LOG_CAPTURE_MAX];
+    size_t count;
+} log_capture = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, {{0, {0}, {0}}}, 0};
+
+static void log_capture_callback(int level, const char *subsystem, const char *message, void *userdata) {
+    CHECK(userdata == &log_capture);
+    pthread_mutex_lock(&log_capture.lock);
+    if (log_capture.count < LOG_CAPTURE_MAX) {
+        log_record_t *record = &log_capture.records[log_capture.count++];
+        record->level = level;
+        snprintf(record->subsystem, sizeof record->subsystem, "%s", subsystem);
+        snprintf(record->message, sizeof record->message, "%s", message);
+    }
+    pthread_cond_broadcast(&log_capture.changed);
+    pthread_mutex_unlock(&log_capture.lock);
+}
+
+void log_capture_start(int level) {
+    CHECK_EQ(sk_log_set_callback(log_capture_callback, level, &log_capture), SK_OK);
+}
+
+void log_capture_stop(void) {
+    CHECK_EQ(sk_log_set_callback(NULL, SK_LOG_OFF, NULL), SK_OK);
+    pthread_mutex_lock(&log_capture.lock);
+    log_capture.count = 0;
+    pthread_mutex_unlock(&log_capture.lock);
+}
+
+static size_t log_capture_find_locked(int level, const char *subsystem, const char *const *needles) {
+    size_t found = 0;
+    for (size_t i = 0; i < log_capture.count; i++) {
+        const log_record_t *record = &log_capture.records[i];
+        if (record->level != level || strcmp(record->subsystem, subsystem) != 0) continue;
+        int all = 1;
+        for (const char *const *needle = needles; needle && *needle; needle++) {
+            if (!strstr(record->message, *needle)) all = 0;
+        }
+        found += (size_t)all;
+    }
+    return found;
+}
+
+size_t log_capture_find(int level, const char *subsystem, const char *const *needles) {
+    pthread_mutex_lock(&log_capture.lock);
+    size_t found = log_capture_find_locked(level, subsystem, needles);
+    pthread_mutex_unlock(&log_capture.lock);
+    return found;
+}
+
+int log_capture_wait(int level, const char *subsystem, const char *const *needles, double seconds) {
+    double deadline = now_seconds() + seconds;
+    pthread_mutex_lock(&log_capture.lock);
+    while (log_capture_find_locked(level, subsystem, needles) == 0) {
+        double left = deadline - now_seconds();
+        if (left <= 0) break;
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);  /* the condition's clock (PTHREAD_COND_INITIALIZER) */
+        until.tv_sec += (time_t)left;
+        until.tv_nsec += (long)((left - (double)(time_t)left) * 1e9);
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec += 1;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&log_capture.changed, &log_capture.lock, &until);
+    }
+    int found = log_capture_find_locked(level, subsystem, needles) > 0;
+    pthread_mutex_unlock(&log_capture.lock);
+    return found;
+}
+
+size_t log_capture_count(void) {
+    pthread_mutex_lock(&log_capture.lock);
+    size_t count = log_capture.count;
+    pthread_mutex_unlock(&log_capture.lock);
+    return count;
+}
+
+void log_capture_print(void) {
+    pthread_mutex_lock(&log_capture.lock);
+    for (size_t i = 0; i < log_capture.count; i++) {
+        fprintf(stderr, "  log %d %s: %s\n", log_capture.records[i].level, log_capture.records[i].subsystem,
+                log_capture.records[i].message);
+    }
+    pthread_mutex_unlock(&log_capture.lock);
 }

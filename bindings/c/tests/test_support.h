@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_support.h - the C test suite's helpers: checks that abort with a location, a
  * delegate that records every callback and lets a test wait for what it expects (a
@@ -275,5 +276,17 @@ void fill_pattern(unsigned char *data, size_t length, unsigned seed);
 
 /* Monotonic seconds. */
 double now_seconds(void);
+
+/* The engine's log, captured (sk_log_set_callback): log_capture_start(level) sets a
+ * callback that keeps every record of `level` and more serious; log_capture_find returns
+ * the number of records of that level and subsystem whose message holds every given needle
+ * (a NULL-terminated list); log_capture_wait waits (at most `seconds`) for one;
+ * log_capture_stop turns logging off and forgets the records. */
+void log_capture_start(int level);
+size_t log_capture_find(int level, const char *subsystem, const char *const *needles);
+int log_capture_wait(int level, const char *subsystem, const char *const *needles, double seconds);
+size_t log_capture_count(void);
+void log_capture_print(void);
+void log_capture_stop(void);
 
 #endif

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* UDP sockets through the C API: round trips, errors that fail one datagram, filters,
  * host-driven queues, release, multicast, and interop with plain BSD sockets. */
 #include "test_support.h"

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """A line echo server and a client on SocketKit, in one asyncio program.
 
 Delegate methods run on the asyncio loop (socketkit.aio); the client uses the awaitable

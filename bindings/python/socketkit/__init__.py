@@ -1,7 +1,8 @@
-"""SocketKit for Python: asynchronous TCP and Unix-domain sockets with CocoaAsyncSocket's
-model (queued reads and writes with tags and timeouts, framing, listeners, delegates), and
-UDP sockets with GCDAsyncUdpSocket's (:class:`UdpSocket`), on the SocketKit engine through
-its C library.
+# SPDX-License-Identifier: MIT
+"""SocketKit for Python: asynchronous TCP, TLS and Unix-domain sockets with CocoaAsyncSocket's
+model (queued reads and writes with tags and timeouts, framing, listeners, STARTTLS,
+delegates), and UDP sockets with GCDAsyncUdpSocket's (:class:`UdpSocket`), on the SocketKit
+engine through its C library.
 
 A delegate is any object; SocketKit calls the methods it defines::
 
@@ -55,6 +56,11 @@ NUL.
 With asyncio, :mod:`socketkit.aio` runs delegates on the event loop and offers awaitable
 helpers (``await sock.read_to_data(b"\\r\\n")``).
 
+The engine's log (a TLS handshake's failure and OpenSSL's reason, a name that did not
+resolve, a listener out of descriptors, ...) goes to :mod:`logging`, under the
+``socketkit`` logger, once asked for: ``socketkit.enable_logging(logging.INFO)``. It is off
+by default.
+
 Timeouts are seconds: negative or ``math.inf`` = none, 0 = fail unless the operation can
 complete at once, positive = from when the operation reaches the front of its queue; NaN
 raises BadParamError. On expiry ``socket_should_timeout_read`` / ``_write`` may return an
@@ -63,6 +69,7 @@ connection with ReadTimeoutError / WriteTimeoutError.
 """
 from ._addresses import lookup_host
 from ._handles import Descriptors
+from ._log import disable_logging, enable_logging
 from ._native import SPEEDUPS
 from ._queues import CallbackQueue, HostQueue, LoopGroup, SerialQueue, default_queue
 from ._tcp import CR, CRLF, LF, ZERO, KeepAlive, Progress, Socket
@@ -107,9 +114,11 @@ from .errors import (
     WriteTimeoutError,
 )
 
-#: The version of the loaded libsocketkit ("MAJOR.MINOR.PATCH").
+from ._version import __version__
+
+#: The version of the loaded libsocketkit ("MAJOR.MINOR.PATCH"); the package's own,
+#: ``__version__``, is the header's it was built against (the same in a wheel).
 LIBRARY_VERSION: str = _lib.sk_version().decode()
-__version__ = "0.1.0"
 
 __all__ = [
     "AddressPreference", "BadConfigError", "BadParamError", "CR", "CRLF", "CallbackQueue", "Certificate",
@@ -123,6 +132,6 @@ __all__ = [
     "TLSError", "TLSFailedError", "TLSInfo", "TLSPeerClosedError", "TLSRole", "TLSSettings", "TLSSettingsError",
     "TLSTrust", "TLSVerification", "TLSVersion", "TimeoutError", "TruncatedError", "TruncatedTLSError",
     "UdpSocket", "UnknownIssuerError", "WriteQueueFullError", "WriteTimeoutError", "ZERO", "default_queue",
-    "lookup_host",
+    "disable_logging", "enable_logging", "lookup_host",
 ]
 __all__ += ["PeerCredentials", "socket_activation_fds"]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Addresses between Python and C: text for C (a NUL inside is a BadParamError, never a
 truncation: see _ffi.c_string), ("ip", port) tuples and Unix paths to and from C
 sockaddrs, and name resolution (:func:`lookup_host`)."""

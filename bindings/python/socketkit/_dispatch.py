@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Events to delegate methods. SocketKit reports an event in one of two ways:
 
 - a call of a C delegate member on a SocketKit thread (a SerialQueue's, or the loop's with

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The C API of libsocketkit, declared for ctypes: every function with exact argument and
 result types, the structs, and the callback types (TCP and UDP). Nothing here is public; the
 rest of the package wraps it. ``tests/test_ffi.py`` checks this table against ``socketkit.h``.
@@ -28,9 +29,11 @@ import struct
 from typing import Any, Callable, List, Optional
 
 from ._loader import load_library
+from ._version import VERSION_NUMBER
 
-#: The C version this binding was written against (SK_VERSION_NUMBER).
-EXPECTED_VERSION_NUMBER = 100
+#: The C version this binding was built against (the header's SK_VERSION_NUMBER, through
+#: setup.py: socketkit/_version.py).
+EXPECTED_VERSION_NUMBER = VERSION_NUMBER
 
 ERROR_MESSAGE_CAPACITY = 256
 
@@ -69,6 +72,9 @@ DID_WRITE_PARTIAL = CFUNCTYPE(None, c_void_p, c_size_t, c_long, c_void_p)
 DID_CLOSE_READ_STREAM = CFUNCTYPE(None, c_void_p, c_void_p)
 DID_WATERMARK = CFUNCTYPE(None, c_void_p, c_size_t, c_void_p)
 DID_DISCONNECT = CFUNCTYPE(None, c_void_p, POINTER(CError), c_void_p)
+
+# sk_log_callback_t: level, subsystem, message, userdata.
+LOG_CALLBACK = CFUNCTYPE(None, c_int, c_char_p, c_char_p, c_void_p)
 
 
 class Address(Structure):
@@ -259,6 +265,8 @@ PROTOTYPES = {
     "sk_loop_group_get_fd": (c_int, [_handle]),
     "sk_loop_group_run_once": (c_int, [_handle, _error]),
     "sk_thread_set_wait_hook": (c_int, [c_void_p, c_void_p]),
+    # Logging
+    "sk_log_set_callback": (c_int, [c_void_p, c_int, c_void_p]),
     "sk_loop_group_release": (c_int, [_handle]),
     # Callback queues
     "sk_callback_queue_create_serial": (c_int, [c_char_p, _out_handle, _error]),

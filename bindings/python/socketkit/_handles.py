@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """What :class:`~socketkit.Socket` and :class:`~socketkit.UdpSocket` share, as asyncio's
 ``_SelectorTransport`` serves stream and datagram transports alike: a C handle and its
 lifetime, one close vocabulary, the delegate and callback-queue properties, the context

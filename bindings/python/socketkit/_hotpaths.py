@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The binding's hot methods: :meth:`Socket.read <socketkit.Socket.read>`,
 :meth:`Socket.write <socketkit.Socket.write>` and :meth:`UdpSocket.send_to_address
 <socketkit.UdpSocket.send_to_address>`, called once per message by an echo.

@@ -1,13 +1,14 @@
+# SPDX-License-Identifier: MIT
 """Finding and loading libsocketkit.
 
 Tried in this order:
 
 1. ``SOCKETKIT_LIBRARY``: the full path of a libsocketkit.so;
-2. the copy bundled in this package (``socketkit/_lib/libsocketkit.so.0``: wheels);
+2. the copy bundled in this package (``socketkit/_lib/libsocketkit.so.ABI``: wheels);
 3. a development checkout: ``.build/release/libsocketkit.so`` in the first parent directory
    holding ``Package.swift`` (editable installs);
 4. the libdir pkg-config reports for ``socketkit`` (``make install``);
-5. the system loader (``libsocketkit.so.0`` through ld.so.conf or ``LD_LIBRARY_PATH``).
+5. the system loader (``libsocketkit.so.ABI`` through ld.so.conf or ``LD_LIBRARY_PATH``).
 
 When none works, ImportError says what was tried and why each failed.
 """
@@ -20,7 +21,7 @@ import subprocess
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-_SONAME = "libsocketkit.so.0"
+from ._version import SONAME as _SONAME
 
 
 def _candidates() -> List[Tuple[str, Optional[str]]]:

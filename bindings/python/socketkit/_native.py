@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The binding's optional C extension, socketkit._speedups (see _speedups.c): the hot paths
 (Socket.read and write, UdpSocket.send_to_address, read and datagram events, HostQueue's
 drain and a driven group's iteration) in C. Everything works without it, through ctypes;

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Where delegate methods run (callback queues) and where sockets do their I/O (loop
 groups)."""
 from __future__ import annotations

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* socketkit._speedups: the binding's hot paths as a CPython extension.
  *
  * Optional: socketkit works without it (pure ctypes; SOCKETKIT_NO_SPEEDUPS=1 forces that),

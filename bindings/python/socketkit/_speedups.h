@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* What the C files of socketkit._speedups share: _speedups.c (the module, the state init()
  * hands over, the errors, HandleBase / SocketIO / UdpSocketIO) and _speedups_dispatch.c (the
  * GIL across callbacks, the delegate dispatch, the trampolines, drain() and run_once()).

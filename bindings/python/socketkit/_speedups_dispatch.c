@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* socketkit._speedups, the half that SocketKit calls or that runs its events (see
  * _speedups.c for the whole): the GIL across the C callbacks and run_once(), the dispatch
  * of read and datagram events to their delegates, the C delegate members (trampolines),

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The conventions of a call into the C library: its status becomes an exception, its
 arguments are checked before they cross, and an exception nobody can catch (one raised by a
 delegate method, a filter or a perform function) goes to :func:`sys.unraisablehook`: it

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The TCP and Unix-domain socket: :class:`Socket` (GCDAsyncSocket's model)."""
 from __future__ import annotations
 

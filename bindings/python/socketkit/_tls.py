@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """TLS: settings, certificates, what a handshake settled, and manual trust answers.
 
 :class:`TLSSettings` is a plain value; each :meth:`Socket.start_tls` builds a C

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The UDP socket: :class:`UdpSocket` (GCDAsyncUdpSocket's model), with its send and receive
 filters."""
 from __future__ import annotations

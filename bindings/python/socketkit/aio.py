@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """asyncio integration.
 
 :func:`queue` gives the running loop a :class:`~socketkit.HostQueue` whose descriptor the

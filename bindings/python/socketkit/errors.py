@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """SocketKit's errors as exceptions.
 
 Every error has ``code`` (the C ``SK_ERR_*`` value), ``errno`` (the OS errno, or the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Shared helpers: a delegate that records every callback (and lets a test wait for what it
 expects, with a deadline, no sleeps), and peers made with Python's own socket module."""
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Socket.accept_on_fds (asyncio's create_server(sock=)) and socketkit.socket_activation_fds
 (systemd's sd_listen_fds), with listeners made by Python's socket module."""
 import os

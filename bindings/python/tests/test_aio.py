@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """asyncio integration: delegates on the loop's thread, awaitable helpers, and interop with
 asyncio's own streams in both directions."""
 import asyncio

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """More of the contract through Python: timeouts of every kind, maximum lengths, partial
 progress, queueing before the connection, callback order, inline callbacks, the loop hook
 and descriptor exhaustion."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Socket.cancel_read and Socket.unread: a read can be withdrawn, and bytes given back,
 without losing or reordering a byte (what socketkit.aio's cancellable reads stand on).
 Peers: Python's socket module, and Python's ssl module for TLS."""

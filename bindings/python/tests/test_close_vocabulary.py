@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """One close vocabulary for Socket and UdpSocket, that of asyncio's transports: close() (and
 the end of a ``with`` block) closes for good once what was queued to send is sent; abort()
 (and release(), the C API's word) closes for good at once; disconnect() ends what the socket

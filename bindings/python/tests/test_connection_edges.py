@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Nothing is lost around the edges of a connection: a callback's data stays valid whatever
 it does, bytes (and TLS alerts) that arrived before a reset are delivered before the reset,
 an orderly close by the peer is reported on an idle socket at once, and writes queued

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Text that reaches C as a NUL-terminated string is cut at a NUL inside it: C sees
 "localhost" in "localhost\\0.evil.test". Every call that takes such text refuses it with a
 ValueError (BadParamError, or TLSSettingsError for TLS settings) before ctypes passes it, as

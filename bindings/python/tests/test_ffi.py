@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The binding's tables agree with the C library's: prototypes, struct layouts and error codes."""
 import ctypes
 import importlib.util
@@ -173,5 +174,11 @@ def test_the_library_exports_every_function_the_binding_declares():
 
 
 def test_versions():
-    assert socketkit.LIBRARY_VERSION == "0.1.0"
-    assert _ffi.lib.sk_version_number() == _ffi.EXPECTED_VERSION_NUMBER
+    """The package's version is the header's (setup.py reads it from there), and the library
+    loaded is that version: Tests/check_version.py checks the other faces."""
+    text = HEADER.read_text()
+    numbers = dict(re.findall(r'^#define SK_VERSION_(\w+) "?([0-9.]+)"?\s*$', text, re.MULTILINE))
+    assert socketkit.__version__ == numbers["STRING"] == "{MAJOR}.{MINOR}.{PATCH}".format(**numbers)
+    assert socketkit.LIBRARY_VERSION == socketkit.__version__
+    assert _ffi.lib.sk_version_number() == _ffi.EXPECTED_VERSION_NUMBER == int(numbers["NUMBER"])
+

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Socket.write_file (a file region sent with sendfile, a queued write with its tag) and
 Socket.read_to_file (a read whose bytes go to a file), against Python socket peers."""
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Socket.close_write_stream (half-close) and Socket.disconnect_with_reset (abortive close),
 against peers made with Python's socket and ssl modules."""
 import errno

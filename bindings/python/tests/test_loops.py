@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Loop groups stopping while other threads still use them (issue 26.3-26.5)."""
 import ctypes
 import gc

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Socket.reuse_port (beside a Python socket with SO_REUSEPORT) and
 Socket.accepts_on_every_loop (one accepting socket per loop of a LoopGroup)."""
 import socket

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The echo servers SocketKit ships (the C example bench uses, the Swift and Python bench
 servers) apply backpressure as users should copy it: a client that sends but never reads
 its echo is soon not read from any more, so its sends stall in TCP, and the server's memory

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The Socket class over real loopback connections; the peer is Python's socket module."""
 import errno
 import gc

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Socket.user_timeout, Socket.fast_open and Socket.set_socket_option (options set before
 bind, connect and listen), against peers made with Python's socket module."""
 import errno

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The binding's C hot paths (socketkit/_speedups*.c) against the ctypes ones.
 
 `make test` runs the whole suite twice: once with the extension (SOCKETKIT_EXPECT_SPEEDUPS=1:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """TLS through the binding: every setting, every failure code, manual trust (now, later, on
 every kind of callback queue), STARTTLS both ways, bulk data, truncation, asyncio.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """TLS interoperability with peers nobody here wrote: openssl s_server and s_client, Python's
 ssl module (as client and as server), and curl against a small SocketKit HTTPS responder.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """UDP sockets through Python, on real loopback sockets: round trips (IPv4, IPv6, empty
 datagrams, tags in order), errors that fail one datagram, receive modes, filters, connect,
 binding and reuse, multicast and broadcast, close and release, interop with Python's own

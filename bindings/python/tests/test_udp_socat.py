@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """UDP interop with socat, a peer no one here wrote: socat as a client of a SocketKit echo
 server, and SocketKit as a client of a socat echo server. (The Makefile installs socat.)"""
 import shutil

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Unix-domain extras: Linux abstract names ("\\0name", as the socket module writes them),
 descriptors passed with the bytes (socket.send_fds / recv_fds on the other side), and the
 peer's credentials."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Calls that wait for their effect: made from delegate methods they never deadlock (issue
 27.4), and a listener's disconnect or close returns with its descriptors closed (27.5)."""
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Memory is bounded: past the socket's maximum of queued bytes a write raises
 WriteQueueFullError and queues nothing, even when the application ignores the watermarks
 (a peer that never reads)."""
