@@ -629,6 +629,13 @@ int sk_socket_is_ipv4_preferred_over_ipv6(sk_socket_t *sock);
 int sk_socket_set_alternate_address_delay(sk_socket_t *sock, double seconds);
 int sk_socket_get_alternate_address_delay(sk_socket_t *sock, double *out_seconds);
 
+/* Happy Eyeballs v2's resolution delay (RFC 8305), in seconds (0.05 by default; negative
+ * or NaN become 0): a host name's A and AAAA records are asked for apart and connecting
+ * starts with the first answer; when that is the other family's, it waits this long for the
+ * preferred family's before connecting with what it has. */
+int sk_socket_set_resolution_delay(sk_socket_t *sock, double seconds);
+int sk_socket_get_resolution_delay(sk_socket_t *sock, double *out_seconds);
+
 /* 1 (default): a peer close ends the connection with SK_ERR_CLOSED. 0: the socket stays
  * open for writing and did_close_read_stream is called. Either once every byte that arrived
  * before the close has been read: at once when none is unread, read queued or not. */
@@ -793,9 +800,12 @@ int sk_socket_activation_fds(int *fds, size_t capacity, int unset_environment, s
 
 /* ---- Connecting ----------------------------------------------------------------------- */
 
-/* Connects to a host name, IP literal or "localhost". Resolution runs off the loop; every
- * resolved address of the enabled families is tried, the preferred family first, a new
- * attempt every alternate-address-delay or at once when one fails (Happy Eyeballs).
+/* Connects to a host name, IP literal or "localhost". Resolution runs off the loop, each
+ * enabled family's addresses asked for apart; every resolved address of the enabled
+ * families is tried as the answers come, the preferred family first, a new attempt every
+ * alternate-address-delay or at once when one fails (Happy Eyeballs v2, RFC 8305: the first
+ * answer starts connecting, the other family's after the resolution delay, and addresses
+ * answered later join those not yet tried).
  * `interface` (may be NULL) binds the local end: "eth0", an IP, "eth0:5000", or ":5000"
  * for a local port only. `timeout` covers resolution and connecting; with 0 the connect
  * succeeds only if it completes at once (a Unix-domain path does; a TCP handshake over

@@ -103,6 +103,18 @@ public func sk_socket_get_alternate_address_delay(_ handle: OpaquePointer?, _ ou
     }
 }
 
+@_cdecl("sk_socket_set_resolution_delay")
+public func sk_socket_set_resolution_delay(_ handle: OpaquePointer?, _ seconds: Double) -> Int32 {
+    Socket.withHandle(handle) { $0.resolutionDelay = seconds }
+}
+
+@_cdecl("sk_socket_get_resolution_delay")
+public func sk_socket_get_resolution_delay(_ handle: OpaquePointer?, _ outSeconds: UnsafeMutablePointer<Double>?) -> Int32 {
+    Socket.withHandle(handle) { (socket) throws(SocketError) in
+        outSeconds?.pointee = socket.resolutionDelay
+    }
+}
+
 @_cdecl("sk_socket_set_auto_disconnect_on_closed_read_stream")
 public func sk_socket_set_auto_disconnect_on_closed_read_stream(_ handle: OpaquePointer?, _ enabled: Int32) -> Int32 {
     Socket.withHandle(handle) { $0.autoDisconnectOnClosedReadStream = enabled != 0 }

@@ -154,6 +154,16 @@ public final class Socket: SocketFront, @unchecked Sendable {
         set { configure { $0.alternateAddressDelay = newValue.isNaN ? 0 : max(0, newValue) } }
     }
 
+    /// Happy Eyeballs v2's resolution delay (RFC 8305 §3), in seconds (default 0.05): a name's
+    /// A and AAAA records are asked for apart, and connecting starts with the first answer;
+    /// when that is the other family's (IPv6 when IPv4 is preferred, and the reverse), it
+    /// waits this long for the preferred family's before connecting with what it has.
+    /// Negative or NaN values become 0.
+    public var resolutionDelay: Double {
+        get { configuration.resolutionDelay }
+        set { configure { $0.resolutionDelay = newValue.isNaN ? 0 : max(0, newValue) } }
+    }
+
     /// When the peer closes its side: true (default) ends the connection with `.closed`,
     /// false keeps it open for writing and reports `socketDidCloseReadStream`; either once
     /// every byte that arrived before the close has been read (at once when none is
@@ -466,7 +476,8 @@ public final class Socket: SocketFront, @unchecked Sendable {
     // MARK: Connecting
 
     /// Connects to a host name, an IP literal or `"localhost"`. Resolution runs off the
-    /// loop; every resolved address is raced (Happy Eyeballs). `interface` binds the local
+    /// loop, A and AAAA apart, and every resolved address is raced as it comes (Happy
+    /// Eyeballs v2, RFC 8305: see `resolutionDelay` and `alternateAddressDelay`). `interface` binds the local
     /// end: `"eth0"`, an IP, `"eth0:5000"`, or `":5000"` for a local port only.
     /// `timeout` (seconds; negative = none) covers resolution and connecting; with 0 the
     /// connect succeeds only if it completes by the loop's next poll (a Unix-domain path

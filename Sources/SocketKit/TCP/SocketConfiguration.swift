@@ -31,6 +31,8 @@ struct SocketConfiguration: Sendable {
         var isIPv6Enabled = true
         var isIPv4PreferredOverIPv6 = true
         var alternateAddressDelay = 0.3
+        /// RFC 8305 §3's resolution delay (`Socket.resolutionDelay`).
+        var resolutionDelay = 0.05
         var autoDisconnectOnClosedReadStream = true
         var maximumReadLength = 16 * 1024 * 1024
         var writeHighWatermark = 64 * 1024
@@ -82,6 +84,10 @@ struct SocketConfiguration: Sendable {
     var alternateAddressDelay: Double {
         get { storage.values.alternateAddressDelay }
         set { values.alternateAddressDelay = newValue }
+    }
+    var resolutionDelay: Double {
+        get { storage.values.resolutionDelay }
+        set { values.resolutionDelay = newValue }
     }
     var autoDisconnectOnClosedReadStream: Bool {
         get { storage.values.autoDisconnectOnClosedReadStream }

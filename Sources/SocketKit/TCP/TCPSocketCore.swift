@@ -265,10 +265,17 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
     final class ConnectingState {
         var connectTimer: LoopTimer? = nil
         var attemptTimer: LoopTimer? = nil
-        var resolution: AddressResolver.Request? = nil
-        /// The loop's record of a socket waiting for `resolution`, which has no descriptor
+        /// The name's lookups still to answer: one per enabled family (Happy Eyeballs v2).
+        var resolutions: [AddressResolver.Request] = []
+        /// The loop's record of a socket waiting for `resolutions`, which has no descriptor
         /// yet: without it a stopping loop would not know to end its session.
         var resolvingRegistration: RegistrationID? = nil
+        /// The other family's addresses, answered first and held for the resolution delay
+        /// in case the preferred family's come too (RFC 8305 §3).
+        var heldAddresses: [SocketAddress] = []
+        var resolutionDelayTimer: LoopTimer? = nil
+        /// The first family's lookup failure, reported if no family gives an address.
+        var resolutionError: SocketError? = nil
         var connectAddresses: [SocketAddress] = []
         var nextConnectAddress = 0
         var connectAttempts: [ConnectionAttempt] = []
@@ -337,9 +344,21 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         get { connectingState?.attemptTimer }
         set { if connectingState != nil || !(newValue == nil) { connecting.attemptTimer = newValue } }
     }
-    var resolution: AddressResolver.Request? {
-        get { connectingState?.resolution }
-        set { if connectingState != nil || !(newValue == nil) { connecting.resolution = newValue } }
+    var resolutions: [AddressResolver.Request] {
+        get { connectingState?.resolutions ?? [] }
+        set { if connectingState != nil || !newValue.isEmpty { connecting.resolutions = newValue } }
+    }
+    var heldAddresses: [SocketAddress] {
+        get { connectingState?.heldAddresses ?? [] }
+        set { if connectingState != nil || !newValue.isEmpty { connecting.heldAddresses = newValue } }
+    }
+    var resolutionDelayTimer: LoopTimer? {
+        get { connectingState?.resolutionDelayTimer }
+        set { if connectingState != nil || newValue != nil { connecting.resolutionDelayTimer = newValue } }
+    }
+    var resolutionError: SocketError? {
+        get { connectingState?.resolutionError }
+        set { if connectingState != nil || newValue != nil { connecting.resolutionError = newValue } }
     }
     var connectAddresses: [SocketAddress] {
         get { connectingState?.connectAddresses ?? [] }
@@ -700,8 +719,11 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         cancel(connectTimer)
         cancel(attemptTimer)
         cancel(acceptTimer)
-        resolution?.cancel()
-        resolution = nil
+        for request in resolutions { request.cancel() }
+        resolutions = []
+        cancel(resolutionDelayTimer)
+        heldAddresses = []
+        resolutionError = nil
         stopWaitingForResolution()
         for attempt in connectAttempts { attempt.close() }
         connectAttempts.removeAll()

@@ -423,3 +423,44 @@ void test_write_file_and_read_to_file(void) {
     free(contents);
     recorder_destroy(&recorder);
 }
+
+/* Happy Eyeballs v2: the resolution delay's setter and getter, a name answered by one
+ * family (this machine's name, when /etc/hosts gives it 127.0.0.1 alone) and one no
+ * family answers. */
+void test_happy_eyeballs_v2_through_the_resolver(void) {
+    recorder_t recorder;
+    recorder_init(&recorder);
+    sk_socket_t *sock = recorded_socket(&recorder, NULL);
+    double seconds = -1;
+    CHECK_EQ(sk_socket_get_resolution_delay(sock, &seconds), SK_OK);
+    CHECK(seconds == 0.05);
+    CHECK_EQ(sk_socket_set_resolution_delay(sock, NAN), SK_OK);
+    CHECK_EQ(sk_socket_get_resolution_delay(sock, &seconds), SK_OK);
+    CHECK(seconds == 0);
+    CHECK_EQ(sk_socket_set_resolution_delay(sock, 0.2), SK_OK);
+    CHECK_EQ(sk_socket_get_resolution_delay(NULL, &seconds), SK_ERR_INVALID_HANDLE);
+    sk_error_t error;
+    CHECK_EQ(sk_socket_connect_to_host(sock, "no-such-host.invalid", 80, NULL, 20, &error), SK_OK);
+    recorder_expect(&recorder, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&recorder, EVENT_DISCONNECT, 0).error_code, SK_ERR_RESOLUTION);
+
+    char name[256] = {0};
+    CHECK_EQ(gethostname(name, sizeof name - 1), 0);
+    sk_address_t found[4];
+    int count = sk_lookup_host_addresses(name, 0, found, 4, &error);
+    if (count == 1 && sk_address_is_ipv4((struct sockaddr *)&found[0].address, found[0].length)) {
+        uint16_t port = 0;
+        int listener = raw_listen("127.0.0.1", &port, 4);
+        CHECK_EQ(sk_socket_set_ipv4_preferred_over_ipv6(sock, 0), SK_OK); /* the A answer waits, then goes */
+        CHECK_EQ(sk_socket_connect_to_host(sock, name, port, NULL, 20, &error), SK_OK);
+        int peer = raw_accept(listener);
+        recorder_expect(&recorder, EVENT_CONNECT, 1);
+        CHECK_STR(recorder_event(&recorder, EVENT_CONNECT, 0).text, "127.0.0.1");
+        close(peer);
+        close(listener);
+    } else {
+        fprintf(stderr, "note: %s does not resolve to one IPv4 address: a name through the resolver not checked\n", name);
+    }
+    CHECK_EQ(sk_socket_release(sock), SK_OK);
+    recorder_destroy(&recorder);
+}

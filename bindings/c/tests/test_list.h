@@ -12,6 +12,7 @@
     X(accept_on_fds_and_socket_activation) \
     X(reuse_port_and_a_listener_on_every_loop) \
     X(write_file_and_read_to_file) \
+    X(happy_eyeballs_v2_through_the_resolver) \
     X(wait_hook_runs_once_on_the_thread_about_to_block) \
     X(tls_info_and_certificate_helpers)       \
     X(tls_bad_certificates_have_their_own_codes) \

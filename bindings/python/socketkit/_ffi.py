@@ -295,6 +295,8 @@ PROTOTYPES = {
     "sk_socket_is_ipv4_preferred_over_ipv6": (c_int, [_handle]),
     "sk_socket_set_alternate_address_delay": (c_int, [_handle, c_double]),
     "sk_socket_get_alternate_address_delay": (c_int, [_handle, POINTER(c_double)]),
+    "sk_socket_set_resolution_delay": (c_int, [_handle, c_double]),
+    "sk_socket_get_resolution_delay": (c_int, [_handle, POINTER(c_double)]),
     "sk_socket_set_auto_disconnect_on_closed_read_stream": (c_int, [_handle, c_int]),
     "sk_socket_get_auto_disconnect_on_closed_read_stream": (c_int, [_handle]),
     "sk_socket_set_maximum_read_length": (c_int, [_handle, c_size_t]),

@@ -235,6 +235,20 @@ class Socket(SocketIO, Handle):
     def alternate_address_delay(self, seconds: float) -> None:
         raise_for(lib.sk_socket_set_alternate_address_delay(self.handle, float(seconds)))
 
+    @property
+    def resolution_delay(self) -> float:
+        """Happy Eyeballs v2's resolution delay (RFC 8305) in seconds, 0.05 by default: a
+        name's A and AAAA records are asked for apart and connecting starts with the first
+        answer; the other family's waits this long for the preferred family's. Negative or
+        NaN become 0."""
+        value = c_double()
+        raise_for(lib.sk_socket_get_resolution_delay(self.handle, byref(value)))
+        return value.value
+
+    @resolution_delay.setter
+    def resolution_delay(self, seconds: float) -> None:
+        raise_for(lib.sk_socket_set_resolution_delay(self.handle, float(seconds)))
+
     auto_disconnect_on_closed_read_stream = flag_property(
         lib.sk_socket_get_auto_disconnect_on_closed_read_stream,
         lib.sk_socket_set_auto_disconnect_on_closed_read_stream,
