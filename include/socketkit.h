@@ -569,7 +569,10 @@ typedef enum sk_event_kind {
     SK_EVENT_UDP_NOT_SEND = 23,   /* tag, error */
     SK_EVENT_UDP_RECEIVE = 24,    /* data, length, address, address_length, host, port, context */
     SK_EVENT_UDP_RECEIVE_ERROR = 25, /* error */
-    SK_EVENT_UDP_CLOSE = 26       /* error (NULL: closed by the program) */
+    SK_EVENT_UDP_CLOSE = 26,      /* error (NULL: closed by the program) */
+    /* As SK_EVENT_UDP_RECEIVE, with packet info: sk_udp_event_packet_info reads it (through
+     * `token`, which is not for reading). */
+    SK_EVENT_UDP_RECEIVE_PACKET_INFO = 27 /* data, length, address, address_length, host, port, context, token */
 } sk_event_kind_t;
 
 typedef struct sk_event {
@@ -1297,6 +1300,16 @@ typedef enum sk_udp_address_preference {
     SK_UDP_PREFER_IPV6 = 2
 } sk_udp_address_preference_t;
 
+/* Where a datagram arrived (packet info: sk_udp_socket_set_receives_packet_info). */
+typedef struct sk_udp_packet_info {
+    /* The address the datagram was sent to, as its IP header says (a multicast group, a
+     * broadcast address, or one of this host's), port 0: a sockaddr_in or sockaddr_in6. */
+    struct sockaddr_storage destination;
+    socklen_t destination_length;
+    /* The index of the interface it came in on (if_indextoname gives its name). */
+    unsigned interface_index;
+} sk_udp_packet_info_t;
+
 /* A UDP socket's callbacks (NULL members: not interested). Addresses and data are
  * borrowed for the call only. did_close is the last callback of a session. */
 typedef struct sk_udp_socket_delegate {
@@ -1322,6 +1335,13 @@ typedef struct sk_udp_socket_delegate {
     /* The socket closed: error NULL after sk_udp_socket_close / _close_after_sending,
      * SK_ERR_CLOSED when its loop stopped. Only if it had descriptors. */
     void (*did_close)(sk_udp_socket_t *sock, const sk_error_t *error, void *userdata);
+    /* Added in 0.2.0 (the members above are the first published version). A datagram that
+     * carries packet info (sk_udp_socket_set_receives_packet_info): as did_receive, with
+     * where it arrived in `info` (borrowed for the call). When this member is NULL such
+     * datagrams go to did_receive, without it. */
+    void (*did_receive_with_packet_info)(sk_udp_socket_t *sock, const void *data, size_t length,
+                                         const struct sockaddr *address, socklen_t address_length,
+                                         const sk_udp_packet_info_t *info, void *context, void *userdata);
 } sk_udp_socket_delegate_t;
 
 /* Receive filter: return nonzero to pass the datagram to did_receive (with *out_context
@@ -1428,6 +1448,29 @@ int sk_udp_socket_join_multicast_group(sk_udp_socket_t *sock, const char *group,
                                        sk_error_t *error);
 int sk_udp_socket_leave_multicast_group(sk_udp_socket_t *sock, const char *group, const char *interface,
                                         sk_error_t *error);
+/* Source-specific multicast (RFC 4607, IGMPv3/MLDv2): receive what `source` sends to
+ * `group`, and nothing others send to it (MCAST_JOIN_SOURCE_GROUP), or stop
+ * (MCAST_LEAVE_SOURCE_GROUP). Both numeric and of one family (IPv4's SSM range is
+ * 232.0.0.0/8); otherwise as sk_udp_socket_join_multicast_group. Several sources of a group
+ * may be joined; a group joined without a source cannot also be joined with one (the
+ * kernel's EINVAL). Errors: as above, plus SK_ERR_BAD_PARAM (source NULL, not numeric, or
+ * of the other family); leaving a source not joined is SK_ERR_SYSTEM (EADDRNOTAVAIL, or
+ * EINVAL when the group has no source joined). */
+int sk_udp_socket_join_multicast_source(sk_udp_socket_t *sock, const char *group, const char *source,
+                                        const char *interface, sk_error_t *error);
+int sk_udp_socket_leave_multicast_source(sk_udp_socket_t *sock, const char *group, const char *source,
+                                         const char *interface, sk_error_t *error);
+/* Packet info (IP_PKTINFO / IPV6_RECVPKTINFO; off by default): each datagram comes with the
+ * address it was sent to and the interface it arrived on, through
+ * did_receive_with_packet_info (SK_EVENT_UDP_RECEIVE_PACKET_INFO records). Applies to the
+ * descriptors there are and those made later; datagrams the kernel queued before it was
+ * turned on come without it (did_receive). Errors: SK_ERR_SYSTEM, SK_ERR_INVALID_HANDLE.
+ * The getter returns 1 or 0. */
+int sk_udp_socket_set_receives_packet_info(sk_udp_socket_t *sock, int enabled, sk_error_t *error);
+int sk_udp_socket_get_receives_packet_info(sk_udp_socket_t *sock);
+/* The packet info of an SK_EVENT_UDP_RECEIVE_PACKET_INFO record (valid as long as the
+ * record's other memory), NULL for any other record. */
+const sk_udp_packet_info_t *sk_udp_event_packet_info(const sk_event_t *event);
 /* The interface multicast leaves through, per family (IP_MULTICAST_IF / IPV6_MULTICAST_IF). */
 int sk_udp_socket_send_ipv4_multicast_on_interface(sk_udp_socket_t *sock, const char *interface, sk_error_t *error);
 int sk_udp_socket_send_ipv6_multicast_on_interface(sk_udp_socket_t *sock, const char *interface, sk_error_t *error);

@@ -121,6 +121,61 @@ ssize_t skc_send_with_descriptors(int fd, const struct iovec *vectors, int iovcn
     return sendmsg(fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
+int skc_source_membership(int fd, int join, int level, unsigned interface, const struct sockaddr *group,
+                          socklen_t group_length, const struct sockaddr *source, socklen_t source_length) {
+    struct group_source_req request;
+    memset(&request, 0, sizeof request);
+    if (group_length > sizeof request.gsr_group || source_length > sizeof request.gsr_source) {
+        errno = EINVAL;
+        return -1;
+    }
+    request.gsr_interface = interface;
+    memcpy(&request.gsr_group, group, group_length);
+    memcpy(&request.gsr_source, source, source_length);
+    return setsockopt(fd, level, join ? MCAST_JOIN_SOURCE_GROUP : MCAST_LEAVE_SOURCE_GROUP, &request, sizeof request);
+}
+
+int skc_set_packet_info(int fd, int family, int enabled) {
+    int value = enabled ? 1 : 0;
+    if (family == AF_INET) return setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &value, sizeof value);
+    return setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &value, sizeof value);
+}
+
+int skc_packet_info(const struct msghdr *message, struct sockaddr_storage *destination, socklen_t *length,
+                    unsigned *interface) {
+    for (struct cmsghdr *control = CMSG_FIRSTHDR((struct msghdr *)message); control != NULL;
+         control = CMSG_NXTHDR((struct msghdr *)message, control)) {
+        if (control->cmsg_level == IPPROTO_IP && control->cmsg_type == IP_PKTINFO) {
+            struct in_pktinfo info;
+            memcpy(&info, CMSG_DATA(control), sizeof info);
+            struct sockaddr_in *address = (struct sockaddr_in *)destination;
+            memset(address, 0, sizeof *address);
+            address->sin_family = AF_INET;
+            /* ipi_addr is the header's destination (a multicast group, a broadcast
+             * address); ipi_spec_dst is the local address a reply would leave from. */
+            address->sin_addr = info.ipi_addr;
+            *length = sizeof *address;
+            *interface = (unsigned)info.ipi_ifindex;
+            return 1;
+        }
+        if (control->cmsg_level == IPPROTO_IPV6 && control->cmsg_type == IPV6_PKTINFO) {
+            struct in6_pktinfo info;
+            memcpy(&info, CMSG_DATA(control), sizeof info);
+            struct sockaddr_in6 *address = (struct sockaddr_in6 *)destination;
+            memset(address, 0, sizeof *address);
+            address->sin6_family = AF_INET6;
+            address->sin6_addr = info.ipi6_addr;
+            if (IN6_IS_ADDR_LINKLOCAL(&info.ipi6_addr) || IN6_IS_ADDR_MC_LINKLOCAL(&info.ipi6_addr)) {
+                address->sin6_scope_id = info.ipi6_ifindex;
+            }
+            *length = sizeof *address;
+            *interface = info.ipi6_ifindex;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 ssize_t skc_sendfile(int fd, int file, int64_t offset, size_t count) {
     off_t position = (off_t)offset;
     return sendfile(fd, file, &position, count);

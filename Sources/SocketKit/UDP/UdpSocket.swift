@@ -301,6 +301,42 @@ public final class UdpSocket: SocketFront, @unchecked Sendable {
         try onLoop { core throws(SocketError) in try core.joinOrLeave(join: false, group: group, interface: interface) }
     }
 
+    /// Source-specific multicast (RFC 4607, IGMPv3/MLDv2): receive what `source` sends to
+    /// `group`, and nothing others send to it (`MCAST_JOIN_SOURCE_GROUP`); both numeric, of
+    /// one family (IPv4's SSM range is 232.0.0.0/8, IPv6's ff3x::/96). The same rules as
+    /// `joinMulticastGroup` otherwise (bound, not connected, each family on its own
+    /// descriptor). Joining several sources of a group is allowed; a group joined without a
+    /// source cannot also be joined with one (EINVAL from the kernel). Throws `.badParam`
+    /// for a group or source that is not a numeric address, or of different families.
+    public func joinMulticastGroup(_ group: String, source: String, onInterface interface: String? = nil) throws(SocketError) {
+        try onLoop { core throws(SocketError) in
+            try core.joinOrLeaveSource(join: true, group: group, source: source, interface: interface)
+        }
+    }
+
+    /// Stops receiving what `source` sends to `group` (`MCAST_LEAVE_SOURCE_GROUP`);
+    /// `.system` when not joined (the kernel's EADDRNOTAVAIL, or EINVAL when the group has
+    /// no source joined).
+    public func leaveMulticastGroup(_ group: String, source: String, onInterface interface: String? = nil) throws(SocketError) {
+        try onLoop { core throws(SocketError) in
+            try core.joinOrLeaveSource(join: false, group: group, source: source, interface: interface)
+        }
+    }
+
+    /// Packet info (IP_PKTINFO / IPV6_RECVPKTINFO; off by default): each datagram comes
+    /// with the address it was sent to and the interface it arrived on, through
+    /// `udpSocket(_:didReceive:fromAddress:packetInfo:withFilterContext:)`. Applies to the
+    /// descriptors there are and those made later; datagrams already queued in the kernel
+    /// when it is turned on come without it (through the method without `packetInfo`).
+    public func setReceivesPacketInfo(_ enabled: Bool) throws(SocketError) {
+        try onLoop { core throws(SocketError) in try core.setReceivesPacketInfo(enabled) }
+    }
+
+    /// Whether packet info is on (`setReceivesPacketInfo`).
+    public var receivesPacketInfo: Bool {
+        (try? onLoop { core throws(SocketError) in core.receivesPacketInfo }) ?? false
+    }
+
     /// The interface IPv4 multicast leaves through (IP_MULTICAST_IF).
     public func sendIPv4Multicast(onInterface interface: String) throws(SocketError) {
         try onLoop { core throws(SocketError) in try core.setMulticastInterface(interface, family: .ipv4) }

@@ -217,6 +217,24 @@ ssize_t skc_read_with_descriptors(int fd, void *buffer, size_t count, int *fds, 
  * first byte sent. Returns what sendmsg returns. */
 ssize_t skc_send_with_descriptors(int fd, const struct iovec *vectors, int iovcnt, const int *fds, int fd_count);
 
+/* Source-specific multicast: MCAST_JOIN_SOURCE_GROUP (`join` nonzero) or
+ * MCAST_LEAVE_SOURCE_GROUP at `level` (IPPROTO_IP or IPPROTO_IPV6) with a struct
+ * group_source_req (which needs _GNU_SOURCE's view of <netinet/in.h>). 0, or -1 with errno. */
+int skc_source_membership(int fd, int join, int level, unsigned interface, const struct sockaddr *group,
+                          socklen_t group_length, const struct sockaddr *source, socklen_t source_length);
+
+/* Packet info (IP_PKTINFO / IPV6_RECVPKTINFO), whose structs need _GNU_SOURCE and whose
+ * control messages are read with CMSG_* macros. skc_set_packet_info turns it on or off on
+ * a socket of `family` (AF_INET or AF_INET6): 0, or -1 with errno. skc_packet_info finds it
+ * in a received message: 1 with the address the datagram was sent to (port 0) in
+ * `destination` / `length` and the interface it came in on in `interface`, or 0 when the
+ * message carries none (the option was off when it was queued). SKC_PACKET_INFO_CONTROL
+ * is the control room one message needs for it (with room to spare). */
+#define SKC_PACKET_INFO_CONTROL 128
+int skc_set_packet_info(int fd, int family, int enabled);
+int skc_packet_info(const struct msghdr *message, struct sockaddr_storage *destination, socklen_t *length,
+                    unsigned *interface);
+
 /* sendfile(2) of `count` bytes of `file` from `offset` (the file's own position untouched)
  * to the socket `fd`: the bytes sent, or -1 with errno. */
 ssize_t skc_sendfile(int fd, int file, int64_t offset, size_t count);

@@ -10,6 +10,8 @@
 #include <sys/time.h>
 #include <time.h>
 #include <netinet/in.h>
+#include <net/if.h>
+#include <stddef.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -32,6 +34,9 @@ typedef struct udp_event {
     unsigned char data[64];   /* first bytes of a datagram */
     uint16_t port;            /* sender's / peer's port */
     void *context;
+    int has_info;             /* did_receive_with_packet_info: */
+    uint32_t destination;     /* its IPv4 destination (network order) */
+    unsigned interface_index;
 } udp_event_t;
 
 typedef struct udp_recorder {
@@ -189,6 +194,32 @@ static sk_udp_socket_delegate_t udp_delegate(void) {
         .did_close = on_close,
     };
     return delegate;
+}
+
+/* The text of a packet info's destination ("" for none). */
+static void destination_text(const sk_udp_packet_info_t *info, char *text, size_t capacity) {
+    const struct sockaddr *address = (const struct sockaddr *)&info->destination;
+    if (address->sa_family == AF_INET) {
+        CHECK_EQ(info->destination_length, sizeof(struct sockaddr_in));
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)address)->sin_addr, text, (socklen_t)capacity);
+    } else {
+        CHECK_EQ(info->destination_length, sizeof(struct sockaddr_in6));
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)address)->sin6_addr, text, (socklen_t)capacity);
+    }
+}
+
+static void on_receive_with_packet_info(sk_udp_socket_t *sock, const void *data, size_t length,
+                                        const struct sockaddr *address, socklen_t address_length,
+                                        const sk_udp_packet_info_t *info, void *context, void *userdata) {
+    (void)sock;
+    (void)address_length;
+    udp_event_t event = {.kind = UDP_RECEIVE, .length = length, .port = port_of(address), .context = context,
+                         .has_info = 1, .interface_index = info->interface_index};
+    memcpy(event.data, data, length < sizeof event.data ? length : sizeof event.data);
+    CHECK_EQ(info->destination.ss_family, AF_INET);
+    CHECK_EQ(info->destination_length, sizeof(struct sockaddr_in));
+    event.destination = ((const struct sockaddr_in *)&info->destination)->sin_addr.s_addr;
+    udp_record(userdata, event);
 }
 
 static sk_udp_socket_t *udp_socket(udp_recorder_t *recorder, sk_callback_queue_t *queue) {
@@ -692,6 +723,153 @@ void test_udp_multicast_on_loopback(void) {
     CHECK_EQ(sk_udp_socket_release(receiver), SK_OK);
     udp_recorder_destroy(&log);
     udp_recorder_destroy(&sender_log);
+}
+
+/* Packet info: a socket bound to the wildcard address learns which of its addresses each
+ * datagram was sent to and that it came in on lo; without the member, did_receive gets
+ * them; a host-driven queue's records carry it (sk_udp_event_packet_info). */
+void test_udp_packet_info(void) {
+    static udp_recorder_t log;
+    udp_recorder_init(&log);
+    sk_error_t error;
+    sk_udp_socket_delegate_t delegate = udp_delegate();
+    delegate.did_receive_with_packet_info = on_receive_with_packet_info;
+    sk_udp_socket_t *receiver = NULL;
+    CHECK_EQ(sk_udp_socket_create(&delegate, sizeof delegate, &log, NULL, NULL, &receiver, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_get_receives_packet_info(receiver), 0);
+    CHECK_EQ(sk_udp_socket_set_receives_packet_info(receiver, 1, &error), SK_OK); /* before the descriptors */
+    CHECK_EQ(sk_udp_socket_get_receives_packet_info(receiver), 1);
+    CHECK_EQ(sk_udp_socket_set_receives_packet_info(NULL, 1, &error), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_udp_socket_bind_to_port(receiver, NULL, 0, &error), SK_OK);
+    uint16_t port = 0;
+    CHECK_EQ(sk_udp_socket_get_local_port(receiver, AF_INET, &port), SK_OK);
+    CHECK_EQ(sk_udp_socket_begin_receiving(receiver, &error), SK_OK);
+
+    int raw = socket(AF_INET, SOCK_DGRAM, 0);
+    const char *destinations[] = {"127.0.0.1", "127.0.0.5"};
+    for (int i = 0; i < 2; i++) {
+        struct sockaddr_in target = {.sin_family = AF_INET, .sin_port = htons(port)};
+        inet_pton(AF_INET, destinations[i], &target.sin_addr);
+        CHECK_EQ(sendto(raw, "p", 1, 0, (struct sockaddr *)&target, sizeof target), 1);
+    }
+    udp_expect(&log, UDP_RECEIVE, 2);
+    for (int i = 0; i < 2; i++) {
+        udp_event_t event = udp_event(&log, UDP_RECEIVE, (size_t)i);
+        CHECK_EQ(event.has_info, 1);
+        struct in_addr expected;
+        inet_pton(AF_INET, destinations[i], &expected);
+        CHECK_EQ(event.destination, expected.s_addr);
+        CHECK_EQ(event.interface_index, if_nametoindex("lo"));
+    }
+    /* Without the member, the same datagrams reach did_receive. */
+    delegate.did_receive_with_packet_info = NULL;
+    CHECK_EQ(sk_udp_socket_set_delegate(receiver, &delegate, sizeof delegate, &log), SK_OK);
+    struct sockaddr_in target = loopback4(port);
+    CHECK_EQ(sendto(raw, "q", 1, 0, (struct sockaddr *)&target, sizeof target), 1);
+    udp_expect(&log, UDP_RECEIVE, 3);
+    CHECK_EQ(udp_event(&log, UDP_RECEIVE, 2).has_info, 0);
+    /* A delegate struct of the first published size (no such member) is accepted. */
+    CHECK_EQ(sk_udp_socket_set_delegate(receiver, &delegate, offsetof(sk_udp_socket_delegate_t,
+                                                                       did_receive_with_packet_info), &log), SK_OK);
+    CHECK_EQ(sk_udp_socket_release(receiver), SK_OK);
+
+    /* Records. */
+    sk_callback_queue_t *queue = NULL;
+    CHECK_EQ(sk_callback_queue_create_host(&queue, &error), SK_OK);
+    delegate.did_receive_with_packet_info = on_receive_with_packet_info;
+    CHECK_EQ(sk_udp_socket_create(&delegate, sizeof delegate, &log, queue, NULL, &receiver, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_bind_to_port(receiver, "127.0.0.1", 0, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_get_local_port(receiver, AF_UNSPEC, &port), SK_OK);
+    CHECK_EQ(sk_udp_socket_set_receives_packet_info(receiver, 1, &error), SK_OK); /* on the descriptor there is */
+    CHECK_EQ(sk_udp_socket_begin_receiving(receiver, &error), SK_OK);
+    target = loopback4(port);
+    CHECK_EQ(sendto(raw, "r", 1, 0, (struct sockaddr *)&target, sizeof target), 1);
+    sk_event_t records[8];
+    int got = 0;
+    double deadline = now_seconds() + WAIT_SECONDS;
+    while (got == 0) {
+        CHECK(now_seconds() < deadline);
+        struct pollfd waiter = {.fd = sk_callback_queue_fd(queue), .events = POLLIN};
+        poll(&waiter, 1, 100);
+        got = sk_callback_queue_poll_events(queue, records, 8);
+        CHECK(got >= 0);
+    }
+    CHECK_EQ(got, 1);
+    CHECK_EQ(records[0].kind, SK_EVENT_UDP_RECEIVE_PACKET_INFO);
+    CHECK_EQ(records[0].length, 1);
+    CHECK_STR(records[0].host, "127.0.0.1");
+    const sk_udp_packet_info_t *info = sk_udp_event_packet_info(&records[0]);
+    CHECK(info != NULL);
+    char text[INET6_ADDRSTRLEN];
+    destination_text(info, text, sizeof text);
+    CHECK_STR(text, "127.0.0.1");
+    CHECK_EQ(info->interface_index, if_nametoindex("lo"));
+    records[0].kind = SK_EVENT_UDP_RECEIVE;
+    CHECK(sk_udp_event_packet_info(&records[0]) == NULL);
+    CHECK(sk_udp_event_packet_info(NULL) == NULL);
+    CHECK_EQ(sk_udp_socket_release(receiver), SK_OK);
+    CHECK_EQ(sk_callback_queue_release(queue), SK_OK);
+    close(raw);
+    udp_recorder_destroy(&log);
+}
+
+/* A sender of IPv4 multicast from `source` (a 127/8 address: each is local on lo), looped
+ * back to this host through lo. */
+static sk_udp_socket_t *multicast_sender(udp_recorder_t *log, const char *source) {
+    sk_error_t error;
+    sk_udp_socket_t *sender = udp_socket(log, NULL);
+    struct sockaddr_in address = {.sin_family = AF_INET};
+    inet_pton(AF_INET, source, &address.sin_addr);
+    CHECK_EQ(sk_udp_socket_bind_to_address(sender, (struct sockaddr *)&address, sizeof address, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_set_multicast_loopback(sender, 1, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_send_ipv4_multicast_on_interface(sender, "lo", &error), SK_OK);
+    return sender;
+}
+
+/* Source-specific multicast: only the joined source's datagrams arrive. Loopback delivers
+ * within the sender's send, so a datagram let through would come before the marker sent
+ * after it. */
+void test_udp_source_specific_multicast(void) {
+    static udp_recorder_t log, allowed_log, other_log; /* static: three are too large for valgrind's stack */
+    udp_recorder_init(&log);
+    udp_recorder_init(&allowed_log);
+    udp_recorder_init(&other_log);
+    sk_error_t error;
+    const char *group = "232.1.2.4";
+    sk_udp_socket_t *receiver = udp_socket(&log, NULL);
+    CHECK_EQ(sk_udp_socket_join_multicast_source(receiver, group, "127.0.0.1", "lo", &error), SK_ERR_BAD_CONFIG);
+    CHECK_EQ(sk_udp_socket_bind_to_port(receiver, NULL, 0, &error), SK_OK);
+    uint16_t port = 0;
+    CHECK_EQ(sk_udp_socket_get_local_port(receiver, AF_INET, &port), SK_OK);
+    CHECK_EQ(sk_udp_socket_join_multicast_source(receiver, group, NULL, "lo", &error), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_udp_socket_join_multicast_source(receiver, group, "not-an-ip", "lo", &error), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_udp_socket_join_multicast_source(receiver, group, "::1", "lo", &error), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_udp_socket_join_multicast_source(NULL, group, "127.0.0.1", "lo", &error), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_udp_socket_join_multicast_source(receiver, group, "127.0.0.1", "lo", &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_begin_receiving(receiver, &error), SK_OK);
+    sk_udp_socket_t *allowed = multicast_sender(&allowed_log, "127.0.0.1");
+    sk_udp_socket_t *other = multicast_sender(&other_log, "127.0.0.2");
+    CHECK_EQ(sk_udp_socket_send_to_host(other, "x", 1, group, port, 5, 1, &error), SK_OK);
+    udp_expect(&other_log, UDP_SEND, 1);
+    CHECK_EQ(sk_udp_socket_send_to_host(allowed, "a", 1, group, port, 5, 1, &error), SK_OK);
+    udp_expect(&log, UDP_RECEIVE, 1);
+    CHECK_EQ(udp_event(&log, UDP_RECEIVE, 0).data[0], 'a');
+
+    CHECK_EQ(sk_udp_socket_leave_multicast_source(receiver, group, "127.0.0.1", "lo", &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_leave_multicast_source(receiver, group, "127.0.0.1", "lo", &error), SK_ERR_SYSTEM);
+    CHECK_EQ(sk_udp_socket_join_multicast_source(receiver, group, "127.0.0.2", "lo", &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_send_to_host(allowed, "y", 1, group, port, 5, 2, &error), SK_OK);
+    udp_expect(&allowed_log, UDP_SEND, 2);
+    CHECK_EQ(sk_udp_socket_send_to_host(other, "b", 1, group, port, 5, 2, &error), SK_OK);
+    udp_expect(&log, UDP_RECEIVE, 2);
+    CHECK_EQ(udp_event(&log, UDP_RECEIVE, 1).data[0], 'b');
+    CHECK_EQ(udp_count(&log, UDP_RECEIVE), 2);
+    CHECK_EQ(sk_udp_socket_release(allowed), SK_OK);
+    CHECK_EQ(sk_udp_socket_release(other), SK_OK);
+    CHECK_EQ(sk_udp_socket_release(receiver), SK_OK);
+    udp_recorder_destroy(&log);
+    udp_recorder_destroy(&allowed_log);
+    udp_recorder_destroy(&other_log);
 }
 
 static int send_everything(sk_udp_socket_t *sock, const void *data, size_t length, const struct sockaddr *address,

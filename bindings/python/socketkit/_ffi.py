@@ -147,6 +147,9 @@ UDP_DID_NOT_SEND = CFUNCTYPE(None, c_void_p, c_long, POINTER(CError), c_void_p)
 UDP_DID_RECEIVE = CFUNCTYPE(None, c_void_p, c_void_p, c_size_t, c_void_p, c_uint32, c_void_p, c_void_p)
 UDP_DID_RECEIVE_ERROR = CFUNCTYPE(None, c_void_p, POINTER(CError), c_void_p)
 UDP_DID_CLOSE = CFUNCTYPE(None, c_void_p, POINTER(CError), c_void_p)
+#: did_receive_with_packet_info(sock, data, length, address, address_length, info, context, userdata)
+UDP_DID_RECEIVE_WITH_PACKET_INFO = CFUNCTYPE(None, c_void_p, c_void_p, c_size_t, c_void_p, c_uint32, c_void_p,
+                                             c_void_p, c_void_p)
 #: sk_udp_receive_filter_fn(sock, data, length, address, address_length, out_context, filter_userdata)
 UDP_RECEIVE_FILTER = CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t, c_void_p, c_uint32, POINTER(c_void_p), c_void_p)
 #: sk_udp_send_filter_fn(sock, data, length, address, address_length, tag, filter_userdata)
@@ -164,6 +167,17 @@ class UdpSocketDelegate(Structure):
         ("did_receive", UDP_DID_RECEIVE),
         ("did_receive_error", UDP_DID_RECEIVE_ERROR),
         ("did_close", UDP_DID_CLOSE),
+        ("did_receive_with_packet_info", UDP_DID_RECEIVE_WITH_PACKET_INFO),
+    ]
+
+
+class UdpPacketInfo(Structure):
+    """sk_udp_packet_info_t"""
+
+    _fields_ = [
+        ("destination", ctypes.c_byte * 128),  # struct sockaddr_storage
+        ("destination_length", c_uint32),      # socklen_t
+        ("interface_index", ctypes.c_uint),
     ]
 
 
@@ -201,7 +215,7 @@ class Event(Structure):
  EVENT_WRITE, EVENT_WRITE_PARTIAL, EVENT_WRITE_TIMEOUT, EVENT_CLOSE_READ_STREAM, EVENT_HIGH_WATERMARK,
  EVENT_LOW_WATERMARK, EVENT_DISCONNECT, EVENT_SECURE, EVENT_TRUST, EVENT_CANCEL_READ) = range(1, 17)
 (EVENT_UDP_CONNECT, EVENT_UDP_NOT_CONNECT, EVENT_UDP_SEND, EVENT_UDP_NOT_SEND, EVENT_UDP_RECEIVE,
- EVENT_UDP_RECEIVE_ERROR, EVENT_UDP_CLOSE) = range(20, 27)
+ EVENT_UDP_RECEIVE_ERROR, EVENT_UDP_CLOSE, EVENT_UDP_RECEIVE_PACKET_INFO) = range(20, 28)
 
 #: sk_event_t as a struct format: one unpack_from reads a whole record (much cheaper than
 #: ctypes field access). Fields: sock, userdata, kind, port, tag, data, length, elapsed,
@@ -435,6 +449,11 @@ PROTOTYPES = {
     "sk_udp_socket_pause_receiving": (c_int, [_handle]),
     # UDP multicast, broadcast, reuse
     "sk_udp_socket_join_multicast_group": (c_int, [_handle, c_char_p, c_char_p, _error]),
+    "sk_udp_socket_set_receives_packet_info": (c_int, [_handle, c_int, _error]),
+    "sk_udp_socket_get_receives_packet_info": (c_int, [_handle]),
+    "sk_udp_event_packet_info": (c_void_p, [c_void_p]),
+    "sk_udp_socket_join_multicast_source": (c_int, [_handle, c_char_p, c_char_p, c_char_p, _error]),
+    "sk_udp_socket_leave_multicast_source": (c_int, [_handle, c_char_p, c_char_p, c_char_p, _error]),
     "sk_udp_socket_leave_multicast_group": (c_int, [_handle, c_char_p, c_char_p, _error]),
     "sk_udp_socket_send_ipv4_multicast_on_interface": (c_int, [_handle, c_char_p, _error]),
     "sk_udp_socket_send_ipv6_multicast_on_interface": (c_int, [_handle, c_char_p, _error]),

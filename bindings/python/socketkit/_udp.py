@@ -130,6 +130,10 @@ class UdpSocket(UdpSocketIO, Handle):
       (a datagram that cannot be sent fails alone: the socket stays open)
     - ``udp_socket_did_receive(sock, data, address, context)``: `data` is ``bytes``
       (possibly empty), `context` what the receive filter attached (else None)
+    - ``udp_socket_did_receive_with_packet_info(sock, data, address, packet_info, context)``:
+      as ``udp_socket_did_receive``, for the datagrams that carry packet info
+      (:attr:`receives_packet_info`), with a :class:`PacketInfo`; without this method they
+      go to ``udp_socket_did_receive``
     - ``udp_socket_did_receive_error(sock, error)``: an ICMP error about an earlier
       datagram, or :class:`~socketkit.TruncatedError` for one larger than the receive limit
     - ``udp_socket_did_close(sock, error)``: last of a session; `error` None after
@@ -382,6 +386,31 @@ class UdpSocket(UdpSocketIO, Handle):
         """Leaves `group` (SystemCallError EADDRNOTAVAIL if it was not joined)."""
         self._request(lib.sk_udp_socket_leave_multicast_group, _ffi.c_string(group, "the multicast group"),
                       _addresses.interface(interface))
+
+    @property
+    def receives_packet_info(self) -> bool:
+        """Packet info (IP_PKTINFO / IPV6_RECVPKTINFO; False by default): each datagram comes
+        with the address it was sent to and the interface it arrived on, through
+        ``udp_socket_did_receive_with_packet_info``. Applies to the descriptors there are and
+        those made later; datagrams the kernel queued before it was turned on come without."""
+        return bool(raise_for(lib.sk_udp_socket_get_receives_packet_info(self.handle)))
+
+    @receives_packet_info.setter
+    def receives_packet_info(self, enabled: bool) -> None:
+        self._request(lib.sk_udp_socket_set_receives_packet_info, int(bool(enabled)))
+
+    def join_multicast_source(self, group: str, source: str, interface: Optional[str] = None) -> None:
+        """Source-specific multicast: receives what `source` sends to `group` and nothing
+        others send to it (both numeric, one family; IPv4's SSM range is 232.0.0.0/8).
+        Otherwise as :meth:`join_multicast_group`."""
+        self._request(lib.sk_udp_socket_join_multicast_source, _ffi.c_string(group, "the multicast group"),
+                      _ffi.c_string(source, "the source"), _addresses.interface(interface))
+
+    def leave_multicast_source(self, group: str, source: str, interface: Optional[str] = None) -> None:
+        """Stops receiving what `source` sends to `group` (SystemCallError if not joined:
+        EADDRNOTAVAIL, or EINVAL when the group has no source joined)."""
+        self._request(lib.sk_udp_socket_leave_multicast_source, _ffi.c_string(group, "the multicast group"),
+                      _ffi.c_string(source, "the source"), _addresses.interface(interface))
 
     def send_ipv4_multicast_on_interface(self, interface: str) -> None:
         """The interface IPv4 multicast leaves through (IP_MULTICAST_IF)."""
