@@ -1468,6 +1468,23 @@ int sk_udp_socket_leave_multicast_source(sk_udp_socket_t *sock, const char *grou
  * The getter returns 1 or 0. */
 int sk_udp_socket_set_receives_packet_info(sk_udp_socket_t *sock, int enabled, sk_error_t *error);
 int sk_udp_socket_get_receives_packet_info(sk_udp_socket_t *sock);
+/* UDP segmentation offload (UDP_SEGMENT; 0, the default: off): each datagram sent larger
+ * than `size` bytes leaves as datagrams of `size` bytes (the last shorter), cut by the kernel
+ * (or the network card) after one trip through the stack; one of `size` or less goes as it
+ * is. The kernel's limits hold (at most 64 segments; `size` plus headers within the route's
+ * MTU): sends beyond them fail alone through did_not_send (SK_ERR_SYSTEM, EINVAL or
+ * EMSGSIZE). Applies to the descriptors there are and those made later. Errors:
+ * SK_ERR_BAD_PARAM (above 65535), SK_ERR_SYSTEM ENOPROTOOPT on a kernel without it (before
+ * Linux 4.18): no silent fallback, since the datagrams the peer sees would differ. */
+int sk_udp_socket_set_send_segment_size(sk_udp_socket_t *sock, size_t size, sk_error_t *error);
+int sk_udp_socket_get_send_segment_size(sk_udp_socket_t *sock, size_t *out_size);
+/* UDP receive offload (UDP_GRO; off by default): the kernel may hand over several datagrams
+ * of one sender in one buffer; SocketKit cuts them apart again, so did_receive sees the same
+ * datagrams, in order, each held to the receive limit (in receive-once mode those of one
+ * buffer come together). Errors: SK_ERR_SYSTEM ENOPROTOOPT on a kernel without it (before
+ * Linux 5.0). The getter returns 1 or 0. */
+int sk_udp_socket_set_receive_offload(sk_udp_socket_t *sock, int enabled, sk_error_t *error);
+int sk_udp_socket_get_receive_offload(sk_udp_socket_t *sock);
 /* The packet info of an SK_EVENT_UDP_RECEIVE_PACKET_INFO record (valid as long as the
  * record's other memory), NULL for any other record. */
 const sk_udp_packet_info_t *sk_udp_event_packet_info(const sk_event_t *event);

@@ -176,6 +176,34 @@ int skc_packet_info(const struct msghdr *message, struct sockaddr_storage *desti
     return 0;
 }
 
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103 /* linux/udp.h */
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+
+int skc_set_udp_segment(int fd, int size) {
+    return setsockopt(fd, IPPROTO_UDP, UDP_SEGMENT, &size, sizeof size);
+}
+
+int skc_set_udp_gro(int fd, int enabled) {
+    int value = enabled ? 1 : 0;
+    return setsockopt(fd, IPPROTO_UDP, UDP_GRO, &value, sizeof value);
+}
+
+int skc_coalesced_segment_size(const struct msghdr *message) {
+    for (struct cmsghdr *control = CMSG_FIRSTHDR((struct msghdr *)message); control != NULL;
+         control = CMSG_NXTHDR((struct msghdr *)message, control)) {
+        if (control->cmsg_level == IPPROTO_UDP && control->cmsg_type == UDP_GRO) {
+            int size;
+            memcpy(&size, CMSG_DATA(control), sizeof size);
+            return size > 0 ? size : 0;
+        }
+    }
+    return 0;
+}
+
 ssize_t skc_sendfile(int fd, int file, int64_t offset, size_t count) {
     off_t position = (off_t)offset;
     return sendfile(fd, file, &position, count);

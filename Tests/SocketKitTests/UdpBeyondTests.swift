@@ -149,3 +149,39 @@ extension UdpBeyondTests {
         #expect(received.first?.1?.destination.host == "127.0.0.1")
     }
 }
+
+extension UdpBeyondTests {
+    /// A 1000-byte send with a segment size of 100 leaves as ten datagrams; a receiver with
+    /// receive offload gets them coalesced from the kernel and hands over each, in order,
+    /// each held to its limit; a receiver without it gets ten datagrams from the kernel.
+    @Test(arguments: [true, false])
+    func segmentationOffloadSendsDatagramsReceiveOffloadCutsThemApart(receiveOffload: Bool) throws {
+        let log = UdpRecorder()
+        let receiver = UdpSocket(delegate: log)
+        defer { receiver.close() }
+        #expect(!receiver.receiveOffload)
+        try receiver.setReceiveOffload(receiveOffload)
+        #expect(receiver.receiveOffload == receiveOffload)
+        try receiver.bind(toPort: 0, interface: "127.0.0.1")
+        try receiver.beginReceiving()
+        let sender = UdpSocket(delegate: UdpRecorder())
+        defer { sender.close() }
+        #expect(sender.sendSegmentSize == 0)
+        #expect(throws: SocketError.self) { try sender.setSendSegmentSize(70000) }
+        #expect(throws: SocketError.self) { try sender.setSendSegmentSize(-1) }
+        try sender.setSendSegmentSize(100)
+        #expect(sender.sendSegmentSize == 100)
+        let data = (0..<1000).map { UInt8($0 / 100 + 1) }
+        try sender.send(data, toHost: "127.0.0.1", port: receiver.localPort)
+        #expect(log.waitForReceived(10) == (0..<10).map { [UInt8](repeating: UInt8($0 + 1), count: 100) })
+
+        receiver.maxReceiveIPv4BufferSize = 50
+        try sender.send(Array(data[0..<300]), toHost: "127.0.0.1", port: receiver.localPort)
+        try sender.setSendSegmentSize(0)
+        try sender.send([7], toHost: "127.0.0.1", port: receiver.localPort)
+        #expect(log.waitForReceived(11).last == [7])
+        let truncated = log.events.filter { if case .receiveError(.truncated, _) = $0 { return true }; return false }
+        #expect(truncated.count == 3)
+        log.checkContract()
+    }
+}

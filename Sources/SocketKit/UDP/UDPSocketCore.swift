@@ -149,6 +149,10 @@ final class UDPSocketCore: SocketCore {
     private var reuseAddress = false
     /// IP_PKTINFO / IPV6_RECVPKTINFO: each datagram's destination and interface go with it.
     private(set) var receivesPacketInfo = false
+    /// UDP_GRO: coalesced buffers are cut back into their datagrams on receipt.
+    private(set) var receiveOffload = false
+    /// UDP_SEGMENT (0: off): the kernel cuts each send into datagrams of this size.
+    private(set) var sendSegmentSize: UInt16 = 0
     private var multicastTTL: Int32? = nil
     private var multicastLoopback: Bool? = nil
     private var multicastInterface4: Int32? = nil
@@ -236,6 +240,8 @@ final class UDPSocketCore: SocketCore {
             }
             try applyMulticastOptions(fd, family)
             if receivesPacketInfo { try UDPSocketCore.setPacketInfo(fd, family, true) }
+            if receiveOffload { try UDPSocketCore.setReceiveOffload(fd, true) }
+            if sendSegmentSize > 0 { try UDPSocketCore.setSegmentSize(fd, Int32(sendSegmentSize)) }
             let made = UDPChannel(fd: fd, family: family)
             made.core = self
             made.events = wantedEvents(made)
@@ -901,12 +907,15 @@ final class UDPSocketCore: SocketCore {
         let buffer = scratch.receiveBuffer
         let limit = max(1, min(65535, source.family == .ipv4 ? configuration.maxReceiveIPv4BufferSize
                                                                : configuration.maxReceiveIPv6BufferSize))
-        let (stride, slots) = UDPScratch.receiveLayout(limit: limit)
+        // With receive offload a buffer may hold many datagrams: its slot takes the most the
+        // kernel coalesces (64 KiB); each datagram is held to `limit` on its own.
+        let layoutLimit = receiveOffload ? 65535 : limit
+        let (stride, slots) = UDPScratch.receiveLayout(limit: layoutLimit)
         var budget = 64
         while budget > 0 && session == generation && source.core != nil && receiveMode != .off
                 && !(receiveMode == .once && asyncFiltersPending > 0) {
             let count = receiveMode == .once ? 1 : min(slots, budget)
-            scratch.prepareReceive(count: count, limit: limit, control: receivesPacketInfo)
+            scratch.prepareReceive(count: count, limit: layoutLimit, control: receivesPacketInfo || receiveOffload)
             let received = Int(skc_recv_datagrams(source.fd, scratch.receive.messages, UInt32(count)))
             if received < 0 {
                 let number = errno
@@ -931,32 +940,45 @@ final class UDPSocketCore: SocketCore {
             var direct = DirectDelivery()
             defer { direct.drop() }
             for slot in 0..<received {
-                let length = Int(scratch.receive.messages[slot].msg_len)
+                let total = Int(scratch.receive.messages[slot].msg_len)
                 let header = scratch.receive.messages[slot].msg_hdr
-                if receiveMode == .continuous && receiveFilter == nil && !released && !receivesPacketInfo
-                    && header.msg_flags & Int32(MSG_TRUNC) == 0 && length <= limit
-                    && UDPSocketCore.isCompleteIPAddress(header.msg_name, header.msg_namelen)
-                    && direct.deliver(UnsafeRawBufferPointer(start: buffer + slot * stride, count: length),
-                                      from: header.msg_name, length: header.msg_namelen, owner: { owner }) {
+                // Receive offload: the kernel may hand over several datagrams of one sender in
+                // one buffer, each `segment` bytes but the last; each goes on as its own.
+                var segment = total
+                if receiveOffload {
+                    let size = withUnsafePointer(to: header) { Int(skc_coalesced_segment_size($0)) }
+                    if size > 0 { segment = size }
+                }
+                var offset = 0
+                repeat {
+                    let length = min(segment, total - offset)
+                    let start = buffer + slot * stride + offset
+                    offset += length
+                    if receiveMode == .continuous && receiveFilter == nil && !released && !receivesPacketInfo
+                        && header.msg_flags & Int32(MSG_TRUNC) == 0 && length <= limit
+                        && UDPSocketCore.isCompleteIPAddress(header.msg_name, header.msg_namelen)
+                        && direct.deliver(UnsafeRawBufferPointer(start: start, count: length),
+                                          from: header.msg_name, length: header.msg_namelen, owner: { owner }) {
+                        guard session == generation else { return }
+                        continue
+                    }
+                    // The general path looks the owner up itself: the batch's hold must not keep
+                    // alive a socket the user dropped in a callback for this datagram's events.
+                    direct.drop()
+                    guard let sender = SocketAddress(storage: scratch.receive.names + slot, length: header.msg_namelen) else {
+                        continue
+                    }
+                    if header.msg_flags & Int32(MSG_TRUNC) != 0 || length > limit {
+                        report(.didReceiveError(SocketError(.truncated,
+                            "a datagram from \(sender) was larger than the receive limit of \(limit) bytes and was dropped")))
+                        guard session == generation else { return }
+                        continue
+                    }
+                    let bytes = UnsafeRawBufferPointer(start: start, count: length)
+                    let info = receivesPacketInfo ? UdpPacketInfo(scratch.receive.messages + slot) : nil
+                    handleDatagram(bytes, from: sender, info: info, session: session)
                     guard session == generation else { return }
-                    continue
-                }
-                // The general path looks the owner up itself: the batch's hold must not keep
-                // alive a socket the user dropped in a callback for this datagram's events.
-                direct.drop()
-                guard let sender = SocketAddress(storage: scratch.receive.names + slot, length: header.msg_namelen) else {
-                    continue
-                }
-                if header.msg_flags & Int32(MSG_TRUNC) != 0 || length > limit {
-                    report(.didReceiveError(SocketError(.truncated,
-                        "a datagram from \(sender) was larger than the receive limit of \(limit) bytes and was dropped")))
-                    guard session == generation else { return }
-                    continue
-                }
-                let bytes = UnsafeRawBufferPointer(start: buffer + slot * stride, count: length)
-                let info = receivesPacketInfo ? UdpPacketInfo(scratch.receive.messages + slot) : nil
-                handleDatagram(bytes, from: sender, info: info, session: session)
-                guard session == generation else { return }
+                } while offset < total
             }
             budget -= received
             if received < count { return }
@@ -1140,6 +1162,30 @@ final class UDPSocketCore: SocketCore {
         if let v4 { try UDPSocketCore.setPacketInfo(v4.fd, .ipv4, enabled) }
         if let v6 { try UDPSocketCore.setPacketInfo(v6.fd, .ipv6, enabled) }
         receivesPacketInfo = enabled
+    }
+
+    /// Receive offload (UDP_GRO) on or off, now and on descriptors made later; the
+    /// datagrams reach the delegate one by one either way.
+    func setReceiveOffload(_ enabled: Bool) throws(SocketError) {
+        if let v4 { try UDPSocketCore.setReceiveOffload(v4.fd, enabled) }
+        if let v6 { try UDPSocketCore.setReceiveOffload(v6.fd, enabled) }
+        receiveOffload = enabled
+    }
+
+    /// Segmentation offload (UDP_SEGMENT): 0 turns it off.
+    func setSendSegmentSize(_ size: Int) throws(SocketError) {
+        guard (0...65535).contains(size) else { throw SocketError(.badParam, "the segment size must be 0...65535") }
+        if let v4 { try UDPSocketCore.setSegmentSize(v4.fd, Int32(size)) }
+        if let v6 { try UDPSocketCore.setSegmentSize(v6.fd, Int32(size)) }
+        sendSegmentSize = UInt16(size)
+    }
+
+    private static func setReceiveOffload(_ fd: Int32, _ enabled: Bool) throws(SocketError) {
+        guard skc_set_udp_gro(fd, enabled ? 1 : 0) == 0 else { throw SocketError.lastSystemError("UDP_GRO") }
+    }
+
+    private static func setSegmentSize(_ fd: Int32, _ size: Int32) throws(SocketError) {
+        guard skc_set_udp_segment(fd, size) == 0 else { throw SocketError.lastSystemError("UDP_SEGMENT") }
     }
 
     private static func setPacketInfo(_ fd: Int32, _ family: SocketAddress.Family, _ enabled: Bool) throws(SocketError) {

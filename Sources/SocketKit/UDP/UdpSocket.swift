@@ -337,6 +337,38 @@ public final class UdpSocket: SocketFront, @unchecked Sendable {
         (try? onLoop { core throws(SocketError) in core.receivesPacketInfo }) ?? false
     }
 
+    /// UDP segmentation offload (`UDP_SEGMENT`; 0, the default: off): each datagram sent
+    /// larger than `size` bytes leaves as datagrams of `size` bytes (the last shorter), cut
+    /// by the kernel (or the network card) after one trip through the stack, instead of one
+    /// send per datagram. A datagram of `size` or less goes as it is. The kernel's limits
+    /// hold: at most 64 segments, and `size` plus headers within the route's MTU; sends
+    /// beyond them fail alone (`didNotSendDataWithTag`, `.system` EINVAL or EMSGSIZE).
+    /// Applies to the descriptors there are and those made later. Throws `.badParam`
+    /// outside 0...65535, `.system` ENOPROTOOPT on a kernel without it (before 4.18):
+    /// there is no silent fallback, as the datagrams the peer sees would differ.
+    public func setSendSegmentSize(_ size: Int) throws(SocketError) {
+        try onLoop { core throws(SocketError) in try core.setSendSegmentSize(size) }
+    }
+
+    /// The segment size set with `setSendSegmentSize` (0: off).
+    public var sendSegmentSize: Int {
+        (try? onLoop { core throws(SocketError) in Int(core.sendSegmentSize) }) ?? 0
+    }
+
+    /// UDP receive offload (`UDP_GRO`; off by default): the kernel may hand over several
+    /// datagrams of one sender in one buffer, saving a trip through the stack per datagram;
+    /// SocketKit cuts them apart again, so the delegate sees the same datagrams, in order,
+    /// each held to the receive limit. In receive-once mode the datagrams of one such buffer
+    /// come together. Throws `.system` ENOPROTOOPT on a kernel without it (before 5.0).
+    public func setReceiveOffload(_ enabled: Bool) throws(SocketError) {
+        try onLoop { core throws(SocketError) in try core.setReceiveOffload(enabled) }
+    }
+
+    /// Whether receive offload is on (`setReceiveOffload`).
+    public var receiveOffload: Bool {
+        (try? onLoop { core throws(SocketError) in core.receiveOffload }) ?? false
+    }
+
     /// The interface IPv4 multicast leaves through (IP_MULTICAST_IF).
     public func sendIPv4Multicast(onInterface interface: String) throws(SocketError) {
         try onLoop { core throws(SocketError) in try core.setMulticastInterface(interface, family: .ipv4) }

@@ -231,6 +231,15 @@ int skc_source_membership(int fd, int join, int level, unsigned interface, const
  * message carries none (the option was off when it was queued). SKC_PACKET_INFO_CONTROL
  * is the control room one message needs for it (with room to spare). */
 #define SKC_PACKET_INFO_CONTROL 128
+/* UDP segmentation offload (UDP_SEGMENT: the kernel cuts each send into datagrams of
+ * `size` bytes, 0: off) and receive offload (UDP_GRO: the kernel may hand over several
+ * datagrams of one sender, of one size but the last, in one buffer). 0, or -1 with errno
+ * (ENOPROTOOPT: a kernel without them, before 4.18 and 5.0). skc_coalesced_segment_size:
+ * the size of each datagram in a received buffer (its UDP_GRO control message), or 0 when
+ * the buffer is one datagram. */
+int skc_set_udp_segment(int fd, int size);
+int skc_set_udp_gro(int fd, int enabled);
+int skc_coalesced_segment_size(const struct msghdr *message);
 int skc_set_packet_info(int fd, int family, int enabled);
 int skc_packet_info(const struct msghdr *message, struct sockaddr_storage *destination, socklen_t *length,
                     unsigned *interface);

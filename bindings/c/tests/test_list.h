@@ -15,6 +15,7 @@
     X(happy_eyeballs_v2_through_the_resolver) \
     X(udp_source_specific_multicast)         \
     X(udp_packet_info)                       \
+    X(udp_segmentation_and_receive_offload)  \
     X(wait_hook_runs_once_on_the_thread_about_to_block) \
     X(tls_info_and_certificate_helpers)       \
     X(tls_bad_certificates_have_their_own_codes) \

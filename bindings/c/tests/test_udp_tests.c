@@ -813,6 +813,56 @@ void test_udp_packet_info(void) {
     udp_recorder_destroy(&log);
 }
 
+/* UDP GSO and GRO: a 1000-byte send with a segment size of 100 leaves as ten datagrams
+ * (the kernel cuts it); a receiver with receive offload gets the kernel's coalesced
+ * buffer and hands over each datagram in it, in order, with its own limit check. */
+void test_udp_segmentation_and_receive_offload(void) {
+    static udp_recorder_t log, sender_log;
+    udp_recorder_init(&log);
+    udp_recorder_init(&sender_log);
+    sk_error_t error;
+    sk_udp_socket_t *receiver = udp_socket(&log, NULL);
+    CHECK_EQ(sk_udp_socket_get_receive_offload(receiver), 0);
+    CHECK_EQ(sk_udp_socket_set_receive_offload(receiver, 1, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_get_receive_offload(receiver), 1);
+    CHECK_EQ(sk_udp_socket_bind_to_port(receiver, "127.0.0.1", 0, &error), SK_OK);
+    uint16_t port = 0;
+    CHECK_EQ(sk_udp_socket_get_local_port(receiver, AF_UNSPEC, &port), SK_OK);
+    CHECK_EQ(sk_udp_socket_begin_receiving(receiver, &error), SK_OK);
+
+    sk_udp_socket_t *sender = udp_socket(&sender_log, NULL);
+    size_t size = 1;
+    CHECK_EQ(sk_udp_socket_get_send_segment_size(sender, &size), SK_OK);
+    CHECK_EQ(size, 0);
+    CHECK_EQ(sk_udp_socket_set_send_segment_size(sender, 70000, &error), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_udp_socket_set_send_segment_size(sender, 100, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_get_send_segment_size(sender, &size), SK_OK);
+    CHECK_EQ(size, 100);
+    unsigned char data[1000];
+    for (size_t i = 0; i < sizeof data; i++) data[i] = (unsigned char)(i / 100 + 1);
+    struct sockaddr_in target = loopback4(port);
+    CHECK_EQ(sk_udp_socket_send_to_address(sender, data, sizeof data, (struct sockaddr *)&target, sizeof target, 5, 1,
+                                           &error), SK_OK);
+    udp_expect(&log, UDP_RECEIVE, 10);
+    for (size_t i = 0; i < 10; i++) {
+        udp_event_t event = udp_event(&log, UDP_RECEIVE, i);
+        CHECK_EQ(event.length, 100);
+        CHECK_EQ(event.data[0], i + 1);
+        CHECK_EQ(event.data[63], i + 1);
+    }
+    /* The limit holds for each datagram of a coalesced buffer. */
+    CHECK_EQ(sk_udp_socket_set_max_receive_sizes(receiver, 50, 50, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_send_to_address(sender, data, 300, (struct sockaddr *)&target, sizeof target, 5, 2, &error),
+             SK_OK);
+    udp_expect(&log, UDP_RECEIVE_ERROR, 3);
+    CHECK_EQ(udp_event(&log, UDP_RECEIVE_ERROR, 0).code, SK_ERR_TRUNCATED);
+    CHECK_EQ(udp_count(&log, UDP_RECEIVE), 10);
+    CHECK_EQ(sk_udp_socket_release(sender), SK_OK);
+    CHECK_EQ(sk_udp_socket_release(receiver), SK_OK);
+    udp_recorder_destroy(&log);
+    udp_recorder_destroy(&sender_log);
+}
+
 /* A sender of IPv4 multicast from `source` (a 127/8 address: each is local on lo), looped
  * back to this host through lo. */
 static sk_udp_socket_t *multicast_sender(udp_recorder_t *log, const char *source) {

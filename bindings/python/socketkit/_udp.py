@@ -399,6 +399,34 @@ class UdpSocket(UdpSocketIO, Handle):
     def receives_packet_info(self, enabled: bool) -> None:
         self._request(lib.sk_udp_socket_set_receives_packet_info, int(bool(enabled)))
 
+    @property
+    def send_segment_size(self) -> int:
+        """UDP segmentation offload (UDP_SEGMENT; 0, the default: off): each datagram sent
+        larger than this leaves as datagrams of this size (the last shorter), cut by the
+        kernel after one trip through the stack. The kernel's limits hold (at most 64
+        segments, the size within the MTU): sends beyond them fail alone
+        (``udp_socket_did_not_send``). BadParamError above 65535; SystemCallError ENOPROTOOPT
+        on a kernel without it (no silent fallback)."""
+        size = c_size_t(0)
+        raise_for(lib.sk_udp_socket_get_send_segment_size(self.handle, byref(size)))
+        return size.value
+
+    @send_segment_size.setter
+    def send_segment_size(self, size: int) -> None:
+        self._request(lib.sk_udp_socket_set_send_segment_size, check_size(size, "the segment size"))
+
+    @property
+    def receive_offload(self) -> bool:
+        """UDP receive offload (UDP_GRO; False by default): the kernel may hand over several
+        datagrams of one sender in one buffer; SocketKit cuts them apart again, so the
+        delegate sees the same datagrams, in order, each held to the receive limit.
+        SystemCallError ENOPROTOOPT on a kernel without it."""
+        return bool(raise_for(lib.sk_udp_socket_get_receive_offload(self.handle)))
+
+    @receive_offload.setter
+    def receive_offload(self, enabled: bool) -> None:
+        self._request(lib.sk_udp_socket_set_receive_offload, int(bool(enabled)))
+
     def join_multicast_source(self, group: str, source: str, interface: Optional[str] = None) -> None:
         """Source-specific multicast: receives what `source` sends to `group` and nothing
         others send to it (both numeric, one family; IPv4's SSM range is 232.0.0.0/8).

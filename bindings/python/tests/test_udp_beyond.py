@@ -4,6 +4,7 @@ socket module as the senders (loopback delivers within their sendto, so a datagr
 kernel let through arrives before the marker sent after it)."""
 import errno
 import socket
+import sys
 
 import pytest
 
@@ -115,3 +116,48 @@ def test_packet_info_without_the_method_goes_to_did_receive(udp):
         sender.sendto(b"plain", ("127.0.0.1", receiver.local_port))
         assert log.expect("receive")[0][1] == b"plain"
 
+
+UDP_SEGMENT, UDP_GRO = 103, 104  # linux/udp.h (the socket module has no names for them)
+
+
+def test_receive_offload_splits_what_a_python_gso_sender_sent(udp):
+    """A Python socket sends 1000 bytes with UDP_SEGMENT 100; the kernel coalesces them for
+    a receiver with receive offload (UDP_GRO), which hands over the ten datagrams."""
+    log = UdpRecorder()
+    receiver = udp(log)
+    assert receiver.receive_offload is False
+    receiver.receive_offload = True
+    assert receiver.receive_offload is True
+    receiver.bind_to_port(0, "127.0.0.1")
+    receiver.begin_receiving()
+    data = bytes(i // 100 + 1 for i in range(1000))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+        sender.setsockopt(socket.SOL_UDP, UDP_SEGMENT, 100)
+        sender.sendto(data, ("127.0.0.1", receiver.local_port))
+        received = log.expect("receive", 10)
+    assert [event[1] for event in received] == [data[i:i + 100] for i in range(0, 1000, 100)]
+
+
+def test_send_segment_size_reaches_a_python_receiver_as_datagrams(udp):
+    """SocketKit sends 1000 bytes with a segment size of 100: a Python socket (no GRO)
+    receives ten datagrams; a Python socket with UDP_GRO one buffer of 1000 with the
+    segment size in its control message."""
+    sender = udp(UdpRecorder())
+    with pytest.raises(socketkit.BadParamError):
+        sender.send_segment_size = 70000
+    sender.send_segment_size = 100
+    assert sender.send_segment_size == 100
+    data = bytes(range(250)) * 4
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as plain, \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as coalescing:
+        for receiver in (plain, coalescing):
+            receiver.bind(("127.0.0.1", 0))
+            receiver.settimeout(10)
+        coalescing.setsockopt(socket.SOL_UDP, UDP_GRO, 1)
+        sender.send_to_address(data, plain.getsockname(), timeout=5, tag=1)
+        assert [plain.recv(2000) for _ in range(10)] == [data[i:i + 100] for i in range(0, 1000, 100)]
+        sender.send_to_address(data, coalescing.getsockname(), timeout=5, tag=2)
+        whole, ancillary, _, _ = coalescing.recvmsg(65536, 64)
+        assert whole == data
+        assert [(level, kind) for level, kind, _ in ancillary] == [(socket.SOL_UDP, UDP_GRO)]
+        assert int.from_bytes(ancillary[0][2], sys.byteorder) == 100
