@@ -100,6 +100,13 @@ final class CUdpSocketDelegateReceiver: UdpSocketEventReceiver, @unchecked Senda
             record.host = sink.keep(address.host ?? "")
             record.port = address.port
         }
+        func fillDatagram(_ payload: DatagramPayload, _ address: SocketAddress, _ context: (any Sendable)?) {
+            let bytes = payload.array
+            record.data = sink.keep(bytes)
+            record.length = bytes.count
+            record.context = (context as? CFilterContext)?.pointer
+            fillAddress(address)
+        }
         switch event {
         case .didConnect(let address):
             guard delegate.did_connect != nil else { return }
@@ -121,22 +128,14 @@ final class CUdpSocketDelegateReceiver: UdpSocketEventReceiver, @unchecked Senda
         case .didReceive(let payload, let address, let context):
             guard delegate.did_receive != nil else { return }
             record.kind = Int32(SK_EVENT_UDP_RECEIVE.rawValue)
-            let bytes = payload.array
-            record.data = sink.keep(bytes)
-            record.length = bytes.count
-            record.context = (context as? CFilterContext)?.pointer
-            fillAddress(address)
+            fillDatagram(payload, address, context)
         case .didReceiveWithPacketInfo(let payload, let address, let context, let info):
             guard delegate.did_receive_with_packet_info != nil else {
                 self.record(.didReceive(payload, from: address, context: context), handle: handle, into: sink)
                 return
             }
             record.kind = Int32(SK_EVENT_UDP_RECEIVE_PACKET_INFO.rawValue)
-            let bytes = payload.array
-            record.data = sink.keep(bytes)
-            record.length = bytes.count
-            record.context = (context as? CFilterContext)?.pointer
-            fillAddress(address)
+            fillDatagram(payload, address, context)
             // sk_udp_event_packet_info reads the kept struct back from the token.
             let converted = withUnsafeBytes(of: info.cValue) { Array($0) }
             record.token = UInt64(UInt(bitPattern: sink.keep(converted)))

@@ -543,6 +543,19 @@ void test_udp_filters_drop_and_attach_context(void) {
     udp_recorder_destroy(&log);
 }
 
+/* Polls a host-driven queue until it hands over records (fails after WAIT_SECONDS). */
+static int poll_records(sk_callback_queue_t *queue, sk_event_t *records, int capacity) {
+    double deadline = now_seconds() + WAIT_SECONDS;
+    for (;;) {
+        CHECK(now_seconds() < deadline);
+        struct pollfd waiter = {.fd = sk_callback_queue_fd(queue), .events = POLLIN};
+        poll(&waiter, 1, 100);
+        int got = sk_callback_queue_poll_events(queue, records, capacity);
+        CHECK(got >= 0);
+        if (got > 0) return got;
+    }
+}
+
 void test_udp_host_queue_records(void) {
     udp_recorder_t log;
     udp_recorder_init(&log);
@@ -563,15 +576,7 @@ void test_udp_host_queue_records(void) {
     CHECK_EQ(getsockname(raw, (struct sockaddr *)&mine, &mine_length), 0);
 
     sk_event_t records[8];
-    int got = 0;
-    double deadline = now_seconds() + WAIT_SECONDS;
-    while (got == 0) {
-        CHECK(now_seconds() < deadline);
-        struct pollfd waiter = {.fd = sk_callback_queue_fd(queue), .events = POLLIN};
-        poll(&waiter, 1, 100);
-        got = sk_callback_queue_poll_events(queue, records, 8);
-        CHECK(got >= 0);
-    }
+    int got = poll_records(queue, records, 8);
     CHECK_EQ(got, 1);
     CHECK_EQ(records[0].kind, SK_EVENT_UDP_RECEIVE);
     CHECK(records[0].udp_sock == server);
@@ -586,14 +591,7 @@ void test_udp_host_queue_records(void) {
     CHECK_EQ(udp_count(&log, UDP_RECEIVE), 0); /* recorded, not called */
 
     CHECK_EQ(sk_udp_socket_close(server), SK_OK);
-    got = 0;
-    deadline = now_seconds() + WAIT_SECONDS;
-    while (got == 0) {
-        CHECK(now_seconds() < deadline);
-        struct pollfd waiter = {.fd = sk_callback_queue_fd(queue), .events = POLLIN};
-        poll(&waiter, 1, 100);
-        got = sk_callback_queue_poll_events(queue, records, 8);
-    }
+    got = poll_records(queue, records, 8);
     CHECK_EQ(records[0].kind, SK_EVENT_UDP_CLOSE);
     CHECK(records[0].error == NULL);
     close(raw);
@@ -785,15 +783,7 @@ void test_udp_packet_info(void) {
     target = loopback4(port);
     CHECK_EQ(sendto(raw, "r", 1, 0, (struct sockaddr *)&target, sizeof target), 1);
     sk_event_t records[8];
-    int got = 0;
-    double deadline = now_seconds() + WAIT_SECONDS;
-    while (got == 0) {
-        CHECK(now_seconds() < deadline);
-        struct pollfd waiter = {.fd = sk_callback_queue_fd(queue), .events = POLLIN};
-        poll(&waiter, 1, 100);
-        got = sk_callback_queue_poll_events(queue, records, 8);
-        CHECK(got >= 0);
-    }
+    int got = poll_records(queue, records, 8);
     CHECK_EQ(got, 1);
     CHECK_EQ(records[0].kind, SK_EVENT_UDP_RECEIVE_PACKET_INFO);
     CHECK_EQ(records[0].length, 1);
