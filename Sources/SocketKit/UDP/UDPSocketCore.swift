@@ -1468,6 +1468,9 @@ struct UDPScratch {
         var stagingOwner: ObjectIdentifier? = nil
         // The receive limit the receive headers are laid out for (0: not set up yet).
         var receiveLimit = 0
+        // Whether the receive headers point at the control area (a socket with packet info
+        // or receive offload read last); most never do, and then pay nothing for it.
+        var receiveControlSet = false
     }
 
     private let parts: UnsafeMutablePointer<Parts>
@@ -1516,13 +1519,26 @@ struct UDPScratch {
             }
             parts.pointee.receiveLimit = limit
         }
-        // The control room is reset too: the kernel overwrites its length, and a socket
-        // without packet info must hand it none (a zero length: no control messages).
-        let room = Int(SKC_PACKET_INFO_CONTROL)
         for slot in 0..<count {
             receive.messages[slot].msg_hdr.msg_namelen = socklen_t(MemoryLayout<sockaddr_storage>.size)
-            receive.messages[slot].msg_hdr.msg_control = control ? parts.pointee.receiveControl + slot * room : nil
-            receive.messages[slot].msg_hdr.msg_controllen = control ? room : 0
+        }
+        // The control area (packet info, receive offload) is set per call, as the kernel
+        // overwrites its length, and taken away once from the headers of the sockets that
+        // did not ask (with no area the kernel leaves the length 0): the per-datagram cost
+        // of sockets without them stays what it was (the c-udp-echo budget).
+        if control {
+            let room = Int(SKC_PACKET_INFO_CONTROL)
+            for slot in 0..<count {
+                receive.messages[slot].msg_hdr.msg_control = parts.pointee.receiveControl + slot * room
+                receive.messages[slot].msg_hdr.msg_controllen = room
+            }
+            parts.pointee.receiveControlSet = true
+        } else if parts.pointee.receiveControlSet {
+            for slot in 0..<UDPScratch.receiveSlots {
+                receive.messages[slot].msg_hdr.msg_control = nil
+                receive.messages[slot].msg_hdr.msg_controllen = 0
+            }
+            parts.pointee.receiveControlSet = false
         }
     }
 
