@@ -1173,7 +1173,8 @@ void test_tls_host_queue_records(void) {
 void test_tls_delegate_from_an_older_header(void) {
     size_t old_size = offsetof(sk_socket_delegate_t, did_secure);
     CHECK_EQ(offsetof(sk_socket_delegate_t, did_receive_trust), old_size + sizeof(void *));
-    CHECK_EQ(sizeof(sk_socket_delegate_t), old_size + 2 * sizeof(void *));
+    CHECK_EQ(offsetof(sk_socket_delegate_t, did_cancel_read), old_size + 2 * sizeof(void *));
+    CHECK_EQ(sizeof(sk_socket_delegate_t), old_size + 3 * sizeof(void *));
     tls_server_t server;
     tls_server_start(&server, server_settings("server"));
 
