@@ -11,7 +11,7 @@
 # Loops are ordered rep > scenario > server so drift hits every server alike.
 # Raw lines go to $OUT/raw.txt, the median table to $OUT/summary.md.
 #
-# Servers come from servers.conf (NAME CAPS COMMAND); the harness appends
+# Servers come from servers.conf, or $SERVERS_CONF (NAME CAPS COMMAND); the harness appends
 #   --port $PORT --udp-port $UDP_PORT   [--tls certs/cert.pem certs/key.pem]
 set -u
 cd "$(dirname "$0")"
@@ -63,7 +63,7 @@ while read -r name caps cmd; do
     CAPS[$name]=$caps
     CMD[$name]=$cmd
     ORDER+=("$name")
-done < servers.conf
+done < "${SERVERS_CONF:-servers.conf}"
 [ -n "$SERVERS" ] || SERVERS="${ORDER[*]}"
 
 now() { date +%s.%N; }

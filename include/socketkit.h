@@ -77,11 +77,13 @@
  * state; calls run on it, inline when made on that thread. The rule, for TCP and UDP alike:
  *   - a call that changes the socket's state waits for the loop to make the change and
  *     returns its answer, when made on another thread: sk_socket_connect_*(),
- *     sk_socket_accept_on_*(), sk_socket_create_from_fd(), sk_socket_disconnect() and
- *     sk_socket_disconnect_after_*(), the configuration setters
- *     (sk_socket_set_ipv4_enabled() to sk_socket_set_buffer_sizes()), and every
- *     sk_udp_socket_* call but the sends, sk_udp_socket_perform and the getters (bind,
- *     connect, receiving, filters, multicast, options, close). So a read queued right after
+ *     sk_socket_accept_on_*() (sk_socket_accept_on_fds() too), sk_socket_create_from_fd(),
+ *     sk_socket_disconnect() and sk_socket_disconnect_after_*(), the configuration setters
+ *     (every sk_socket_set_* and sk_socket_clear_socket_options() of Configuration), the
+ *     questions only the loop can answer (sk_socket_take_received_descriptors(),
+ *     sk_socket_get_peer_credentials()), and every sk_udp_socket_* call but the sends,
+ *     sk_udp_socket_perform and the getters (bind, connect, receiving, filters, multicast,
+ *     options, close). So a read queued right after
  *     a connect is taken, an accept returns listening, a disconnect returns disconnected (a
  *     listener's descriptors closed and its Unix-domain socket file removed: a new listener
  *     may take the port or path at once; sk_socket_release() of a listener waits likewise),
@@ -156,6 +158,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -566,7 +569,10 @@ typedef enum sk_event_kind {
     SK_EVENT_UDP_NOT_SEND = 23,   /* tag, error */
     SK_EVENT_UDP_RECEIVE = 24,    /* data, length, address, address_length, host, port, context */
     SK_EVENT_UDP_RECEIVE_ERROR = 25, /* error */
-    SK_EVENT_UDP_CLOSE = 26       /* error (NULL: closed by the program) */
+    SK_EVENT_UDP_CLOSE = 26,      /* error (NULL: closed by the program) */
+    /* As SK_EVENT_UDP_RECEIVE, with packet info: sk_udp_event_packet_info reads it (through
+     * `token`, which is not for reading). */
+    SK_EVENT_UDP_RECEIVE_PACKET_INFO = 27 /* data, length, address, address_length, host, port, context, token */
 } sk_event_kind_t;
 
 typedef struct sk_event {
@@ -626,6 +632,13 @@ int sk_socket_is_ipv4_preferred_over_ipv6(sk_socket_t *sock);
 int sk_socket_set_alternate_address_delay(sk_socket_t *sock, double seconds);
 int sk_socket_get_alternate_address_delay(sk_socket_t *sock, double *out_seconds);
 
+/* Happy Eyeballs v2's resolution delay (RFC 8305), in seconds (0.05 by default; negative
+ * or NaN become 0): a host name's A and AAAA records are asked for apart and connecting
+ * starts with the first answer; when that is the other family's, it waits this long for the
+ * preferred family's before connecting with what it has. */
+int sk_socket_set_resolution_delay(sk_socket_t *sock, double seconds);
+int sk_socket_get_resolution_delay(sk_socket_t *sock, double *out_seconds);
+
 /* 1 (default): a peer close ends the connection with SK_ERR_CLOSED. 0: the socket stays
  * open for writing and did_close_read_stream is called. Either once every byte that arrived
  * before the close has been read: at once when none is unread, read queued or not. */
@@ -682,6 +695,68 @@ int sk_socket_get_keep_alive(sk_socket_t *sock, int *out_enabled, int *out_idle,
 int sk_socket_set_buffer_sizes(sk_socket_t *sock, int send_size, int receive_size, sk_error_t *error);
 int sk_socket_get_buffer_sizes(sk_socket_t *sock, int *out_send_size, int *out_receive_size);
 
+/* SO_REUSEPORT on the listening sockets sk_socket_accept_on_port / _on_interface make (0 by
+ * default): other sockets with it set, of this process or another of the same user, may
+ * listen on the same address and port, and the kernel spreads new connections among them
+ * (several processes, a rolling restart). For one listener spread over the loops of its
+ * group, see sk_socket_set_accepts_on_every_loop. */
+int sk_socket_set_reuse_port(sk_socket_t *sock, int enabled);
+int sk_socket_get_reuse_port(sk_socket_t *sock);
+
+/* A listener with one accepting socket per loop of its group (0 by default):
+ * sk_socket_accept_on_port / _on_interface open an SO_REUSEPORT socket on every loop of the
+ * socket's group, on the same addresses and port, so the kernel spreads connections over
+ * the loops and each connection lives on the loop that accepted it: no hand-off between
+ * threads (new_socket_loop_for_connection is not asked). did_accept names this socket as
+ * the listener; with callbacks on the loop (queue NULL) it runs on the accepting loop, so
+ * the did_accepts of different loops may run at the same time (on a serial or host queue
+ * they take turns). Everything else is as one listener: getters, sk_socket_perform and
+ * sk_socket_disconnect (which ends every loop's socket before it returns; so does
+ * sk_socket_release) are this socket's; delegate and queue changes reach every loop's
+ * socket. A group of one loop, and Unix-domain or adopted listeners, listen once. */
+int sk_socket_set_accepts_on_every_loop(sk_socket_t *sock, int enabled);
+int sk_socket_get_accepts_on_every_loop(sk_socket_t *sock);
+
+/* TCP_USER_TIMEOUT, in seconds: how long written data may stay unacknowledged before the
+ * kernel gives up on the connection, which then ends with SK_ERR_SYSTEM and ETIMEDOUT (a
+ * peer that vanished is noticed in seconds rather than after the ~15 minutes of the
+ * kernel's retransmissions). 0 (default) leaves the kernel's. For connections made,
+ * accepted (they take the listener's) or adopted; at once on a connected socket;
+ * millisecond resolution. Errors: SK_ERR_BAD_PARAM (negative, NaN, infinite, above
+ * INT_MAX milliseconds: about 24 days). */
+int sk_socket_set_user_timeout(sk_socket_t *sock, double seconds, sk_error_t *error);
+int sk_socket_get_user_timeout(sk_socket_t *sock, double *out_seconds);
+
+/* TCP Fast Open (RFC 7413), off (0) by default; TCP only. A listener accepts data in the
+ * client's SYN (TCP_FASTOPEN). A connect sends its first write with the SYN when the kernel
+ * holds a cookie from an earlier connection to that server (TCP_FASTOPEN_CONNECT), and
+ * otherwise asks for one and connects as usual. The kernel must allow it:
+ * net.ipv4.tcp_fastopen has bit 1 for clients (its default) and bit 2 for servers.
+ * With a cookie the kernel sends the SYN with the first write, so did_connect comes before
+ * the handshake: a server that is not there then ends the connection with SK_ERR_SYSTEM
+ * and ECONNREFUSED, and the first address of a name wins the Happy Eyeballs race at once.
+ * For the first write to ride in the SYN, queue it right after the connect on the socket's
+ * loop thread (in a callback or sk_socket_perform); made from another thread it does when
+ * it reaches the loop before the kernel reports the socket writable. A connection with
+ * nothing queued by then sends a plain SYN once it is reported connected. */
+int sk_socket_set_fast_open(sk_socket_t *sock, int enabled);
+int sk_socket_get_fast_open(sk_socket_t *sock);
+
+/* Sets the option (setsockopt(2)'s level, name, and `length` bytes at `value`, copied) on
+ * every descriptor SocketKit makes for this socket from now on, right after socket(2):
+ * before a listener binds and listens, before each connection attempt binds and connects.
+ * For what sk_socket_perform, which sees descriptors already listening or connected, comes
+ * too late for: TCP_MAXSEG for the SYN, IP_TOS, IP_FREEBIND, SO_BINDTODEVICE, SO_MARK...
+ * One value per level and name: setting it again replaces it; descriptors that exist
+ * already keep what they have. An option the kernel refuses fails the sk_socket_accept_on_*
+ * that makes the listener (SK_ERR_SYSTEM with its errno; the message names the option), or
+ * the connection attempt, as a refused connect does (did_disconnect).
+ * Errors: SK_ERR_BAD_PARAM (value NULL, length 0 or above 1024, more than 64 options). */
+int sk_socket_set_socket_option(sk_socket_t *sock, int level, int name, const void *value, size_t length,
+                                sk_error_t *error);
+/* Forgets every option sk_socket_set_socket_option set. */
+int sk_socket_clear_socket_options(sk_socket_t *sock);
+
 /* ---- Accepting ------------------------------------------------------------------------ */
 
 /* Listens on every interface, IPv4 and IPv6 (as enabled). Port 0 picks one free port for
@@ -702,11 +777,38 @@ int sk_socket_accept_on_interface(sk_socket_t *sock, const char *interface, uint
  * than 107 bytes). */
 int sk_socket_accept_on_unix_path(sk_socket_t *sock, const char *path, sk_error_t *error);
 
+/* Listens on descriptors made elsewhere (NIO's withBoundSocket, asyncio's
+ * create_server(sock=)): those systemd's socket activation passed (sk_socket_activation_fds),
+ * a supervisor's, or sockets made with options SocketKit does not offer. Each of the `count`
+ * (1...64) must be a bound stream socket, IPv4, IPv6 or Unix-domain (to a port, a path or
+ * an abstract name), listening or not (one that is not is made to). On success the socket
+ * owns them: made non-blocking and close-on-exec, closed when the listener stops (a Unix
+ * socket file is left where it is: SocketKit did not make it); they keep the options they
+ * were made with (sk_socket_set_socket_option, _fast_open and _reuse_port concern
+ * descriptors SocketKit makes). Returns listening (see THREADS). On failure they stay the
+ * caller's, unchanged (unless listen(2) itself failed on one of several). Errors:
+ * SK_ERR_BAD_PARAM (fds NULL, a count out of range, a descriptor negative, of another kind,
+ * not bound, connected or given twice), SK_ERR_SYSTEM (EBADF, ENOTSOCK), SK_ERR_BAD_CONFIG
+ * (not disconnected, no delegate). */
+int sk_socket_accept_on_fds(sk_socket_t *sock, const int *fds, size_t count, sk_error_t *error);
+
+/* systemd's socket activation (sd_listen_fds(3)): the listening descriptors the service
+ * manager passed to this process, LISTEN_FDS of them from 3 on, when LISTEN_PID is this
+ * process (none otherwise). Writes the first `capacity` to `fds` and returns how many there
+ * are, as snprintf (NULL `fds`: the count alone). They are made close-on-exec; with
+ * `unset_environment` nonzero LISTEN_PID, LISTEN_FDS and LISTEN_FDNAMES are removed, so a
+ * child does not take them for its own (setenv/unsetenv: call it before other threads read
+ * the environment). Errors: SK_ERR_BAD_PARAM (a malformed variable). */
+int sk_socket_activation_fds(int *fds, size_t capacity, int unset_environment, sk_error_t *error);
+
 /* ---- Connecting ----------------------------------------------------------------------- */
 
-/* Connects to a host name, IP literal or "localhost". Resolution runs off the loop; every
- * resolved address of the enabled families is tried, the preferred family first, a new
- * attempt every alternate-address-delay or at once when one fails (Happy Eyeballs).
+/* Connects to a host name, IP literal or "localhost". Resolution runs off the loop, each
+ * enabled family's addresses asked for apart; every resolved address of the enabled
+ * families is tried as the answers come, the preferred family first, a new attempt every
+ * alternate-address-delay or at once when one fails (Happy Eyeballs v2, RFC 8305: the first
+ * answer starts connecting, the other family's after the resolution delay, and addresses
+ * answered later join those not yet tried).
  * `interface` (may be NULL) binds the local end: "eth0", an IP, "eth0:5000", or ":5000"
  * for a local port only. `timeout` covers resolution and connecting; with 0 the connect
  * succeeds only if it completes at once (a Unix-domain path does; a TCP handshake over
@@ -730,6 +832,55 @@ int sk_socket_connect_to_address(sk_socket_t *sock, const struct sockaddr *addre
 
 /* Connects to a Unix-domain socket at `path`; did_connect reports the path. */
 int sk_socket_connect_to_unix_path(sk_socket_t *sock, const char *path, double timeout, sk_error_t *error);
+
+/* ---- Unix-domain extras --------------------------------------------------------------
+ *
+ * Linux abstract names (no file: a name in the kernel's namespace, gone with the last
+ * socket bound to it), descriptors passed with the bytes (SCM_RIGHTS), and the peer's
+ * credentials. Abstract names are given as bytes (NULs allowed), 1...107 of them; where
+ * SocketKit shows one as text (did_connect's host, sk_socket_get_connected_unix_path) it is
+ * '@' followed by the name, as ss(8) shows it. */
+
+/* Listens on / connects to an abstract name (`length` bytes at `name`). As
+ * sk_socket_accept_on_unix_path and sk_socket_connect_to_unix_path otherwise; nothing is
+ * created on or removed from the file system. Errors: SK_ERR_BAD_PARAM (name NULL, length
+ * 0 or above 107), SK_ERR_SYSTEM (EADDRINUSE: the name is taken). */
+int sk_socket_accept_on_abstract_unix_name(sk_socket_t *sock, const void *name, size_t length, sk_error_t *error);
+int sk_socket_connect_to_abstract_unix_name(sk_socket_t *sock, const void *name, size_t length, double timeout,
+                                            sk_error_t *error);
+
+/* Whether reads of a Unix-domain connection keep the descriptors the peer passes
+ * (SCM_RIGHTS) for sk_socket_take_received_descriptors: 0 (default): the kernel closes them
+ * as their bytes are read, so a peer cannot fill the process with open files. Accepted
+ * sockets take the listener's; a change applies at once. Not under TLS (the kernel then
+ * closes them). A configuration setter (see THREADS). */
+int sk_socket_set_receives_descriptors(sk_socket_t *sock, int enabled);
+int sk_socket_get_receives_descriptors(sk_socket_t *sock);
+
+/* Takes up to `capacity` descriptors the peer passed, in the order they came, into `fds`,
+ * and returns how many: yours to close. NULL `fds`: returns how many wait, taking none.
+ * They are there by the time the bytes they came with reach a read (its did_read), possibly
+ * earlier. Those nobody takes are closed when the next session begins or the socket is
+ * released; more than 1024 waiting end the connection (SK_ERR_OTHER). Waits for the loop
+ * (inline on it: call it from did_read). Errors: SK_ERR_INVALID_HANDLE, SK_ERR_BAD_CONFIG
+ * (stopped loop). */
+int sk_socket_take_received_descriptors(sk_socket_t *sock, int *fds, size_t capacity, sk_error_t *error);
+
+/* sk_socket_write with `fd_count` (1...253) descriptors passed along (SCM_RIGHTS): they reach
+ * the peer with the first byte of `data`. SocketKit passes duplicates made here, so the
+ * caller keeps its own. Queued in order with the other writes (never sent inline); did_write
+ * as for any write. Errors: as sk_socket_write, plus SK_ERR_BAD_PARAM (fds NULL, a count out
+ * of range, a descriptor that is not open), SK_ERR_BAD_CONFIG (not a Unix-domain
+ * connection, or TLS started). */
+int sk_socket_write_with_descriptors(sk_socket_t *sock, const void *data, size_t length, const int *fds,
+                                     size_t fd_count, double timeout, long tag, sk_error_t *error);
+
+/* The process, user and group at the other end of a connected Unix-domain socket, as the
+ * kernel recorded them when the connection was made (SO_PEERCRED); each out-pointer may be
+ * NULL. Waits for the loop (inline on it). Errors: SK_ERR_BAD_CONFIG (not a connected
+ * Unix-domain socket), SK_ERR_SYSTEM, SK_ERR_INVALID_HANDLE. */
+int sk_socket_get_peer_credentials(sk_socket_t *sock, pid_t *out_pid, uid_t *out_uid, gid_t *out_gid,
+                                   sk_error_t *error);
 
 /* ---- Reading ---------------------------------------------------------------------------
  * Reads are queued and complete in order, each with one did_read carrying its `tag`.
@@ -781,6 +932,18 @@ int sk_socket_read_to_data_into(sk_socket_t *sock, const void *separator, size_t
 #define SK_LF "\n"
 #define SK_ZERO "\0"
 
+/* Reads exactly `length` (1 or more; no maximum read length applies) bytes into the
+ * regular file open for writing at `fd`, written at its position as they arrive (write(2):
+ * the position, shared with the caller's descriptor, advances), so a large body goes to
+ * disk without being held in memory. SocketKit writes through a duplicate of `fd`: close
+ * yours when you like. Progress as for sk_socket_read_to_length (did_read_partial,
+ * sk_socket_read_progress); completion is did_read with `data` NULL, `length` 0 and the tag
+ * (no other read completes empty). A write to the file that fails (ENOSPC, EIO) ends the
+ * connection with SK_ERR_SYSTEM; a cancelled read keeps what it wrote. Under TLS the file
+ * gets the plaintext. Errors: as sk_socket_read_to_length, plus SK_ERR_BAD_PARAM (`fd` not
+ * a regular file open for writing). */
+int sk_socket_read_to_file(sk_socket_t *sock, size_t length, int fd, double timeout, long tag, sk_error_t *error);
+
 /* Withdraws every queued read with `tag` that has not completed; the bytes the current one
  * had gathered go back in front of the unread bytes, so the next read gets them, in order:
  * a read can be cancelled without losing data. Queued like a read (in order with reads and
@@ -819,6 +982,22 @@ int sk_socket_write(sk_socket_t *sock, const void *data, size_t length, double t
 int sk_socket_write_no_copy(sk_socket_t *sock, const void *data, size_t length,
                             void (*release)(void *data, void *release_context), void *release_context,
                             double timeout, long tag, sk_error_t *error);
+
+/* Queues `length` bytes (0: to the end) of the regular file open for reading at `fd`, from
+ * `offset`, sent with sendfile(2): the kernel copies them from the page cache to the
+ * socket, with no copy through this process (NIO's FileRegion, asyncio's loop.sendfile). A
+ * write in the queue like any other: in order, with its tag (did_write once the kernel
+ * took all of it, did_write_partial as it goes), timeout and progress; its bytes count in
+ * sk_socket_get_queued_write_bytes and the watermarks, not against the maximum queued
+ * write bytes (they take no memory). SocketKit reads through a duplicate of `fd` at
+ * explicit offsets: the file's position is untouched, and the caller may close `fd` at
+ * once. A file that shrinks before the region is sent ends the connection (SK_ERR_OTHER).
+ * Plaintext only (TCP or Unix-domain). Errors: SK_ERR_BAD_PARAM (`fd` not a regular file
+ * open for reading; a negative offset; a region that is empty or passes the end of the
+ * file), SK_ERR_BAD_CONFIG (not connected, TLS started, after a disconnect-after or
+ * close_write_stream). */
+int sk_socket_write_file(sk_socket_t *sock, int fd, int64_t offset, size_t length, double timeout, long tag,
+                         sk_error_t *error);
 
 /* The progress of the current write; as sk_socket_read_progress. */
 int sk_socket_write_progress(sk_socket_t *sock, long *out_tag, size_t *out_done, size_t *out_total);
@@ -1121,6 +1300,16 @@ typedef enum sk_udp_address_preference {
     SK_UDP_PREFER_IPV6 = 2
 } sk_udp_address_preference_t;
 
+/* Where a datagram arrived (packet info: sk_udp_socket_set_receives_packet_info). */
+typedef struct sk_udp_packet_info {
+    /* The address the datagram was sent to, as its IP header says (a multicast group, a
+     * broadcast address, or one of this host's), port 0: a sockaddr_in or sockaddr_in6. */
+    struct sockaddr_storage destination;
+    socklen_t destination_length;
+    /* The index of the interface it came in on (if_indextoname gives its name). */
+    unsigned interface_index;
+} sk_udp_packet_info_t;
+
 /* A UDP socket's callbacks (NULL members: not interested). Addresses and data are
  * borrowed for the call only. did_close is the last callback of a session. */
 typedef struct sk_udp_socket_delegate {
@@ -1146,6 +1335,13 @@ typedef struct sk_udp_socket_delegate {
     /* The socket closed: error NULL after sk_udp_socket_close / _close_after_sending,
      * SK_ERR_CLOSED when its loop stopped. Only if it had descriptors. */
     void (*did_close)(sk_udp_socket_t *sock, const sk_error_t *error, void *userdata);
+    /* Added in 0.2.0 (the members above are the first published version). A datagram that
+     * carries packet info (sk_udp_socket_set_receives_packet_info): as did_receive, with
+     * where it arrived in `info` (borrowed for the call). When this member is NULL such
+     * datagrams go to did_receive, without it. */
+    void (*did_receive_with_packet_info)(sk_udp_socket_t *sock, const void *data, size_t length,
+                                         const struct sockaddr *address, socklen_t address_length,
+                                         const sk_udp_packet_info_t *info, void *context, void *userdata);
 } sk_udp_socket_delegate_t;
 
 /* Receive filter: return nonzero to pass the datagram to did_receive (with *out_context
@@ -1252,6 +1448,46 @@ int sk_udp_socket_join_multicast_group(sk_udp_socket_t *sock, const char *group,
                                        sk_error_t *error);
 int sk_udp_socket_leave_multicast_group(sk_udp_socket_t *sock, const char *group, const char *interface,
                                         sk_error_t *error);
+/* Source-specific multicast (RFC 4607, IGMPv3/MLDv2): receive what `source` sends to
+ * `group`, and nothing others send to it (MCAST_JOIN_SOURCE_GROUP), or stop
+ * (MCAST_LEAVE_SOURCE_GROUP). Both numeric and of one family (IPv4's SSM range is
+ * 232.0.0.0/8); otherwise as sk_udp_socket_join_multicast_group. Several sources of a group
+ * may be joined; a group joined without a source cannot also be joined with one (the
+ * kernel's EINVAL). Errors: as above, plus SK_ERR_BAD_PARAM (source NULL, not numeric, or
+ * of the other family); leaving a source not joined is SK_ERR_SYSTEM (EADDRNOTAVAIL, or
+ * EINVAL when the group has no source joined). */
+int sk_udp_socket_join_multicast_source(sk_udp_socket_t *sock, const char *group, const char *source,
+                                        const char *interface, sk_error_t *error);
+int sk_udp_socket_leave_multicast_source(sk_udp_socket_t *sock, const char *group, const char *source,
+                                         const char *interface, sk_error_t *error);
+/* Packet info (IP_PKTINFO / IPV6_RECVPKTINFO; off by default): each datagram comes with the
+ * address it was sent to and the interface it arrived on, through
+ * did_receive_with_packet_info (SK_EVENT_UDP_RECEIVE_PACKET_INFO records). Applies to the
+ * descriptors there are and those made later; datagrams the kernel queued before it was
+ * turned on come without it (did_receive). Errors: SK_ERR_SYSTEM, SK_ERR_INVALID_HANDLE.
+ * The getter returns 1 or 0. */
+int sk_udp_socket_set_receives_packet_info(sk_udp_socket_t *sock, int enabled, sk_error_t *error);
+int sk_udp_socket_get_receives_packet_info(sk_udp_socket_t *sock);
+/* UDP segmentation offload (UDP_SEGMENT; 0, the default: off): each datagram sent larger
+ * than `size` bytes leaves as datagrams of `size` bytes (the last shorter), cut by the kernel
+ * (or the network card) after one trip through the stack; one of `size` or less goes as it
+ * is. The kernel's limits hold (at most 64 segments; `size` plus headers within the route's
+ * MTU): sends beyond them fail alone through did_not_send (SK_ERR_SYSTEM, EINVAL or
+ * EMSGSIZE). Applies to the descriptors there are and those made later. Errors:
+ * SK_ERR_BAD_PARAM (above 65535), SK_ERR_SYSTEM ENOPROTOOPT on a kernel without it (before
+ * Linux 4.18): no silent fallback, since the datagrams the peer sees would differ. */
+int sk_udp_socket_set_send_segment_size(sk_udp_socket_t *sock, size_t size, sk_error_t *error);
+int sk_udp_socket_get_send_segment_size(sk_udp_socket_t *sock, size_t *out_size);
+/* UDP receive offload (UDP_GRO; off by default): the kernel may hand over several datagrams
+ * of one sender in one buffer; SocketKit cuts them apart again, so did_receive sees the same
+ * datagrams, in order, each held to the receive limit (in receive-once mode those of one
+ * buffer come together). Errors: SK_ERR_SYSTEM ENOPROTOOPT on a kernel without it (before
+ * Linux 5.0). The getter returns 1 or 0. */
+int sk_udp_socket_set_receive_offload(sk_udp_socket_t *sock, int enabled, sk_error_t *error);
+int sk_udp_socket_get_receive_offload(sk_udp_socket_t *sock);
+/* The packet info of an SK_EVENT_UDP_RECEIVE_PACKET_INFO record (valid as long as the
+ * record's other memory), NULL for any other record. */
+const sk_udp_packet_info_t *sk_udp_event_packet_info(const sk_event_t *event);
 /* The interface multicast leaves through, per family (IP_MULTICAST_IF / IPV6_MULTICAST_IF). */
 int sk_udp_socket_send_ipv4_multicast_on_interface(sk_udp_socket_t *sock, const char *interface, sk_error_t *error);
 int sk_udp_socket_send_ipv6_multicast_on_interface(sk_udp_socket_t *sock, const char *interface, sk_error_t *error);

@@ -2,10 +2,12 @@
 #define _GNU_SOURCE 1
 #include "socketkit_c.h"
 
+#include <errno.h>
 #include <sched.h>
 #include <stddef.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/sendfile.h>
 #include <sys/syscall.h>
 
 int skc_accept_nonblocking(int fd, struct sockaddr *address, socklen_t *length) {
@@ -51,6 +53,160 @@ int skc_send_datagrams(int fd, skc_mmsghdr *messages, unsigned int count) {
 #else
     return (int)syscall(SYS_sendmmsg, fd, messages, count, MSG_NOSIGNAL | MSG_DONTWAIT);
 #endif
+}
+
+int skc_peer_credentials(int fd, int32_t *pid, uint32_t *uid, uint32_t *gid) {
+    struct ucred credentials;
+    socklen_t length = sizeof credentials;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return -1;
+    *pid = credentials.pid;
+    *uid = credentials.uid;
+    *gid = credentials.gid;
+    return 0;
+}
+
+ssize_t skc_read_with_descriptors(int fd, void *buffer, size_t count, int *fds, int *fd_count, int *truncated) {
+    union {
+        struct cmsghdr header;
+        char space[CMSG_SPACE(sizeof(int) * SKC_MAX_PASSED_DESCRIPTORS)];
+    } control;
+    struct iovec vector = {buffer, count};
+    struct msghdr message = {0};
+    message.msg_iov = &vector;
+    message.msg_iovlen = 1;
+    message.msg_control = control.space;
+    message.msg_controllen = sizeof control.space;
+    *fd_count = 0;
+    *truncated = 0;
+    ssize_t result = recvmsg(fd, &message, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (result < 0) return result;
+    *truncated = (message.msg_flags & MSG_CTRUNC) != 0;
+    for (struct cmsghdr *header = CMSG_FIRSTHDR(&message); header; header = CMSG_NXTHDR(&message, header)) {
+        if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
+        size_t carried = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t index = 0; index < carried; index++) {
+            int passed;
+            memcpy(&passed, CMSG_DATA(header) + index * sizeof(int), sizeof passed);
+            if (*fd_count < SKC_MAX_PASSED_DESCRIPTORS) {
+                fds[(*fd_count)++] = passed;
+            } else {
+                close(passed);
+                *truncated = 1;
+            }
+        }
+    }
+    return result;
+}
+
+ssize_t skc_send_with_descriptors(int fd, const struct iovec *vectors, int iovcnt, const int *fds, int fd_count) {
+    if (fd_count < 1 || fd_count > SKC_MAX_PASSED_DESCRIPTORS) {
+        errno = EINVAL;
+        return -1;
+    }
+    union {
+        struct cmsghdr header;
+        char space[CMSG_SPACE(sizeof(int) * SKC_MAX_PASSED_DESCRIPTORS)];
+    } control;
+    memset(&control, 0, sizeof control);
+    struct msghdr message = {0};
+    message.msg_iov = (struct iovec *)vectors;
+    message.msg_iovlen = (size_t)iovcnt;
+    message.msg_control = control.space;
+    message.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)fd_count);
+    struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)fd_count);
+    memcpy(CMSG_DATA(header), fds, sizeof(int) * (size_t)fd_count);
+    return sendmsg(fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+int skc_source_membership(int fd, int join, int level, unsigned interface, const struct sockaddr *group,
+                          socklen_t group_length, const struct sockaddr *source, socklen_t source_length) {
+    struct group_source_req request;
+    memset(&request, 0, sizeof request);
+    if (group_length > sizeof request.gsr_group || source_length > sizeof request.gsr_source) {
+        errno = EINVAL;
+        return -1;
+    }
+    request.gsr_interface = interface;
+    memcpy(&request.gsr_group, group, group_length);
+    memcpy(&request.gsr_source, source, source_length);
+    return setsockopt(fd, level, join ? MCAST_JOIN_SOURCE_GROUP : MCAST_LEAVE_SOURCE_GROUP, &request, sizeof request);
+}
+
+int skc_set_packet_info(int fd, int family, int enabled) {
+    int value = enabled ? 1 : 0;
+    if (family == AF_INET) return setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &value, sizeof value);
+    return setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &value, sizeof value);
+}
+
+int skc_packet_info(const struct msghdr *message, struct sockaddr_storage *destination, socklen_t *length,
+                    unsigned *interface) {
+    for (struct cmsghdr *control = CMSG_FIRSTHDR((struct msghdr *)message); control != NULL;
+         control = CMSG_NXTHDR((struct msghdr *)message, control)) {
+        if (control->cmsg_level == IPPROTO_IP && control->cmsg_type == IP_PKTINFO) {
+            struct in_pktinfo info;
+            memcpy(&info, CMSG_DATA(control), sizeof info);
+            struct sockaddr_in *address = (struct sockaddr_in *)destination;
+            memset(address, 0, sizeof *address);
+            address->sin_family = AF_INET;
+            /* ipi_addr is the header's destination (a multicast group, a broadcast
+             * address); ipi_spec_dst is the local address a reply would leave from. */
+            address->sin_addr = info.ipi_addr;
+            *length = sizeof *address;
+            *interface = (unsigned)info.ipi_ifindex;
+            return 1;
+        }
+        if (control->cmsg_level == IPPROTO_IPV6 && control->cmsg_type == IPV6_PKTINFO) {
+            struct in6_pktinfo info;
+            memcpy(&info, CMSG_DATA(control), sizeof info);
+            struct sockaddr_in6 *address = (struct sockaddr_in6 *)destination;
+            memset(address, 0, sizeof *address);
+            address->sin6_family = AF_INET6;
+            address->sin6_addr = info.ipi6_addr;
+            if (IN6_IS_ADDR_LINKLOCAL(&info.ipi6_addr) || IN6_IS_ADDR_MC_LINKLOCAL(&info.ipi6_addr)) {
+                address->sin6_scope_id = info.ipi6_ifindex;
+            }
+            *length = sizeof *address;
+            *interface = info.ipi6_ifindex;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103 /* linux/udp.h */
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+
+int skc_set_udp_segment(int fd, int size) {
+    return setsockopt(fd, IPPROTO_UDP, UDP_SEGMENT, &size, sizeof size);
+}
+
+int skc_set_udp_gro(int fd, int enabled) {
+    int value = enabled ? 1 : 0;
+    return setsockopt(fd, IPPROTO_UDP, UDP_GRO, &value, sizeof value);
+}
+
+int skc_coalesced_segment_size(const struct msghdr *message) {
+    for (struct cmsghdr *control = CMSG_FIRSTHDR((struct msghdr *)message); control != NULL;
+         control = CMSG_NXTHDR((struct msghdr *)message, control)) {
+        if (control->cmsg_level == IPPROTO_UDP && control->cmsg_type == UDP_GRO) {
+            int size;
+            memcpy(&size, CMSG_DATA(control), sizeof size);
+            return size > 0 ? size : 0;
+        }
+    }
+    return 0;
+}
+
+ssize_t skc_sendfile(int fd, int file, int64_t offset, size_t count) {
+    off_t position = (off_t)offset;
+    return sendfile(fd, file, &position, count);
 }
 
 SKC_THREAD_LOCAL skc_callback_scope_t skc_callback_scope;

@@ -167,6 +167,9 @@ import Testing
         Self.expectRefused(.badParam, "group") { try bound.joinMulticastGroup("239.255.0.1\0x") }
         Self.expectRefused(.badParam, "group interface") { try bound.joinMulticastGroup("239.255.0.1", onInterface: "lo\0x") }
         Self.expectRefused(.badParam, "leave group") { try bound.leaveMulticastGroup("239.255.0.1\0x") }
+        Self.expectRefused(.badParam, "source group") { try bound.joinMulticastGroup("232.1.2.3\0x", source: "127.0.0.1") }
+        Self.expectRefused(.badParam, "source") { try bound.joinMulticastGroup("232.1.2.3", source: "127.0.0.1\0x") }
+        Self.expectRefused(.badParam, "leave source") { try bound.leaveMulticastGroup("232.1.2.3", source: "127.0.0.1\0x") }
         Self.expectRefused(.badParam, "IPv4 multicast interface") { try bound.sendIPv4Multicast(onInterface: "127.0.0.1\0x") }
         Self.expectRefused(.badParam, "IPv6 multicast interface") { try bound.sendIPv6Multicast(onInterface: "lo\0x") }
     }

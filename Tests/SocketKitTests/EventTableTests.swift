@@ -178,7 +178,8 @@ struct EventTableTests {
     /// `udpSamples` and a row in the table.
     static func tripwire(_ event: UdpSocketEvent) {
         switch event {
-        case .didConnect, .didNotConnect, .didSend, .didNotSend, .didReceive, .didReceiveError, .didClose:
+        case .didConnect, .didNotConnect, .didSend, .didNotSend, .didReceive, .didReceiveWithPacketInfo, .didReceiveError,
+             .didClose:
             break
         }
     }
@@ -190,6 +191,9 @@ struct EventTableTests {
         return [
             .didConnect(address), .didNotConnect(error), .didSend(tag: 5), .didNotSend(tag: 5, error),
             .didReceive(.owned([1, 2, 3]), from: address, context: context), .didReceiveError(error), .didClose(error),
+            .didReceiveWithPacketInfo(.owned([1, 2, 3]), from: address, context: context,
+                                      info: UdpPacketInfo(destination: try SocketAddress(ipAddress: "232.1.2.3", port: 0),
+                                                          interfaceIndex: 1)),
         ]
     }
 
@@ -202,6 +206,9 @@ struct EventTableTests {
         delegate.did_receive = { _, _, _, _, _, _, userdata in CalledMembers.note("did_receive", userdata) }
         delegate.did_receive_error = { _, _, userdata in CalledMembers.note("did_receive_error", userdata) }
         delegate.did_close = { _, _, userdata in CalledMembers.note("did_close", userdata) }
+        delegate.did_receive_with_packet_info = { _, _, _, _, _, _, _, userdata in
+            CalledMembers.note("did_receive_with_packet_info", userdata)
+        }
         return delegate
     }
 

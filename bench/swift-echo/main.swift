@@ -2,7 +2,12 @@
 // SocketKit echo server through the Swift API, for the benchmark harness and the
 // descriptor-exhaustion test.
 //
-//   socketkit-echo --port P [--udp-port Q] [--host ADDR] [--loops N]
+//   socketkit-echo --port P [--udp-port Q] [--host ADDR] [--loops N [--every-loop]]
+//
+// With --loops N the server has N event loops; connections are handed round-robin from the
+// listener's loop to the next loop, or, with --every-loop, accepted on every loop by a
+// listener with one SO_REUSEPORT socket per loop (Socket.acceptsOnEveryLoop): each stays on
+// the loop that accepted it (bench/multiloop.sh compares them).
 //
 // Echoes every TCP byte on one event-loop thread (callbacks run on the loop), binds
 // 127.0.0.1 unless --host is given, prints "listening on PORT" (useful with --port 0),
@@ -104,6 +109,7 @@ final class Lock: @unchecked Sendable {
 var port: UInt16 = 0
 var host = "127.0.0.1"
 var loopCount = 1
+var everyLoop = false
 var udpPort: UInt16? = nil
 var tls: TLSSettings? = nil
 var arguments = CommandLine.arguments.dropFirst()
@@ -112,12 +118,13 @@ while let argument = arguments.popFirst() {
     case "--port": port = UInt16(arguments.popFirst() ?? "") ?? 0
     case "--host": host = arguments.popFirst() ?? host
     case "--loops": loopCount = Int(arguments.popFirst() ?? "") ?? 1
+    case "--every-loop": everyLoop = true
     case "--udp-port": udpPort = UInt16(arguments.popFirst() ?? "") ?? 0
     case "--tls":
         let certificate = arguments.popFirst() ?? "", key = arguments.popFirst() ?? ""
         tls = .server(certificateChain: .file(certificate), privateKey: .file(key))
     default:
-        say("usage: socketkit-echo --port P [--udp-port Q] [--host ADDR] [--loops N] [--tls CERT KEY]", to: 2)
+        say("usage: socketkit-echo --port P [--udp-port Q] [--host ADDR] [--loops N [--every-loop]] [--tls CERT KEY]", to: 2)
         exit(2)
     }
 }
@@ -147,6 +154,7 @@ if let udpPort {
 }
 let listener = Socket(delegate: server, eventLoop: group.next())
 listener.noDelay = true // inherited by accepted connections, as every bench server sets TCP_NODELAY
+listener.acceptsOnEveryLoop = everyLoop
 do {
     try listener.accept(onInterface: host, port: port)
 } catch {

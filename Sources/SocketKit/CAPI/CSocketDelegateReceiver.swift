@@ -57,7 +57,7 @@ final class CSocketDelegateReceiver: SocketEventReceiver, @unchecked Sendable {
 
     /// The text did_connect and SK_EVENT_CONNECT carry: the host, or the Unix path.
     private func connectedText(_ peer: SocketAddress) -> String {
-        peer.family == .unix ? (peer.unixPath ?? "") : (peer.host ?? "")
+        peer.family == .unix ? (peer.unixDisplayName ?? "") : (peer.host ?? "")
     }
 
     // MARK: Calls
@@ -81,6 +81,8 @@ final class CSocketDelegateReceiver: SocketEventReceiver, @unchecked Sendable {
             case .borrowed(let bytes):
                 callback(handle, bytes.baseAddress, bytes.count, tag, userdata)
             case .owned(let bytes):
+                // Empty only for a read to a file: data NULL, as the header says.
+                if bytes.isEmpty { callback(handle, nil, 0, tag, userdata); break }
                 bytes.withUnsafeBytes { callback(handle, $0.baseAddress, $0.count, tag, userdata) }
             case .callerBuffer(let buffer, let range):
                 callback(handle, buffer.baseAddress.map { $0 + range.lowerBound }, range.count, tag, userdata)
@@ -158,10 +160,10 @@ final class CSocketDelegateReceiver: SocketEventReceiver, @unchecked Sendable {
             record.tag = tag
             switch payload {
             case .borrowed(let bytes):
-                record.data = sink.keep(Array(bytes))
+                record.data = bytes.isEmpty ? nil : sink.keep(Array(bytes))
                 record.length = bytes.count
             case .owned(let bytes):
-                record.data = sink.keep(bytes)
+                record.data = bytes.isEmpty ? nil : sink.keep(bytes)
                 record.length = bytes.count
             case .callerBuffer(let buffer, let range):
                 record.data = UnsafeRawPointer(buffer.baseAddress.map { $0 + range.lowerBound })

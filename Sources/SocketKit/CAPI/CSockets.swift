@@ -103,6 +103,18 @@ public func sk_socket_get_alternate_address_delay(_ handle: OpaquePointer?, _ ou
     }
 }
 
+@_cdecl("sk_socket_set_resolution_delay")
+public func sk_socket_set_resolution_delay(_ handle: OpaquePointer?, _ seconds: Double) -> Int32 {
+    Socket.withHandle(handle) { $0.resolutionDelay = seconds }
+}
+
+@_cdecl("sk_socket_get_resolution_delay")
+public func sk_socket_get_resolution_delay(_ handle: OpaquePointer?, _ outSeconds: UnsafeMutablePointer<Double>?) -> Int32 {
+    Socket.withHandle(handle) { (socket) throws(SocketError) in
+        outSeconds?.pointee = socket.resolutionDelay
+    }
+}
+
 @_cdecl("sk_socket_set_auto_disconnect_on_closed_read_stream")
 public func sk_socket_set_auto_disconnect_on_closed_read_stream(_ handle: OpaquePointer?, _ enabled: Int32) -> Int32 {
     Socket.withHandle(handle) { $0.autoDisconnectOnClosedReadStream = enabled != 0 }
@@ -205,6 +217,65 @@ public func sk_socket_get_buffer_sizes(_ handle: OpaquePointer?, _ outSend: Unsa
     }
 }
 
+@_cdecl("sk_socket_set_reuse_port")
+public func sk_socket_set_reuse_port(_ handle: OpaquePointer?, _ enabled: Int32) -> Int32 {
+    Socket.withHandle(handle) { $0.reusePort = enabled != 0 }
+}
+
+@_cdecl("sk_socket_get_reuse_port")
+public func sk_socket_get_reuse_port(_ handle: OpaquePointer?) -> Int32 { Socket.flag(handle) { $0.reusePort } }
+
+@_cdecl("sk_socket_set_accepts_on_every_loop")
+public func sk_socket_set_accepts_on_every_loop(_ handle: OpaquePointer?, _ enabled: Int32) -> Int32 {
+    Socket.withHandle(handle) { $0.acceptsOnEveryLoop = enabled != 0 }
+}
+
+@_cdecl("sk_socket_get_accepts_on_every_loop")
+public func sk_socket_get_accepts_on_every_loop(_ handle: OpaquePointer?) -> Int32 {
+    Socket.flag(handle) { $0.acceptsOnEveryLoop }
+}
+
+@_cdecl("sk_socket_set_user_timeout")
+public func sk_socket_set_user_timeout(_ handle: OpaquePointer?, _ seconds: Double,
+                                       _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in try socket.setUserTimeout(seconds) }
+}
+
+@_cdecl("sk_socket_get_user_timeout")
+public func sk_socket_get_user_timeout(_ handle: OpaquePointer?, _ outSeconds: UnsafeMutablePointer<Double>?) -> Int32 {
+    Socket.withHandle(handle) { (socket) throws(SocketError) in
+        outSeconds?.pointee = socket.userTimeout
+    }
+}
+
+@_cdecl("sk_socket_set_fast_open")
+public func sk_socket_set_fast_open(_ handle: OpaquePointer?, _ enabled: Int32) -> Int32 {
+    Socket.withHandle(handle) { $0.fastOpen = enabled != 0 }
+}
+
+@_cdecl("sk_socket_get_fast_open")
+public func sk_socket_get_fast_open(_ handle: OpaquePointer?) -> Int32 { Socket.flag(handle) { $0.fastOpen } }
+
+@_cdecl("sk_socket_set_socket_option")
+public func sk_socket_set_socket_option(_ handle: OpaquePointer?, _ level: Int32, _ name: Int32,
+                                        _ value: UnsafeRawPointer?, _ length: Int,
+                                        _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
+        guard let value else { throw badParam("value is NULL") }
+        let count = try checkedLength(length, "length")
+        guard count <= SocketOption.maximumValueLength else {
+            throw badParam("length must be 1...\(SocketOption.maximumValueLength)")
+        }
+        let bytes = Array(UnsafeRawBufferPointer(start: value, count: count))
+        try socket.setSocketOption(try SocketOption(level: level, name: name, value: bytes))
+    }
+}
+
+@_cdecl("sk_socket_clear_socket_options")
+public func sk_socket_clear_socket_options(_ handle: OpaquePointer?) -> Int32 {
+    Socket.withHandle(handle) { $0.removeAllSocketOptions() }
+}
+
 // MARK: Accepting and connecting
 
 @_cdecl("sk_socket_accept_on_port")
@@ -226,6 +297,32 @@ public func sk_socket_accept_on_unix_path(_ handle: OpaquePointer?, _ path: Unsa
     Socket.withHandle(handle, error) { (socket) throws(SocketError) in
         try socket.accept(onUnixPath: try string(from: path, "path"))
     }
+}
+
+@_cdecl("sk_socket_accept_on_fds")
+public func sk_socket_accept_on_fds(_ handle: OpaquePointer?, _ fds: UnsafePointer<Int32>?, _ count: Int,
+                                    _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
+        guard let fds else { throw badParam("fds is NULL") }
+        let number = try checkedLength(count, "count")
+        guard number <= ListenerFactory.maximumAdoptedDescriptors else {
+            throw badParam("a listener adopts 1...\(ListenerFactory.maximumAdoptedDescriptors) descriptors")
+        }
+        try socket.accept(onDescriptors: Array(UnsafeBufferPointer(start: fds, count: number)))
+    }
+}
+
+@_cdecl("sk_socket_activation_fds")
+public func sk_socket_activation_fds(_ fds: UnsafeMutablePointer<Int32>?, _ capacity: Int, _ unsetEnvironment: Int32,
+                                     _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    var found = 0
+    let status = reporting(error) { () throws(SocketError) in
+        let room = fds == nil ? 0 : try checkedLength(capacity, "capacity")
+        let descriptors = try Socket.socketActivationDescriptors(unsettingEnvironment: unsetEnvironment != 0)
+        for (index, descriptor) in descriptors.prefix(room).enumerated() { fds?[index] = descriptor }
+        found = descriptors.count
+    }
+    return status == 0 ? Int32(clamping: found) : status
 }
 
 @_cdecl("sk_socket_connect_to_host")
@@ -253,6 +350,88 @@ public func sk_socket_connect_to_unix_path(_ handle: OpaquePointer?, _ path: Uns
                                            _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
     Socket.withHandle(handle, error) { (socket) throws(SocketError) in
         try socket.connect(toUnixPath: try string(from: path, "path"), timeout: timeout)
+    }
+}
+
+@_cdecl("sk_socket_accept_on_abstract_unix_name")
+public func sk_socket_accept_on_abstract_unix_name(_ handle: OpaquePointer?, _ name: UnsafeRawPointer?, _ length: Int,
+                                                   _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
+        try socket.accept(onAbstractUnixName: try abstractName(name, length))
+    }
+}
+
+@_cdecl("sk_socket_connect_to_abstract_unix_name")
+public func sk_socket_connect_to_abstract_unix_name(_ handle: OpaquePointer?, _ name: UnsafeRawPointer?, _ length: Int,
+                                                    _ timeout: Double, _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
+        try socket.connect(toAbstractUnixName: try abstractName(name, length), timeout: timeout)
+    }
+}
+
+/// An abstract Unix-domain name from C: `length` bytes (NULs included) at `name`.
+private func abstractName(_ name: UnsafeRawPointer?, _ length: Int) throws(SocketError) -> [UInt8] {
+    guard let name else { throw badParam("name is NULL") }
+    let count = try checkedLength(length, "length")
+    guard count <= 1024 else { throw badParam("an abstract Unix socket name takes 1...107 bytes") }
+    return Array(UnsafeRawBufferPointer(start: name, count: count))
+}
+
+// MARK: Unix-domain extras
+
+@_cdecl("sk_socket_set_receives_descriptors")
+public func sk_socket_set_receives_descriptors(_ handle: OpaquePointer?, _ enabled: Int32) -> Int32 {
+    Socket.withHandle(handle) { $0.receivesDescriptors = enabled != 0 }
+}
+
+@_cdecl("sk_socket_get_receives_descriptors")
+public func sk_socket_get_receives_descriptors(_ handle: OpaquePointer?) -> Int32 {
+    Socket.flag(handle) { $0.receivesDescriptors }
+}
+
+@_cdecl("sk_socket_take_received_descriptors")
+public func sk_socket_take_received_descriptors(_ handle: OpaquePointer?, _ fds: UnsafeMutablePointer<Int32>?,
+                                                _ capacity: Int, _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    var result: Int32 = 0
+    let status = Socket.withHandle(handle, error) { (socket) throws(SocketError) in
+        guard let fds else {
+            result = Int32(clamping: try socket.receivedDescriptorCount())
+            return
+        }
+        let taken = try socket.takeReceivedDescriptors(limit: try checkedLength(capacity, "capacity"))
+        for (index, descriptor) in taken.enumerated() { fds[index] = descriptor }
+        result = Int32(taken.count)
+    }
+    return status == 0 ? result : status
+}
+
+@_cdecl("sk_socket_write_with_descriptors")
+public func sk_socket_write_with_descriptors(_ handle: OpaquePointer?, _ data: UnsafeRawPointer?, _ length: Int,
+                                             _ fds: UnsafePointer<Int32>?, _ fdCount: Int, _ timeout: Double, _ tag: Int,
+                                             _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
+        guard let data else { throw badParam("data is NULL") }
+        guard let fds else { throw badParam("fds is NULL") }
+        let count = try checkedLength(length, "length")
+        let descriptors = try checkedLength(fdCount, "fd_count")
+        guard descriptors <= Int(SKC_MAX_PASSED_DESCRIPTORS) else {
+            throw badParam("a write passes 1...\(SKC_MAX_PASSED_DESCRIPTORS) descriptors")
+        }
+        try socket.write(Array(UnsafeRawBufferPointer(start: data, count: count)),
+                         passingDescriptors: Array(UnsafeBufferPointer(start: fds, count: descriptors)),
+                         timeout: timeout, tag: tag)
+    }
+}
+
+@_cdecl("sk_socket_get_peer_credentials")
+public func sk_socket_get_peer_credentials(_ handle: OpaquePointer?, _ outPid: UnsafeMutablePointer<Int32>?,
+                                           _ outUid: UnsafeMutablePointer<UInt32>?, _ outGid: UnsafeMutablePointer<UInt32>?,
+                                           _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
+        let credentials = try socket.peerCredentials()
+        outPid?.pointee = credentials.processID
+        outUid?.pointee = credentials.userID
+        outGid?.pointee = credentials.groupID
     }
 }
 
@@ -329,6 +508,14 @@ public func sk_socket_read_to_data_into(_ handle: OpaquePointer?, _ separator: U
     }
 }
 
+@_cdecl("sk_socket_read_to_file")
+public func sk_socket_read_to_file(_ handle: OpaquePointer?, _ length: Int, _ fd: Int32, _ timeout: Double, _ tag: Int,
+                                   _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
+        try socket.read(toLength: try checkedLength(length, "length"), intoFile: fd, timeout: timeout, tag: tag)
+    }
+}
+
 @_cdecl("sk_socket_cancel_read")
 public func sk_socket_cancel_read(_ handle: OpaquePointer?, _ tag: Int, _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
     Socket.withHandle(handle, error) { (socket) throws(SocketError) in
@@ -394,6 +581,15 @@ public func sk_socket_write_no_copy(_ handle: OpaquePointer?, _ data: UnsafeRawP
             armed = false
             throw error
         }
+    }
+}
+
+@_cdecl("sk_socket_write_file")
+public func sk_socket_write_file(_ handle: OpaquePointer?, _ fd: Int32, _ offset: Int64, _ length: Int, _ timeout: Double,
+                                 _ tag: Int, _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
+        let count = try checkedLength(length, "length")
+        try socket.writeFile(fd, offset: offset, length: count == 0 ? nil : count, timeout: timeout, tag: tag)
     }
 }
 

@@ -21,8 +21,9 @@ final class CUdpSocketDelegateReceiver: UdpSocketEventReceiver, @unchecked Senda
     /// The receiver for the caller's struct (see `copyDelegate`), nil for a NULL delegate.
     static func make(_ delegate: UnsafePointer<sk_udp_socket_delegate_t>?, size: Int,
                      userdata: UnsafeMutableRawPointer?) throws(SocketError) -> CUdpSocketDelegateReceiver? {
-        // Published whole: every member was there from the first version.
-        try copyDelegate(delegate, size: size, firstPublished: MemoryLayout<sk_udp_socket_delegate_t>.size,
+        // The first published version ended with did_close.
+        try copyDelegate(delegate, size: size,
+                         firstPublished: MemoryLayout<sk_udp_socket_delegate_t>.offset(of: \.did_receive_with_packet_info)!,
                          name: "sk_udp_socket_delegate_t", empty: sk_udp_socket_delegate_t())
             .map { CUdpSocketDelegateReceiver($0, userdata: userdata) }
     }
@@ -66,6 +67,16 @@ final class CUdpSocketDelegateReceiver: UdpSocketEventReceiver, @unchecked Senda
             payload.withBytes { bytes in
                 address.withSockAddr { callback(handle, bytes.baseAddress, bytes.count, $0, $1, pointer, userdata) }
             }
+        case .didReceiveWithPacketInfo(let payload, let address, let context, let info):
+            guard let callback = delegate.did_receive_with_packet_info else {
+                call(.didReceive(payload, from: address, context: context), handle: handle)
+                return
+            }
+            let pointer = (context as? CFilterContext)?.pointer
+            var converted = info.cValue
+            payload.withBytes { bytes in
+                address.withSockAddr { callback(handle, bytes.baseAddress, bytes.count, $0, $1, &converted, pointer, userdata) }
+            }
         case .didReceiveError(let error):
             guard let callback = delegate.did_receive_error else { return }
             withCError(error) { callback(handle, $0, userdata) }
@@ -89,6 +100,13 @@ final class CUdpSocketDelegateReceiver: UdpSocketEventReceiver, @unchecked Senda
             record.host = sink.keep(address.host ?? "")
             record.port = address.port
         }
+        func fillDatagram(_ payload: DatagramPayload, _ address: SocketAddress, _ context: (any Sendable)?) {
+            let bytes = payload.array
+            record.data = sink.keep(bytes)
+            record.length = bytes.count
+            record.context = (context as? CFilterContext)?.pointer
+            fillAddress(address)
+        }
         switch event {
         case .didConnect(let address):
             guard delegate.did_connect != nil else { return }
@@ -110,11 +128,17 @@ final class CUdpSocketDelegateReceiver: UdpSocketEventReceiver, @unchecked Senda
         case .didReceive(let payload, let address, let context):
             guard delegate.did_receive != nil else { return }
             record.kind = Int32(SK_EVENT_UDP_RECEIVE.rawValue)
-            let bytes = payload.array
-            record.data = sink.keep(bytes)
-            record.length = bytes.count
-            record.context = (context as? CFilterContext)?.pointer
-            fillAddress(address)
+            fillDatagram(payload, address, context)
+        case .didReceiveWithPacketInfo(let payload, let address, let context, let info):
+            guard delegate.did_receive_with_packet_info != nil else {
+                self.record(.didReceive(payload, from: address, context: context), handle: handle, into: sink)
+                return
+            }
+            record.kind = Int32(SK_EVENT_UDP_RECEIVE_PACKET_INFO.rawValue)
+            fillDatagram(payload, address, context)
+            // sk_udp_event_packet_info reads the kept struct back from the token.
+            let converted = withUnsafeBytes(of: info.cValue) { Array($0) }
+            record.token = UInt64(UInt(bitPattern: sink.keep(converted)))
         case .didReceiveError(let error):
             guard delegate.did_receive_error != nil else { return }
             record.kind = Int32(SK_EVENT_UDP_RECEIVE_ERROR.rawValue)
@@ -125,5 +149,19 @@ final class CUdpSocketDelegateReceiver: UdpSocketEventReceiver, @unchecked Senda
             record.error = error.map { sink.keep($0) }
         }
         sink.append(record)
+    }
+}
+
+extension UdpPacketInfo {
+    /// The C struct (sk_udp_packet_info_t).
+    var cValue: sk_udp_packet_info_t {
+        var converted = sk_udp_packet_info_t()
+        let bytes = destination.bytes
+        withUnsafeMutableBytes(of: &converted.destination) { target in
+            target.copyBytes(from: bytes.prefix(target.count))
+        }
+        converted.destination_length = socklen_t(min(bytes.count, MemoryLayout<sockaddr_storage>.size))
+        converted.interface_index = interfaceIndex
+        return converted
     }
 }

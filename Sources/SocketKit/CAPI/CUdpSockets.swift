@@ -357,6 +357,65 @@ public func sk_udp_socket_join_multicast_group(_ handle: OpaquePointer?, _ group
     }
 }
 
+@_cdecl("sk_udp_socket_set_receives_packet_info")
+public func sk_udp_socket_set_receives_packet_info(_ handle: OpaquePointer?, _ enabled: Int32,
+                                                   _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    UdpSocket.withHandle(handle, error) { (socket) throws(SocketError) in try socket.setReceivesPacketInfo(enabled != 0) }
+}
+
+@_cdecl("sk_udp_socket_get_receives_packet_info")
+public func sk_udp_socket_get_receives_packet_info(_ handle: OpaquePointer?) -> Int32 {
+    UdpSocket.flag(handle) { $0.receivesPacketInfo }
+}
+
+@_cdecl("sk_udp_socket_set_send_segment_size")
+public func sk_udp_socket_set_send_segment_size(_ handle: OpaquePointer?, _ size: Int,
+                                                _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    UdpSocket.withHandle(handle, error) { (socket) throws(SocketError) in try socket.setSendSegmentSize(size) }
+}
+
+@_cdecl("sk_udp_socket_get_send_segment_size")
+public func sk_udp_socket_get_send_segment_size(_ handle: OpaquePointer?, _ size: UnsafeMutablePointer<Int>?) -> Int32 {
+    UdpSocket.withHandle(handle) { socket in size?.pointee = socket.sendSegmentSize }
+}
+
+@_cdecl("sk_udp_socket_set_receive_offload")
+public func sk_udp_socket_set_receive_offload(_ handle: OpaquePointer?, _ enabled: Int32,
+                                              _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    UdpSocket.withHandle(handle, error) { (socket) throws(SocketError) in try socket.setReceiveOffload(enabled != 0) }
+}
+
+@_cdecl("sk_udp_socket_get_receive_offload")
+public func sk_udp_socket_get_receive_offload(_ handle: OpaquePointer?) -> Int32 {
+    UdpSocket.flag(handle) { $0.receiveOffload }
+}
+
+@_cdecl("sk_udp_event_packet_info")
+public func sk_udp_event_packet_info(_ event: UnsafePointer<sk_event_t>?) -> UnsafePointer<sk_udp_packet_info_t>? {
+    guard let event, event.pointee.kind == Int32(SK_EVENT_UDP_RECEIVE_PACKET_INFO.rawValue) else { return nil }
+    return UnsafePointer(bitPattern: UInt(event.pointee.token))
+}
+
+@_cdecl("sk_udp_socket_join_multicast_source")
+public func sk_udp_socket_join_multicast_source(_ handle: OpaquePointer?, _ group: UnsafePointer<CChar>?,
+                                                _ source: UnsafePointer<CChar>?, _ interface: UnsafePointer<CChar>?,
+                                                _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    UdpSocket.withHandle(handle, error) { (socket) throws(SocketError) in
+        try socket.joinMulticastGroup(try string(from: group, "group"), source: try string(from: source, "source"),
+                                      onInterface: optionalString(interface))
+    }
+}
+
+@_cdecl("sk_udp_socket_leave_multicast_source")
+public func sk_udp_socket_leave_multicast_source(_ handle: OpaquePointer?, _ group: UnsafePointer<CChar>?,
+                                                 _ source: UnsafePointer<CChar>?, _ interface: UnsafePointer<CChar>?,
+                                                 _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    UdpSocket.withHandle(handle, error) { (socket) throws(SocketError) in
+        try socket.leaveMulticastGroup(try string(from: group, "group"), source: try string(from: source, "source"),
+                                       onInterface: optionalString(interface))
+    }
+}
+
 @_cdecl("sk_udp_socket_leave_multicast_group")
 public func sk_udp_socket_leave_multicast_group(_ handle: OpaquePointer?, _ group: UnsafePointer<CChar>?,
                                                 _ interface: UnsafePointer<CChar>?,

@@ -12,13 +12,16 @@ final class AddressResolver: @unchecked Sendable {
     final class Request: @unchecked Sendable {
         let host: String
         let port: UInt16
+        /// One family's addresses only (Happy Eyeballs v2 asks for A and AAAA apart), or both.
+        let family: SocketAddress.Family?
         fileprivate let completion: @Sendable (Result<[SocketAddress], SocketError>) -> Void
         fileprivate let cancelled = Atomic<Bool>(false)
 
-        fileprivate init(host: String, port: UInt16,
+        fileprivate init(host: String, port: UInt16, family: SocketAddress.Family?,
                          completion: @escaping @Sendable (Result<[SocketAddress], SocketError>) -> Void) {
             self.host = host
             self.port = port
+            self.family = family
             self.completion = completion
         }
 
@@ -32,6 +35,12 @@ final class AddressResolver: @unchecked Sendable {
     /// cost a dictionary lookup.
     static let testStubs = LockedValue<[String: @Sendable (UInt16) -> Result<[SocketAddress], SocketError>]>([:])
 
+    /// As `testStubs`, asked for one family at a time (a request for one family finds the
+    /// name here first; `testStubs`' answer is otherwise filtered to that family), so a test
+    /// can answer A and AAAA separately, each when it likes.
+    static let familyTestStubs =
+        LockedValue<[String: @Sendable (UInt16, SocketAddress.Family) -> Result<[SocketAddress], SocketError>]>([:])
+
     private let maximumThreads: Int
     private let lock = ConditionLock()
     private var waiting: [Request] = []
@@ -42,11 +51,12 @@ final class AddressResolver: @unchecked Sendable {
         self.maximumThreads = maximumThreads
     }
 
-    /// Resolves `host` on a pool thread; `completion` runs on that thread unless cancelled.
+    /// Resolves `host` (`family`'s addresses only, when given) on a pool thread; `completion`
+    /// runs on that thread unless cancelled.
     @discardableResult
-    func resolve(host: String, port: UInt16,
+    func resolve(host: String, port: UInt16, family: SocketAddress.Family? = nil,
                  completion: @escaping @Sendable (Result<[SocketAddress], SocketError>) -> Void) -> Request {
-        let request = Request(host: host, port: port, completion: completion)
+        let request = Request(host: host, port: port, family: family, completion: completion)
         var startThread = false
         lock.withLock {
             waiting.append(request)
@@ -86,11 +96,29 @@ final class AddressResolver: @unchecked Sendable {
             let request = waiting.removeFirst()
             lock.unlock()
             guard !request.isCancelled else { continue }
-            let stub = AddressResolver.testStubs.withLock { $0[request.host] }
-            let result = stub?(request.port) ?? AddressResolver.lookup(host: request.host, port: request.port)
+            let result = AddressResolver.answer(request)
             guard !request.isCancelled else { continue }
             request.completion(result)
         }
+    }
+
+    /// A request's answer: from a test's stub, else from `getaddrinfo`. A request for one
+    /// family is not logged when it fails (its connect logs once, when every family failed).
+    private static func answer(_ request: Request) -> Result<[SocketAddress], SocketError> {
+        guard let family = request.family else {
+            let stub = testStubs.withLock { $0[request.host] }
+            return stub?(request.port) ?? lookup(host: request.host, port: request.port)
+        }
+        if let stub = familyTestStubs.withLock({ $0[request.host] }) { return stub(request.port, family) }
+        if let stub = testStubs.withLock({ $0[request.host] }) {
+            return stub(request.port).flatMap { (addresses) -> Result<[SocketAddress], SocketError> in
+                let found = addresses.filter { $0.family == family }
+                return found.isEmpty
+                    ? .failure(SocketError(.resolution, osError: EAI_NONAME, "\(request.host): no \(family) address"))
+                    : .success(found)
+            }
+        }
+        return resolve(host: request.host, port: request.port, family: family)
     }
 
     /// A host as the public calls take it (a name or an IP literal): `.badParam` when empty,
@@ -112,16 +140,27 @@ final class AddressResolver: @unchecked Sendable {
         return result
     }
 
-    private static func resolve(host: String, port: UInt16) -> Result<[SocketAddress], SocketError> {
+    private static func resolve(host: String, port: UInt16,
+                                family: SocketAddress.Family? = nil) -> Result<[SocketAddress], SocketError> {
         do throws(SocketError) { try checkHost(host) } catch { return .failure(error) }
+        var known: [SocketAddress]? = nil
         if host == "localhost" || host == "loopback" {
-            return .success([.ipv4Loopback(port: port), .ipv6Loopback(port: port)])
+            known = [.ipv4Loopback(port: port), .ipv6Loopback(port: port)]
+        } else if let literal = SocketAddress.parseIPLiteral(host, port: port) {
+            known = [literal]
         }
-        if let literal = SocketAddress.parseIPLiteral(host, port: port) {
-            return .success([literal])
+        if let known {
+            let found = known.filter { family == nil || $0.family == family }
+            return found.isEmpty
+                ? .failure(SocketError(.resolution, osError: EAI_NONAME, "\(host): no \(family.map { "\($0)" } ?? "") address"))
+                : .success(found)
         }
         var hints = addrinfo()
-        hints.ai_family = AF_UNSPEC
+        switch family {
+        case .ipv4: hints.ai_family = AF_INET
+        case .ipv6: hints.ai_family = AF_INET6
+        case .unix, nil: hints.ai_family = AF_UNSPEC
+        }
         hints.ai_socktype = SystemCalls.streamType
         var list: UnsafeMutablePointer<addrinfo>? = nil
         let status = getaddrinfo(host, nil, &hints, &list)

@@ -105,6 +105,33 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
         inlineLength = 0
     }
 
+    /// A Linux abstract Unix-domain address: a name in the kernel's own namespace, not a
+    /// file (nothing to remove, nothing left behind; gone with the last socket bound to it).
+    /// Any bytes (a NUL included), 1...107 of them; the address is `sun_path[0] == 0`
+    /// followed by the name, its length the name's. Throws `.badParam` for an empty or
+    /// longer name.
+    public init(abstractUnixName name: [UInt8]) throws(SocketError) {
+        guard !name.isEmpty, name.count < skc_unix_path_capacity() else {
+            throw SocketError(.badParam, "an abstract Unix socket name takes 1...\(skc_unix_path_capacity() - 1) bytes")
+        }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { path in
+            path[0] = 0
+            UnsafeMutableRawBufferPointer(rebasing: path[1...]).copyBytes(from: name)
+        }
+        let length = MemoryLayout<sa_family_t>.size + 1 + name.count
+        unixBytes = withUnsafeBytes(of: &address) { Array($0.prefix(length)) }
+        family = .unix
+        inline = InlineStorage()
+        inlineLength = 0
+    }
+
+    /// An abstract Unix-domain address named by the UTF-8 bytes of `name`.
+    public init(abstractUnixName name: String) throws(SocketError) {
+        try self.init(abstractUnixName: Array(name.utf8))
+    }
+
     init(ipv4 address: sockaddr_in) {
         var copy = address
         self = withUnsafeBytes(of: &copy) { SocketAddress(raw: $0)! }
@@ -204,6 +231,32 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
         return String(decoding: path, as: UTF8.self)
     }
 
+    /// The name of an abstract Unix-domain address (see `init(abstractUnixName:)`), nil for
+    /// any other.
+    public var abstractUnixName: [UInt8]? {
+        guard family == .unix, let unixBytes else { return nil }
+        let offset = MemoryLayout<sa_family_t>.size
+        guard unixBytes.count > offset + 1, unixBytes[offset] == 0 else { return nil }
+        return Array(unixBytes[(offset + 1)...])
+    }
+
+    /// Whether a socket with this local address is bound: to a port (IP), or to a path or
+    /// an abstract name (Unix domain).
+    var isBound: Bool {
+        switch family {
+        case .ipv4, .ipv6: return port != 0
+        case .unix: return unixPath != nil || abstractUnixName != nil
+        }
+    }
+
+    /// How a Unix-domain address is shown: its path, or an abstract name after an `@` (as
+    /// ss(8) and systemd show them; bytes that are not UTF-8 appear as U+FFFD). Nil for IP
+    /// addresses and unnamed sockets.
+    var unixDisplayName: String? {
+        if let name = abstractUnixName { return "@" + String(decoding: name, as: UTF8.self) }
+        return unixPath
+    }
+
     /// A Unix address made from raw bytes, checked as `init(unixPath:)` checks a path: the
     /// kernel ends a pathname at its first NUL, so one with more bytes after a NUL is
     /// refused (`.badParam`) rather than connected somewhere else. Abstract addresses
@@ -301,7 +354,7 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
         switch family {
         case .ipv4: return "\(host ?? "?"):\(port)"
         case .ipv6: return "[\(host ?? "?")]:\(port)"
-        case .unix: return "unix:\(unixPath ?? "(unnamed)")"
+        case .unix: return "unix:\(unixDisplayName ?? "(unnamed)")"
         }
     }
 }

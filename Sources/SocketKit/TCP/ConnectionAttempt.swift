@@ -18,12 +18,18 @@ final class ConnectionAttempt: EventLoopHandler {
         self.address = address
     }
 
-    /// Creates the socket, binds it to `localAddress` if given, starts connecting and
-    /// registers it. Throws when any of that fails at once (e.g. ECONNREFUSED on a Unix path).
+    /// Creates the socket, sets the socket's options on it (its own, then TCP Fast Open),
+    /// binds it to `localAddress` if given, starts connecting and registers it. Throws when
+    /// any of that fails at once (e.g. ECONNREFUSED on a Unix path).
     static func start(to address: SocketAddress, from localAddress: SocketAddress?,
                       core: TCPSocketCore) throws(SocketError) -> ConnectionAttempt {
         let fd = try SystemCalls.makeStreamSocket(family: address.posixFamily)
         do throws(SocketError) {
+            let configuration = core.configuration
+            for option in configuration.socketOptions { try option.apply(to: fd) }
+            if configuration.fastOpen && address.family != .unix {
+                try SystemCalls.setOption(fd, Int32(IPPROTO_TCP), TCP_FASTOPEN_CONNECT, 1, "TCP_FASTOPEN_CONNECT")
+            }
             if let localAddress {
                 if localAddress.port != 0 {
                     try SystemCalls.setOption(fd, SOL_SOCKET, SO_REUSEADDR, 1, "SO_REUSEADDR")

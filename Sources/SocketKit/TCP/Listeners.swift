@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 import Glibc
+import SocketKitC
 
 /// One listening descriptor of a socket that accepts (IPv4, IPv6 or Unix-domain).
 /// Holds its core `unowned` (no side table on the core): the core deregisters its endpoints
@@ -41,8 +42,10 @@ enum ListenerFactory {
     /// IPv4 and/or IPv6 listeners on `interface` (see `Interfaces`) and `port`. Both
     /// families get the same port, also when the kernel picks it (port 0); the IPv6 socket
     /// is IPv6-only so the two coexist on Linux.
-    static func makeIPListeners(interface: String?, port: UInt16, ipv4Enabled: Bool,
-                                ipv6Enabled: Bool) throws(SocketError) -> [Listener] {
+    static func makeIPListeners(interface: String?, port: UInt16,
+                                configuration: SocketConfiguration) throws(SocketError) -> [Listener] {
+        let ipv4Enabled = configuration.isIPv4Enabled
+        let ipv6Enabled = configuration.isIPv6Enabled
         var name = interface
         var port = port
         if let interface, !interface.isEmpty {
@@ -63,13 +66,13 @@ enum ListenerFactory {
             do throws(SocketError) {
                 var chosenPort = port
                 if let ipv4 {
-                    let listener = try listen(on: ipv4.withPort(chosenPort))
+                    let listener = try listen(on: ipv4.withPort(chosenPort), configuration: configuration)
                     made.append(listener)
                     chosenPort = listener.address.port
                 }
                 if let ipv6 {
                     do throws(SocketError) {
-                        made.append(try listen(on: ipv6.withPort(chosenPort)))
+                        made.append(try listen(on: ipv6.withPort(chosenPort), configuration: configuration))
                     } catch let error where ipv4 != nil && error.code == .system
                                 && (error.osError == EAFNOSUPPORT || error.osError == EADDRNOTAVAIL)
                                 && (name == nil || name == "localhost" || name == "loopback") {
@@ -87,14 +90,24 @@ enum ListenerFactory {
         throw lastError ?? SocketError(.other, "could not bind both families to one port")
     }
 
-    private static func listen(on address: SocketAddress) throws(SocketError) -> Listener {
+    /// A listening TCP socket on `address`, with the socket's options: its own (before the
+    /// bind), SO_REUSEPORT (before the bind, where the kernel looks for it), TCP Fast Open
+    /// (before `listen`, which sizes its queue).
+    static func listen(on address: SocketAddress, configuration: SocketConfiguration) throws(SocketError) -> Listener {
         let fd = try SystemCalls.makeStreamSocket(family: address.posixFamily)
         do throws(SocketError) {
             try SystemCalls.setOption(fd, SOL_SOCKET, SO_REUSEADDR, 1, "SO_REUSEADDR")
             if address.family == .ipv6 {
                 try SystemCalls.setOption(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, 1, "IPV6_V6ONLY")
             }
+            if configuration.reusePort {
+                try SystemCalls.setOption(fd, SOL_SOCKET, SO_REUSEPORT, 1, "SO_REUSEPORT")
+            }
+            for option in configuration.socketOptions { try option.apply(to: fd) }
             try SystemCalls.bind(fd, to: address)
+            if configuration.fastOpen {
+                try SystemCalls.setOption(fd, Int32(IPPROTO_TCP), TCP_FASTOPEN, fastOpenQueueLength, "TCP_FASTOPEN")
+            }
             guard Glibc.listen(fd, backlog) == 0 else { throw SocketError.lastSystemError("listen") }
             return Listener(fd: fd, address: SystemCalls.localAddress(fd) ?? address)
         } catch {
@@ -103,9 +116,13 @@ enum ListenerFactory {
         }
     }
 
+    /// Connections whose SYN carried data and that were not accepted yet, at most (the
+    /// kernel falls back to a plain handshake beyond it).
+    static let fastOpenQueueLength: Int32 = 256
+
     /// A Unix-domain listener at `path`. A stale socket file there is removed first (a file
     /// that is not a socket is never deleted: that fails with EADDRINUSE).
-    static func makeUnixListener(path: String) throws(SocketError) -> Listener {
+    static func makeUnixListener(path: String, configuration: SocketConfiguration) throws(SocketError) -> Listener {
         let address = try SocketAddress(unixPath: path)
         var status = stat()
         if lstat(path, &status) == 0 {
@@ -116,6 +133,7 @@ enum ListenerFactory {
         }
         let fd = try SystemCalls.makeStreamSocket(family: AF_UNIX)
         do throws(SocketError) {
+            for option in configuration.socketOptions { try option.apply(to: fd) }
             try SystemCalls.bind(fd, to: address)
             guard Glibc.listen(fd, backlog) == 0 else { throw SocketError.lastSystemError("listen") }
             return Listener(fd: fd, address: address, unixFile: UnixSocketFile(boundAt: path))
@@ -123,6 +141,110 @@ enum ListenerFactory {
             close(fd)
             throw error
         }
+    }
+}
+
+extension ListenerFactory {
+    /// A Unix-domain listener on a Linux abstract address (`SocketAddress(abstractUnixName:)`):
+    /// no file to replace before, nor to remove after.
+    static func makeAbstractUnixListener(address: SocketAddress, configuration: SocketConfiguration) throws(SocketError) -> Listener {
+        let fd = try SystemCalls.makeStreamSocket(family: AF_UNIX)
+        do throws(SocketError) {
+            for option in configuration.socketOptions { try option.apply(to: fd) }
+            try SystemCalls.bind(fd, to: address)
+            guard Glibc.listen(fd, backlog) == 0 else { throw SocketError.lastSystemError("listen") }
+            return Listener(fd: fd, address: address)
+        } catch {
+            close(fd)
+            throw error
+        }
+    }
+}
+
+extension ListenerFactory {
+    /// The most descriptors one listener adopts.
+    static let maximumAdoptedDescriptors = 64
+
+    /// Checks descriptors handed to `Socket.accept(onDescriptors:)`, changing nothing: each
+    /// must be a stream socket of IPv4, IPv6 or the Unix domain, bound (to a port, a path or
+    /// an abstract name), listening or not, and not connected; no duplicates. Returns their
+    /// bound addresses.
+    static func checkAdoptable(_ descriptors: [Int32]) throws(SocketError) -> [SocketAddress] {
+        guard !descriptors.isEmpty, descriptors.count <= maximumAdoptedDescriptors else {
+            throw SocketError(.badParam, "a listener adopts 1...\(maximumAdoptedDescriptors) descriptors")
+        }
+        guard Set(descriptors).count == descriptors.count else {
+            throw SocketError(.badParam, "the same descriptor is given twice")
+        }
+        var addresses: [SocketAddress] = []
+        for descriptor in descriptors {
+            guard descriptor >= 0 else { throw SocketError(.badParam, "negative descriptor") }
+            guard let family = SystemCalls.socketFamily(descriptor) else {
+                throw SocketError.lastSystemError("getsockopt(SO_DOMAIN) of descriptor \(descriptor)")
+            }
+            guard family == AF_INET || family == AF_INET6 || family == AF_UNIX else {
+                throw SocketError(.badParam, "descriptor \(descriptor) is not an IPv4, IPv6 or Unix-domain socket")
+            }
+            guard SystemCalls.getOption(descriptor, SOL_SOCKET, SO_TYPE) == SystemCalls.streamType else {
+                throw SocketError(.badParam, "descriptor \(descriptor) is not a stream socket")
+            }
+            if SystemCalls.getOption(descriptor, SOL_SOCKET, SO_ACCEPTCONN) != 1 && SystemCalls.peerAddress(descriptor) != nil {
+                throw SocketError(.badParam, "descriptor \(descriptor) is connected: adopt it with Socket(connectedSocketDescriptor:)")
+            }
+            guard let address = SystemCalls.localAddress(descriptor), address.isBound else {
+                throw SocketError(.badParam, "descriptor \(descriptor) is not bound: bind it first (or let SocketKit make the listener)")
+            }
+            addresses.append(address)
+        }
+        return addresses
+    }
+
+    /// Takes descriptors `checkAdoptable` passed: each made to listen if it does not,
+    /// non-blocking and close-on-exec. No Unix socket file is recorded: SocketKit did not
+    /// make it, so it does not remove it.
+    static func adopt(_ descriptors: [Int32], addresses: [SocketAddress]) throws(SocketError) -> [Listener] {
+        var listeners: [Listener] = []
+        for (descriptor, address) in zip(descriptors, addresses) {
+            if SystemCalls.getOption(descriptor, SOL_SOCKET, SO_ACCEPTCONN) != 1 {
+                guard Glibc.listen(descriptor, backlog) == 0 else {
+                    throw SocketError.lastSystemError("listen(descriptor \(descriptor))")
+                }
+            }
+            try SystemCalls.makeNonBlocking(descriptor)
+            listeners.append(Listener(fd: descriptor, address: address))
+        }
+        return listeners
+    }
+}
+
+/// systemd's socket activation (sd_listen_fds(3)): the listening descriptors the service
+/// manager passed, from 3 on, when LISTEN_PID names this process.
+enum SocketActivation {
+    static let firstDescriptor: Int32 = 3
+
+    static func descriptors(unsettingEnvironment: Bool) throws(SocketError) -> [Int32] {
+        defer {
+            if unsettingEnvironment {
+                unsetenv("LISTEN_PID")
+                unsetenv("LISTEN_FDS")
+                unsetenv("LISTEN_FDNAMES")
+            }
+        }
+        guard let pidText = getenv("LISTEN_PID").map({ String(cString: $0) }) else { return [] }
+        guard let pid = Int32(pidText), pid > 0 else {
+            throw SocketError(.badParam, "LISTEN_PID is not a process id: '\(pidText)'")
+        }
+        guard pid == getpid() else { return [] }
+        guard let countText = getenv("LISTEN_FDS").map({ String(cString: $0) }) else { return [] }
+        guard let count = Int32(countText), count >= 0, count <= Int32.max - firstDescriptor else {
+            throw SocketError(.badParam, "LISTEN_FDS is not a count: '\(countText)'")
+        }
+        let descriptors = (0..<count).map { firstDescriptor + $0 }
+        for descriptor in descriptors {
+            let flags = fcntl(descriptor, F_GETFD)
+            if flags >= 0 { _ = fcntl(descriptor, F_SETFD, flags | FD_CLOEXEC) }
+        }
+        return descriptors
     }
 }
 

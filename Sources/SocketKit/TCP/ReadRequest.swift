@@ -1,6 +1,37 @@
 // SPDX-License-Identifier: MIT
 import Glibc
 
+/// Where a read to a file (`Socket.read(toLength:intoFile:)`) writes: a duplicate of the
+/// caller's descriptor of a regular file, written at its position (shared with the
+/// caller's, as `dup` shares it), and closed when the read is done or dropped.
+final class FileSink {
+    let fd: Int32
+    let length: Int
+
+    init(duplicating descriptor: Int32, length: Int) throws(SocketError) {
+        let duplicate = fcntl(descriptor, F_DUPFD_CLOEXEC, 0)
+        guard duplicate >= 0 else { throw SocketError.lastSystemError("fcntl(F_DUPFD_CLOEXEC)") }
+        fd = duplicate
+        self.length = length
+    }
+
+    /// Writes all of `bytes`; the error of a write that failed (ENOSPC, EIO, ...).
+    func write(_ bytes: UnsafeRawBufferPointer) -> SocketError? {
+        var done = 0
+        while done < bytes.count {
+            let written = Glibc.write(fd, bytes.baseAddress! + done, bytes.count - done)
+            if written < 0 {
+                if errno == EINTR { continue }
+                return SocketError.lastSystemError("write to the file of a read")
+            }
+            done += written
+        }
+        return nil
+    }
+
+    deinit { close(fd) }
+}
+
 /// One queued read: its framing, where its bytes go, its timeout and tag, and how far it
 /// has got. The framing logic here is pure (no I/O): the engine feeds it bytes from the
 /// prebuffer or from the kernel and acts on the result.
@@ -13,6 +44,9 @@ struct ReadRequest {
         /// Up to and including the separator, failing with `.readMaxedOut` once
         /// `maximumLength` bytes arrived without it.
         case separator([UInt8])
+        /// Exactly the sink's length, written to its file as it arrives; completes with no
+        /// bytes of its own.
+        case file(FileSink)
     }
 
     // Field order keeps the request small (it sits in every core as `currentRead`): the
@@ -52,8 +86,11 @@ struct ReadRequest {
 
     /// The total to report as progress: known only for reads to a length.
     var totalLength: Int? {
-        if case .length(let length) = framing { return length }
-        return nil
+        switch framing {
+        case .length(let length): return length
+        case .file(let sink): return sink.length
+        case .available, .separator: return nil
+        }
     }
 
     /// Whether partial progress is reported for this framing (as upstream: length and
@@ -71,6 +108,8 @@ struct ReadRequest {
         case complete(consumed: Int, borrowed: Bool)
         /// A separator read consumed its maximum without finding the separator.
         case maxedOut(consumed: Int)
+        /// A read to a file could not write to it.
+        case failed(SocketError)
     }
 
     /// Takes what the read needs from the front of `source`.
@@ -109,6 +148,12 @@ struct ReadRequest {
             }
             store(UnsafeRawBufferPointer(rebasing: source[0..<limit]))
             return bytesDone >= maximumLength ? .maxedOut(consumed: limit) : .incomplete(consumed: limit)
+
+        case .file(let sink):
+            let take = min(source.count, sink.length - bytesDone)
+            if let error = sink.write(UnsafeRawBufferPointer(rebasing: source[0..<take])) { return .failed(error) }
+            bytesDone += take
+            return bytesDone == sink.length ? .complete(consumed: take, borrowed: false) : .incomplete(consumed: take)
         }
     }
 

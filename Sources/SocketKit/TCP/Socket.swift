@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 import Glibc
+import SocketKitC
 import Synchronization
 
 /// An asynchronous TCP or Unix-domain socket with GCDAsyncSocket's programming model:
@@ -63,6 +64,11 @@ public final class Socket: SocketFront, @unchecked Sendable {
                   callbackQueue: callbackQueue)
     }
 
+    /// A multi-loop listener's sibling (`MultiLoopListeners`).
+    convenience init(siblingCore core: TCPSocketCore, receiver: SocketEventReceiver?, callbackQueue: CallbackQueue) {
+        self.init(core: core, receiver: receiver, callbackQueue: callbackQueue)
+    }
+
     /// A socket around `core` (for an accepted connection: made on the listener's loop).
     private init(core: TCPSocketCore, receiver: SocketEventReceiver?, callbackQueue: CallbackQueue) {
         self.core = core
@@ -120,7 +126,10 @@ public final class Socket: SocketFront, @unchecked Sendable {
     /// `.mainActor`, and a queue set meanwhile applies once another delegate is set.
     public var callbackQueue: CallbackQueue {
         get { routedQueue }
-        set { routedQueue = newValue }
+        set {
+            routedQueue = newValue
+            routingChangedForSiblings()
+        }
     }
 
     /// Sets both, synchronously (see `delegate`).
@@ -171,6 +180,16 @@ public final class Socket: SocketFront, @unchecked Sendable {
     public var alternateAddressDelay: Double {
         get { configuration.alternateAddressDelay }
         set { configure { $0.alternateAddressDelay = newValue.isNaN ? 0 : max(0, newValue) } }
+    }
+
+    /// Happy Eyeballs v2's resolution delay (RFC 8305 §3), in seconds (default 0.05): a name's
+    /// A and AAAA records are asked for apart, and connecting starts with the first answer;
+    /// when that is the other family's (IPv6 when IPv4 is preferred, and the reverse), it
+    /// waits this long for the preferred family's before connecting with what it has.
+    /// Negative or NaN values become 0.
+    public var resolutionDelay: Double {
+        get { configuration.resolutionDelay }
+        set { configure { $0.resolutionDelay = newValue.isNaN ? 0 : max(0, newValue) } }
     }
 
     /// When the peer closes its side: true (default) ends the connection with `.closed`,
@@ -271,6 +290,103 @@ public final class Socket: SocketFront, @unchecked Sendable {
         }
     }
 
+    /// SO_REUSEPORT on the listening sockets `accept(onPort:)` and `accept(onInterface:port:)`
+    /// make (off by default): other sockets with it set, of this process or another of the
+    /// same user, may listen on the same address and port, and the kernel spreads new
+    /// connections among them (for several processes, or a rolling restart). See
+    /// `acceptsOnEveryLoop` for one listener spread over the loops of its group.
+    public var reusePort: Bool {
+        get { configuration.reusePort }
+        set { configure { $0.reusePort = newValue } }
+    }
+
+    /// A listener with one accepting socket per loop of its group (off by default):
+    /// `accept(onPort:)` and `accept(onInterface:port:)` open an SO_REUSEPORT socket on
+    /// every loop of the socket's `EventLoopGroup`, listening on the same addresses and
+    /// port, so the kernel spreads connections over the loops, and each connection lives on
+    /// the loop that accepted it: no hand-off between threads (the new-connection hook,
+    /// `newEventLoop(forConnectionFrom:)`, is not asked). `didAccept` names this socket as
+    /// the listener; on `.eventLoop` it runs on the accepting loop, so the didAccepts of
+    /// different loops may run at the same time (on a serial queue they take turns).
+    /// Everything else is as one listener: getters, `perform` and `disconnect` (which ends
+    /// every loop's socket before it returns) are this socket's; delegate and queue changes
+    /// reach every loop's socket. A group of one loop, and Unix-domain or adopted listeners,
+    /// listen once as usual.
+    public var acceptsOnEveryLoop: Bool {
+        get { configuration.acceptsOnEveryLoop }
+        set { configure { $0.acceptsOnEveryLoop = newValue } }
+    }
+
+    /// TCP_USER_TIMEOUT, in seconds: how long written data may stay unacknowledged before
+    /// the kernel gives up on the connection, which then ends with `.system` ETIMEDOUT (a
+    /// peer that vanished is noticed in seconds instead of the ~15 minutes of the kernel's
+    /// retransmissions). 0 (the default) leaves the kernel's. Applies to connections (made,
+    /// accepted: they take the listener's, adopted), at once when connected; millisecond
+    /// resolution.
+    public var userTimeout: Double { Double(configuration.tcpOptions.userTimeoutMilliseconds) / 1000 }
+
+    /// Sets `userTimeout`. Throws `.badParam` for a negative, NaN or infinite value, or one
+    /// above `Int32.max` milliseconds (about 24 days).
+    public func setUserTimeout(_ seconds: Double) throws(SocketError) {
+        guard seconds.isFinite, seconds >= 0, (seconds * 1000).rounded(.up) <= Double(Int32.max) else {
+            throw SocketError(.badParam, "the user timeout takes 0...\(Int32.max / 1000) seconds")
+        }
+        let milliseconds = UInt32((seconds * 1000).rounded(.up))
+        configure { $0.tcpOptions.userTimeoutMilliseconds = milliseconds }
+    }
+
+    /// TCP Fast Open (RFC 7413), off by default; TCP only. A listener accepts data in the
+    /// client's SYN (TCP_FASTOPEN). A connect sends its first write with the SYN when the
+    /// kernel holds a cookie from an earlier connection to that server
+    /// (TCP_FASTOPEN_CONNECT), and otherwise asks for one and connects as usual. The
+    /// kernel decides too: net.ipv4.tcp_fastopen has bit 1 for clients (its default) and
+    /// bit 2 for servers.
+    ///
+    /// With a cookie the kernel sends the SYN with the first write, so `didConnect` comes
+    /// before the handshake: a server that is not there then ends the connection with
+    /// `.system` ECONNREFUSED, and the first address of a name wins the Happy Eyeballs
+    /// race at once. For the first write to ride in the SYN, queue it right after `connect`
+    /// on the socket's loop thread (in a callback or `perform`); made from another thread it
+    /// does when it reaches the loop before the kernel reports the socket writable. A
+    /// connection with nothing queued by then sends a plain SYN once it is reported connected.
+    public var fastOpen: Bool {
+        get { configuration.fastOpen }
+        set { configure { $0.fastOpen = newValue } }
+    }
+
+    /// The options `setSocketOption` set, in the order they are applied.
+    public var socketOptions: [SocketOption] { configuration.socketOptions }
+
+    /// The most options `setSocketOption` keeps.
+    public static let maximumSocketOptions = 64
+
+    /// Sets `option` on every descriptor SocketKit makes for this socket from now on, right
+    /// after `socket(2)`: before a listener binds and listens, before each connection
+    /// attempt binds and connects. For what `perform` (which sees descriptors already
+    /// connected or listening) comes too late for: TCP_MAXSEG for the SYN, IP_TOS,
+    /// IP_FREEBIND, SO_BINDTODEVICE, SO_MARK... One value per level and name: setting it
+    /// again replaces it. Descriptors that exist already keep what they have (see
+    /// `perform`). An option the kernel refuses fails the `accept` that makes the listener
+    /// (`.system` with its errno and the option's numbers), or the connection attempt, as
+    /// a refused connect does (`socketDidDisconnect`). Throws `.badParam` beyond
+    /// `maximumSocketOptions` options.
+    public func setSocketOption(_ option: SocketOption) throws(SocketError) {
+        let options = configuration.socketOptions
+        let replaces = options.contains { $0.level == option.level && $0.name == option.name }
+        guard replaces || options.count < Socket.maximumSocketOptions else {
+            throw SocketError(.badParam, "at most \(Socket.maximumSocketOptions) socket options")
+        }
+        configure { configuration in
+            configuration.socketOptions.removeAll { $0.level == option.level && $0.name == option.name }
+            configuration.socketOptions.append(option)
+        }
+    }
+
+    /// Forgets every option `setSocketOption` set (descriptors that have them keep them).
+    public func removeAllSocketOptions() {
+        configure { $0.socketOptions.removeAll() }
+    }
+
     // MARK: Accepting
 
     /// Listens on every interface, IPv4 and IPv6 (as enabled). Port 0 picks one free port
@@ -285,10 +401,39 @@ public final class Socket: SocketFront, @unchecked Sendable {
     /// is 0).
     public func accept(onInterface interface: String?, port: UInt16) throws(SocketError) {
         try checkDelegate()
-        try onLoop { core throws(SocketError) in
-            try core.requestListen(requireFamilies: true) { ipv4, ipv6 throws(SocketError) in
-                try ListenerFactory.makeIPListeners(interface: interface, port: port, ipv4Enabled: ipv4, ipv6Enabled: ipv6)
+        let loops = eventLoop.group?.loops ?? [eventLoop]
+        let spreading = configuration.acceptsOnEveryLoop && loops.count > 1
+        let session = try onLoop { core throws(SocketError) -> UInt64 in
+            try core.requestListen(requireFamilies: true, multiLoop: spreading ? true : nil) { configuration throws(SocketError) in
+                var configuration = configuration
+                if spreading { configuration.reusePort = true }
+                return try ListenerFactory.makeIPListeners(interface: interface, port: port, configuration: configuration)
             }
+            return core.session
+        }
+        if spreading { try startSiblings(session: session, on: loops) }
+    }
+
+    /// The other loops' listeners of a multi-loop listener, on the addresses (and ports) the
+    /// primary got. A failure ends the whole listener.
+    private func startSiblings(session: UInt64, on loops: [EventLoop]) throws(SocketError) {
+        let addresses = listeningAddresses
+        var configuration = self.configuration
+        configuration.reusePort = true
+        let (queue, receiver) = core.withStateLock { (routing.queue, routing.receiver) }
+        do throws(SocketError) {
+            for loop in loops where loop !== eventLoop {
+                try MultiLoopListeners.startSibling(of: self, session: session, on: loop, addresses: addresses,
+                                                    receiver: receiver, queue: queue, configuration: configuration)
+            }
+        } catch {
+            disconnect()
+            throw error
+        }
+        // Ended meanwhile (a disconnect from another thread, the loop stopping): the
+        // siblings started after it ended would otherwise stay.
+        if core.readPublished({ $0.session != session || $0.status != .accepting }) {
+            MultiLoopListeners.stopSiblings(of: core)
         }
     }
 
@@ -298,16 +443,69 @@ public final class Socket: SocketFront, @unchecked Sendable {
     public func accept(onUnixPath path: String) throws(SocketError) {
         try checkDelegate()
         try onLoop { core throws(SocketError) in
-            try core.requestListen(requireFamilies: false) { _, _ throws(SocketError) in
-                [try ListenerFactory.makeUnixListener(path: path)]
+            try core.requestListen(requireFamilies: false) { configuration throws(SocketError) in
+                [try ListenerFactory.makeUnixListener(path: path, configuration: configuration)]
             }
         }
+    }
+
+    /// Listens on a Linux abstract Unix-domain name (`SocketAddress(abstractUnixName:)`): a
+    /// name in the kernel's namespace, no file, gone with the listener. Throws `.badParam`
+    /// for an empty name or one longer than 107 bytes, `.system` EADDRINUSE when it is taken.
+    public func accept(onAbstractUnixName name: [UInt8]) throws(SocketError) {
+        let address = try SocketAddress(abstractUnixName: name)
+        try checkDelegate()
+        try onLoop { core throws(SocketError) in
+            try core.requestListen(requireFamilies: false) { configuration throws(SocketError) in
+                [try ListenerFactory.makeAbstractUnixListener(address: address, configuration: configuration)]
+            }
+        }
+    }
+
+    /// Listens on the abstract name made of `name`'s UTF-8 bytes.
+    public func accept(onAbstractUnixName name: String) throws(SocketError) {
+        try accept(onAbstractUnixName: Array(name.utf8))
+    }
+
+    /// Listens on descriptors made elsewhere (NIO's `withBoundSocket`, asyncio's
+    /// `create_server(sock=)`): sockets systemd's socket activation passed
+    /// (`socketActivationDescriptors`), or a supervisor, or code that set options SocketKit
+    /// does not offer. Each must be a bound stream socket (IPv4, IPv6 or Unix-domain: to a
+    /// port, a path or an abstract name), listening or not (one that is not is made to);
+    /// one listener may take several (an IPv4 and an IPv6 one). On success the socket owns
+    /// them: made non-blocking and close-on-exec, closed when the listener stops; a Unix
+    /// socket file is left where it is (SocketKit did not make it). They keep the options
+    /// they were made with (`setSocketOption`, `fastOpen` and `reusePort` concern
+    /// descriptors SocketKit makes). On failure they stay yours, unchanged (unless the
+    /// failure is `listen` itself on one of several). Throws `.badParam` for a descriptor
+    /// that is negative, not a socket of those kinds, not bound, connected, or given twice
+    /// (1...64 of them), `.system` for one that is not open or not a socket (EBADF,
+    /// ENOTSOCK), `.badConfig` when not disconnected or without a delegate.
+    public func accept(onDescriptors descriptors: [Int32]) throws(SocketError) {
+        try checkDelegate()
+        let addresses = try ListenerFactory.checkAdoptable(descriptors)
+        try onLoop { core throws(SocketError) in
+            try core.requestListen(requireFamilies: false) { _ throws(SocketError) in
+                try ListenerFactory.adopt(descriptors, addresses: addresses)
+            }
+        }
+    }
+
+    /// The listening descriptors systemd's socket activation passed to this process
+    /// (sd_listen_fds(3)): `LISTEN_FDS` of them from descriptor 3 on, when `LISTEN_PID` is
+    /// this process; none otherwise. They are made close-on-exec; with
+    /// `unsettingEnvironment` (the default) the variables are removed, so that a child
+    /// process does not take them for its own. Hand them to `accept(onDescriptors:)`.
+    /// Throws `.badParam` when a variable is malformed.
+    public static func socketActivationDescriptors(unsettingEnvironment: Bool = true) throws(SocketError) -> [Int32] {
+        try SocketActivation.descriptors(unsettingEnvironment: unsettingEnvironment)
     }
 
     // MARK: Connecting
 
     /// Connects to a host name, an IP literal or `"localhost"`. Resolution runs off the
-    /// loop; every resolved address is raced (Happy Eyeballs). `interface` binds the local
+    /// loop, A and AAAA apart, and every resolved address is raced as it comes (Happy
+    /// Eyeballs v2, RFC 8305: see `resolutionDelay` and `alternateAddressDelay`). `interface` binds the local
     /// end: `"eth0"`, an IP, `"eth0:5000"`, or `":5000"` for a local port only.
     /// `timeout` (seconds; negative = none) covers resolution and connecting; with 0 the
     /// connect succeeds only if it completes by the loop's next poll (a Unix-domain path
@@ -336,6 +534,18 @@ public final class Socket: SocketFront, @unchecked Sendable {
     public func connect(toUnixPath path: String, timeout: Double = -1) throws(SocketError) {
         try checkTimeout(timeout)
         try connect(.address(try SocketAddress(unixPath: path)), local: nil, timeout: timeout)
+    }
+
+    /// Connects to a Linux abstract Unix-domain name; `didConnectToUnixPath` reports it as
+    /// `@` followed by the name.
+    public func connect(toAbstractUnixName name: [UInt8], timeout: Double = -1) throws(SocketError) {
+        try checkTimeout(timeout)
+        try connect(.address(try SocketAddress(abstractUnixName: name)), local: nil, timeout: timeout)
+    }
+
+    /// Connects to the abstract name made of `name`'s UTF-8 bytes.
+    public func connect(toAbstractUnixName name: String, timeout: Double = -1) throws(SocketError) {
+        try connect(toAbstractUnixName: Array(name.utf8), timeout: timeout)
     }
 
     private static func localEndpoints(_ description: String) throws(SocketError) -> Interfaces.Endpoints {
@@ -451,6 +661,26 @@ public final class Socket: SocketFront, @unchecked Sendable {
                               maximumLength: maxLength > 0 ? min(maxLength, room) : room,
                               callerBuffer: buffer, callerOffset: offset, callerBufferGuard: core.callerBuffers),
                   session: session)
+    }
+
+    /// Reads exactly `length` bytes into the regular file open for writing at
+    /// `descriptor`, written at its position as they arrive (`write(2)`: the position, which
+    /// the caller's descriptor shares, advances), so a large body goes to disk without being
+    /// held in memory (no `maximumReadLength` applies). SocketKit writes through a duplicate
+    /// of the descriptor: close yours when you like. Progress as for a read to a length
+    /// (`didReadPartialDataOfLength`, `readProgress`); completion is `didRead` with no bytes
+    /// and the tag (no other read completes empty). A write to the file that fails (ENOSPC,
+    /// EIO) ends the connection with that error; a withdrawn read keeps what it wrote.
+    /// Under TLS the file gets the plaintext. Throws `.badParam` for a length below 1 or a
+    /// descriptor that is not a regular file open for writing.
+    public func read(toLength length: Int, intoFile descriptor: Int32, timeout: Double = -1,
+                     tag: Int = 0) throws(SocketError) {
+        guard length > 0 else { throw SocketError(.badParam, "length must be positive") }
+        try checkTimeout(timeout)
+        try FileChecks.regularFile(descriptor, writable: true)
+        let (session, _, _) = try sessionForTransfer()
+        let sink = try FileSink(duplicating: descriptor, length: length)
+        try queue(ReadRequest(framing: .file(sink), tag: tag, timeout: timeout, maximumLength: length), session: session)
     }
 
     /// Withdraws every queued read with `tag` that has not completed; the bytes the current
@@ -606,12 +836,119 @@ public final class Socket: SocketFront, @unchecked Sendable {
         }
     }
 
+    /// Queues `length` bytes of the regular file at `descriptor` from `offset` (nil: to the
+    /// end), sent with `sendfile(2)`: the kernel copies them from the page cache to the
+    /// socket, with no copy through this process (NIO's `FileRegion`, asyncio's
+    /// `loop.sendfile`). A write in the queue like any other: in order, with its tag
+    /// (`didWriteDataWithTag` once the kernel took all of it, `didWritePartialDataOfLength`
+    /// as it goes), timeout and progress. Its bytes count in `queuedWriteBytes` and the
+    /// watermarks but not against `maximumQueuedWriteBytes` (they take no memory).
+    /// SocketKit reads through a duplicate of the descriptor at explicit offsets: the file's
+    /// position is untouched, and you may close yours at once. A file that shrinks before
+    /// the region is sent ends the connection (`.other`).
+    /// Plaintext only (TCP or Unix-domain). Throws `.badParam` for a descriptor that is not
+    /// a regular file open for reading, a negative offset, or a region that is empty or
+    /// passes the end of the file; `.badConfig` under TLS or when not connected.
+    public func writeFile(_ descriptor: Int32, offset: Int64 = 0, length: Int? = nil, timeout: Double = -1,
+                          tag: Int = 0) throws(SocketError) {
+        try checkTimeout(timeout)
+        let size = try FileChecks.regularFile(descriptor, writable: false)
+        guard offset >= 0, offset <= size else {
+            throw SocketError(.badParam, "offset \(offset) is outside the file (\(size) bytes)")
+        }
+        let count = length ?? Int(size - offset)
+        guard count > 0 else { throw SocketError(.badParam, "the region is empty") }
+        guard Int64(count) <= size - offset else {
+            throw SocketError(.badParam, "the region (\(count) bytes from \(offset)) passes the end of the file (\(size) bytes)")
+        }
+        let (session, _, _) = try sessionForTransfer(writing: true)
+        guard core.tlsClaim.load(ordering: .relaxed) != session else {
+            throw SocketError(.badConfig, "a file region goes with sendfile, which bypasses TLS: write its bytes instead")
+        }
+        let request = WriteRequest(.file(try FileRegion(duplicating: descriptor, offset: offset, length: count)),
+                                   tag: tag, timeout: timeout)
+        let core = self.core
+        _ = core.reserveQueuedWriteBytes(request.remaining, limit: 0) // no memory: no limit
+        let sendable = UncheckedSendable(request)
+        guard submit({ $0.enqueueSpecialWrite(sendable.value, session: session) }) else {
+            core.releaseQueuedWriteBytes(request.remaining)
+            throw SocketError(.badConfig, "the socket's event loop has stopped")
+        }
+    }
+
     /// The current write's progress, or nil when no write is under way.
     public var writeProgress: OperationProgress? { core.writeProgressBox.load()?.cell.read() }
 
     /// Bytes queued and not yet accepted by the kernel (writes on their way to the loop
     /// included).
     public var queuedWriteBytes: Int { core.queuedWriteBytes }
+
+    // MARK: Unix-domain extras
+
+    /// Whether reads of a Unix-domain connection keep the descriptors the peer passes with
+    /// its bytes (SCM_RIGHTS), for `takeReceivedDescriptors` (off by default: without it the
+    /// kernel closes them as the bytes are read, so a peer cannot fill this process with
+    /// open files). Accepted sockets take the listener's; changes apply at once. Not under
+    /// TLS (its records are read without control messages: the kernel closes them).
+    public var receivesDescriptors: Bool {
+        get { configuration.receivesDescriptors }
+        set { configure { $0.receivesDescriptors = newValue } }
+    }
+
+    /// Takes up to `limit` descriptors the peer passed (with `receivesDescriptors` on), in
+    /// the order they came: yours to close. They are there by the time the bytes they came
+    /// with reach a read (a `didRead`), possibly earlier, since a read may take fewer bytes
+    /// than arrived. Those nobody takes are closed when the next session begins or the
+    /// socket goes; more than 1024 held at once end the connection (`.other`). Waits for
+    /// the loop (inline on it: call it from `didRead`).
+    public func takeReceivedDescriptors(limit: Int = Int.max) throws(SocketError) -> [Int32] {
+        guard limit >= 0 else { throw SocketError(.badParam, "negative limit") }
+        return try onLoop { core in core.takeReceivedDescriptors(limit: limit) }
+    }
+
+    /// How many passed descriptors wait to be taken (waits for the loop, as
+    /// `takeReceivedDescriptors`).
+    public func receivedDescriptorCount() throws(SocketError) -> Int {
+        try onLoop { core in core.heldReceivedDescriptors }
+    }
+
+    /// Writes `data` with `descriptors` passed along (SCM_RIGHTS), over a Unix-domain
+    /// connection: they reach the peer with the first byte of `data`. SocketKit passes
+    /// duplicates, so you keep yours (close them when you like). Otherwise a write as
+    /// `write(_:timeout:tag:)` (queued in order, `didWriteDataWithTag`), never sent by the
+    /// fast path. Throws `.badParam` for empty data, no or more than 253 descriptors, or one
+    /// that is not open; `.badConfig` when not a Unix-domain connection or under TLS.
+    public func write(_ data: [UInt8], passingDescriptors descriptors: [Int32], timeout: Double = -1,
+                      tag: Int = 0) throws(SocketError) {
+        guard !descriptors.isEmpty, descriptors.count <= Int(SKC_MAX_PASSED_DESCRIPTORS) else {
+            throw SocketError(.badParam, "a write passes 1...\(SKC_MAX_PASSED_DESCRIPTORS) descriptors")
+        }
+        let (session, limit) = try admitWrite(count: data.count, timeout: timeout)
+        guard core.readPublished({ $0.isUnixDomain }) else {
+            throw SocketError(.badConfig, "descriptors are passed over Unix-domain connections only")
+        }
+        guard core.tlsClaim.load(ordering: .relaxed) != session else {
+            throw SocketError(.badConfig, "descriptors are not passed under TLS")
+        }
+        let passing = try DescriptorPassingBytes(bytes: data, descriptors: descriptors)
+        let request = WriteRequest(.passing(passing), tag: tag, timeout: timeout)
+        let core = self.core
+        guard core.reserveQueuedWriteBytes(request.remaining, limit: limit) else {
+            throw writeQueueFull(adding: request.remaining, limit: limit)
+        }
+        let sendable = UncheckedSendable(request)
+        guard submit({ $0.enqueueSpecialWrite(sendable.value, session: session) }) else {
+            core.releaseQueuedWriteBytes(request.remaining)
+            throw SocketError(.badConfig, "the socket's event loop has stopped")
+        }
+    }
+
+    /// The process, user and group at the other end of a connected Unix-domain socket, as
+    /// the kernel recorded them when the connection was made (SO_PEERCRED). Throws
+    /// `.badConfig` for any other socket. Waits for the loop (inline on it).
+    public func peerCredentials() throws(SocketError) -> PeerCredentials {
+        try onLoop { core throws(SocketError) in try core.peerCredentials() }
+    }
 
     // MARK: TLS
 
@@ -740,8 +1077,9 @@ public final class Socket: SocketFront, @unchecked Sendable {
     public var connectedPort: UInt16 { published.peerAddress?.port ?? 0 }
     /// The peer's address (IP or Unix-domain).
     public var connectedAddress: SocketAddress? { published.peerAddress }
-    /// For Unix-domain connections: the path at the other end (for a client, the listener's).
-    public var connectedUnixPath: String? { published.peerAddress?.unixPath }
+    /// For Unix-domain connections: the path at the other end (for a client, the listener's),
+    /// or for an abstract name `@` followed by the name.
+    public var connectedUnixPath: String? { published.peerAddress?.unixDisplayName }
 
     private var localSocketAddress: SocketAddress? {
         let state = published
@@ -929,6 +1267,14 @@ public final class Socket: SocketFront, @unchecked Sendable {
 
     func receiverChanged(to receiver: SocketEventReceiver?) {
         core.ownerInterests.store(receiver?.interests.rawValue ?? 0, ordering: .relaxed)
+        routingChangedForSiblings()
+    }
+
+    /// A multi-loop listener's siblings follow its receiver and queue (only listeners look).
+    private func routingChangedForSiblings() {
+        guard core.readPublished({ $0.status == .accepting }) else { return }
+        let (queue, receiver) = core.withStateLock { (routing.queue, routing.receiver) }
+        MultiLoopListeners.routingChanged(of: self, receiver: receiver, queue: queue)
     }
 
     /// A receiver's later answer to the `shouldTimeoutRead`/`shouldTimeoutWrite` event that

@@ -224,7 +224,7 @@ final class SwiftDelegateReceiver: SocketEventReceiver {
         switch event {
         case .didConnect(let peer):
             if peer.family == .unix {
-                delegate.socket(socket, didConnectToUnixPath: peer.unixPath ?? "")
+                delegate.socket(socket, didConnectToUnixPath: peer.unixDisplayName ?? "")
             } else {
                 delegate.socket(socket, didConnectToHost: peer.host ?? "", port: peer.port)
             }

@@ -8,19 +8,22 @@ extension TCPSocketCore {
     static let firstAcceptBackoff: UInt64 = 50_000_000
     static let longestAcceptBackoff: UInt64 = 1_000_000_000
 
-    /// The loop side of `Socket.accept`: makes the listeners (`make`, told which families
-    /// are enabled), publishes their addresses and starts listening on them. Until the
+    /// The loop side of `Socket.accept`: makes the listeners (`make`, given the socket's
+    /// configuration: families, options), publishes their addresses and starts listening on them. Until the
     /// session starts they are bound and listening, so a connection made meanwhile waits in
     /// the kernel's backlog.
-    func requestListen(requireFamilies: Bool,
-                       _ make: (_ ipv4: Bool, _ ipv6: Bool) throws(SocketError) -> [ListenerFactory.Listener]) throws(SocketError) {
+    /// `multiLoop`: a listener of a multi-loop listener (true: its primary; see
+    /// `MultiLoopListeners`).
+    func requestListen(requireFamilies: Bool, multiLoop: Bool? = nil,
+                       _ make: (SocketConfiguration) throws(SocketError) -> [ListenerFactory.Listener]) throws(SocketError) {
         try checkSessionMayBegin(requireFamilies: requireFamilies)
-        let made = try make(configuration.isIPv4Enabled, configuration.isIPv6Enabled)
+        let made = try make(configuration)
         try beginSession(.accepting, setUp: { published in
             published.listenerAddresses = made.map(\.address)
             published.isUnixDomain = made.contains { $0.address.family == .unix }
         }, start: { core in
             core.startAccepting(made)
+            if let multiLoop, core.phase == .accepting { core.keepAcceptedConnectionsOnThisLoop(spreading: multiLoop) }
         }, unused: {
             for listener in made {
                 close(listener.fd)
@@ -145,18 +148,25 @@ extension TCPSocketCore {
         }
         let unix = endpoint.address.family == .unix
         let session = self.session
-        // The new-connection hook is user code, so it runs as a callout: what it raises (a
-        // disconnect's didDisconnect) waits until it returns, and closing its own listener
-        // from it frees nothing the loop is using.
-        var chosenLoop: EventLoop? = nil
-        callout(owner) { chosenLoop = peer.flatMap { owner.eventLoopForAcceptedConnection(from: $0) } }
-        // The hook may have ended this listening session (and reported that): a connection
-        // accepted meanwhile must not follow the session's didDisconnect.
-        guard phase == .accepting, session == self.session else {
-            close(descriptor)
-            return
+        // One of a multi-loop listener's sockets keeps its connections on its own loop: no
+        // hand-off to another thread, and no hook to ask.
+        let childLoop: EventLoop
+        if keepsAcceptedConnectionsOnItsLoop {
+            childLoop = loop
+        } else {
+            // The new-connection hook is user code, so it runs as a callout: what it raises
+            // (a disconnect's didDisconnect) waits until it returns, and closing its own
+            // listener from it frees nothing the loop is using.
+            var chosenLoop: EventLoop? = nil
+            callout(owner) { chosenLoop = peer.flatMap { owner.eventLoopForAcceptedConnection(from: $0) } }
+            // The hook may have ended this listening session (and reported that): a
+            // connection accepted meanwhile must not follow the session's didDisconnect.
+            guard phase == .accepting, session == self.session else {
+                close(descriptor)
+                return
+            }
+            childLoop = chosenLoop ?? loop.group?.next() ?? loop
         }
-        let childLoop = chosenLoop ?? loop.group?.next() ?? loop
         // A listener bound to one address accepts on exactly that address: no system call.
         let local = unix || !endpoint.address.isUnspecifiedIP ? endpoint.address : SystemCalls.localAddress(descriptor)
         let child = TCPSocketCore(loop: childLoop, configuration: configuration)

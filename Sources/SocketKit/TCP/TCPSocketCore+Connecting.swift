@@ -47,10 +47,13 @@ extension TCPSocketCore {
     }
 
     /// Starts a session that connects to `target`: resolution (off the loop, for names),
-    /// then Happy Eyeballs over every address: the preferred family first, the families
-    /// alternating, the next attempt started `alternateAddressDelay` after the previous one
-    /// or at once when it fails. The first to connect wins; the others are closed.
-    /// The connect timeout covers resolution and connecting.
+    /// then Happy Eyeballs v2 (RFC 8305): each enabled family's addresses are asked for
+    /// apart, and connecting starts with the first answer (the other family's first answer
+    /// waits `resolutionDelay` for the preferred family's); the preferred family first, the
+    /// families alternating, the next attempt started `alternateAddressDelay` after the
+    /// previous one or at once when it fails, and addresses answered later join those not
+    /// yet tried. The first to connect wins; the others are closed. The connect timeout
+    /// covers resolution and connecting.
     func startConnect(to target: ConnectTarget, localEndpoints: Interfaces.Endpoints?, timeout: Double) {
         let session = self.session
         self.localEndpoints = localEndpoints
@@ -73,12 +76,17 @@ extension TCPSocketCore {
                 return
             }
             let loop = self.loop
-            // The request holds the core until it answers or is cancelled by the session's end;
-            // the registration makes a stopping loop end the session (and a lingering core let
-            // go of itself) before an answer that would find the loop stopped.
+            // Each request holds the core until it answers or is cancelled by the session's
+            // end; the registration makes a stopping loop end the session (and a lingering
+            // core let go of itself) before an answer that would find the loop stopped.
             startWaitingForResolution()
-            resolution = AddressResolver.shared.resolve(host: host, port: port) { [self] result in
-                loop.execute { self.resolutionFinished(result, session: session) }
+            var families: [SocketAddress.Family] = []
+            if configuration.isIPv4Enabled { families.append(.ipv4) }
+            if configuration.isIPv6Enabled { families.append(.ipv6) }
+            resolutions = families.map { family in
+                AddressResolver.shared.resolve(host: host, port: port, family: family) { [self] result in
+                    loop.execute { self.resolutionFinished(result, family: family, session: session) }
+                }
             }
         }
     }
@@ -91,26 +99,98 @@ extension TCPSocketCore {
         return nil
     }
 
-    private func resolutionFinished(_ result: Result<[SocketAddress], SocketError>, session: UInt64) {
-        guard session == self.session, phase == .resolving else { return }
-        resolution = nil
-        stopWaitingForResolution()
+    /// The resolution delay (RFC 8305 §3: 50 ms recommended): how long the other family's
+    /// answer, come first, waits for the preferred family's before connecting.
+    var resolutionDelay: Double { configuration.resolutionDelay }
+
+    var preferredFamily: SocketAddress.Family { configuration.isIPv4PreferredOverIPv6 ? .ipv4 : .ipv6 }
+
+    /// One family's answer (RFC 8305 §3): the preferred family's starts connecting at once;
+    /// the other's waits `resolutionDelay` for it; once attempts are under way, addresses
+    /// join those not yet tried. Every family failed: the session ends with the first
+    /// lookup's error.
+    private func resolutionFinished(_ result: Result<[SocketAddress], SocketError>, family: SocketAddress.Family,
+                                    session: UInt64) {
+        guard session == self.session, phase == .resolving || phase == .connecting else { return }
+        resolutions.removeAll { $0.family == family }
+        let waitingForOthers = !resolutions.isEmpty
+        if !waitingForOthers { stopWaitingForResolution() }
+        var found: [SocketAddress] = []
         switch result {
         case .failure(let error):
-            closeSession(error)
+            if resolutionError == nil { resolutionError = error }
         case .success(let addresses):
-            beginAttempts(orderForHappyEyeballs(addresses))
+            found = addresses.filter { $0.family == family }
+        }
+        if phase == .connecting {
+            mergeIntoAttempts(found)
+            return
+        }
+        if family == preferredFamily || !waitingForOthers {
+            // The preferred family answered (or nothing else will): connect with what is known.
+            cancel(resolutionDelayTimer)
+            let known = heldAddresses + found
+            heldAddresses = []
+            if known.isEmpty && waitingForOthers { return } // the preferred failed; the other may answer
+            beginResolved(known)
+        } else if !found.isEmpty {
+            heldAddresses += found
+            arm(&resolutionDelayTimer, deadline: deadline(afterSeconds: resolutionDelay)) { core in
+                guard core.phase == .resolving else { return }
+                let held = core.heldAddresses
+                core.heldAddresses = []
+                core.beginResolved(held)
+            }
         }
     }
 
-    /// Enabled families only, preferred family first, then alternating (RFC 8305 §4).
-    func orderForHappyEyeballs(_ addresses: [SocketAddress]) -> [SocketAddress] {
+    /// Connects to the first addresses a name gave, or ends the session if it gave none.
+    private func beginResolved(_ addresses: [SocketAddress]) {
+        guard !addresses.isEmpty else {
+            let error = resolutionError ?? SocketError(.resolution, osError: EAI_FAIL, "\(connectHost ?? ""): no usable address")
+            EngineLog.log(.info, .resolver, "\"\(connectHost ?? "")\" did not resolve: \(error)")
+            closeSession(error)
+            return
+        }
+        beginAttempts(orderForHappyEyeballs(addresses))
+    }
+
+    /// Addresses answered once attempts are under way join those not yet tried, the families
+    /// still alternating from the last attempt's (RFC 8305 §4). With nothing left to try
+    /// before them, the next attempt starts now, or after the attempt delay when one is in
+    /// flight. No address and nothing left to wait for: the session ends as the last
+    /// attempt failed.
+    private func mergeIntoAttempts(_ addresses: [SocketAddress]) {
+        let tried = Array(connectAddresses[..<nextConnectAddress])
+        let fresh = addresses.filter { !connectAddresses.contains($0) }
+        if !fresh.isEmpty {
+            let remaining = Array(connectAddresses[nextConnectAddress...]) + fresh
+            let lastFamily = tried.last?.family
+            let first: SocketAddress.Family = lastFamily == .ipv4 ? .ipv6 : (lastFamily == .ipv6 ? .ipv4 : preferredFamily)
+            connectAddresses = tried + orderForHappyEyeballs(remaining, startingWith: first)
+        }
+        if nextConnectAddress < connectAddresses.count {
+            if connectAttempts.isEmpty {
+                startNextAttempt()
+            } else if !(attemptTimer?.isScheduled ?? false) {
+                arm(&attemptTimer, deadline: deadline(afterSeconds: configuration.alternateAddressDelay)) {
+                    $0.attemptTimerFired()
+                }
+            }
+        } else if connectAttempts.isEmpty && resolutions.isEmpty {
+            closeSession(lastAttemptError ?? resolutionError ?? SocketError(.other, "no address to connect to"))
+        }
+    }
+
+    /// Enabled families only, `first` (default: the preferred family) first, then
+    /// alternating (RFC 8305 §4).
+    func orderForHappyEyeballs(_ addresses: [SocketAddress], startingWith first: SocketAddress.Family? = nil) -> [SocketAddress] {
         let enabled = addresses.filter {
             ($0.family == .ipv4 && configuration.isIPv4Enabled) || ($0.family == .ipv6 && configuration.isIPv6Enabled)
         }
-        let preferredFamily: SocketAddress.Family = configuration.isIPv4PreferredOverIPv6 ? .ipv4 : .ipv6
-        let preferred = enabled.filter { $0.family == preferredFamily }
-        let others = enabled.filter { $0.family != preferredFamily }
+        let leading = first ?? preferredFamily
+        let preferred = enabled.filter { $0.family == leading }
+        let others = enabled.filter { $0.family != leading }
         var ordered: [SocketAddress] = []
         ordered.reserveCapacity(enabled.count)
         for index in 0..<max(preferred.count, others.count) {
@@ -157,7 +237,8 @@ extension TCPSocketCore {
                 lastAttemptError = error
             }
         }
-        if connectAttempts.isEmpty {
+        // Every address tried: end, unless another family's answer is still to come.
+        if connectAttempts.isEmpty && resolutions.isEmpty {
             closeSession(lastAttemptError ?? SocketError(.other, "no address to connect to"))
         }
     }
@@ -174,7 +255,7 @@ extension TCPSocketCore {
         connectAttempts.removeAll { $0 === attempt }
         if nextConnectAddress < connectAddresses.count {
             startNextAttempt()
-        } else if connectAttempts.isEmpty {
+        } else if connectAttempts.isEmpty && resolutions.isEmpty {
             closeSession(lastAttemptError)
         }
     }
@@ -200,6 +281,13 @@ extension TCPSocketCore {
         if events & (EPOLLRDHUP.rawValue | EPOLLHUP.rawValue) != 0 && phase == .connected {
             peerHalfClosed = true
         }
+        if configuration.fastOpen && !isUnixDomain && phase == .connected && !hasQueuedWrites {
+            // TCP_FASTOPEN_CONNECT with a cookie: the kernel reported the socket writable
+            // without a SYN, which it sends with the first write. Nothing to write (a server
+            // that speaks first): an empty send sends the SYN alone. On a socket that is
+            // connecting or connected (a write made in didConnect went first) it does nothing.
+            _ = skc_send(fd, nil, 0, SystemCalls.sendFlags | Int32(MSG_DONTWAIT))
+        }
     }
 
     func connectTimerFired() {
@@ -213,6 +301,7 @@ extension TCPSocketCore {
         readable = true
         writable = true
         applyTCPOptions(initial: true)
+        if isUnixDomain { updateReceivesDescriptors() }
         let session = self.session
         // Accepted and adopted connections published their local address already.
         let local = publishedState.localAddress ?? SystemCalls.localAddress(fd)

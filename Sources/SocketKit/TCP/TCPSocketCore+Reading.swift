@@ -77,13 +77,21 @@ extension TCPSocketCore {
                 }
                 continue
             }
-            let count = skc_read(fd, buffer.baseAddress, buffer.count)
+            let count = receivesDescriptors
+                ? readKeepingDescriptors(buffer)
+                : skc_read(fd, buffer.baseAddress, buffer.count)
             if count > 0 {
                 // Edge-triggered: a short read drained the socket, and new data raises a new
                 // edge. Unless the peer's FIN is already queued: then read on to see EOF.
-                if count < buffer.count && !peerHalfClosed { readable = false }
+                // (A Unix-domain read that carries descriptors stops where they came, short
+                // of what is there: only EAGAIN says drained.)
+                if count < buffer.count && !peerHalfClosed && !receivesDescriptors { readable = false }
                 guard feedCurrentRead(from: UnsafeRawBufferPointer(rebasing: buffer[0..<count]),
                                       fromPrebuffer: false) else { return }
+                if receivesDescriptors, let dropped = existingUnixExtras?.takeDroppedError() {
+                    closeSession(dropped)
+                    return
+                }
             } else if count == 0 {
                 readEOF = true
                 readable = false
@@ -179,6 +187,10 @@ extension TCPSocketCore {
                 return session == self.session && phase == .connected
             }
             return true
+
+        case .failed(let error):
+            closeSession(error)
+            return false
 
         case .maxedOut:
             closeSession(SocketError(.readMaxedOut,

@@ -39,12 +39,14 @@ extension TCPSocketCore {
         publishedQueuedWriteBytes.wrappingSubtract(count, ordering: .relaxed)
     }
 
-    /// Queues a write whose bytes were counted (`reserveQueuedWriteBytes`).
-    func enqueueWrite(_ request: WriteRequest, session: UInt64) {
+    /// Queues a write whose bytes were counted (`reserveQueuedWriteBytes`). False when the
+    /// session it was made for is over (its bytes are no longer counted).
+    @discardableResult
+    func enqueueWrite(_ request: WriteRequest, session: UInt64) -> Bool {
         guard session == self.session, phase == .resolving || phase == .connecting || phase == .connected,
               !disconnectAfterReads, !disconnectAfterWrites else {
             releaseQueuedWriteBytes(request.remaining)
-            return
+            return false
         }
         writeQueue.append(request)
         if phase == .connected {
@@ -52,6 +54,7 @@ extension TCPSocketCore {
             scheduleWriteFlush()
         }
         checkWatermarks()
+        return true
     }
 
     /// The fast path of a write made on the loop thread: with nothing queued ahead and the
@@ -165,6 +168,7 @@ extension TCPSocketCore {
     private func sendQueuedWrites() -> (written: Int, attempted: Int) {
         // Before a TLS marker, only the writes queued ahead of it go out in plaintext.
         let count = min(writeQueue.count, TCPSocketCore.writesPerSystemCall, tls?.writesBefore ?? Int.max)
+        if specialQueuedWrites > 0 { return sendQueuedWritesOneByOne(count: count) }
         if count == 1, let head = writeQueue.first {
             return head.withRemainingBytes { bytes in
                 (skc_send(fd, bytes.baseAddress, bytes.count, SystemCalls.sendFlags), bytes.count)
@@ -176,10 +180,17 @@ extension TCPSocketCore {
     }
 
     /// Fills `vectors[index...]` from the queue, keeping each request's bytes pinned while
-    /// the system call runs (recursion keeps every `withRemainingBytes` scope open).
-    private func gather(index: Int, count: Int, into vectors: UnsafeMutableBufferPointer<iovec>,
-                        attempted: Int) -> (written: Int, attempted: Int) {
+    /// the system call runs (recursion keeps every `withRemainingBytes` scope open). With
+    /// `passing`, the `sendmsg` carries those descriptors (SCM_RIGHTS).
+    func gather(index: Int, count: Int, into vectors: UnsafeMutableBufferPointer<iovec>,
+                attempted: Int, passing: [Int32]? = nil) -> (written: Int, attempted: Int) {
         if index == count {
+            if let passing {
+                let written = passing.withUnsafeBufferPointer {
+                    skc_send_with_descriptors(fd, vectors.baseAddress, Int32(count), $0.baseAddress, Int32($0.count))
+                }
+                return (written, attempted)
+            }
             var message = msghdr()
             message.msg_iov = vectors.baseAddress
             message.msg_iovlen = count
@@ -187,9 +198,60 @@ extension TCPSocketCore {
         }
         return writeQueue[index].withRemainingBytes { bytes in
             vectors[index] = iovec(iov_base: UnsafeMutableRawPointer(mutating: bytes.baseAddress), iov_len: bytes.count)
-            return gather(index: index + 1, count: count, into: vectors, attempted: attempted + bytes.count)
+            return gather(index: index + 1, count: count, into: vectors, attempted: attempted + bytes.count,
+                          passing: passing)
         }
     }
+
+    /// Queues a write that needs a system call of its own (descriptors to pass, a file
+    /// region), counted by `reserveQueuedWriteBytes`.
+    func enqueueSpecialWrite(_ request: WriteRequest, session: UInt64) {
+        if enqueueWrite(request, session: session) { specialQueuedWrites += 1 }
+    }
+
+    /// `sendQueuedWrites` while special writes are queued: each begins a system call of its
+    /// own, and the writes before it leave without it. A file region goes with `sendfile`
+    /// (the kernel copies from the page cache to the socket: no copy through this process).
+    /// Descriptors ride with the first byte of their write, so their write begins a
+    /// `sendmsg` carrying SCM_RIGHTS (with the plain writes after it).
+    private func sendQueuedWritesOneByOne(count: Int) -> (written: Int, attempted: Int) {
+        var plain = 0
+        while plain < count && !writeQueue[plain].isSpecial { plain += 1 }
+        if plain > 0 {
+            return withUnsafeTemporaryAllocation(of: iovec.self, capacity: plain) { vectors in
+                gather(index: 0, count: plain, into: vectors, attempted: 0)
+            }
+        }
+        let head = writeQueue[0]
+        if case .file(let region) = head.storage {
+            let chunk = min(head.remaining, TCPSocketCore.largestFileChunk)
+            let written = skc_sendfile(fd, region.fd, region.offset + Int64(head.offset), chunk)
+            if written == 0 {
+                // The file is shorter than it was when the write was queued: what went out
+                // cannot be taken back, and the peer would wait for the rest, so the
+                // connection ends here (this runs in a flush, never under a write's caller).
+                writable = false
+                closeSession(SocketError(.other, "the file ended \(head.remaining) bytes before the region written from it (truncated meanwhile?)"))
+                return (0, chunk)
+            }
+            if written == head.remaining { specialQueuedWrites -= 1 }
+            return (written, chunk)
+        }
+        guard let passing = head.pendingDescriptors else { return (0, 0) }
+        var end = 1
+        while end < count && !writeQueue[end].isSpecial { end += 1 }
+        let result = withUnsafeTemporaryAllocation(of: iovec.self, capacity: end) { vectors in
+            gather(index: 0, count: end, into: vectors, attempted: 0, passing: passing.descriptors)
+        }
+        if result.written > 0 {
+            passing.sent()
+            specialQueuedWrites -= 1
+        }
+        return result
+    }
+
+    /// The most one `sendfile` is asked for (the kernel's own cap is about 2 GiB).
+    static let largestFileChunk = 1 << 30
 
     /// Attributes `written` bytes to the queued requests in order, completing them.
     /// Returns false when the session ended in a callback.

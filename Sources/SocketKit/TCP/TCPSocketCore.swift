@@ -73,6 +73,9 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
     var readPumpScheduled = false
     /// Our half-close (`closeWriteStream`), once asked for in this session.
     var writeStreamEnd: WriteStreamEnd? = nil
+    /// A connected Unix-domain socket whose configuration asks for passed descriptors:
+    /// reads use `recvmsg` and keep what SCM_RIGHTS brings (`readKeepingDescriptors`).
+    var receivesDescriptors = false
 
 
     /// Bytes of accepted writes not yet taken by the kernel, including writes on their way
@@ -118,9 +121,38 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         var lingeringCore: TCPSocketCore? = nil
         var readQueue = FIFO<ReadRequest>()
         var writeQueue = FIFO<WriteRequest>()
-        /// A session begun from a callback whose start waits for it (`beginSession`). Rare:
-        /// boxed, so that it costs every connection with this state one word.
-        var unstartedSession: UnstartedSession? = nil
+        /// What few connections ever have, behind one word of this object.
+        final class Rare {
+            var unstartedSession: UnstartedSession? = nil
+            var unixExtras: UnixExtras? = nil
+            var specialWrites = 0
+        }
+        private var rare: Rare? = nil
+
+        /// Queued writes that need a system call of their own (passing descriptors, a file
+        /// region): while there are some, a flush looks for them (`sendQueuedWritesOneByOne`).
+        var specialWrites: Int {
+            get { rare?.specialWrites ?? 0 }
+            set { if rare != nil || newValue != 0 { rareState.specialWrites = newValue } }
+        }
+
+        /// A session begun from a callback whose start waits for it (`beginSession`).
+        var unstartedSession: UnstartedSession? {
+            get { rare?.unstartedSession }
+            set { if rare != nil || newValue != nil { rareState.unstartedSession = newValue } }
+        }
+        /// Descriptors passed over a Unix-domain connection, both ways.
+        var unixExtras: UnixExtras? {
+            get { rare?.unixExtras }
+            set { if rare != nil || newValue != nil { rareState.unixExtras = newValue } }
+        }
+
+        private var rareState: Rare {
+            if let rare { return rare }
+            let made = Rare()
+            rare = made
+            return made
+        }
 
         func deferEvent(_ event: SocketEvent) {
             if firstDeferredEvent == nil && deferredEvents.isEmpty {
@@ -166,6 +198,13 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
     var hasTLS: Bool { outOfLineState?.tls != nil }
     /// See `sendFailed`.
     var sendFailure: SocketError? { outOfLineState?.sendFailure }
+    /// See `UnixExtras` (nil until descriptors are passed either way).
+    var existingUnixExtras: UnixExtras? { outOfLineState?.unixExtras }
+    /// See `OutOfLineState.specialWrites`.
+    var specialQueuedWrites: Int {
+        get { outOfLineState?.specialWrites ?? 0 }
+        set { if outOfLineState != nil || newValue != 0 { outOfLine.specialWrites = newValue } }
+    }
 
     var outOfLine: OutOfLineState {
         if let state = outOfLineState { return state }
@@ -226,10 +265,17 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
     final class ConnectingState {
         var connectTimer: LoopTimer? = nil
         var attemptTimer: LoopTimer? = nil
-        var resolution: AddressResolver.Request? = nil
-        /// The loop's record of a socket waiting for `resolution`, which has no descriptor
+        /// The name's lookups still to answer: one per enabled family (Happy Eyeballs v2).
+        var resolutions: [AddressResolver.Request] = []
+        /// The loop's record of a socket waiting for `resolutions`, which has no descriptor
         /// yet: without it a stopping loop would not know to end its session.
         var resolvingRegistration: RegistrationID? = nil
+        /// The other family's addresses, answered first and held for the resolution delay
+        /// in case the preferred family's come too (RFC 8305 §3).
+        var heldAddresses: [SocketAddress] = []
+        var resolutionDelayTimer: LoopTimer? = nil
+        /// The first family's lookup failure, reported if no family gives an address.
+        var resolutionError: SocketError? = nil
         var connectAddresses: [SocketAddress] = []
         var nextConnectAddress = 0
         var connectAttempts: [ConnectionAttempt] = []
@@ -246,6 +292,11 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         var acceptBackoff: UInt64 = 0
         var acceptFailureReported = false
         var acceptTimer: LoopTimer? = nil
+        /// One of the listeners of a multi-loop listener (`MultiLoopListeners`): what it
+        /// accepts stays on this loop, and the new-connection hook is not asked.
+        var keepsAcceptedConnectionsOnItsLoop = false
+        /// The primary of a multi-loop listener: its siblings end with its session.
+        var spreadsOverLoops = false
     }
 
     private var connectingState: ConnectingState? {
@@ -293,9 +344,21 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         get { connectingState?.attemptTimer }
         set { if connectingState != nil || !(newValue == nil) { connecting.attemptTimer = newValue } }
     }
-    var resolution: AddressResolver.Request? {
-        get { connectingState?.resolution }
-        set { if connectingState != nil || !(newValue == nil) { connecting.resolution = newValue } }
+    var resolutions: [AddressResolver.Request] {
+        get { connectingState?.resolutions ?? [] }
+        set { if connectingState != nil || !newValue.isEmpty { connecting.resolutions = newValue } }
+    }
+    var heldAddresses: [SocketAddress] {
+        get { connectingState?.heldAddresses ?? [] }
+        set { if connectingState != nil || !newValue.isEmpty { connecting.heldAddresses = newValue } }
+    }
+    var resolutionDelayTimer: LoopTimer? {
+        get { connectingState?.resolutionDelayTimer }
+        set { if connectingState != nil || newValue != nil { connecting.resolutionDelayTimer = newValue } }
+    }
+    var resolutionError: SocketError? {
+        get { connectingState?.resolutionError }
+        set { if connectingState != nil || newValue != nil { connecting.resolutionError = newValue } }
     }
     var connectAddresses: [SocketAddress] {
         get { connectingState?.connectAddresses ?? [] }
@@ -341,6 +404,15 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         get { acceptingState?.acceptFailureReported ?? false }
         set { if acceptingState != nil || !(!newValue) { accepting.acceptFailureReported = newValue } }
     }
+    /// See `AcceptingState.keepsAcceptedConnectionsOnItsLoop`.
+    var keepsAcceptedConnectionsOnItsLoop: Bool { acceptingState?.keepsAcceptedConnectionsOnItsLoop ?? false }
+
+    /// Makes this listening session one of a multi-loop listener's (`spreading`: its primary).
+    func keepAcceptedConnectionsOnThisLoop(spreading: Bool) {
+        accepting.keepsAcceptedConnectionsOnItsLoop = true
+        accepting.spreadsOverLoops = spreading
+    }
+
     var acceptTimer: LoopTimer? {
         get { acceptingState?.acceptTimer }
         set { if acceptingState != nil || !(newValue == nil) { accepting.acceptTimer = newValue } }
@@ -647,8 +719,11 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         cancel(connectTimer)
         cancel(attemptTimer)
         cancel(acceptTimer)
-        resolution?.cancel()
-        resolution = nil
+        for request in resolutions { request.cancel() }
+        resolutions = []
+        cancel(resolutionDelayTimer)
+        heldAddresses = []
+        resolutionError = nil
         stopWaitingForResolution()
         for attempt in connectAttempts { attempt.close() }
         connectAttempts.removeAll()
@@ -675,6 +750,11 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
             adoptedDescriptor = false
         }
         closeListeners()
+        if let accepting = acceptingState, accepting.keepsAcceptedConnectionsOnItsLoop {
+            if accepting.spreadsOverLoops { MultiLoopListeners.stopSiblings(of: self) }
+            accepting.keepsAcceptedConnectionsOnItsLoop = false
+            accepting.spreadsOverLoops = false
+        }
 
         outOfLineState?.readQueue.removeAll()
         currentRead = nil
@@ -695,6 +775,8 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         peerHalfClosed = false
         outOfLineState?.sendFailure = nil
         writeStreamEnd = nil
+        receivesDescriptors = false
+        outOfLineState?.specialWrites = 0
         readStreamClosedReported = false
         disconnectAfterReads = false
         disconnectAfterWrites = false
@@ -819,6 +901,8 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
             // What is left of the session before it (queued teardowns run first, so normally
             // nothing) ends here, without touching what is published for this one.
             if core.phase != .idle { core.closeSession(nil, of: begun &- 1) }
+            // Descriptors the last connection passed and nobody took were its own.
+            core.closeHeldDescriptors()
             start(core)
         }
         if waits { outOfLine.unstartedSession = UnstartedSession(session: begun, release: unused) }
@@ -904,8 +988,9 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
 
     /// Applies the TCP options to the connected descriptor (Unix sockets take the buffer
     /// sizes only). Errors are ignored: the values were validated when set.
-    /// `initial`: a connection just made or accepted by SocketKit, whose keep-alive is off
-    /// (new sockets start so, and accepted ones inherit the listener's): no call to turn it off.
+    /// `initial`: a connection just made or accepted by SocketKit, whose keep-alive and user
+    /// timeout are off (new sockets start so, and accepted ones inherit the listener's): no
+    /// call to turn them off.
     func applyTCPOptions(initial: Bool = false) {
         guard fd >= 0 else { return }
         let options = configuration.tcpOptions
@@ -918,6 +1003,10 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
                 _ = try? SystemCalls.setOption(fd, Int32(IPPROTO_TCP), TCP_KEEPCNT, Int32(keepAlive.count), "TCP_KEEPCNT")
             } else if !initial || adoptedDescriptor {
                 _ = try? SystemCalls.setOption(fd, SOL_SOCKET, SO_KEEPALIVE, 0, "SO_KEEPALIVE")
+            }
+            if options.userTimeoutMilliseconds > 0 || !initial || adoptedDescriptor {
+                _ = try? SystemCalls.setOption(fd, Int32(IPPROTO_TCP), TCP_USER_TIMEOUT,
+                                               Int32(options.userTimeoutMilliseconds), "TCP_USER_TIMEOUT")
             }
         }
         if options.sendBufferSize > 0 {
@@ -933,6 +1022,7 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         let previousOptions = configuration.tcpOptions
         publish { change(&$0.configuration) }
         guard phase == .connected else { return }
+        updateReceivesDescriptors()
         if configuration.tcpOptions != previousOptions { applyTCPOptions() }
         checkWatermarks()
     }

@@ -12,6 +12,10 @@ public protocol MainActorUdpSocketDelegate: AnyObject {
     func udpSocket(_ sock: UdpSocket, didNotSendDataWithTag tag: Int, dueToError error: SocketError)
     func udpSocket(_ sock: UdpSocket, didReceive data: [UInt8], fromAddress address: SocketAddress,
                    withFilterContext context: (any Sendable)?)
+    /// See `UdpSocketDelegate.udpSocket(_:didReceive:fromAddress:packetInfo:withFilterContext:)`;
+    /// the default calls the method above.
+    func udpSocket(_ sock: UdpSocket, didReceive data: [UInt8], fromAddress address: SocketAddress,
+                   packetInfo: UdpPacketInfo, withFilterContext context: (any Sendable)?)
     func udpSocket(_ sock: UdpSocket, didReceiveError error: SocketError)
     func udpSocketDidClose(_ sock: UdpSocket, withError error: SocketError?)
 }
@@ -23,6 +27,10 @@ extension MainActorUdpSocketDelegate {
     public func udpSocket(_ sock: UdpSocket, didNotSendDataWithTag tag: Int, dueToError error: SocketError) {}
     public func udpSocket(_ sock: UdpSocket, didReceive data: [UInt8], fromAddress address: SocketAddress,
                           withFilterContext context: (any Sendable)?) {}
+    public func udpSocket(_ sock: UdpSocket, didReceive data: [UInt8], fromAddress address: SocketAddress,
+                          packetInfo: UdpPacketInfo, withFilterContext context: (any Sendable)?) {
+        udpSocket(sock, didReceive: data, fromAddress: address, withFilterContext: context)
+    }
     public func udpSocket(_ sock: UdpSocket, didReceiveError error: SocketError) {}
     public func udpSocketDidClose(_ sock: UdpSocket, withError error: SocketError?) {}
 }
@@ -55,6 +63,10 @@ final class MainActorUdpSocketDelegateAdapter: UdpSocketDelegate, @unchecked Sen
     func udpSocket(_ sock: UdpSocket, didReceive data: [UInt8], fromAddress address: SocketAddress,
                    withFilterContext context: (any Sendable)?) {
         onMain { $0.udpSocket(sock, didReceive: data, fromAddress: address, withFilterContext: context) }
+    }
+    func udpSocket(_ sock: UdpSocket, didReceive data: [UInt8], fromAddress address: SocketAddress,
+                   packetInfo: UdpPacketInfo, withFilterContext context: (any Sendable)?) {
+        onMain { $0.udpSocket(sock, didReceive: data, fromAddress: address, packetInfo: packetInfo, withFilterContext: context) }
     }
     func udpSocket(_ sock: UdpSocket, didReceiveError error: SocketError) {
         onMain { $0.udpSocket(sock, didReceiveError: error) }

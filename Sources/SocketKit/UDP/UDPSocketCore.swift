@@ -147,6 +147,12 @@ final class UDPSocketCore: SocketCore {
     private var broadcast = false
     private var reusePort = false
     private var reuseAddress = false
+    /// IP_PKTINFO / IPV6_RECVPKTINFO: each datagram's destination and interface go with it.
+    private(set) var receivesPacketInfo = false
+    /// UDP_GRO: coalesced buffers are cut back into their datagrams on receipt.
+    private(set) var receiveOffload = false
+    /// UDP_SEGMENT (0: off): the kernel cuts each send into datagrams of this size.
+    private(set) var sendSegmentSize: UInt16 = 0
     private var multicastTTL: Int32? = nil
     private var multicastLoopback: Bool? = nil
     private var multicastInterface4: Int32? = nil
@@ -233,6 +239,9 @@ final class UDPSocketCore: SocketCore {
                 try SystemCalls.setOption(fd, SOL_SOCKET, SO_RCVBUF, Int32(clamping: configuration.receiveBufferSize), "SO_RCVBUF")
             }
             try applyMulticastOptions(fd, family)
+            if receivesPacketInfo { try UDPSocketCore.setPacketInfo(fd, family, true) }
+            if receiveOffload { try UDPSocketCore.setReceiveOffload(fd, true) }
+            if sendSegmentSize > 0 { try UDPSocketCore.setSegmentSize(fd, Int32(sendSegmentSize)) }
             let made = UDPChannel(fd: fd, family: family)
             made.core = self
             made.events = wantedEvents(made)
@@ -898,12 +907,15 @@ final class UDPSocketCore: SocketCore {
         let buffer = scratch.receiveBuffer
         let limit = max(1, min(65535, source.family == .ipv4 ? configuration.maxReceiveIPv4BufferSize
                                                                : configuration.maxReceiveIPv6BufferSize))
-        let (stride, slots) = UDPScratch.receiveLayout(limit: limit)
+        // With receive offload a buffer may hold many datagrams: its slot takes the most the
+        // kernel coalesces (64 KiB); each datagram is held to `limit` on its own.
+        let layoutLimit = receiveOffload ? 65535 : limit
+        let (stride, slots) = UDPScratch.receiveLayout(limit: layoutLimit)
         var budget = 64
         while budget > 0 && session == generation && source.core != nil && receiveMode != .off
                 && !(receiveMode == .once && asyncFiltersPending > 0) {
             let count = receiveMode == .once ? 1 : min(slots, budget)
-            scratch.prepareReceive(count: count, limit: limit)
+            scratch.prepareReceive(count: count, limit: layoutLimit, control: receivesPacketInfo || receiveOffload)
             let received = Int(skc_recv_datagrams(source.fd, scratch.receive.messages, UInt32(count)))
             if received < 0 {
                 let number = errno
@@ -928,31 +940,45 @@ final class UDPSocketCore: SocketCore {
             var direct = DirectDelivery()
             defer { direct.drop() }
             for slot in 0..<received {
-                let length = Int(scratch.receive.messages[slot].msg_len)
+                let total = Int(scratch.receive.messages[slot].msg_len)
                 let header = scratch.receive.messages[slot].msg_hdr
-                if receiveMode == .continuous && receiveFilter == nil && !released
-                    && header.msg_flags & Int32(MSG_TRUNC) == 0 && length <= limit
-                    && UDPSocketCore.isCompleteIPAddress(header.msg_name, header.msg_namelen)
-                    && direct.deliver(UnsafeRawBufferPointer(start: buffer + slot * stride, count: length),
-                                      from: header.msg_name, length: header.msg_namelen, owner: { owner }) {
+                // Receive offload: the kernel may hand over several datagrams of one sender in
+                // one buffer, each `segment` bytes but the last; each goes on as its own.
+                var segment = total
+                if receiveOffload {
+                    let size = withUnsafePointer(to: header) { Int(skc_coalesced_segment_size($0)) }
+                    if size > 0 { segment = size }
+                }
+                var offset = 0
+                repeat {
+                    let length = min(segment, total - offset)
+                    let start = buffer + slot * stride + offset
+                    offset += length
+                    if receiveMode == .continuous && receiveFilter == nil && !released && !receivesPacketInfo
+                        && header.msg_flags & Int32(MSG_TRUNC) == 0 && length <= limit
+                        && UDPSocketCore.isCompleteIPAddress(header.msg_name, header.msg_namelen)
+                        && direct.deliver(UnsafeRawBufferPointer(start: start, count: length),
+                                          from: header.msg_name, length: header.msg_namelen, owner: { owner }) {
+                        guard session == generation else { return }
+                        continue
+                    }
+                    // The general path looks the owner up itself: the batch's hold must not keep
+                    // alive a socket the user dropped in a callback for this datagram's events.
+                    direct.drop()
+                    guard let sender = SocketAddress(storage: scratch.receive.names + slot, length: header.msg_namelen) else {
+                        continue
+                    }
+                    if header.msg_flags & Int32(MSG_TRUNC) != 0 || length > limit {
+                        report(.didReceiveError(SocketError(.truncated,
+                            "a datagram from \(sender) was larger than the receive limit of \(limit) bytes and was dropped")))
+                        guard session == generation else { return }
+                        continue
+                    }
+                    let bytes = UnsafeRawBufferPointer(start: start, count: length)
+                    let info = receivesPacketInfo ? UdpPacketInfo(scratch.receive.messages + slot) : nil
+                    handleDatagram(bytes, from: sender, info: info, session: session)
                     guard session == generation else { return }
-                    continue
-                }
-                // The general path looks the owner up itself: the batch's hold must not keep
-                // alive a socket the user dropped in a callback for this datagram's events.
-                direct.drop()
-                guard let sender = SocketAddress(storage: scratch.receive.names + slot, length: header.msg_namelen) else {
-                    continue
-                }
-                if header.msg_flags & Int32(MSG_TRUNC) != 0 || length > limit {
-                    report(.didReceiveError(SocketError(.truncated,
-                        "a datagram from \(sender) was larger than the receive limit of \(limit) bytes and was dropped")))
-                    guard session == generation else { return }
-                    continue
-                }
-                let bytes = UnsafeRawBufferPointer(start: buffer + slot * stride, count: length)
-                handleDatagram(bytes, from: sender, session: session)
-                guard session == generation else { return }
+                } while offset < total
             }
             budget -= received
             if received < count { return }
@@ -968,15 +994,16 @@ final class UDPSocketCore: SocketCore {
             || (length == socklen_t(MemoryLayout<sockaddr_in6>.size) && family == AF_INET6)
     }
 
-    private func handleDatagram(_ bytes: UnsafeRawBufferPointer, from sender: SocketAddress, session: UInt64) {
+    private func handleDatagram(_ bytes: UnsafeRawBufferPointer, from sender: SocketAddress, info: UdpPacketInfo?,
+                                session: UInt64) {
         guard let receiveFilter else {
-            deliverDatagram(.borrowed(bytes), from: sender, context: nil)
+            deliverDatagram(.borrowed(bytes), from: sender, context: nil, info: info)
             return
         }
         let data = Array(bytes)
         if !receiveFilter.async {
             if case .accept(let context) = receiveFilter.filter(data, sender) {
-                deliverDatagram(.owned(data), from: sender, context: context)
+                deliverDatagram(.owned(data), from: sender, context: context, info: info)
             }
             return
         }
@@ -988,27 +1015,32 @@ final class UDPSocketCore: SocketCore {
         (receiveFilter.queue ?? owner?.callbackQueue ?? .eventLoop).enqueue({ _ in
             let verdict = run(data, sender)
             let answer = UncheckedSendable(verdict)
-            _ = loop.execute { core.value.receiveFilterAnswered(session: session, data: data, sender: sender, answer.value) }
+            _ = loop.execute { core.value.receiveFilterAnswered(session: session, data: data, sender: sender, info: info, answer.value) }
             return 1
         }, loop: loop)
     }
 
-    private func receiveFilterAnswered(session: UInt64, data: [UInt8], sender: SocketAddress,
+    private func receiveFilterAnswered(session: UInt64, data: [UInt8], sender: SocketAddress, info: UdpPacketInfo?,
                                        _ verdict: UdpReceiveFilterVerdict) {
         guard session == generation else { return }
         asyncFiltersPending -= 1
         if case .accept(let context) = verdict {
-            deliverDatagram(.owned(data), from: sender, context: context)
+            deliverDatagram(.owned(data), from: sender, context: context, info: info)
         }
         updateInterest()
     }
 
-    private func deliverDatagram(_ payload: DatagramPayload, from sender: SocketAddress, context: (any Sendable)?) {
+    private func deliverDatagram(_ payload: DatagramPayload, from sender: SocketAddress, context: (any Sendable)?,
+                                 info: UdpPacketInfo?) {
         if receiveMode == .once {
             receiveMode = .off
             updateInterest()
         }
-        report(.didReceive(payload, from: sender, context: context))
+        if let info {
+            report(.didReceiveWithPacketInfo(payload, from: sender, context: context, info: info))
+        } else {
+            report(.didReceive(payload, from: sender, context: context))
+        }
     }
 
     // MARK: Multicast, broadcast, options
@@ -1042,6 +1074,39 @@ final class UDPSocketCore: SocketCore {
         }
         guard result == 0 else {
             throw SocketError.lastSystemError(join ? "join multicast group \(group)" : "leave multicast group \(group)")
+        }
+    }
+
+    /// Source-specific multicast (RFC 4607): receive what `source` sends to `group`, and
+    /// only that (MCAST_JOIN_SOURCE_GROUP), or stop (MCAST_LEAVE_SOURCE_GROUP).
+    func joinOrLeaveSource(join: Bool, group: String, source: String, interface: String?) throws(SocketError) {
+        guard v4 != nil || v6 != nil else {
+            throw SocketError(.badConfig, "bind before joining a multicast group")
+        }
+        guard !connected else { throw SocketError(.badConfig, "a connected socket cannot join multicast groups") }
+        guard let groupAddress = SocketAddress.parseIPLiteral(try group.checkedForC("the multicast group"), port: 0) else {
+            throw SocketError(.badParam, "'\(group)' is not a numeric IP address")
+        }
+        guard let sourceAddress = SocketAddress.parseIPLiteral(try source.checkedForC("the source"), port: 0) else {
+            throw SocketError(.badParam, "'\(source)' is not a numeric IP address")
+        }
+        guard sourceAddress.family == groupAddress.family else {
+            throw SocketError(.badParam, "the source \(source) and the group \(group) are of different families")
+        }
+        guard let target = channel(groupAddress.family) else {
+            throw SocketError(.badParam, "the socket has no \(groupAddress.family == .ipv4 ? "IPv4" : "IPv6") descriptor for \(group)")
+        }
+        let index = try UDPSocketCore.interfaceIndex(interface, family: groupAddress.family)
+        let level = groupAddress.family == .ipv4 ? Int32(IPPROTO_IP) : Int32(IPPROTO_IPV6)
+        let result = groupAddress.withSockAddr { groupName, groupLength in
+            sourceAddress.withSockAddr { sourceName, sourceLength in
+                skc_source_membership(target.fd, join ? 1 : 0, level, UInt32(index), groupName, groupLength, sourceName,
+                                      sourceLength)
+            }
+        }
+        guard result == 0 else {
+            throw SocketError.lastSystemError(join ? "join multicast group \(group) from \(source)"
+                                                   : "leave multicast group \(group) from \(source)")
         }
     }
 
@@ -1089,6 +1154,44 @@ final class UDPSocketCore: SocketCore {
         multicastTTL = ttl
         if let v4 { try SystemCalls.setOption(v4.fd, Int32(IPPROTO_IP), IP_MULTICAST_TTL, ttl, "IP_MULTICAST_TTL") }
         if let v6 { try SystemCalls.setOption(v6.fd, Int32(IPPROTO_IPV6), IPV6_MULTICAST_HOPS, ttl, "IPV6_MULTICAST_HOPS") }
+    }
+
+    /// Packet info on or off, on the descriptors there are and those made later. Datagrams
+    /// the kernel queued before the change come as they were queued.
+    func setReceivesPacketInfo(_ enabled: Bool) throws(SocketError) {
+        if let v4 { try UDPSocketCore.setPacketInfo(v4.fd, .ipv4, enabled) }
+        if let v6 { try UDPSocketCore.setPacketInfo(v6.fd, .ipv6, enabled) }
+        receivesPacketInfo = enabled
+    }
+
+    /// Receive offload (UDP_GRO) on or off, now and on descriptors made later; the
+    /// datagrams reach the delegate one by one either way.
+    func setReceiveOffload(_ enabled: Bool) throws(SocketError) {
+        if let v4 { try UDPSocketCore.setReceiveOffload(v4.fd, enabled) }
+        if let v6 { try UDPSocketCore.setReceiveOffload(v6.fd, enabled) }
+        receiveOffload = enabled
+    }
+
+    /// Segmentation offload (UDP_SEGMENT): 0 turns it off.
+    func setSendSegmentSize(_ size: Int) throws(SocketError) {
+        guard (0...65535).contains(size) else { throw SocketError(.badParam, "the segment size must be 0...65535") }
+        if let v4 { try UDPSocketCore.setSegmentSize(v4.fd, Int32(size)) }
+        if let v6 { try UDPSocketCore.setSegmentSize(v6.fd, Int32(size)) }
+        sendSegmentSize = UInt16(size)
+    }
+
+    private static func setReceiveOffload(_ fd: Int32, _ enabled: Bool) throws(SocketError) {
+        guard skc_set_udp_gro(fd, enabled ? 1 : 0) == 0 else { throw SocketError.lastSystemError("UDP_GRO") }
+    }
+
+    private static func setSegmentSize(_ fd: Int32, _ size: Int32) throws(SocketError) {
+        guard skc_set_udp_segment(fd, size) == 0 else { throw SocketError.lastSystemError("UDP_SEGMENT") }
+    }
+
+    private static func setPacketInfo(_ fd: Int32, _ family: SocketAddress.Family, _ enabled: Bool) throws(SocketError) {
+        guard skc_set_packet_info(fd, family == .ipv4 ? AF_INET : AF_INET6, enabled ? 1 : 0) == 0 else {
+            throw SocketError.lastSystemError(family == .ipv4 ? "IP_PKTINFO" : "IPV6_RECVPKTINFO")
+        }
     }
 
     func setMulticastLoopback(_ enabled: Bool) throws(SocketError) {
@@ -1352,6 +1455,9 @@ struct UDPScratch {
     private struct Parts {
         let receiveBuffer = UnsafeMutableRawPointer.allocate(byteCount: UDPScratch.receiveBufferSize, alignment: 16)
         let receive = DatagramHeaders(capacity: UDPScratch.receiveSlots)
+        /// Each receive slot's control room (packet info), used only by sockets that ask.
+        let receiveControl = UnsafeMutableRawPointer.allocate(
+            byteCount: UDPScratch.receiveSlots * Int(SKC_PACKET_INFO_CONTROL), alignment: 16)
         let send = DatagramHeaders(capacity: UDPScratch.capacity)
         let stage = DatagramHeaders(capacity: UDPScratch.capacity)
         let stageTags = UnsafeMutablePointer<Int>.allocate(capacity: UDPScratch.capacity)
@@ -1362,6 +1468,9 @@ struct UDPScratch {
         var stagingOwner: ObjectIdentifier? = nil
         // The receive limit the receive headers are laid out for (0: not set up yet).
         var receiveLimit = 0
+        // Whether the receive headers point at the control area (a socket with packet info
+        // or receive offload read last); most never do, and then pay nothing for it.
+        var receiveControlSet = false
     }
 
     private let parts: UnsafeMutablePointer<Parts>
@@ -1396,7 +1505,7 @@ struct UDPScratch {
     /// `receiveLayout(limit:)`. The headers keep their layout from call to call (it changes
     /// only with the socket's receive limit): a call resets just the address lengths the
     /// kernel overwrote, not every header of the batch (most batches are a few datagrams).
-    func prepareReceive(count: Int, limit: Int) {
+    func prepareReceive(count: Int, limit: Int, control: Bool) {
         let receive = parts.pointee.receive
         if parts.pointee.receiveLimit != limit {
             let (stride, slots) = UDPScratch.receiveLayout(limit: limit)
@@ -1412,6 +1521,24 @@ struct UDPScratch {
         }
         for slot in 0..<count {
             receive.messages[slot].msg_hdr.msg_namelen = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        }
+        // The control area (packet info, receive offload) is set per call, as the kernel
+        // overwrites its length, and taken away once from the headers of the sockets that
+        // did not ask (with no area the kernel leaves the length 0): the per-datagram cost
+        // of sockets without them stays what it was (the c-udp-echo budget).
+        if control {
+            let room = Int(SKC_PACKET_INFO_CONTROL)
+            for slot in 0..<count {
+                receive.messages[slot].msg_hdr.msg_control = parts.pointee.receiveControl + slot * room
+                receive.messages[slot].msg_hdr.msg_controllen = room
+            }
+            parts.pointee.receiveControlSet = true
+        } else if parts.pointee.receiveControlSet {
+            for slot in 0..<UDPScratch.receiveSlots {
+                receive.messages[slot].msg_hdr.msg_control = nil
+                receive.messages[slot].msg_hdr.msg_controllen = 0
+            }
+            parts.pointee.receiveControlSet = false
         }
     }
 
@@ -1444,6 +1571,7 @@ struct UDPScratch {
         let made = parts.pointee
         made.receiveBuffer.deallocate()
         made.receive.deallocate()
+        made.receiveControl.deallocate()
         made.send.deallocate()
         made.stage.deallocate()
         made.stageTags.deallocate()

@@ -327,6 +327,74 @@ public final class UdpSocket: SocketFront, @unchecked Sendable {
         try onLoop { core throws(SocketError) in try core.joinOrLeave(join: false, group: group, interface: interface) }
     }
 
+    /// Source-specific multicast (RFC 4607, IGMPv3/MLDv2): receive what `source` sends to
+    /// `group`, and nothing others send to it (`MCAST_JOIN_SOURCE_GROUP`); both numeric, of
+    /// one family (IPv4's SSM range is 232.0.0.0/8, IPv6's ff3x::/96). The same rules as
+    /// `joinMulticastGroup` otherwise (bound, not connected, each family on its own
+    /// descriptor). Joining several sources of a group is allowed; a group joined without a
+    /// source cannot also be joined with one (EINVAL from the kernel). Throws `.badParam`
+    /// for a group or source that is not a numeric address, or of different families.
+    public func joinMulticastGroup(_ group: String, source: String, onInterface interface: String? = nil) throws(SocketError) {
+        try onLoop { core throws(SocketError) in
+            try core.joinOrLeaveSource(join: true, group: group, source: source, interface: interface)
+        }
+    }
+
+    /// Stops receiving what `source` sends to `group` (`MCAST_LEAVE_SOURCE_GROUP`);
+    /// `.system` when not joined (the kernel's EADDRNOTAVAIL, or EINVAL when the group has
+    /// no source joined).
+    public func leaveMulticastGroup(_ group: String, source: String, onInterface interface: String? = nil) throws(SocketError) {
+        try onLoop { core throws(SocketError) in
+            try core.joinOrLeaveSource(join: false, group: group, source: source, interface: interface)
+        }
+    }
+
+    /// Packet info (IP_PKTINFO / IPV6_RECVPKTINFO; off by default): each datagram comes
+    /// with the address it was sent to and the interface it arrived on, through
+    /// `udpSocket(_:didReceive:fromAddress:packetInfo:withFilterContext:)`. Applies to the
+    /// descriptors there are and those made later; datagrams already queued in the kernel
+    /// when it is turned on come without it (through the method without `packetInfo`).
+    public func setReceivesPacketInfo(_ enabled: Bool) throws(SocketError) {
+        try onLoop { core throws(SocketError) in try core.setReceivesPacketInfo(enabled) }
+    }
+
+    /// Whether packet info is on (`setReceivesPacketInfo`).
+    public var receivesPacketInfo: Bool {
+        (try? onLoop { core throws(SocketError) in core.receivesPacketInfo }) ?? false
+    }
+
+    /// UDP segmentation offload (`UDP_SEGMENT`; 0, the default: off): each datagram sent
+    /// larger than `size` bytes leaves as datagrams of `size` bytes (the last shorter), cut
+    /// by the kernel (or the network card) after one trip through the stack, instead of one
+    /// send per datagram. A datagram of `size` or less goes as it is. The kernel's limits
+    /// hold: at most 64 segments, and `size` plus headers within the route's MTU; sends
+    /// beyond them fail alone (`didNotSendDataWithTag`, `.system` EINVAL or EMSGSIZE).
+    /// Applies to the descriptors there are and those made later. Throws `.badParam`
+    /// outside 0...65535, `.system` ENOPROTOOPT on a kernel without it (before 4.18):
+    /// there is no silent fallback, as the datagrams the peer sees would differ.
+    public func setSendSegmentSize(_ size: Int) throws(SocketError) {
+        try onLoop { core throws(SocketError) in try core.setSendSegmentSize(size) }
+    }
+
+    /// The segment size set with `setSendSegmentSize` (0: off).
+    public var sendSegmentSize: Int {
+        (try? onLoop { core throws(SocketError) in Int(core.sendSegmentSize) }) ?? 0
+    }
+
+    /// UDP receive offload (`UDP_GRO`; off by default): the kernel may hand over several
+    /// datagrams of one sender in one buffer, saving a trip through the stack per datagram;
+    /// SocketKit cuts them apart again, so the delegate sees the same datagrams, in order,
+    /// each held to the receive limit. In receive-once mode the datagrams of one such buffer
+    /// come together. Throws `.system` ENOPROTOOPT on a kernel without it (before 5.0).
+    public func setReceiveOffload(_ enabled: Bool) throws(SocketError) {
+        try onLoop { core throws(SocketError) in try core.setReceiveOffload(enabled) }
+    }
+
+    /// Whether receive offload is on (`setReceiveOffload`).
+    public var receiveOffload: Bool {
+        (try? onLoop { core throws(SocketError) in core.receiveOffload }) ?? false
+    }
+
     /// The interface IPv4 multicast leaves through (IP_MULTICAST_IF).
     public func sendIPv4Multicast(onInterface interface: String) throws(SocketError) {
         try onLoop { core throws(SocketError) in try core.setMulticastInterface(interface, family: .ipv4) }

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 import Glibc
+import SocketKitC
 
 /// What a `UdpSocket` tells its delegate, on the socket's callback queue, in the order it
 /// happened; `udpSocketDidClose` is the last call of a session. Every method has an empty
@@ -27,6 +28,11 @@ public protocol UdpSocketDelegate: AnyObject, Sendable {
     /// attached (nil without a filter).
     func udpSocket(_ sock: UdpSocket, didReceive data: [UInt8], fromAddress address: SocketAddress,
                    withFilterContext context: (any Sendable)?)
+    /// One datagram, as above, with where it arrived: the address it was sent to and the
+    /// interface it came in on. Called instead of the method above for the datagrams that
+    /// carry packet info (`setReceivesPacketInfo(true)`); its default calls that method.
+    func udpSocket(_ sock: UdpSocket, didReceive data: [UInt8], fromAddress address: SocketAddress,
+                   packetInfo: UdpPacketInfo, withFilterContext context: (any Sendable)?)
     /// A problem while receiving that does not close the socket: an ICMP error for an
     /// earlier datagram (`ECONNREFUSED` on a connected socket) or a datagram larger than the
     /// receive limit (`.truncated`, dropped).
@@ -43,8 +49,51 @@ public extension UdpSocketDelegate {
     func udpSocket(_ sock: UdpSocket, didNotSendDataWithTag tag: Int, dueToError error: SocketError) {}
     func udpSocket(_ sock: UdpSocket, didReceive data: [UInt8], fromAddress address: SocketAddress,
                    withFilterContext context: (any Sendable)?) {}
+    func udpSocket(_ sock: UdpSocket, didReceive data: [UInt8], fromAddress address: SocketAddress,
+                   packetInfo: UdpPacketInfo, withFilterContext context: (any Sendable)?) {
+        udpSocket(sock, didReceive: data, fromAddress: address, withFilterContext: context)
+    }
     func udpSocket(_ sock: UdpSocket, didReceiveError error: SocketError) {}
     func udpSocketDidClose(_ sock: UdpSocket, withError error: SocketError?) {}
+}
+
+/// Where a datagram arrived (IP_PKTINFO / IPV6_RECVPKTINFO): what a server bound to the
+/// wildcard address needs to answer from the address it was asked on, or to tell a
+/// multicast or broadcast datagram from one sent to it alone.
+public struct UdpPacketInfo: Sendable, Equatable, CustomStringConvertible {
+    /// The address the datagram was sent to, as its IP header says (a multicast group, a
+    /// broadcast address, or one of this host's); port 0.
+    public let destination: SocketAddress
+    /// The index of the interface it came in on (`if_nametoindex`).
+    public let interfaceIndex: UInt32
+
+    public init(destination: SocketAddress, interfaceIndex: UInt32) {
+        self.destination = destination
+        self.interfaceIndex = interfaceIndex
+    }
+
+    /// From a received message's control messages; nil when it carries none.
+    init?(_ message: UnsafePointer<skc_mmsghdr>) {
+        var storage = sockaddr_storage()
+        var length = socklen_t(0)
+        var interface: UInt32 = 0
+        let found = withUnsafePointer(to: message.pointee.msg_hdr) { header in
+            skc_packet_info(header, &storage, &length, &interface)
+        }
+        guard found == 1, let address = withUnsafePointer(to: &storage, { SocketAddress(storage: $0, length: length) }) else {
+            return nil
+        }
+        self.init(destination: address, interfaceIndex: interface)
+    }
+
+    /// The interface's name (`if_indextoname`), nil if it is gone.
+    public var interfaceName: String? {
+        var name = [CChar](repeating: 0, count: Int(IF_NAMESIZE) + 1)
+        guard if_indextoname(interfaceIndex, &name) != nil else { return nil }
+        return String(cString: name)
+    }
+
+    public var description: String { "to \(destination.host ?? "?") on interface \(interfaceIndex)" }
 }
 
 /// The bytes of a received datagram as the engine hands them over.
@@ -75,6 +124,8 @@ enum UdpSocketEvent: RoutedEvent {
     case didSend(tag: Int)
     case didNotSend(tag: Int, SocketError)
     case didReceive(DatagramPayload, from: SocketAddress, context: (any Sendable)?)
+    /// A datagram that carries packet info (a socket with `receivesPacketInfo`).
+    case didReceiveWithPacketInfo(DatagramPayload, from: SocketAddress, context: (any Sendable)?, info: UdpPacketInfo)
     case didReceiveError(SocketError)
     case didClose(SocketError?)
 
@@ -82,6 +133,9 @@ enum UdpSocketEvent: RoutedEvent {
     func owned() -> UdpSocketEvent {
         if case .didReceive(.borrowed(let bytes), let address, let context) = self {
             return .didReceive(.owned(Array(bytes)), from: address, context: context)
+        }
+        if case .didReceiveWithPacketInfo(.borrowed(let bytes), let address, let context, let info) = self {
+            return .didReceiveWithPacketInfo(.owned(Array(bytes)), from: address, context: context, info: info)
         }
         return self
     }
@@ -152,6 +206,9 @@ final class SwiftUdpDelegateReceiver: UdpSocketEventReceiver {
         case .didNotSend(let tag, let error): delegate.udpSocket(socket, didNotSendDataWithTag: tag, dueToError: error)
         case .didReceive(let payload, let address, let context):
             delegate.udpSocket(socket, didReceive: payload.array, fromAddress: address, withFilterContext: context)
+        case .didReceiveWithPacketInfo(let payload, let address, let context, let info):
+            delegate.udpSocket(socket, didReceive: payload.array, fromAddress: address, packetInfo: info,
+                               withFilterContext: context)
         case .didReceiveError(let error): delegate.udpSocket(socket, didReceiveError: error)
         case .didClose(let error): delegate.udpSocketDidClose(socket, withError: error)
         }

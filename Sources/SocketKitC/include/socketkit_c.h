@@ -197,6 +197,57 @@ typedef struct skc_mmsghdr {
 int skc_recv_datagrams(int fd, skc_mmsghdr *messages, unsigned int count);
 int skc_send_datagrams(int fd, skc_mmsghdr *messages, unsigned int count);
 
+/* Unix-domain extras, whose structs (struct ucred) need _GNU_SOURCE and whose control
+ * messages are built with macros (CMSG_*) Swift cannot import. */
+
+/* The most descriptors one SCM_RIGHTS message carries (the kernel's SCM_MAX_FD). */
+#define SKC_MAX_PASSED_DESCRIPTORS 253
+
+/* SO_PEERCRED: the peer's process, user and group at connect time. 0, or -1 with errno. */
+int skc_peer_credentials(int fd, int32_t *pid, uint32_t *uid, uint32_t *gid);
+
+/* recvmsg(2) of up to `count` bytes with room for SCM_RIGHTS (MSG_CMSG_CLOEXEC): returns
+ * what read(2) would; the descriptors that came with the bytes are stored in `fds` (room
+ * for SKC_MAX_PASSED_DESCRIPTORS) and counted in *fd_count (0 when none). *truncated is set
+ * when the kernel dropped some (MSG_CTRUNC: it closed them). */
+ssize_t skc_read_with_descriptors(int fd, void *buffer, size_t count, int *fds, int *fd_count, int *truncated);
+
+/* sendmsg(2) of `iovcnt` vectors with one SCM_RIGHTS message carrying `fd_count` (1...
+ * SKC_MAX_PASSED_DESCRIPTORS) descriptors, MSG_NOSIGNAL: the kernel attaches them to the
+ * first byte sent. Returns what sendmsg returns. */
+ssize_t skc_send_with_descriptors(int fd, const struct iovec *vectors, int iovcnt, const int *fds, int fd_count);
+
+/* Source-specific multicast: MCAST_JOIN_SOURCE_GROUP (`join` nonzero) or
+ * MCAST_LEAVE_SOURCE_GROUP at `level` (IPPROTO_IP or IPPROTO_IPV6) with a struct
+ * group_source_req (which needs _GNU_SOURCE's view of <netinet/in.h>). 0, or -1 with errno. */
+int skc_source_membership(int fd, int join, int level, unsigned interface, const struct sockaddr *group,
+                          socklen_t group_length, const struct sockaddr *source, socklen_t source_length);
+
+/* Packet info (IP_PKTINFO / IPV6_RECVPKTINFO), whose structs need _GNU_SOURCE and whose
+ * control messages are read with CMSG_* macros. skc_set_packet_info turns it on or off on
+ * a socket of `family` (AF_INET or AF_INET6): 0, or -1 with errno. skc_packet_info finds it
+ * in a received message: 1 with the address the datagram was sent to (port 0) in
+ * `destination` / `length` and the interface it came in on in `interface`, or 0 when the
+ * message carries none (the option was off when it was queued). SKC_PACKET_INFO_CONTROL
+ * is the control room one message needs for it (with room to spare). */
+#define SKC_PACKET_INFO_CONTROL 128
+/* UDP segmentation offload (UDP_SEGMENT: the kernel cuts each send into datagrams of
+ * `size` bytes, 0: off) and receive offload (UDP_GRO: the kernel may hand over several
+ * datagrams of one sender, of one size but the last, in one buffer). 0, or -1 with errno
+ * (ENOPROTOOPT: a kernel without them, before 4.18 and 5.0). skc_coalesced_segment_size:
+ * the size of each datagram in a received buffer (its UDP_GRO control message), or 0 when
+ * the buffer is one datagram. */
+int skc_set_udp_segment(int fd, int size);
+int skc_set_udp_gro(int fd, int enabled);
+int skc_coalesced_segment_size(const struct msghdr *message);
+int skc_set_packet_info(int fd, int family, int enabled);
+int skc_packet_info(const struct msghdr *message, struct sockaddr_storage *destination, socklen_t *length,
+                    unsigned *interface);
+
+/* sendfile(2) of `count` bytes of `file` from `offset` (the file's own position untouched)
+ * to the socket `fd`: the bytes sent, or -1 with errno. */
+ssize_t skc_sendfile(int fd, int file, int64_t offset, size_t count);
+
 /* OpenSSL: the macros Swift cannot import (BUILDING.md §10), one thin wrapper each. */
 
 /* OPENSSL_init_ssl with OPENSSL_INIT_NO_ATEXIT: OpenSSL must not tear itself down in an

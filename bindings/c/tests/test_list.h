@@ -6,6 +6,16 @@
     X(unread_from_did_read_comes_before_what_followed) \
     X(close_write_stream_half_closes_and_keeps_reading) \
     X(disconnect_with_reset_sends_a_reset) \
+    X(user_timeout_fast_open_and_options_before_connect) \
+    X(options_before_listen_and_a_refused_one) \
+    X(unix_abstract_names_passed_descriptors_and_credentials) \
+    X(accept_on_fds_and_socket_activation) \
+    X(reuse_port_and_a_listener_on_every_loop) \
+    X(write_file_and_read_to_file) \
+    X(happy_eyeballs_v2_through_the_resolver) \
+    X(udp_source_specific_multicast)         \
+    X(udp_packet_info)                       \
+    X(udp_segmentation_and_receive_offload)  \
     X(wait_hook_runs_once_on_the_thread_about_to_block) \
     X(tls_info_and_certificate_helpers)       \
     X(tls_bad_certificates_have_their_own_codes) \

@@ -112,7 +112,8 @@ static void on_connect(sk_socket_t *sock, const char *host, uint16_t port, void 
 static void on_read(sk_socket_t *sock, const void *data, size_t length, long tag, void *userdata) {
     recorder_t *recorder = userdata;
     begin(recorder);
-    CHECK(data != NULL && length > 0);
+    /* Every read completes with bytes, but a read to a file: data NULL, length 0. */
+    CHECK((data != NULL && length > 0) || (data == NULL && length == 0));
     pthread_mutex_lock(&recorder->lock);
     if (recorder->byte_count + length > recorder->byte_capacity) {
         while (recorder->byte_count + length > recorder->byte_capacity) {
@@ -121,12 +122,12 @@ static void on_read(sk_socket_t *sock, const void *data, size_t length, long tag
         recorder->bytes = realloc(recorder->bytes, recorder->byte_capacity);
         CHECK(recorder->bytes != NULL);
     }
-    memcpy(recorder->bytes + recorder->byte_count, data, length);
+    if (length > 0) memcpy(recorder->bytes + recorder->byte_count, data, length);
     recorder->byte_count += length;
     /* The bytes and their event in one step: a test that waited for the bytes finds the
      * event too. */
     event_t event = {.kind = EVENT_READ, .sock = sock, .tag = tag, .length = length};
-    memcpy(event.text, data, length < sizeof event.text - 1 ? length : sizeof event.text - 1);
+    if (length > 0) memcpy(event.text, data, length < sizeof event.text - 1 ? length : sizeof event.text - 1);
     record_locked(recorder, event);
     pthread_mutex_unlock(&recorder->lock);
     if (recorder->on_read) recorder->on_read(recorder, sock, data, length, tag);

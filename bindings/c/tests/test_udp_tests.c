@@ -10,6 +10,8 @@
 #include <sys/time.h>
 #include <time.h>
 #include <netinet/in.h>
+#include <net/if.h>
+#include <stddef.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -31,6 +33,8 @@ typedef struct udp_event {
     size_t length;
     unsigned char data[64];   /* first bytes of a datagram */
     uint16_t port;            /* sender's / peer's port */
+    uint16_t has_info;        /* did_receive_with_packet_info (in padding: valgrind's stack */
+    uint32_t interface_index; /* holds two recorders only as small as they were) */
     void *context;
 } udp_event_t;
 
@@ -44,6 +48,8 @@ typedef struct udp_recorder {
     int after_close;
     int closed;
     int echo;                 /* did_receive sends the datagram back */
+    uint32_t destinations[16];/* did_receive_with_packet_info: each IPv4 destination (network order) */
+    size_t destination_count;
     int release_in_receive;   /* did_receive echoes, then releases its socket */
 } udp_recorder_t;
 
@@ -189,6 +195,38 @@ static sk_udp_socket_delegate_t udp_delegate(void) {
         .did_close = on_close,
     };
     return delegate;
+}
+
+/* The text of a packet info's destination ("" for none). */
+static void destination_text(const sk_udp_packet_info_t *info, char *text, size_t capacity) {
+    const struct sockaddr *address = (const struct sockaddr *)&info->destination;
+    if (address->sa_family == AF_INET) {
+        CHECK_EQ(info->destination_length, sizeof(struct sockaddr_in));
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)address)->sin_addr, text, (socklen_t)capacity);
+    } else {
+        CHECK_EQ(info->destination_length, sizeof(struct sockaddr_in6));
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)address)->sin6_addr, text, (socklen_t)capacity);
+    }
+}
+
+static void on_receive_with_packet_info(sk_udp_socket_t *sock, const void *data, size_t length,
+                                        const struct sockaddr *address, socklen_t address_length,
+                                        const sk_udp_packet_info_t *info, void *context, void *userdata) {
+    (void)sock;
+    (void)address_length;
+    udp_event_t event = {.kind = UDP_RECEIVE, .length = length, .port = port_of(address), .context = context,
+                         .has_info = 1, .interface_index = info->interface_index};
+    memcpy(event.data, data, length < sizeof event.data ? length : sizeof event.data);
+    CHECK_EQ(info->destination.ss_family, AF_INET);
+    CHECK_EQ(info->destination_length, sizeof(struct sockaddr_in));
+    udp_recorder_t *recorder = userdata;
+    pthread_mutex_lock(&recorder->lock);
+    if (recorder->destination_count < sizeof recorder->destinations / sizeof recorder->destinations[0]) {
+        recorder->destinations[recorder->destination_count++] =
+            ((const struct sockaddr_in *)&info->destination)->sin_addr.s_addr;
+    }
+    pthread_mutex_unlock(&recorder->lock);
+    udp_record(recorder, event);
 }
 
 static sk_udp_socket_t *udp_socket(udp_recorder_t *recorder, sk_callback_queue_t *queue) {
@@ -512,6 +550,19 @@ void test_udp_filters_drop_and_attach_context(void) {
     udp_recorder_destroy(&log);
 }
 
+/* Polls a host-driven queue until it hands over records (fails after WAIT_SECONDS). */
+static int poll_records(sk_callback_queue_t *queue, sk_event_t *records, int capacity) {
+    double deadline = now_seconds() + WAIT_SECONDS;
+    for (;;) {
+        CHECK(now_seconds() < deadline);
+        struct pollfd waiter = {.fd = sk_callback_queue_fd(queue), .events = POLLIN};
+        poll(&waiter, 1, 100);
+        int got = sk_callback_queue_poll_events(queue, records, capacity);
+        CHECK(got >= 0);
+        if (got > 0) return got;
+    }
+}
+
 void test_udp_host_queue_records(void) {
     udp_recorder_t log;
     udp_recorder_init(&log);
@@ -532,15 +583,7 @@ void test_udp_host_queue_records(void) {
     CHECK_EQ(getsockname(raw, (struct sockaddr *)&mine, &mine_length), 0);
 
     sk_event_t records[8];
-    int got = 0;
-    double deadline = now_seconds() + WAIT_SECONDS;
-    while (got == 0) {
-        CHECK(now_seconds() < deadline);
-        struct pollfd waiter = {.fd = sk_callback_queue_fd(queue), .events = POLLIN};
-        poll(&waiter, 1, 100);
-        got = sk_callback_queue_poll_events(queue, records, 8);
-        CHECK(got >= 0);
-    }
+    int got = poll_records(queue, records, 8);
     CHECK_EQ(got, 1);
     CHECK_EQ(records[0].kind, SK_EVENT_UDP_RECEIVE);
     CHECK(records[0].udp_sock == server);
@@ -555,14 +598,7 @@ void test_udp_host_queue_records(void) {
     CHECK_EQ(udp_count(&log, UDP_RECEIVE), 0); /* recorded, not called */
 
     CHECK_EQ(sk_udp_socket_close(server), SK_OK);
-    got = 0;
-    deadline = now_seconds() + WAIT_SECONDS;
-    while (got == 0) {
-        CHECK(now_seconds() < deadline);
-        struct pollfd waiter = {.fd = sk_callback_queue_fd(queue), .events = POLLIN};
-        poll(&waiter, 1, 100);
-        got = sk_callback_queue_poll_events(queue, records, 8);
-    }
+    got = poll_records(queue, records, 8);
     CHECK_EQ(records[0].kind, SK_EVENT_UDP_CLOSE);
     CHECK(records[0].error == NULL);
     close(raw);
@@ -692,6 +728,198 @@ void test_udp_multicast_on_loopback(void) {
     CHECK_EQ(sk_udp_socket_release(receiver), SK_OK);
     udp_recorder_destroy(&log);
     udp_recorder_destroy(&sender_log);
+}
+
+/* Packet info: a socket bound to the wildcard address learns which of its addresses each
+ * datagram was sent to and that it came in on lo; without the member, did_receive gets
+ * them; a host-driven queue's records carry it (sk_udp_event_packet_info). */
+void test_udp_packet_info(void) {
+    static udp_recorder_t log;
+    udp_recorder_init(&log);
+    sk_error_t error;
+    sk_udp_socket_delegate_t delegate = udp_delegate();
+    delegate.did_receive_with_packet_info = on_receive_with_packet_info;
+    sk_udp_socket_t *receiver = NULL;
+    CHECK_EQ(sk_udp_socket_create(&delegate, sizeof delegate, &log, NULL, NULL, &receiver, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_get_receives_packet_info(receiver), 0);
+    CHECK_EQ(sk_udp_socket_set_receives_packet_info(receiver, 1, &error), SK_OK); /* before the descriptors */
+    CHECK_EQ(sk_udp_socket_get_receives_packet_info(receiver), 1);
+    CHECK_EQ(sk_udp_socket_set_receives_packet_info(NULL, 1, &error), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_udp_socket_bind_to_port(receiver, NULL, 0, &error), SK_OK);
+    uint16_t port = 0;
+    CHECK_EQ(sk_udp_socket_get_local_port(receiver, AF_INET, &port), SK_OK);
+    CHECK_EQ(sk_udp_socket_begin_receiving(receiver, &error), SK_OK);
+
+    int raw = socket(AF_INET, SOCK_DGRAM, 0);
+    const char *destinations[] = {"127.0.0.1", "127.0.0.5"};
+    for (int i = 0; i < 2; i++) {
+        struct sockaddr_in target = {.sin_family = AF_INET, .sin_port = htons(port)};
+        inet_pton(AF_INET, destinations[i], &target.sin_addr);
+        CHECK_EQ(sendto(raw, "p", 1, 0, (struct sockaddr *)&target, sizeof target), 1);
+    }
+    udp_expect(&log, UDP_RECEIVE, 2);
+    for (int i = 0; i < 2; i++) {
+        udp_event_t event = udp_event(&log, UDP_RECEIVE, (size_t)i);
+        CHECK_EQ(event.has_info, 1);
+        struct in_addr expected;
+        inet_pton(AF_INET, destinations[i], &expected);
+        pthread_mutex_lock(&log.lock);
+        uint32_t destination = log.destinations[i];
+        pthread_mutex_unlock(&log.lock);
+        CHECK_EQ(destination, expected.s_addr);
+        CHECK_EQ(event.interface_index, if_nametoindex("lo"));
+    }
+    /* Without the member, the same datagrams reach did_receive. */
+    delegate.did_receive_with_packet_info = NULL;
+    CHECK_EQ(sk_udp_socket_set_delegate(receiver, &delegate, sizeof delegate, &log), SK_OK);
+    struct sockaddr_in target = loopback4(port);
+    CHECK_EQ(sendto(raw, "q", 1, 0, (struct sockaddr *)&target, sizeof target), 1);
+    udp_expect(&log, UDP_RECEIVE, 3);
+    CHECK_EQ(udp_event(&log, UDP_RECEIVE, 2).has_info, 0);
+    /* A delegate struct of the first published size (no such member) is accepted. */
+    CHECK_EQ(sk_udp_socket_set_delegate(receiver, &delegate, offsetof(sk_udp_socket_delegate_t,
+                                                                       did_receive_with_packet_info), &log), SK_OK);
+    CHECK_EQ(sk_udp_socket_release(receiver), SK_OK);
+
+    /* Records. */
+    sk_callback_queue_t *queue = NULL;
+    CHECK_EQ(sk_callback_queue_create_host(&queue, &error), SK_OK);
+    delegate.did_receive_with_packet_info = on_receive_with_packet_info;
+    CHECK_EQ(sk_udp_socket_create(&delegate, sizeof delegate, &log, queue, NULL, &receiver, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_bind_to_port(receiver, "127.0.0.1", 0, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_get_local_port(receiver, AF_UNSPEC, &port), SK_OK);
+    CHECK_EQ(sk_udp_socket_set_receives_packet_info(receiver, 1, &error), SK_OK); /* on the descriptor there is */
+    CHECK_EQ(sk_udp_socket_begin_receiving(receiver, &error), SK_OK);
+    target = loopback4(port);
+    CHECK_EQ(sendto(raw, "r", 1, 0, (struct sockaddr *)&target, sizeof target), 1);
+    sk_event_t records[8];
+    int got = poll_records(queue, records, 8);
+    CHECK_EQ(got, 1);
+    CHECK_EQ(records[0].kind, SK_EVENT_UDP_RECEIVE_PACKET_INFO);
+    CHECK_EQ(records[0].length, 1);
+    CHECK_STR(records[0].host, "127.0.0.1");
+    const sk_udp_packet_info_t *info = sk_udp_event_packet_info(&records[0]);
+    CHECK(info != NULL);
+    char text[INET6_ADDRSTRLEN];
+    destination_text(info, text, sizeof text);
+    CHECK_STR(text, "127.0.0.1");
+    CHECK_EQ(info->interface_index, if_nametoindex("lo"));
+    records[0].kind = SK_EVENT_UDP_RECEIVE;
+    CHECK(sk_udp_event_packet_info(&records[0]) == NULL);
+    CHECK(sk_udp_event_packet_info(NULL) == NULL);
+    CHECK_EQ(sk_udp_socket_release(receiver), SK_OK);
+    CHECK_EQ(sk_callback_queue_release(queue), SK_OK);
+    close(raw);
+    udp_recorder_destroy(&log);
+}
+
+/* UDP GSO and GRO: a 1000-byte send with a segment size of 100 leaves as ten datagrams
+ * (the kernel cuts it); a receiver with receive offload gets the kernel's coalesced
+ * buffer and hands over each datagram in it, in order, with its own limit check. */
+void test_udp_segmentation_and_receive_offload(void) {
+    static udp_recorder_t log, sender_log;
+    udp_recorder_init(&log);
+    udp_recorder_init(&sender_log);
+    sk_error_t error;
+    sk_udp_socket_t *receiver = udp_socket(&log, NULL);
+    CHECK_EQ(sk_udp_socket_get_receive_offload(receiver), 0);
+    CHECK_EQ(sk_udp_socket_set_receive_offload(receiver, 1, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_get_receive_offload(receiver), 1);
+    CHECK_EQ(sk_udp_socket_bind_to_port(receiver, "127.0.0.1", 0, &error), SK_OK);
+    uint16_t port = 0;
+    CHECK_EQ(sk_udp_socket_get_local_port(receiver, AF_UNSPEC, &port), SK_OK);
+    CHECK_EQ(sk_udp_socket_begin_receiving(receiver, &error), SK_OK);
+
+    sk_udp_socket_t *sender = udp_socket(&sender_log, NULL);
+    size_t size = 1;
+    CHECK_EQ(sk_udp_socket_get_send_segment_size(sender, &size), SK_OK);
+    CHECK_EQ(size, 0);
+    CHECK_EQ(sk_udp_socket_set_send_segment_size(sender, 70000, &error), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_udp_socket_set_send_segment_size(sender, 100, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_get_send_segment_size(sender, &size), SK_OK);
+    CHECK_EQ(size, 100);
+    unsigned char data[1000];
+    for (size_t i = 0; i < sizeof data; i++) data[i] = (unsigned char)(i / 100 + 1);
+    struct sockaddr_in target = loopback4(port);
+    CHECK_EQ(sk_udp_socket_send_to_address(sender, data, sizeof data, (struct sockaddr *)&target, sizeof target, 5, 1,
+                                           &error), SK_OK);
+    udp_expect(&log, UDP_RECEIVE, 10);
+    for (size_t i = 0; i < 10; i++) {
+        udp_event_t event = udp_event(&log, UDP_RECEIVE, i);
+        CHECK_EQ(event.length, 100);
+        CHECK_EQ(event.data[0], i + 1);
+        CHECK_EQ(event.data[63], i + 1);
+    }
+    /* The limit holds for each datagram of a coalesced buffer. */
+    CHECK_EQ(sk_udp_socket_set_max_receive_sizes(receiver, 50, 50, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_send_to_address(sender, data, 300, (struct sockaddr *)&target, sizeof target, 5, 2, &error),
+             SK_OK);
+    udp_expect(&log, UDP_RECEIVE_ERROR, 3);
+    CHECK_EQ(udp_event(&log, UDP_RECEIVE_ERROR, 0).code, SK_ERR_TRUNCATED);
+    CHECK_EQ(udp_count(&log, UDP_RECEIVE), 10);
+    CHECK_EQ(sk_udp_socket_release(sender), SK_OK);
+    CHECK_EQ(sk_udp_socket_release(receiver), SK_OK);
+    udp_recorder_destroy(&log);
+    udp_recorder_destroy(&sender_log);
+}
+
+/* A sender of IPv4 multicast from `source` (a 127/8 address: each is local on lo), looped
+ * back to this host through lo. */
+static sk_udp_socket_t *multicast_sender(udp_recorder_t *log, const char *source) {
+    sk_error_t error;
+    sk_udp_socket_t *sender = udp_socket(log, NULL);
+    struct sockaddr_in address = {.sin_family = AF_INET};
+    inet_pton(AF_INET, source, &address.sin_addr);
+    CHECK_EQ(sk_udp_socket_bind_to_address(sender, (struct sockaddr *)&address, sizeof address, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_set_multicast_loopback(sender, 1, &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_send_ipv4_multicast_on_interface(sender, "lo", &error), SK_OK);
+    return sender;
+}
+
+/* Source-specific multicast: only the joined source's datagrams arrive. Loopback delivers
+ * within the sender's send, so a datagram let through would come before the marker sent
+ * after it. */
+void test_udp_source_specific_multicast(void) {
+    static udp_recorder_t log, allowed_log, other_log; /* static: three are too large for valgrind's stack */
+    udp_recorder_init(&log);
+    udp_recorder_init(&allowed_log);
+    udp_recorder_init(&other_log);
+    sk_error_t error;
+    const char *group = "232.1.2.4";
+    sk_udp_socket_t *receiver = udp_socket(&log, NULL);
+    CHECK_EQ(sk_udp_socket_join_multicast_source(receiver, group, "127.0.0.1", "lo", &error), SK_ERR_BAD_CONFIG);
+    CHECK_EQ(sk_udp_socket_bind_to_port(receiver, NULL, 0, &error), SK_OK);
+    uint16_t port = 0;
+    CHECK_EQ(sk_udp_socket_get_local_port(receiver, AF_INET, &port), SK_OK);
+    CHECK_EQ(sk_udp_socket_join_multicast_source(receiver, group, NULL, "lo", &error), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_udp_socket_join_multicast_source(receiver, group, "not-an-ip", "lo", &error), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_udp_socket_join_multicast_source(receiver, group, "::1", "lo", &error), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_udp_socket_join_multicast_source(NULL, group, "127.0.0.1", "lo", &error), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_udp_socket_join_multicast_source(receiver, group, "127.0.0.1", "lo", &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_begin_receiving(receiver, &error), SK_OK);
+    sk_udp_socket_t *allowed = multicast_sender(&allowed_log, "127.0.0.1");
+    sk_udp_socket_t *other = multicast_sender(&other_log, "127.0.0.2");
+    CHECK_EQ(sk_udp_socket_send_to_host(other, "x", 1, group, port, 5, 1, &error), SK_OK);
+    udp_expect(&other_log, UDP_SEND, 1);
+    CHECK_EQ(sk_udp_socket_send_to_host(allowed, "a", 1, group, port, 5, 1, &error), SK_OK);
+    udp_expect(&log, UDP_RECEIVE, 1);
+    CHECK_EQ(udp_event(&log, UDP_RECEIVE, 0).data[0], 'a');
+
+    CHECK_EQ(sk_udp_socket_leave_multicast_source(receiver, group, "127.0.0.1", "lo", &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_leave_multicast_source(receiver, group, "127.0.0.1", "lo", &error), SK_ERR_SYSTEM);
+    CHECK_EQ(sk_udp_socket_join_multicast_source(receiver, group, "127.0.0.2", "lo", &error), SK_OK);
+    CHECK_EQ(sk_udp_socket_send_to_host(allowed, "y", 1, group, port, 5, 2, &error), SK_OK);
+    udp_expect(&allowed_log, UDP_SEND, 2);
+    CHECK_EQ(sk_udp_socket_send_to_host(other, "b", 1, group, port, 5, 2, &error), SK_OK);
+    udp_expect(&log, UDP_RECEIVE, 2);
+    CHECK_EQ(udp_event(&log, UDP_RECEIVE, 1).data[0], 'b');
+    CHECK_EQ(udp_count(&log, UDP_RECEIVE), 2);
+    CHECK_EQ(sk_udp_socket_release(allowed), SK_OK);
+    CHECK_EQ(sk_udp_socket_release(other), SK_OK);
+    CHECK_EQ(sk_udp_socket_release(receiver), SK_OK);
+    udp_recorder_destroy(&log);
+    udp_recorder_destroy(&allowed_log);
+    udp_recorder_destroy(&other_log);
 }
 
 static int send_everything(sk_udp_socket_t *sock, const void *data, size_t length, const struct sockaddr *address,

@@ -74,6 +74,8 @@ from ._log import disable_logging, enable_logging
 from ._native import SPEEDUPS
 from ._queues import CallbackQueue, HostQueue, LoopGroup, SerialQueue, default_queue
 from ._tcp import CR, CRLF, LF, ZERO, KeepAlive, Progress, Socket
+from ._tcp import PeerCredentials, socket_activation_fds
+from ._addresses import PacketInfo
 from ._udp import AddressPreference, UdpSocket
 from ._ffi import lib as _lib
 from ._tls import Certificate, TLSInfo, TLSRole, TLSSettings, TLSTrust, TLSVerification, TLSVersion
@@ -147,3 +149,5 @@ __all__ = [
     "UnknownIssuerError", "WouldDeadlockError", "WriteQueueFullError", "WriteTimeoutError", "ZERO", "default_queue",
     "disable_logging", "enable_logging", "lookup_host",
 ]
+__all__ += ["PeerCredentials", "socket_activation_fds"]
+__all__ += ["PacketInfo"]

@@ -9,7 +9,7 @@ import os
 import socket as _stdlib_socket
 import struct
 from ctypes import byref, c_uint16
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
 from . import _ffi
 from ._ffi import lib
@@ -116,6 +116,34 @@ def ip_address_from_sockaddr(raw: bytes) -> Optional[IPAddress]:
                 host_name += f"%{scope}"
         return (host_name, _unpack_port(raw, 2)[0])
     return None
+
+
+class PacketInfo(NamedTuple):
+    """Where a datagram arrived (IP_PKTINFO / IPV6_RECVPKTINFO): what
+    ``udp_socket_did_receive_with_packet_info`` is given."""
+
+    #: The address the datagram was sent to, as its IP header says: a multicast group, a
+    #: broadcast address, or one of this host's (text, as the socket module writes it).
+    destination: str
+    #: The index of the interface it came in on.
+    interface_index: int
+
+    @property
+    def interface_name(self) -> Optional[str]:
+        """The interface's name (``socket.if_indextoname``), None if it is gone."""
+        try:
+            return _stdlib_socket.if_indextoname(self.interface_index)
+        except OSError:
+            return None
+
+
+def packet_info_at(pointer: Optional[int]) -> Optional[PacketInfo]:
+    """The PacketInfo of the sk_udp_packet_info_t at `pointer` (borrowed), None for NULL."""
+    if not pointer:
+        return None
+    info = _ffi.UdpPacketInfo.from_address(pointer)
+    address = ip_address_from_sockaddr(bytes(info.destination)[:info.destination_length])
+    return PacketInfo(address[0] if address else "", info.interface_index)
 
 
 def ip_address_at(pointer: Optional[int], length: int) -> Optional[IPAddress]:

@@ -26,7 +26,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Protocol, Union
 
 if TYPE_CHECKING:
-    from ._addresses import Address, IPAddress
+    from ._addresses import Address, IPAddress, PacketInfo
     from ._tcp import Socket
     from ._tls import TLSTrust
     from ._udp import UdpSocket
@@ -140,6 +140,13 @@ class UdpSocketDelegate(Protocol):
                                context: Any) -> None:
         """A datagram from `address`; `context` is what the receive filter attached."""
         return None
+
+    def udp_socket_did_receive_with_packet_info(self, sock: UdpSocket, data: bytes, address: Optional[IPAddress],
+                                                packet_info: Optional[PacketInfo], context: Any) -> None:
+        """A datagram with where it arrived (``receives_packet_info`` on): its destination
+        address and interface. A delegate without this method gets such datagrams through
+        ``udp_socket_did_receive``, as this default does."""
+        return self.udp_socket_did_receive(sock, data, address, context)
 
     def udp_socket_did_receive_error(self, sock: UdpSocket, error: Optional[Error]) -> None:
         """An ICMP error about an earlier datagram, or a datagram too large (TruncatedError)."""

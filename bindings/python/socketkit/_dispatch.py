@@ -20,7 +20,7 @@ from ctypes import byref, c_void_p
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 from . import _ffi
-from ._addresses import IPAddress, address_from_sockaddr, ip_address_at, record_address
+from ._addresses import IPAddress, PacketInfo, address_from_sockaddr, ip_address_at, packet_info_at, record_address
 from ._delegates import check_method_names, implements
 from ._ffi import lib
 from ._handles import adopting, live
@@ -151,6 +151,15 @@ def on_udp_receive(handle: int, data: bytes, address: Optional[IPAddress], conte
     invoke(sock, "udp_socket_did_receive", data, address, value)
 
 
+def on_udp_receive_with_packet_info(handle: int, data: bytes, address: Optional[IPAddress],
+                                    info: Optional[PacketInfo], context: Optional[int]) -> None:
+    sock = socket_for(handle)
+    if sock is None:
+        return
+    value = sock._contexts.pop(context, None) if context else None
+    invoke(sock, "udp_socket_did_receive_with_packet_info", data, address, info, value)
+
+
 # ---- the C delegate members (ctypes trampolines) ---------------------------------------------
 
 # The C extension's members for reads and datagrams, in place of ctypes trampolines (which
@@ -235,6 +244,12 @@ def udp_did_receive_py(handle: int, data: int, length: int, address: int, addres
                    ip_address_at(address, address_length), context)
 
 
+@_ffi.UDP_DID_RECEIVE_WITH_PACKET_INFO
+def _udp_did_receive_with_packet_info(handle, data, length, address, address_length, info, context, userdata):
+    on_udp_receive_with_packet_info(handle, ctypes.string_at(data, length) if length else b"",
+                                    ip_address_at(address, address_length), packet_info_at(info), context)
+
+
 # Delegate method -> (C delegate member, its trampoline), per kind. The trampolines stay
 # alive with these tables, for the process's life.
 _SOCKET_MEMBERS = {
@@ -272,6 +287,7 @@ _UDP_SOCKET_MEMBERS = {
     "udp_socket_did_receive_error": ("did_receive_error", _passing(_ffi.UDP_DID_RECEIVE_ERROR,
                                                                    "udp_socket_did_receive_error", error_last=True)),
     "udp_socket_did_close": ("did_close", _passing(_ffi.UDP_DID_CLOSE, "udp_socket_did_close", error_last=True)),
+    "udp_socket_did_receive_with_packet_info": ("did_receive_with_packet_info", _udp_did_receive_with_packet_info),
 }
 _SOCKET_DELEGATE_SIZE = ctypes.sizeof(_ffi.SocketDelegate)
 _UDP_SOCKET_DELEGATE_SIZE = ctypes.sizeof(_ffi.UdpSocketDelegate)
@@ -350,6 +366,10 @@ def dispatch_records(raw: memoryview, records: Any, count: int, start: int = 0) 
                     on_simple(udp_handle, "udp_socket_did_receive_error", error_at(error))
                 elif kind == _ffi.EVENT_UDP_CLOSE:
                     on_simple(udp_handle, "udp_socket_did_close", error_at(error))
+                elif kind == _ffi.EVENT_UDP_RECEIVE_PACKET_INFO:
+                    on_udp_receive_with_packet_info(
+                        udp_handle, (ctypes.c_char * length).from_address(data).raw if length else b"",
+                        record_address(host, port, address, address_length), packet_info_at(_token), context)
             elif kind == _ffi.EVENT_ACCEPT:
                 on_accept(handle, new_socket)
             elif kind == _ffi.EVENT_CONNECT:

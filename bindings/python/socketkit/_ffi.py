@@ -147,6 +147,9 @@ UDP_DID_NOT_SEND = CFUNCTYPE(None, c_void_p, c_long, POINTER(CError), c_void_p)
 UDP_DID_RECEIVE = CFUNCTYPE(None, c_void_p, c_void_p, c_size_t, c_void_p, c_uint32, c_void_p, c_void_p)
 UDP_DID_RECEIVE_ERROR = CFUNCTYPE(None, c_void_p, POINTER(CError), c_void_p)
 UDP_DID_CLOSE = CFUNCTYPE(None, c_void_p, POINTER(CError), c_void_p)
+#: did_receive_with_packet_info(sock, data, length, address, address_length, info, context, userdata)
+UDP_DID_RECEIVE_WITH_PACKET_INFO = CFUNCTYPE(None, c_void_p, c_void_p, c_size_t, c_void_p, c_uint32, c_void_p,
+                                             c_void_p, c_void_p)
 #: sk_udp_receive_filter_fn(sock, data, length, address, address_length, out_context, filter_userdata)
 UDP_RECEIVE_FILTER = CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t, c_void_p, c_uint32, POINTER(c_void_p), c_void_p)
 #: sk_udp_send_filter_fn(sock, data, length, address, address_length, tag, filter_userdata)
@@ -164,6 +167,17 @@ class UdpSocketDelegate(Structure):
         ("did_receive", UDP_DID_RECEIVE),
         ("did_receive_error", UDP_DID_RECEIVE_ERROR),
         ("did_close", UDP_DID_CLOSE),
+        ("did_receive_with_packet_info", UDP_DID_RECEIVE_WITH_PACKET_INFO),
+    ]
+
+
+class UdpPacketInfo(Structure):
+    """sk_udp_packet_info_t"""
+
+    _fields_ = [
+        ("destination", ctypes.c_byte * 128),  # struct sockaddr_storage
+        ("destination_length", c_uint32),      # socklen_t
+        ("interface_index", ctypes.c_uint),
     ]
 
 
@@ -201,7 +215,7 @@ class Event(Structure):
  EVENT_WRITE, EVENT_WRITE_PARTIAL, EVENT_WRITE_TIMEOUT, EVENT_CLOSE_READ_STREAM, EVENT_HIGH_WATERMARK,
  EVENT_LOW_WATERMARK, EVENT_DISCONNECT, EVENT_SECURE, EVENT_TRUST, EVENT_CANCEL_READ) = range(1, 17)
 (EVENT_UDP_CONNECT, EVENT_UDP_NOT_CONNECT, EVENT_UDP_SEND, EVENT_UDP_NOT_SEND, EVENT_UDP_RECEIVE,
- EVENT_UDP_RECEIVE_ERROR, EVENT_UDP_CLOSE) = range(20, 27)
+ EVENT_UDP_RECEIVE_ERROR, EVENT_UDP_CLOSE, EVENT_UDP_RECEIVE_PACKET_INFO) = range(20, 28)
 
 #: sk_event_t as a struct format: one unpack_from reads a whole record (much cheaper than
 #: ctypes field access). Fields: sock, userdata, kind, port, tag, data, length, elapsed,
@@ -295,6 +309,8 @@ PROTOTYPES = {
     "sk_socket_is_ipv4_preferred_over_ipv6": (c_int, [_handle]),
     "sk_socket_set_alternate_address_delay": (c_int, [_handle, c_double]),
     "sk_socket_get_alternate_address_delay": (c_int, [_handle, POINTER(c_double)]),
+    "sk_socket_set_resolution_delay": (c_int, [_handle, c_double]),
+    "sk_socket_get_resolution_delay": (c_int, [_handle, POINTER(c_double)]),
     "sk_socket_set_auto_disconnect_on_closed_read_stream": (c_int, [_handle, c_int]),
     "sk_socket_get_auto_disconnect_on_closed_read_stream": (c_int, [_handle]),
     "sk_socket_set_maximum_read_length": (c_int, [_handle, c_size_t]),
@@ -312,6 +328,16 @@ PROTOTYPES = {
     ),
     "sk_socket_set_buffer_sizes": (c_int, [_handle, c_int, c_int, _error]),
     "sk_socket_get_buffer_sizes": (c_int, [_handle, POINTER(c_int), POINTER(c_int)]),
+    "sk_socket_set_reuse_port": (c_int, [_handle, c_int]),
+    "sk_socket_get_reuse_port": (c_int, [_handle]),
+    "sk_socket_set_accepts_on_every_loop": (c_int, [_handle, c_int]),
+    "sk_socket_get_accepts_on_every_loop": (c_int, [_handle]),
+    "sk_socket_set_user_timeout": (c_int, [_handle, c_double, _error]),
+    "sk_socket_get_user_timeout": (c_int, [_handle, POINTER(c_double)]),
+    "sk_socket_set_fast_open": (c_int, [_handle, c_int]),
+    "sk_socket_get_fast_open": (c_int, [_handle]),
+    "sk_socket_set_socket_option": (c_int, [_handle, c_int, c_int, c_void_p, c_size_t, _error]),
+    "sk_socket_clear_socket_options": (c_int, [_handle]),
     # Accepting and connecting
     "sk_socket_accept_on_port": (c_int, [_handle, c_uint16, _error]),
     "sk_socket_accept_on_interface": (c_int, [_handle, c_char_p, c_uint16, _error]),
@@ -319,6 +345,19 @@ PROTOTYPES = {
     "sk_socket_connect_to_host": (c_int, [_handle, c_char_p, c_uint16, c_char_p, c_double, _error]),
     "sk_socket_connect_to_address": (c_int, [_handle, c_void_p, c_uint32, c_char_p, c_double, _error]),
     "sk_socket_connect_to_unix_path": (c_int, [_handle, c_char_p, c_double, _error]),
+    "sk_socket_accept_on_fds": (c_int, [_handle, POINTER(c_int), c_size_t, _error]),
+    "sk_socket_activation_fds": (c_int, [POINTER(c_int), c_size_t, c_int, _error]),
+    "sk_socket_accept_on_abstract_unix_name": (c_int, [_handle, c_void_p, c_size_t, _error]),
+    "sk_socket_connect_to_abstract_unix_name": (c_int, [_handle, c_void_p, c_size_t, c_double, _error]),
+    # Unix-domain extras
+    "sk_socket_set_receives_descriptors": (c_int, [_handle, c_int]),
+    "sk_socket_get_receives_descriptors": (c_int, [_handle]),
+    "sk_socket_take_received_descriptors": (c_int, [_handle, POINTER(c_int), c_size_t, _error]),
+    "sk_socket_write_with_descriptors": (
+        c_int,
+        [_handle, c_void_p, c_size_t, POINTER(c_int), c_size_t, c_double, c_long, _error],
+    ),
+    "sk_socket_get_peer_credentials": (c_int, [_handle, POINTER(c_int), POINTER(c_uint32), POINTER(c_uint32), _error]),
     # Reading
     "sk_socket_read": (c_int, [_handle, c_size_t, c_double, c_long, _error]),
     "sk_socket_read_into": (c_int, [_handle, c_void_p, c_size_t, c_size_t, c_size_t, c_double, c_long, _error]),
@@ -333,6 +372,7 @@ PROTOTYPES = {
         [_handle, c_void_p, c_size_t, c_void_p, c_size_t, c_size_t, c_size_t, c_double, c_long, _error],
     ),
     "sk_socket_read_progress": (c_int, [_handle, POINTER(c_long), POINTER(c_size_t), POINTER(c_size_t)]),
+    "sk_socket_read_to_file": (c_int, [_handle, c_size_t, c_int, c_double, c_long, _error]),
     "sk_socket_cancel_read": (c_int, [_handle, c_long, _error]),
     "sk_socket_unread": (c_int, [_handle, c_void_p, c_size_t, _error]),
     # Writing
@@ -342,6 +382,7 @@ PROTOTYPES = {
         [_handle, c_void_p, c_size_t, RELEASE_FUNCTION, c_void_p, c_double, c_long, _error],
     ),
     "sk_socket_write_progress": (c_int, [_handle, POINTER(c_long), POINTER(c_size_t), POINTER(c_size_t)]),
+    "sk_socket_write_file": (c_int, [_handle, c_int, ctypes.c_int64, c_size_t, c_double, c_long, _error]),
     "sk_socket_get_queued_write_bytes": (c_int, [_handle, POINTER(c_size_t)]),
     # Disconnecting
     "sk_socket_disconnect": (c_int, [_handle]),
@@ -408,6 +449,15 @@ PROTOTYPES = {
     "sk_udp_socket_pause_receiving": (c_int, [_handle]),
     # UDP multicast, broadcast, reuse
     "sk_udp_socket_join_multicast_group": (c_int, [_handle, c_char_p, c_char_p, _error]),
+    "sk_udp_socket_set_receives_packet_info": (c_int, [_handle, c_int, _error]),
+    "sk_udp_socket_get_receives_packet_info": (c_int, [_handle]),
+    "sk_udp_event_packet_info": (c_void_p, [c_void_p]),
+    "sk_udp_socket_set_send_segment_size": (c_int, [_handle, c_size_t, _error]),
+    "sk_udp_socket_get_send_segment_size": (c_int, [_handle, POINTER(c_size_t)]),
+    "sk_udp_socket_set_receive_offload": (c_int, [_handle, c_int, _error]),
+    "sk_udp_socket_get_receive_offload": (c_int, [_handle]),
+    "sk_udp_socket_join_multicast_source": (c_int, [_handle, c_char_p, c_char_p, c_char_p, _error]),
+    "sk_udp_socket_leave_multicast_source": (c_int, [_handle, c_char_p, c_char_p, c_char_p, _error]),
     "sk_udp_socket_leave_multicast_group": (c_int, [_handle, c_char_p, c_char_p, _error]),
     "sk_udp_socket_send_ipv4_multicast_on_interface": (c_int, [_handle, c_char_p, _error]),
     "sk_udp_socket_send_ipv6_multicast_on_interface": (c_int, [_handle, c_char_p, _error]),

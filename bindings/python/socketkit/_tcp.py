@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 from ctypes import byref, c_double, c_int, c_long, c_size_t, c_void_p
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Tuple, Union
@@ -31,6 +32,45 @@ class Progress:
     tag: int
     done: int
     total: Optional[int]
+
+
+@dataclass(frozen=True)
+class PeerCredentials:
+    """The process, user and group at the other end of a Unix-domain connection, as the
+    kernel recorded them when it was made (SO_PEERCRED)."""
+
+    pid: int
+    uid: int
+    gid: int
+
+
+def _abstract_name(path: Any) -> Optional[bytes]:
+    """The name of a Linux abstract Unix-domain address given as the socket module gives
+    one (a str or bytes starting with NUL), else None."""
+    if isinstance(path, str) and path.startswith("\0"):
+        return path[1:].encode()
+    if isinstance(path, (bytes, bytearray)) and path[:1] == b"\0":
+        return bytes(path[1:])
+    return None
+
+
+def socket_activation_fds(unset_environment: bool = True) -> List[int]:
+    """The listening descriptors systemd's socket activation passed to this process
+    (sd_listen_fds(3)): LISTEN_FDS of them from 3 on, when LISTEN_PID is this process; []
+    otherwise. Made close-on-exec; the variables are removed unless `unset_environment` is
+    False. Hand them to :meth:`Socket.accept_on_fds`. BadParamError for malformed variables."""
+    error = _ffi.CError()
+    # First the count (the variables kept), then the descriptors (removing them if asked).
+    count = lib.sk_socket_activation_fds(None, 0, 0, byref(error))
+    raise_for(count, error)
+    fds = (c_int * max(1, count))()
+    found = lib.sk_socket_activation_fds(fds, count, 1 if unset_environment else 0, byref(error))
+    raise_for(found, error)
+    if unset_environment:
+        # os.environ is Python's own copy, which subprocess hands to children.
+        for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+            os.environ.pop(name, None)
+    return list(fds[:min(found, count)])
 
 
 @dataclass(frozen=True)
@@ -195,6 +235,20 @@ class Socket(SocketIO, Handle):
     def alternate_address_delay(self, seconds: float) -> None:
         raise_for(lib.sk_socket_set_alternate_address_delay(self.handle, float(seconds)))
 
+    @property
+    def resolution_delay(self) -> float:
+        """Happy Eyeballs v2's resolution delay (RFC 8305) in seconds, 0.05 by default: a
+        name's A and AAAA records are asked for apart and connecting starts with the first
+        answer; the other family's waits this long for the preferred family's. Negative or
+        NaN become 0."""
+        value = c_double()
+        raise_for(lib.sk_socket_get_resolution_delay(self.handle, byref(value)))
+        return value.value
+
+    @resolution_delay.setter
+    def resolution_delay(self, seconds: float) -> None:
+        raise_for(lib.sk_socket_set_resolution_delay(self.handle, float(seconds)))
+
     auto_disconnect_on_closed_read_stream = flag_property(
         lib.sk_socket_get_auto_disconnect_on_closed_read_stream,
         lib.sk_socket_set_auto_disconnect_on_closed_read_stream,
@@ -294,6 +348,74 @@ class Socket(SocketIO, Handle):
         error = _ffi.CError()
         raise_for(lib.sk_socket_set_buffer_sizes(self.handle, check_int(send), check_int(receive), byref(error)), error)
 
+    reuse_port = flag_property(
+        lib.sk_socket_get_reuse_port, lib.sk_socket_set_reuse_port,
+        """SO_REUSEPORT on the listening sockets :meth:`accept_on_port` and
+        :meth:`accept_on_interface` make (False by default): other sockets with it set (of
+        this process or another of the same user) may listen on the same port, and the kernel
+        spreads new connections among them.""")
+
+    accepts_on_every_loop = flag_property(
+        lib.sk_socket_get_accepts_on_every_loop, lib.sk_socket_set_accepts_on_every_loop,
+        """A listener with one accepting socket per loop of its :class:`LoopGroup` (False by
+        default): the kernel spreads connections over the loops (SO_REUSEPORT), and each
+        connection lives on the loop that accepted it, with no hand-off between threads.
+        ``socket_did_accept`` names this socket as the listener; with ``queue=None`` it runs
+        on the accepting loop, so two loops' may run at once. Everything else (getters,
+        disconnect, close, delegate changes) is as for one listener.""")
+
+    @property
+    def user_timeout(self) -> float:
+        """TCP_USER_TIMEOUT in seconds: how long written data may stay unacknowledged before
+        the kernel gives up on the connection (``socket_did_disconnect`` with a
+        :class:`SystemCallError` of errno ETIMEDOUT); 0 (default) leaves the kernel's. Accepted
+        sockets take the listener's; applies at once when connected; millisecond resolution.
+        Negative, NaN, infinite or above about 24 days: BadParamError."""
+        value = c_double()
+        raise_for(lib.sk_socket_get_user_timeout(self.handle, byref(value)))
+        return value.value
+
+    @user_timeout.setter
+    def user_timeout(self, seconds: float) -> None:
+        error = _ffi.CError()
+        raise_for(lib.sk_socket_set_user_timeout(self.handle, float(seconds), byref(error)), error)
+
+    fast_open = flag_property(
+        lib.sk_socket_get_fast_open, lib.sk_socket_set_fast_open,
+        """TCP Fast Open (False by default; TCP only). A listener accepts data in the
+        client's SYN; a connect sends its first write with the SYN when the kernel has a
+        cookie from an earlier connection to that server (otherwise it asks for one and
+        connects as usual). net.ipv4.tcp_fastopen must allow it (bit 1 clients, the default;
+        bit 2 servers). With a cookie, ``socket_did_connect`` comes before the handshake: a
+        server that is not there ends the connection with ConnectionRefusedError after it.
+        Queue the first write right after the connect for it to ride in the SYN.""")
+
+    def set_socket_option(self, level: int, name: int, value: Union[int, BytesLike]) -> None:
+        """Sets an option (as :meth:`socket.socket.setsockopt`: an int, or bytes) on every
+        descriptor SocketKit makes for this socket from now on, right after creating it:
+        before a listener binds and listens, before each connection attempt binds and
+        connects (what :meth:`perform` comes too late for: TCP_MAXSEG for the SYN, IP_TOS,
+        SO_BINDTODEVICE...). Setting the same level and name again replaces the value. An
+        option the kernel refuses makes the accept raise (OSError subclass with its errno),
+        or fails the connection attempt (``socket_did_disconnect``). Empty or over 1024
+        bytes, more than 64 options: BadParamError."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            data = ctypes.c_int(check_int(value))
+            pointer, length = ctypes.addressof(data), ctypes.sizeof(data)
+        else:
+            raw = bytes(value)
+            if not raw:
+                raise bad_param("a socket option's value must not be empty")
+            data = ctypes.create_string_buffer(raw, len(raw))
+            pointer, length = ctypes.addressof(data), len(raw)
+        error = _ffi.CError()
+        raise_for(lib.sk_socket_set_socket_option(self.handle, check_int(level), check_int(name), pointer, length,
+                                                  byref(error)), error)
+
+    def clear_socket_options(self) -> None:
+        """Forgets every option :meth:`set_socket_option` set."""
+        raise_for(lib.sk_socket_clear_socket_options(self.handle))
+
     # ---- accepting and connecting --------------------------------------------------------
 
     def accept_on_port(self, port: int) -> None:
@@ -312,9 +434,33 @@ class Socket(SocketIO, Handle):
 
     def accept_on_unix_path(self, path: str) -> None:
         """Listens on a Unix-domain socket (a stale socket file there is replaced). The file
-        is removed when the listener closes, unless a newer listener replaced it."""
+        is removed when the listener closes, unless a newer listener replaced it. A path
+        that starts with NUL (``"\\0name"``, str or bytes, as the socket module takes it) is
+        a Linux abstract name: no file at all."""
         error = _ffi.CError()
-        raise_for(lib.sk_socket_accept_on_unix_path(self.handle, _addresses.unix_path(path), byref(error)), error)
+        name = _abstract_name(path)
+        if name is not None:
+            status = lib.sk_socket_accept_on_abstract_unix_name(self.handle, name, len(name), byref(error))
+        else:
+            status = lib.sk_socket_accept_on_unix_path(self.handle, _addresses.unix_path(path), byref(error))
+        raise_for(status, error)
+        self._sessions_started += 1
+
+    def accept_on_fds(self, fds: List[Any]) -> None:
+        """Listens on sockets made elsewhere (asyncio's ``create_server(sock=)``): bound
+        stream sockets (TCP or Unix-domain), listening or not, as ints or socket objects, such
+        as :func:`socket_activation_fds` gives. On success this Socket owns them (socket
+        objects are detached) and closes them when it stops listening; on failure they stay
+        yours, unchanged. BadParamError (not bound, connected, of another kind, given twice),
+        SystemCallError (not open, not a socket), BadConfigError (already in use, no delegate)."""
+        objects = list(fds)
+        numbers = [fd if isinstance(fd, int) else fd.fileno() for fd in objects]
+        array = (c_int * max(1, len(numbers)))(*[check_int(fd) for fd in numbers])
+        error = _ffi.CError()
+        raise_for(lib.sk_socket_accept_on_fds(self.handle, array, len(numbers), byref(error)), error)
+        for item in objects:
+            if not isinstance(item, int):
+                item.detach()
         self._sessions_started += 1
 
     def connect_to_host(self, host: str, port: int, interface: Optional[str] = None, timeout: float = -1) -> None:
@@ -341,11 +487,65 @@ class Socket(SocketIO, Handle):
         self._sessions_started += 1
 
     def connect_to_unix_path(self, path: str, timeout: float = -1) -> None:
-        """Connects to a Unix-domain socket."""
+        """Connects to a Unix-domain socket; a path starting with NUL is an abstract name (see
+        :meth:`accept_on_unix_path`), which ``socket_did_connect`` and
+        :attr:`connected_unix_path` show as ``"@name"``."""
         error = _ffi.CError()
-        raise_for(lib.sk_socket_connect_to_unix_path(self.handle, _addresses.unix_path(path), float(timeout),
-                                                     byref(error)), error)
+        name = _abstract_name(path)
+        if name is not None:
+            status = lib.sk_socket_connect_to_abstract_unix_name(self.handle, name, len(name), float(timeout),
+                                                                 byref(error))
+        else:
+            status = lib.sk_socket_connect_to_unix_path(self.handle, _addresses.unix_path(path), float(timeout),
+                                                        byref(error))
+        raise_for(status, error)
         self._sessions_started += 1
+
+    # ---- Unix-domain extras --------------------------------------------------------------
+
+    receives_descriptors = flag_property(
+        lib.sk_socket_get_receives_descriptors, lib.sk_socket_set_receives_descriptors,
+        """Whether reads of a Unix-domain connection keep the descriptors the peer passes
+        (SCM_RIGHTS) for :meth:`take_received_descriptors`. False by default: the kernel then
+        closes them as their bytes are read. Accepted sockets take the listener's.""")
+
+    def take_received_descriptors(self, limit: Optional[int] = None) -> List[int]:
+        """Takes the descriptors the peer passed (up to `limit`), in the order they came:
+        yours to close (``os.close``, or ``socket.socket(fileno=...)``). They are there by the
+        time the bytes they came with reach a read, possibly earlier; those nobody takes are
+        closed when the next session begins or the socket is closed."""
+        error = _ffi.CError()
+        waiting = lib.sk_socket_take_received_descriptors(self.handle, None, 0, byref(error))
+        raise_for(waiting, error)
+        count = waiting if limit is None else min(waiting, check_size(limit, "limit"))
+        if count == 0:
+            return []
+        fds = (c_int * count)()
+        taken = lib.sk_socket_take_received_descriptors(self.handle, fds, count, byref(error))
+        raise_for(taken, error)
+        return list(fds[:taken])
+
+    def write_with_descriptors(self, data: BytesLike, fds: List[int], timeout: float = -1, tag: int = 0) -> None:
+        """Writes `data` with the descriptors `fds` (1 to 253; ints, or objects with
+        ``fileno()``) passed along, as :func:`socket.send_fds` does: they reach the peer with
+        the first byte of `data`. SocketKit passes duplicates, so yours stay open. Raises
+        BadParamError (empty data, bad descriptors), BadConfigError (not a Unix-domain
+        connection, or under TLS)."""
+        raw = bytes(data)
+        numbers = [fd if isinstance(fd, int) else fd.fileno() for fd in fds]
+        array = (c_int * max(1, len(numbers)))(*[check_int(fd) for fd in numbers])
+        error = _ffi.CError()
+        raise_for(lib.sk_socket_write_with_descriptors(self.handle, raw, len(raw), array, len(numbers), float(timeout),
+                                                       check_tag(tag), byref(error)), error)
+
+    def peer_credentials(self) -> PeerCredentials:
+        """The peer's process, user and group (SO_PEERCRED) of a connected Unix-domain
+        socket; BadConfigError for any other."""
+        pid, uid, gid = c_int(), ctypes.c_uint32(), ctypes.c_uint32()
+        error = _ffi.CError()
+        raise_for(lib.sk_socket_get_peer_credentials(self.handle, byref(pid), byref(uid), byref(gid), byref(error)),
+                  error)
+        return PeerCredentials(pid.value, uid.value, gid.value)
 
     # ---- reading (read() itself is SocketIO's) -------------------------------------------
 
@@ -398,6 +598,35 @@ class Socket(SocketIO, Handle):
                                                  float(timeout), check_tag(tag), byref(error))
         self._commit_pin(status, error, view, address, capacity)
 
+    def read_to_file(self, length: int, file: Any, timeout: float = -1, tag: int = 0) -> None:
+        """Reads exactly `length` bytes into `file` (a regular file open for writing: an int
+        descriptor, or an object with ``fileno()``, such as ``open(path, "wb")``), written at
+        its position as they arrive, so a large body never sits in memory. Completes with
+        ``socket_did_read(sock, b"", tag)``; ``socket_did_read_partial`` and
+        :attr:`read_progress` follow it. Flush a Python file object before (its buffer is
+        not SocketKit's). BadParamError for anything but a regular file open for writing."""
+        fd = file if isinstance(file, int) else file.fileno()
+        error = _ffi.CError()
+        raise_for(lib.sk_socket_read_to_file(self.handle, check_size(length, "length"), check_int(fd), float(timeout),
+                                             check_tag(tag), byref(error)), error)
+
+    def write_file(self, file: Any, offset: int = 0, length: Optional[int] = None, timeout: float = -1,
+                   tag: int = 0) -> None:
+        """Queues `length` bytes (None: to the end) of `file` (a regular file open for
+        reading: an int descriptor, or an object with ``fileno()``) from `offset`, sent with
+        sendfile(2) (asyncio's ``loop.sendfile``): no copy through this process. A write in
+        the queue like any other (``socket_did_write(sock, tag)``); the file's position is
+        untouched and it may be closed at once. Plaintext only: BadConfigError under TLS;
+        BadParamError for a bad file or region."""
+        fd = file if isinstance(file, int) else file.fileno()
+        if offset < 0:
+            raise bad_param("negative offset")
+        if length is not None and length <= 0:
+            raise bad_param("the region is empty")
+        error = _ffi.CError()
+        raise_for(lib.sk_socket_write_file(self.handle, check_int(fd), int(offset), 0 if length is None else
+                                           check_size(length, "length"), float(timeout), check_tag(tag), byref(error)), error)
+
     def cancel_read(self, tag: int) -> None:
         """Withdraws every queued read with `tag` that has not completed; the bytes the
         current one had gathered go back in front of the unread bytes, so the next read gets
@@ -438,6 +667,8 @@ class Socket(SocketIO, Handle):
         self._pending_buffers.append((address, address + capacity, view, self._sessions_started))
 
     def _take_read_result(self, data: int, length: int) -> Union[bytes, memoryview]:
+        if not length:
+            return b""  # a read to a file completes empty, with data NULL
         pending = self._pending_buffers
         for index, (start, end, view, _) in enumerate(pending):
             if start <= data < end:

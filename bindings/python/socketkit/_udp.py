@@ -139,6 +139,10 @@ class UdpSocket(UdpSocketIO, Handle):
       (a datagram that cannot be sent fails alone: the socket stays open)
     - ``udp_socket_did_receive(sock, data, address, context)``: `data` is ``bytes``
       (possibly empty), `context` what the receive filter attached (else None)
+    - ``udp_socket_did_receive_with_packet_info(sock, data, address, packet_info, context)``:
+      as ``udp_socket_did_receive``, for the datagrams that carry packet info
+      (:attr:`receives_packet_info`), with a :class:`PacketInfo`; without this method they
+      go to ``udp_socket_did_receive``
     - ``udp_socket_did_receive_error(sock, error)``: an ICMP error about an earlier
       datagram, or :class:`~socketkit.TruncatedError` for one larger than the receive limit
     - ``udp_socket_did_close(sock, error)``: last of a session; `error` None after
@@ -407,6 +411,59 @@ class UdpSocket(UdpSocketIO, Handle):
         """Leaves `group` (SystemCallError EADDRNOTAVAIL if it was not joined)."""
         self._request(lib.sk_udp_socket_leave_multicast_group, _ffi.c_string(group, "the multicast group"),
                       _addresses.interface(interface))
+
+    @property
+    def receives_packet_info(self) -> bool:
+        """Packet info (IP_PKTINFO / IPV6_RECVPKTINFO; False by default): each datagram comes
+        with the address it was sent to and the interface it arrived on, through
+        ``udp_socket_did_receive_with_packet_info``. Applies to the descriptors there are and
+        those made later; datagrams the kernel queued before it was turned on come without."""
+        return bool(raise_for(lib.sk_udp_socket_get_receives_packet_info(self.handle)))
+
+    @receives_packet_info.setter
+    def receives_packet_info(self, enabled: bool) -> None:
+        self._request(lib.sk_udp_socket_set_receives_packet_info, int(bool(enabled)))
+
+    @property
+    def send_segment_size(self) -> int:
+        """UDP segmentation offload (UDP_SEGMENT; 0, the default: off): each datagram sent
+        larger than this leaves as datagrams of this size (the last shorter), cut by the
+        kernel after one trip through the stack. The kernel's limits hold (at most 64
+        segments, the size within the MTU): sends beyond them fail alone
+        (``udp_socket_did_not_send``). BadParamError above 65535; SystemCallError ENOPROTOOPT
+        on a kernel without it (no silent fallback)."""
+        size = c_size_t(0)
+        raise_for(lib.sk_udp_socket_get_send_segment_size(self.handle, byref(size)))
+        return size.value
+
+    @send_segment_size.setter
+    def send_segment_size(self, size: int) -> None:
+        self._request(lib.sk_udp_socket_set_send_segment_size, check_size(size, "the segment size"))
+
+    @property
+    def receive_offload(self) -> bool:
+        """UDP receive offload (UDP_GRO; False by default): the kernel may hand over several
+        datagrams of one sender in one buffer; SocketKit cuts them apart again, so the
+        delegate sees the same datagrams, in order, each held to the receive limit.
+        SystemCallError ENOPROTOOPT on a kernel without it."""
+        return bool(raise_for(lib.sk_udp_socket_get_receive_offload(self.handle)))
+
+    @receive_offload.setter
+    def receive_offload(self, enabled: bool) -> None:
+        self._request(lib.sk_udp_socket_set_receive_offload, int(bool(enabled)))
+
+    def join_multicast_source(self, group: str, source: str, interface: Optional[str] = None) -> None:
+        """Source-specific multicast: receives what `source` sends to `group` and nothing
+        others send to it (both numeric, one family; IPv4's SSM range is 232.0.0.0/8).
+        Otherwise as :meth:`join_multicast_group`."""
+        self._request(lib.sk_udp_socket_join_multicast_source, _ffi.c_string(group, "the multicast group"),
+                      _ffi.c_string(source, "the source"), _addresses.interface(interface))
+
+    def leave_multicast_source(self, group: str, source: str, interface: Optional[str] = None) -> None:
+        """Stops receiving what `source` sends to `group` (SystemCallError if not joined:
+        EADDRNOTAVAIL, or EINVAL when the group has no source joined)."""
+        self._request(lib.sk_udp_socket_leave_multicast_source, _ffi.c_string(group, "the multicast group"),
+                      _ffi.c_string(source, "the source"), _addresses.interface(interface))
 
     def send_ipv4_multicast_on_interface(self, interface: str) -> None:
         """The interface IPv4 multicast leaves through (IP_MULTICAST_IF)."""

@@ -85,6 +85,9 @@ def test_udp_hosts_interfaces_and_groups():
         refused(lambda: sock.join_multicast_group("239.255.0.1\0x"))
         refused(lambda: sock.join_multicast_group("239.255.0.1", "lo\0x"))
         refused(lambda: sock.leave_multicast_group("239.255.0.1\0x"))
+        refused(lambda: sock.join_multicast_source("232.1.2.3\0x", "127.0.0.1"))
+        refused(lambda: sock.join_multicast_source("232.1.2.3", "127.0.0.1\0x"))
+        refused(lambda: sock.leave_multicast_source("232.1.2.3", "127.0.0.1\0x"))
         refused(lambda: sock.send_ipv4_multicast_on_interface("127.0.0.1\0x"))
         refused(lambda: sock.send_ipv6_multicast_on_interface("lo\0x"))
     finally:

@@ -71,9 +71,11 @@ def test_struct_layouts_match_the_header():
                                                                         "did_receive_trust", "did_cancel_read"]
     assert ctypes.sizeof(_ffi.CError) == 8 + _ffi.ERROR_MESSAGE_CAPACITY
     assert ctypes.sizeof(_ffi.SocketDescriptors) == 16
-    assert ctypes.sizeof(_ffi.UdpSocketDelegate) == 7 * pointer
+    assert ctypes.sizeof(_ffi.UdpSocketDelegate) == 8 * pointer
     assert [name for name, _ in _ffi.UdpSocketDelegate._fields_] == [
-        "did_connect", "did_not_connect", "did_send", "did_not_send", "did_receive", "did_receive_error", "did_close"]
+        "did_connect", "did_not_connect", "did_send", "did_not_send", "did_receive", "did_receive_error", "did_close",
+        "did_receive_with_packet_info"]
+    assert ctypes.sizeof(_ffi.UdpPacketInfo) == 128 + 4 + 4
     # sk_event_t, with the UDP fields, then the TLS trust, at the end
     assert ctypes.sizeof(_ffi.Event) == _ffi.EVENT_FORMAT.size == 128
     assert (_ffi.Event.kind.offset, _ffi.Event.tag.offset, _ffi.Event.token.offset) == (16, 24, 80)
@@ -101,6 +103,7 @@ int main(void) {
     printf("sk_tls_trust_t %zu\n", sizeof(sk_tls_trust_t));
     printf("sk_tls_info_t %zu\n", sizeof(sk_tls_info_t));
     printf("sk_certificate_info_t %zu\n", sizeof(sk_certificate_info_t));
+    printf("sk_udp_packet_info_t %zu\n", sizeof(sk_udp_packet_info_t));
     %s
     return 0;
 }
@@ -114,7 +117,8 @@ def test_struct_layouts_match_a_compiled_header(tmp_path):
     fields = [("sk_event_t", _ffi.Event), ("sk_udp_socket_delegate_t", _ffi.UdpSocketDelegate),
               ("sk_socket_delegate_t", _ffi.SocketDelegate), ("sk_error_t", _ffi.CError),
               ("sk_certificate_t", _ffi.Certificate), ("sk_tls_trust_t", _ffi.TLSTrust),
-              ("sk_tls_info_t", _ffi.TLSInfo), ("sk_certificate_info_t", _ffi.CertificateInfo)]
+              ("sk_tls_info_t", _ffi.TLSInfo), ("sk_certificate_info_t", _ffi.CertificateInfo),
+              ("sk_udp_packet_info_t", _ffi.UdpPacketInfo)]
     lines = " ".join(f"FIELD({c_name}, {name})" for c_name, structure in fields for name, _ in structure._fields_)
     source = tmp_path / "layout.c"
     source.write_text(_LAYOUT_PROGRAM.replace("%s", lines))
