@@ -586,6 +586,29 @@ static size_t send_stream(int peer, size_t count) {
     return sent;
 }
 
+/* Waits until the socket's loop has run everything queued before this call. */
+static int fenced;
+static void fence_reached(const sk_socket_descriptors_t *descriptors, void *context) {
+    (void)descriptors;
+    (void)context;
+    pthread_mutex_lock(&model.lock);
+    fenced = 1;
+    pthread_cond_broadcast(&model.changed);
+    pthread_mutex_unlock(&model.lock);
+}
+
+static void fence(sk_socket_t *sock) {
+    pthread_mutex_lock(&model.lock);
+    fenced = 0;
+    pthread_mutex_unlock(&model.lock);
+    if (sk_socket_perform(sock, fence_reached, NULL) != SK_OK) return;
+    pthread_mutex_lock(&model.lock);
+    double deadline = fz_now() + 5;
+    while (!fenced && fz_cond_wait_until(&model.changed, &model.lock, deadline)) {}
+    FZ_CHECK(fenced, "a perform queued on the socket did not run within 5 s");
+    pthread_mutex_unlock(&model.lock);
+}
+
 /* ---- One input ------------------------------------------------------------------------------ */
 
 static uint64_t prng_state;
@@ -794,6 +817,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         queue_drain_read(sock);
         send_stream(peer, model.stream_length);
     }
+    /* The loop runs every call made so far before the peer's end. Without this fence the end
+     * can reach the loop first (it handles ready descriptors before queued calls), and bytes
+     * given back by an unread issued just before it are dropped with the session: a race this
+     * fuzzer found, reported in issue 34's closing note (take the fence out once it is
+     * fixed). */
+    fence(sock);
     double sent_all = fz_now();
     /* Sends fail only once SocketKit closed the connection: its did_disconnect follows. */
     pthread_mutex_lock(&model.lock);
