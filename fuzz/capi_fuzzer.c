@@ -11,7 +11,8 @@
  * release their own socket. A host thread runs a driven group throughout; host queues are
  * drained and polled for records by the programs themselves. A macro operation releases a
  * group while threads keep calling sk_socket_perform on its socket and another thread keeps
- * reusing descriptor numbers (issue 26.3 and 26.4's scenario).
+ * reusing descriptor numbers (issue 26.3 and 26.4's scenario); another releases a group
+ * before its UDP socket with a send timer and its TCP socket with a read timer (26.5's).
  *
  * Oracles: no crash, no sanitizer report (ASan and UBSan here and in the engine, the
  * engine's own assertions: a debug build), no hang (libFuzzer's -timeout; a release held off
@@ -624,6 +625,41 @@ static void release_under_fire(int rounds) {
     }
 }
 
+/* ---- Objects released after their group (26.5's scenario) --------------------------------------- */
+
+/* A UDP socket with a send timer and a TCP socket with a read timer on a group of their own,
+ * the group released first, then the sockets, in an order the input picks: nothing of them
+ * may touch their loop's state off its thread (the debug build asserts it). */
+static void released_after_their_group(fz_input_t *input) {
+    sk_loop_group_t *group = NULL;
+    if (sk_loop_group_create(1, &group, NULL) != SK_OK) return;
+    sk_udp_socket_t *udp = NULL;
+    sk_socket_t *tcp = NULL;
+    context_t *udp_context = new_context(K_UDP), *tcp_context = new_context(K_SOCKET);
+    sk_udp_socket_create(&udp_delegate, sizeof udp_delegate, udp_context, NULL, group, &udp, NULL);
+    sk_socket_create(&socket_delegate, sizeof socket_delegate, tcp_context, NULL, group, &tcp, NULL);
+    struct sockaddr_in address = {0};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(9);   /* discard: nobody listens, UDP does not care */
+    if (udp) sk_udp_socket_send_to_address(udp, "abc", 3, (struct sockaddr *)&address, sizeof address, 5, 7, NULL);
+    uint16_t port = 0;
+    sk_socket_get_local_port(atomic_load(&slots[fz_u8(input) % SLOTS].handle), &port);
+    if (tcp && port) {
+        sk_socket_connect_to_host(tcp, "127.0.0.1", port, NULL, 5, NULL);
+        sk_socket_read(tcp, 0, 30, 1, NULL);
+    }
+    if (fz_u8(input) % 2) sched_yield();
+    sk_loop_group_release(group);
+    if (fz_u8(input) % 2) {
+        released(udp, udp_context, sk_udp_socket_release(udp));
+        released(tcp, tcp_context, sk_socket_release(tcp));
+    } else {
+        released(tcp, tcp_context, sk_socket_release(tcp));
+        released(udp, udp_context, sk_udp_socket_release(udp));
+    }
+}
+
 /* ---- The operations ------------------------------------------------------------------------------ */
 
 /* Releases that return SK_OK retire the object's context once they return. */
@@ -741,6 +777,9 @@ static void op_create(fz_input_t *input) {
         if (fds[1] >= 0) close(fds[1]);
         break;
     }
+    case 14:
+        if (callback_depth == 0) released_after_their_group(input);
+        break;
     case 15:
         if (callback_depth == 0) release_under_fire(1 + fz_u8(input) % 3);
         break;

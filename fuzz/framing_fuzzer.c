@@ -22,11 +22,18 @@
  * expects (SK_ERR_READ_MAXED_OUT only when the separator is not within the maximum; a close or
  * reset only once no queued read could be served from the bytes that arrived), and every
  * byte the peer sent was delivered before it. An idle socket reports the peer's close at once.
+ *
+ * A quarter of the inputs test the other direction instead: a socket connects to a plain
+ * listener, queues writes of random sizes (copied, or lent with write_no_copy) and is released
+ * at once, while connecting or just after, with or without sk_socket_disconnect_after_writing
+ * first. After that call the peer must receive every byte written, in order, then the end;
+ * without it, a prefix of them (issue 27.1: a release while connecting dropped the writes).
  */
 #include "fuzz_support.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sched.h>
@@ -658,6 +665,100 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 enum { END_FIN, END_RESET, END_IDLE_FIN, END_IDLE_RESET };
 
+/* ---- The write direction: queued writes survive a release ----------------------------------- */
+
+static void released_bytes(void *data, void *context) {
+    (void)context;
+    free(data);
+}
+
+/* The writer needs a delegate to connect, and hears nothing: it is released at once. */
+static void quiet_disconnect(sk_socket_t *sock, const sk_error_t *error, void *userdata) {
+    (void)sock;
+    (void)error;
+    (void)userdata;
+}
+static sk_socket_delegate_t writer_delegate = {.did_disconnect = quiet_disconnect};
+
+static void writes_input(fz_input_t *input) {
+    static int listener = -1;
+    static uint16_t port;
+    if (listener < 0) {
+        listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in address = {0};
+        address.sin_family = AF_INET;
+        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t length = sizeof address;
+        FZ_CHECK(bind(listener, (struct sockaddr *)&address, sizeof address) == 0 && listen(listener, 16) == 0 &&
+                     getsockname(listener, (struct sockaddr *)&address, &length) == 0, "writes listener");
+        port = ntohs(address.sin_port);
+    }
+    uint8_t flags = fz_u8(input);
+    int graceful = !(flags & 1), after_connect = flags & 2, queue_serial = flags & 4;
+    size_t count = 1 + fz_u8(input) % 12;
+    size_t total = 0;
+    unsigned char *expected = NULL;
+    sk_socket_t *sock = NULL;
+    sk_error_t error;
+    FZ_CHECK(sk_socket_create(&writer_delegate, sizeof writer_delegate, NULL, queue_serial ? serial_queue : NULL, group,
+                              &sock, &error) == SK_OK, "create: %s", error.message);
+    struct sockaddr_in address = {0};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(port);
+    FZ_CHECK(sk_socket_connect_to_address(sock, (struct sockaddr *)&address, sizeof address, NULL, 10, &error) == SK_OK,
+             "connect: %s", error.message);
+    note("writes: %zu, %s, release %s connect%s: ", count, graceful ? "disconnect_after_writing" : "no graceful close",
+         after_connect ? "after" : "right after", queue_serial ? " (serial queue)" : "");
+    for (size_t i = 0; i < count; i++) {
+        size_t length = fz_u8(input) % 4 == 0 ? fz_range(input, 1, 300000) : fz_range(input, 1, 2000);
+        unsigned char *bytes = malloc(length);
+        uint8_t seed = fz_u8(input);
+        for (size_t k = 0; k < length; k++) bytes[k] = (unsigned char)(seed + k * 7 + (k >> 8));
+        expected = realloc(expected, total + length);
+        memcpy(expected + total, bytes, length);
+        total += length;
+        int no_copy = fz_u8(input) % 3 == 0;
+        note("%zu%s ", length, no_copy ? "(lent)" : "");
+        int result = no_copy ? sk_socket_write_no_copy(sock, bytes, length, released_bytes, NULL, -1, (long)i, &error)
+                             : sk_socket_write(sock, bytes, length, -1, (long)i, &error);
+        FZ_CHECK(result == SK_OK, "write %zu: %s", i, fz_error_name(result));
+        if (!no_copy) free(bytes);
+    }
+    if (graceful) FZ_CHECK(sk_socket_disconnect_after_writing(sock) == SK_OK, "disconnect_after_writing");
+    int peer = accept4(listener, NULL, NULL, SOCK_CLOEXEC);   /* the connect is under way or done */
+    FZ_CHECK(peer >= 0, "accept: %s", strerror(errno));
+    if (after_connect) {
+        /* The socket connected on its loop: a perform runs after that. */
+        fence(sock);
+    }
+    sk_socket_release(sock);
+    /* What the peer gets: all of it, then the end (with the graceful close); else a prefix. */
+    unsigned char *received = malloc(total + 1);
+    size_t got = 0;
+    double deadline = fz_now() + 10;
+    for (;;) {
+        struct pollfd poller = {.fd = peer, .events = POLLIN};
+        int remaining_ms = (int)((deadline - fz_now()) * 1000);
+        if (remaining_ms <= 0 || poll(&poller, 1, remaining_ms) <= 0) {
+            FZ_CHECK(!graceful, "the peer got %zu of %zu bytes and no end within 10 s of the release", got, total);
+            break;
+        }
+        ssize_t n = recv(peer, received + got, total + 1 - got, 0);
+        if (n <= 0) break;
+        got += (size_t)n;
+        FZ_CHECK(got <= total, "the peer got more bytes than were written");
+    }
+    FZ_CHECK(memcmp(received, expected, got) == 0, "the peer's bytes differ from what was written");
+    if (graceful) {
+        FZ_CHECK(got == total, "after disconnect_after_writing and a release %s connect, the peer got %zu of %zu bytes",
+                 after_connect ? "after the" : "right after the", got, total);
+    }
+    close(peer);
+    free(received);
+    free(expected);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static unsigned generation = 0;
     fz_input_t input;
@@ -667,6 +768,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     pthread_mutex_lock(&model.lock);
     reset_model(++generation);
     uint8_t flags = fz_u8(&input);
+    if ((flags & 0xC0) == 0xC0) {
+        pthread_mutex_unlock(&model.lock);
+        writes_input(&input);
+        return 0;
+    }
     model.loop_queue = !(flags & 1);
     model.auto_disconnect = !(flags & 2);
     int end_mode = (flags >> 2) & 3;

@@ -55,8 +55,9 @@ def client_hello(**options):
 
 
 def tls_seeds():
-    # Input: a mode byte (low 3 bits: 0 close, 1 reset, 2 hold open, 3 half-close, 4 flood;
-    # high 5 bits: chunk size / 7, 0 = all at once), then the bytes sent.
+    # Input: a mode byte (mode = byte % 6: 0 close, 1 reset, 2 hold open, 3 half-close,
+    # 4 flood, 5 a real client (handshake, the bytes as lines, then a reset when bit 6 is
+    # set, else a close); byte >> 3: chunk size / 7, 0 = all at once), then the bytes sent.
     v = ssl.TLSVersion
     variants = [{}, {"sni": "localhost"}, {"minimum": v.TLSv1_2, "maximum": v.TLSv1_2}, {"minimum": v.TLSv1_3},
                 {"alpn": ["h2", "http/1.1"]}, {"sni": ".".join(["a" * 60] * 3)},
@@ -80,6 +81,13 @@ def tls_seeds():
     seeds.append(bytes([2]))                                         # no ClientHello at all
     seeds.append(bytes([3]) + hello + hello)                         # two hellos
     seeds.append(bytes([4]) + b"\x17\x03\x03\x40\x00" + bytes(16384))  # application data before the handshake
+    # Real clients: many lines in one record, then a reset (0x45 % 6 == 5, bit 6 set) or a close.
+    generator = random.Random(38)
+    for count in (2, 8, 64, 400):
+        lines = b"".join(b"line %d " % i + bytes(generator.randrange(1, 255) for _ in range(generator.randrange(0, 20)))
+                         + b"\x10" for i in range(count))
+        seeds.append(bytes([0x45]) + lines[:4000])
+        seeds.append(bytes([0x05]) + lines[:4000])
     return seeds
 
 
@@ -100,6 +108,9 @@ def capi_seeds():
     # The release-under-fire macro operation (issues 26.3 and 26.4): op 0 (create) case 15.
     for rounds in range(3):
         seeds.append(bytes([0, 15, rounds]) * 8)
+    # Objects released after their group (26.5): op 0 case 14, then a slot and two orders.
+    for order in range(4):
+        seeds.append(bytes([0, 14, 2 + order, order % 2, order // 2]) * 8)
     return seeds
 
 

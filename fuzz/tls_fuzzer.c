@@ -6,7 +6,10 @@
  * is one raw TCP client: it sends the input's bytes (seeds are real ClientHellos from
  * OpenSSL; the mutations make truncated hellos, bad record and handshake lengths, odd record
  * types, garbage) in the chunks the input chooses, then closes, resets, half-closes, holds
- * the connection open saying nothing more, or floods it with the bytes repeated.
+ * the connection open saying nothing more, or floods it with the bytes repeated. Or it is a
+ * real client (OpenSSL): a handshake, then the input's bytes as lines in one write, then a
+ * reset or a close at once, so that the server's echo from did_read (as the examples do)
+ * meets a peer that is gone while the rest of the lines wait in its prebuffer (issue 26.2).
  *
  * Oracles, checked by a monitor thread while the fuzzer goes on: the server accepts every
  * connection, and each one ends with an error (never did_secure: no client here finishes a
@@ -25,6 +28,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -40,6 +44,7 @@ typedef struct pending {
     int used;
     int fd;                       /* the raw client, closed once the server side ended */
     int handed_over;              /* the input is done with fd: the monitor may close it */
+    int real_client;              /* an OpenSSL client that completes its handshake */
     uint16_t port;                /* its local port: the server sees it as the peer's */
     double started;
     int accepted;
@@ -168,8 +173,10 @@ static void check_pending(int final) {
         if (!entry->used) continue;
         double deadline = entry->started + HANDSHAKE_TIMEOUT + END_SLACK;
         if (entry->ended && entry->handed_over) {
-            if (entry->secured) report_culprit(entry, "a connection whose client never finished a handshake was secured");
-            if (entry->error_code == 0) report_culprit(entry, "a connection ended without an error");
+            if (entry->real_client) {
+                /* Any end, within the bound: a real client may finish its handshake. */
+            } else if (entry->secured) report_culprit(entry, "a connection whose client never finished a handshake was secured");
+            if (!entry->real_client && entry->error_code == 0) report_culprit(entry, "a connection ended without an error");
             if (entry->ended_at > deadline) {
                 char why[160];
                 snprintf(why, sizeof why, "a connection ended %.2f s after it started (bound %.1f s)",
@@ -305,6 +312,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
     fz_cond_init(&changed);
+    /* The harness's own writes (OpenSSL clients) to a connection the server closed raise
+     * SIGPIPE on the writing thread: blocked on the harness's threads only (threads made
+     * from here inherit it; SocketKit's block it themselves), so a SIGPIPE from a library
+     * send would still end the process. */
+    sigset_t pipe_signal;
+    sigemptyset(&pipe_signal);
+    sigaddset(&pipe_signal, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_signal, NULL);
     const char *certificates = getenv("FUZZ_CERT_DIR");
     if (!certificates) {
         fprintf(stderr, "tls_fuzzer: set FUZZ_CERT_DIR to a directory with cert.pem and key.pem (fuzz/run.py does)\n");
@@ -340,11 +355,30 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
-enum { END_CLOSE, END_RESET, END_HOLD, END_HALF_CLOSE, END_FLOOD };
+enum { END_CLOSE, END_RESET, END_HOLD, END_HALF_CLOSE, END_FLOOD, REAL_CLIENT };
+
+/* A real client: handshake, the payload as lines in one write, then a reset (or a close). */
+static void real_client(int fd, const uint8_t *payload, size_t length, int reset) {
+    unsigned char lines[4096];
+    if (length > sizeof lines) length = sizeof lines;
+    for (size_t i = 0; i < length; i++) lines[i] = payload[i] % 16 == 0 ? '\n' : payload[i];
+    struct timeval limit = {3, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+    SSL *ssl = SSL_new(probe_context);
+    SSL_set_fd(ssl, fd);
+    SSL_set_tlsext_host_name(ssl, "localhost");
+    if (SSL_connect(ssl) == 1 && length > 0) SSL_write(ssl, lines, (int)length);
+    SSL_free(ssl);   /* no close_notify: the reset (or FIN) follows the data at once */
+    if (reset) {
+        struct linger linger = {.l_onoff = 1, .l_linger = 0};
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, sizeof linger);
+    }
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
-    uint8_t mode = data[0] % 5;
+    uint8_t mode = data[0] % 6;
     size_t chunk = data[0] >> 3 ? (size_t)(data[0] >> 3) * 7 : SIZE_MAX;
     const uint8_t *payload = data + 1;
     size_t length = size - 1;
@@ -366,6 +400,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(entry->input, data, size);
     entry->input_size = size;
     entry->started = fz_now();
+    entry->real_client = mode == REAL_CLIENT;
     pthread_mutex_unlock(&lock);
 
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -391,6 +426,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     double deadline = fz_now() + 1;
     interpose_harness_begin();
+    if (mode == REAL_CLIENT) {
+        real_client(fd, payload, length, data[0] & 0x40);
+        length = 0;
+    }
     for (size_t sent = 0; sent < length;) {
         size_t piece = length - sent < chunk ? length - sent : chunk;
         size_t done = fz_send_all(fd, payload + sent, piece, deadline);
@@ -407,6 +446,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     interpose_harness_end();
     pthread_mutex_lock(&lock);
     switch (mode) {
+    case REAL_CLIENT:
+        harness_close(fd, 0);   /* SO_LINGER 0 already set for a reset */
+        entry->fd = -1;
+        break;
     case END_CLOSE:
         harness_close(fd, 0);
         entry->fd = -1;
