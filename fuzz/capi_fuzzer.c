@@ -542,9 +542,13 @@ static void check_canaries(void) {
 /* ---- The release-under-fire macro operation (26.3, 26.4) ----------------------------------------- */
 
 typedef struct fire {
-    sk_socket_t *sock;
+    _Atomic(sk_socket_t *) sock;   /* the current round's */
     atomic_int stop;
     atomic_long calls;
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    double armed_at;               /* a release is under way since then (0: none) */
+    int finished;
 } fire_t;
 
 static void nothing(const sk_socket_descriptors_t *descriptors, void *context) {
@@ -555,7 +559,7 @@ static void nothing(const sk_socket_descriptors_t *descriptors, void *context) {
 static void *hammer(void *argument) {
     fire_t *fire = argument;
     while (!atomic_load(&fire->stop)) {
-        if (sk_socket_perform(fire->sock, nothing, NULL) == SK_OK) atomic_fetch_add(&fire->calls, 1);
+        if (sk_socket_perform(atomic_load(&fire->sock), nothing, NULL) == SK_OK) atomic_fetch_add(&fire->calls, 1);
     }
     return NULL;
 }
@@ -586,43 +590,63 @@ static void *reuser(void *argument) {
     return NULL;
 }
 
-static atomic_int watchdog_armed;
+/* Fails when a release has been under way for 20 s. */
 static void *watchdog(void *argument) {
     fire_t *fire = argument;
-    double deadline = fz_now() + 20;
-    while (atomic_load(&watchdog_armed) && fz_now() < deadline) {
-        struct timespec pause = {0, 10 * 1000 * 1000};
-        nanosleep(&pause, NULL);
+    pthread_mutex_lock(&fire->lock);
+    while (!fire->finished) {
+        FZ_CHECK(fire->armed_at == 0 || fz_now() - fire->armed_at < 20,
+                 "sk_loop_group_release was held off for 20 s by threads calling sk_socket_perform (%ld calls "
+                 "accepted)", atomic_load(&fire->calls));
+        fz_cond_wait_until(&fire->changed, &fire->lock, fz_now() + (fire->armed_at ? 1 : 60));
     }
-    FZ_CHECK(!atomic_load(&watchdog_armed), "sk_loop_group_release was held off for 20 s by threads calling "
-                                            "sk_socket_perform (%ld calls accepted)", atomic_load(&fire->calls));
+    pthread_mutex_unlock(&fire->lock);
     return NULL;
 }
 
+/* Groups released while two threads keep calling sk_socket_perform on their socket and a
+ * third reuses descriptor numbers: the release returns while the callers are still calling
+ * (26.4), and no wake-up lands on a reused number (26.3). */
 static void release_under_fire(int rounds) {
+    fire_t fire;
+    memset(&fire, 0, sizeof fire);
+    pthread_mutex_init(&fire.lock, NULL);
+    fz_cond_init(&fire.changed);
+    pthread_t threads[3], guard;
+    for (int i = 0; i < 2; i++) pthread_create(&threads[i], NULL, hammer, &fire);
+    pthread_create(&threads[2], NULL, reuser, &fire);
+    pthread_create(&guard, NULL, watchdog, &fire);
     for (int round = 0; round < rounds; round++) {
         sk_loop_group_t *group = NULL;
-        if (sk_loop_group_create(1, &group, NULL) != SK_OK) return;
-        fire_t fire = {0};
-        if (sk_socket_create(NULL, 0, NULL, NULL, group, &fire.sock, NULL) != SK_OK) {
+        sk_socket_t *sock = NULL;
+        if (sk_loop_group_create(1, &group, NULL) != SK_OK) break;
+        if (sk_socket_create(NULL, 0, NULL, NULL, group, &sock, NULL) != SK_OK) {
             sk_loop_group_release(group);
-            return;
+            break;
         }
-        pthread_t threads[3], guard;
-        for (int i = 0; i < 2; i++) pthread_create(&threads[i], NULL, hammer, &fire);
-        pthread_create(&threads[2], NULL, reuser, &fire);
-        while (atomic_load(&fire.calls) < 100) sched_yield();
-        atomic_store(&watchdog_armed, 1);
-        pthread_create(&guard, NULL, watchdog, &fire);
+        atomic_store(&fire.sock, sock);
+        long before = atomic_load(&fire.calls);
+        while (atomic_load(&fire.calls) < before + 50) sched_yield();
+        pthread_mutex_lock(&fire.lock);
+        fire.armed_at = fz_now();
+        pthread_cond_broadcast(&fire.changed);
+        pthread_mutex_unlock(&fire.lock);
         FZ_CHECK(sk_loop_group_release(group) == SK_OK, "release of a new group");
-        /* The callers were still calling: the release did not wait for them to stop. */
-        atomic_store(&watchdog_armed, 0);
-        pthread_join(guard, NULL);
-        atomic_store(&fire.stop, 1);
-        for (int i = 0; i < 3; i++) pthread_join(threads[i], NULL);
-        FZ_CHECK(sk_socket_release(fire.sock) == SK_OK, "release of the socket of a released group");
+        pthread_mutex_lock(&fire.lock);
+        fire.armed_at = 0;
+        pthread_mutex_unlock(&fire.lock);
+        FZ_CHECK(sk_socket_release(sock) == SK_OK, "release of the socket of a released group");
         atomic_fetch_add(&fire_rounds, 1);
     }
+    atomic_store(&fire.stop, 1);
+    for (int i = 0; i < 3; i++) pthread_join(threads[i], NULL);
+    pthread_mutex_lock(&fire.lock);
+    fire.finished = 1;
+    pthread_cond_broadcast(&fire.changed);
+    pthread_mutex_unlock(&fire.lock);
+    pthread_join(guard, NULL);
+    pthread_cond_destroy(&fire.changed);
+    pthread_mutex_destroy(&fire.lock);
 }
 
 /* ---- Objects released after their group (26.5's scenario) --------------------------------------- */
@@ -781,7 +805,7 @@ static void op_create(fz_input_t *input) {
         if (callback_depth == 0) released_after_their_group(input);
         break;
     case 15:
-        if (callback_depth == 0) release_under_fire(1 + fz_u8(input) % 3);
+        if (callback_depth == 0) release_under_fire(2 + fz_u8(input) % 8);
         break;
     default:
         break;

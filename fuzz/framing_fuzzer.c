@@ -680,21 +680,49 @@ static void quiet_disconnect(sk_socket_t *sock, const sk_error_t *error, void *u
 }
 static sk_socket_delegate_t writer_delegate = {.did_disconnect = quiet_disconnect};
 
+static int plain_listener(int backlog, uint16_t *port) {
+    int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in address = {0};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    FZ_CHECK(bind(listener, (struct sockaddr *)&address, sizeof address) == 0 && listen(listener, backlog) == 0 &&
+                 getsockname(listener, (struct sockaddr *)&address, &length) == 0, "a listener: %s", strerror(errno));
+    *port = ntohs(address.sin_port);
+    return listener;
+}
+
+/* A connection from `listener` within `seconds`, or -1. */
+static int accept_within(int listener, double seconds) {
+    double deadline = fz_now() + seconds;
+    for (;;) {
+        struct pollfd poller = {.fd = listener, .events = POLLIN};
+        int left = (int)((deadline - fz_now()) * 1000);
+        if (left <= 0) return -1;
+        if (poll(&poller, 1, left) > 0) {
+            int fd = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
+            if (fd >= 0 || errno != EINTR) return fd;
+        }
+    }
+}
+
 static void writes_input(fz_input_t *input) {
     static int listener = -1;
     static uint16_t port;
-    if (listener < 0) {
-        listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_in address = {0};
-        address.sin_family = AF_INET;
-        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        socklen_t length = sizeof address;
-        FZ_CHECK(bind(listener, (struct sockaddr *)&address, sizeof address) == 0 && listen(listener, 16) == 0 &&
-                     getsockname(listener, (struct sockaddr *)&address, &length) == 0, "writes listener");
-        port = ntohs(address.sin_port);
-    }
+    if (listener < 0) listener = plain_listener(16, &port);
     uint8_t flags = fz_u8(input);
     int graceful = !(flags & 1), after_connect = flags & 2, queue_serial = flags & 4;
+    /* A stalled connect, now and then: a listener whose accept queue is full (a filler
+     * connection in it) answers no SYN until the filler is accepted, and the kernel retries
+     * the SYN a second later: the release certainly happens while connecting. */
+    int stalled = (flags & 0x38) == 0x38 && graceful;   /* a second each: one input in 32 */
+    int stalled_listener = -1, filler = -1;
+    uint16_t stalled_port = 0;
+    if (stalled) {
+        after_connect = 0;
+        stalled_listener = plain_listener(0, &stalled_port);
+        FZ_CHECK(fz_tcp_connect_to(stalled_port, &filler) == 0, "the filler: %s", strerror(errno));
+    }
     size_t count = 1 + fz_u8(input) % 12;
     size_t total = 0;
     unsigned char *expected = NULL;
@@ -705,11 +733,11 @@ static void writes_input(fz_input_t *input) {
     struct sockaddr_in address = {0};
     address.sin_family = AF_INET;
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = htons(port);
+    address.sin_port = htons(stalled ? stalled_port : port);
     FZ_CHECK(sk_socket_connect_to_address(sock, (struct sockaddr *)&address, sizeof address, NULL, 10, &error) == SK_OK,
              "connect: %s", error.message);
-    note("writes: %zu, %s, release %s connect%s: ", count, graceful ? "disconnect_after_writing" : "no graceful close",
-         after_connect ? "after" : "right after", queue_serial ? " (serial queue)" : "");
+    note("writes: %zu, %s, release %s connect%s%s: ", count, graceful ? "disconnect_after_writing" : "no graceful close",
+         after_connect ? "after" : "right after", queue_serial ? " (serial queue)" : "", stalled ? " (stalled)" : "");
     for (size_t i = 0; i < count; i++) {
         size_t length = fz_u8(input) % 4 == 0 ? fz_range(input, 1, 300000) : fz_range(input, 1, 2000);
         unsigned char *bytes = malloc(length);
@@ -726,13 +754,33 @@ static void writes_input(fz_input_t *input) {
         if (!no_copy) free(bytes);
     }
     if (graceful) FZ_CHECK(sk_socket_disconnect_after_writing(sock) == SK_OK, "disconnect_after_writing");
-    int peer = accept4(listener, NULL, NULL, SOCK_CLOEXEC);   /* the connect is under way or done */
-    FZ_CHECK(peer >= 0, "accept: %s", strerror(errno));
+    int peer = -1;
     if (after_connect) {
-        /* The socket connected on its loop: a perform runs after that. */
+        /* Connected on its loop (a perform runs after that), then released. */
+        peer = accept_within(listener, 10);
         fence(sock);
+        sk_socket_release(sock);
+    } else {
+        /* Released while connecting: the loop has not seen the connect complete yet. */
+        sk_socket_release(sock);
+        if (stalled) {
+            close(accept_within(stalled_listener, 10));   /* the filler: room for one */
+            peer = accept_within(stalled_listener, 10);
+        } else {
+            /* Over loopback the SYN left with the connect call: the connection comes. */
+            peer = accept_within(listener, graceful ? 10 : 2);
+        }
     }
-    sk_socket_release(sock);
+    /* Without the graceful close a release may drop the connect itself. */
+    FZ_CHECK(peer >= 0 || !graceful, "the released socket never connected to deliver its writes (%s)", strerror(errno));
+    if (peer < 0) {
+        if (stalled) {
+            close(filler);
+            close(stalled_listener);
+        }
+        free(expected);
+        return;
+    }
     /* What the peer gets: all of it, then the end (with the graceful close); else a prefix. */
     unsigned char *received = malloc(total + 1);
     size_t got = 0;
@@ -755,6 +803,10 @@ static void writes_input(fz_input_t *input) {
                  after_connect ? "after the" : "right after the", got, total);
     }
     close(peer);
+    if (stalled) {
+        close(filler);
+        close(stalled_listener);
+    }
     free(received);
     free(expected);
 }

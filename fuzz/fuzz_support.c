@@ -126,6 +126,21 @@ static void make_listener(void) {
     shared_port = ntohs(address.sin_port);
 }
 
+int fz_tcp_connect_to(uint16_t port, int *out) {
+    int client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (client < 0) return -1;
+    struct sockaddr_in address = {0};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(port);
+    if (connect(client, (struct sockaddr *)&address, sizeof address) != 0) {
+        close(client);
+        return -1;
+    }
+    *out = client;
+    return 0;
+}
+
 int fz_tcp_pair(int *a, int *b) {
     pthread_once(&listener_once, make_listener);
     int client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

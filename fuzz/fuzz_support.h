@@ -77,6 +77,8 @@ int fz_cond_wait_until(pthread_cond_t *condition, pthread_mutex_t *lock, double 
 /* A connected TCP pair over 127.0.0.1, both blocking: *a is the connecting end, *b the
  * accepted one (a listener of the process, made once). Returns 0, or -1 (errno). */
 int fz_tcp_pair(int *a, int *b);
+/* A blocking connect to 127.0.0.1:port; 0 and the descriptor in *out, or -1 (errno). */
+int fz_tcp_connect_to(uint16_t port, int *out);
 /* Sends all of it (poll between partial sends) until `deadline`; returns the bytes sent
  * (fewer: the deadline passed or the peer went away). */
 size_t fz_send_all(int fd, const void *data, size_t length, double deadline);

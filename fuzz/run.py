@@ -96,8 +96,8 @@ def run_one(name, arguments, env, log_path, timeout):
 
 def finding(output):
     for pattern in ("==FUZZ ORACLE==[^\n]*(\n==FUZZ ORACLE==[^\n]*)?", "ERROR: AddressSanitizer[^\n]*",
-                    "ERROR: LeakSanitizer[^\n]*", "runtime error:[^\n]*", "ERROR: libFuzzer: [^\n]*",
-                    "Fatal error:[^\n]*", "Assertion failed[^\n]*"):
+                    "ERROR: LeakSanitizer[^\n]*", "runtime error:[^\n]*", "Assertion failed[^\n]*",
+                    "Fatal error[^\n]*", "ERROR: libFuzzer: [^\n]*"):
         match = re.search(pattern, output)
         if match:
             return match.group(0).strip()
