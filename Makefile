@@ -246,8 +246,9 @@ hardening-test: sanitize fuzz-smoke soak-smoke hostile-test
 fuzz-library: tools
 	$(SWIFT) build $(FUZZ_SWIFT_FLAGS)
 
-fuzz-build: fuzz-library
-	@$(MAKE) --no-print-directory -C fuzz all CLANG=$(FUZZ_CLANG) LIBDIR=$(FUZZ_BUILD)/debug OUT=$(FUZZ_BUILD)/fuzzers
+fuzz-build: fuzz-library library
+	@$(MAKE) --no-print-directory -C fuzz all release CLANG=$(FUZZ_CLANG) LIBDIR=$(FUZZ_BUILD)/debug OUT=$(FUZZ_BUILD)/fuzzers \
+		RELEASE_LIBDIR=$(STAGE)/lib
 
 # Each fuzzer over its checked-in corpus, then a fixed number of mutations from a fixed seed.
 fuzz-smoke: fuzz-build

@@ -28,11 +28,14 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BUILD = os.path.join(ROOT, ".build-fuzz")
-FUZZERS = ["framing", "capi", "tls", "parse"]
+FUZZERS = ["framing", "capi", "capi_release", "tls", "parse"]
+# capi_release: the same harness against the shipping library (its timing, no sanitizer in
+# the engine), with the same corpus.
+CORPUS = {"capi_release": "capi"}
 
 # Smoke runs: mutations after the corpus, per fuzzer (the corpus is replayed first). Sized
 # so that the whole smoke run takes about two minutes on two busy cores.
-SMOKE_RUNS = {"framing": 1500, "capi": 150, "tls": 1500, "parse": 300}
+SMOKE_RUNS = {"framing": 1000, "capi": 150, "capi_release": 150, "tls": 1000, "parse": 300}
 
 
 def environment():
@@ -113,7 +116,7 @@ def smoke(names):
         artifacts = os.path.join(BUILD, "artifacts", name) + "/"
         os.makedirs(artifacts, exist_ok=True)
         env["FUZZ_ARTIFACT_DIR"] = artifacts
-        corpus = os.path.join(HERE, "corpus", name)
+        corpus = os.path.join(HERE, "corpus", CORPUS.get(name, name))
         scratch = tempfile.mkdtemp(prefix=f"fuzz-smoke-{name}-")
         count = len(os.listdir(corpus))
         arguments = ["-seed=1", f"-runs={count + SMOKE_RUNS[name]}", "-timeout=60", "-rss_limit_mb=4096",
@@ -151,7 +154,7 @@ def long_run(names, seconds):
         before = set(os.listdir(artifacts))
         arguments = [f"-max_total_time={seconds}", "-timeout=60", "-rss_limit_mb=4096", "-max_len=4096",
                      "-detect_leaks=0", "-print_final_stats=1", f"-artifact_prefix={artifacts}", work,
-                     os.path.join(HERE, "corpus", name)]
+                     os.path.join(HERE, "corpus", CORPUS.get(name, name))]
         log_path = os.path.join(BUILD, "logs", f"long-{name}.log")
         print(f"fuzz {name}: {seconds} s ...", flush=True)
         code, elapsed, output, command = run_one(name, arguments, env, log_path, timeout=seconds + 600)
@@ -190,7 +193,7 @@ def merge(names):
         if not os.path.isdir(work):
             print(f"{name}: no work corpus (run `make fuzz` first)")
             continue
-        corpus = os.path.join(HERE, "corpus", name)
+        corpus = os.path.join(HERE, "corpus", CORPUS.get(name, name))
         before = len(os.listdir(corpus))
         code, elapsed, output, command = run_one(name, ["-merge=1", "-timeout=60", "-detect_leaks=0", corpus, work], env,
                                                  os.path.join(BUILD, "logs", f"merge-{name}.log"), timeout=3600)
