@@ -693,6 +693,11 @@ static void released(void *handle, void *userdata, int result) {
     if (userdata) atomic_store(&((context_t *)userdata)->retired, 1);
 }
 
+/* A delegate change that returned SK_OK retires the userdata it replaced. */
+static void retire_replaced(void *old, context_t *context, int result) {
+    if (result == SK_OK && old && old != context) atomic_store(&((context_t *)old)->retired, 1);
+}
+
 static void *userdata_of_socket(sk_socket_t *sock) {
     void *userdata = NULL;
     sk_socket_get_userdata(sock, &userdata);
@@ -879,9 +884,7 @@ static void op_socket_config(fz_input_t *input) {
         const void *delegate = delegate_arg(input, 0, &size);
         void *old = userdata_of_socket(sock);
         context_t *context = new_context(K_SOCKET);
-        if (sk_socket_set_delegate(sock, delegate, size, context) == SK_OK && old && old != context) {
-            atomic_store(&((context_t *)old)->retired, 1);
-        }
+        retire_replaced(old, context, sk_socket_set_delegate(sock, delegate, size, context));
         break;
     }
     case 23: sk_socket_set_callback_queue(sock, fz_u8(input) % 2 ? NULL : QUEUE(input)); break;
@@ -1095,9 +1098,7 @@ static void op_udp(fz_input_t *input) {
         const void *delegate = delegate_arg(input, 1, &size);
         void *old = userdata_of_udp(sock);
         context_t *context = new_context(K_UDP);
-        if (sk_udp_socket_set_delegate(sock, delegate, size, context) == SK_OK && old && old != context) {
-            atomic_store(&((context_t *)old)->retired, 1);
-        }
+        retire_replaced(old, context, sk_udp_socket_set_delegate(sock, delegate, size, context));
         break;
     }
     case 1: sk_udp_socket_set_callback_queue(sock, fz_u8(input) % 2 ? NULL : QUEUE(input)); break;

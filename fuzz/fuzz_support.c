@@ -203,6 +203,16 @@ void fz_close_with_reset(int fd) {
     close(fd);
 }
 
+void fz_certificate_paths(const char *fuzzer, char cert[512], char key[512]) {
+    const char *directory = getenv("FUZZ_CERT_DIR");
+    if (!directory) {
+        fprintf(stderr, "%s: set FUZZ_CERT_DIR to a directory with cert.pem and key.pem (fuzz/run.py does)\n", fuzzer);
+        exit(2);
+    }
+    snprintf(cert, 512, "%s/cert.pem", directory);
+    snprintf(key, 512, "%s/key.pem", directory);
+}
+
 const char *fz_error_name(int code) {
     return code == 0 ? "SK_OK" : sk_error_name(code);
 }

@@ -89,6 +89,10 @@ int fz_wait_sent(int fd, double deadline);
 /* Closes with a reset (SO_LINGER 0). */
 void fz_close_with_reset(int fd);
 
+/* cert.pem and key.pem of FUZZ_CERT_DIR (run.py makes them), each at most 511 bytes of path;
+ * exits with a message naming `fuzzer` when it is not set. */
+void fz_certificate_paths(const char *fuzzer, char cert[512], char key[512]);
+
 /* The name of an error code, for messages. */
 const char *fz_error_name(int code);
 

@@ -700,13 +700,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
     fz_context_printer = print_context;
-    const char *certificates = getenv("FUZZ_CERT_DIR");
-    if (!certificates) {
-        fprintf(stderr, "parse_fuzzer: set FUZZ_CERT_DIR to a directory with cert.pem and key.pem (fuzz/run.py does)\n");
-        exit(2);
-    }
-    snprintf(cert_file, sizeof cert_file, "%s/cert.pem", certificates);
-    snprintf(key_file, sizeof key_file, "%s/key.pem", certificates);
+    fz_certificate_paths("parse_fuzzer", cert_file, key_file);
     snprintf(temp_directory, sizeof temp_directory, "/tmp/sk-parse-fuzz-%d", (int)getpid());
     mkdir(temp_directory, 0700);
     if (sk_loop_group_create(1, &group, NULL) != SK_OK) abort();

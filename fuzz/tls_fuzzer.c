@@ -320,13 +320,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     sigemptyset(&pipe_signal);
     sigaddset(&pipe_signal, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe_signal, NULL);
-    const char *certificates = getenv("FUZZ_CERT_DIR");
-    if (!certificates) {
-        fprintf(stderr, "tls_fuzzer: set FUZZ_CERT_DIR to a directory with cert.pem and key.pem (fuzz/run.py does)\n");
-        exit(2);
-    }
-    snprintf(cert_file, sizeof cert_file, "%s/cert.pem", certificates);
-    snprintf(key_file, sizeof key_file, "%s/key.pem", certificates);
+    fz_certificate_paths("tls_fuzzer", cert_file, key_file);
     sk_error_t error;
     delegate.did_accept = did_accept;
     delegate.did_secure = did_secure;
