@@ -25,7 +25,6 @@ import socket
 import ssl
 import struct
 import subprocess
-import sys
 import threading
 import time
 
