@@ -361,6 +361,37 @@ static size_t size_value(fz_input_t *input) {
     return fz_size(input);
 }
 
+/* A Unix-domain address whose path has a NUL followed by more bytes is refused: the kernel
+ * would end the path at the NUL (an abstract address, first byte NUL, is taken as given). */
+static void op_unix_address(fz_input_t *input) {
+    struct sockaddr_un address;
+    memset(&address, 0, sizeof address);
+    address.sun_family = AF_UNIX;
+    size_t used = (size_t)snprintf(address.sun_path, sizeof address.sun_path, "%s/u%d", temp_directory, fz_u8(input) % 4);
+    uint8_t kind = fz_u8(input) % 3;
+    if (kind == 1) {
+        address.sun_path[used] = 0;
+        memcpy(address.sun_path + used + 1, "more", 4);
+        used += 5;
+    } else if (kind == 2) {
+        memmove(address.sun_path + 1, address.sun_path, used);
+        address.sun_path[0] = 0;
+        used += 1;
+    }
+    socklen_t length = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + used + (kind == 0));
+    snprintf(context_line, sizeof context_line, "unix address (%s)", kind == 0 ? "plain" : kind == 1 ? "NUL then more" : "abstract");
+    sk_socket_t *sock = NULL;
+    FZ_CHECK(sk_socket_create(&quiet_delegate, sizeof quiet_delegate, NULL, NULL, group, &sock, NULL) == SK_OK, "create");
+    sk_error_t error;
+    int result = sk_socket_connect_to_address(sock, (struct sockaddr *)&address, length, NULL, 1, &error);
+    if (kind == 1) {
+        FZ_CHECK(result == SK_ERR_BAD_PARAM, "%s: %s", context_line, fz_error_name(result));
+    } else {
+        FZ_CHECK(result == SK_OK, "%s: %s (%s)", context_line, fz_error_name(result), result ? error.message : "");
+    }
+    sk_socket_release(sock);
+}
+
 static void op_tcp_setters(fz_input_t *input) {
     sk_socket_t *sock = NULL;
     FZ_CHECK(sk_socket_create(&quiet_delegate, sizeof quiet_delegate, NULL, NULL, group, &sock, NULL) == SK_OK, "create");
@@ -588,16 +619,22 @@ static void op_tls(fz_input_t *input) {
             FILE *file = fopen(cert_file, "r");
             size_t length = file ? fread(pem, 1, sizeof pem - 1, file) : 0;
             if (file) fclose(file);
-            uint8_t kind = fz_u8(input) % 3;
+            uint8_t kind = fz_u8(input) % 4;
             if (kind == 1 && length > 40) length = fz_range(input, 1, length - 30);
-            int nul = kind == 2 && length > 10;
-            if (nul) pem[fz_range(input, 1, length - 2)] = 0;
+            int nul = (kind == 2 && length > 10) || kind == 3;
+            if (kind == 2 && nul) pem[fz_range(input, 1, length - 2)] = 0;
+            if (kind == 3) {
+                /* The whole certificate, then a NUL and more: OpenSSL would read the part
+                 * before the NUL, a valid certificate, and never see the rest. */
+                memcpy(pem + length, "\0-----BEGIN GARBAGE-----", 25);
+                length += 25;
+            }
             result = sk_tls_settings_set_certificate_chain_pem(settings, pem, length);
             has_certificate = 1;
             bad_certificate = kind != 0;
             bad_pem = nul;
             used += (size_t)snprintf(context_line + used, sizeof context_line - used, " certificate-pem(%s)",
-                                     kind == 0 ? "whole" : kind == 1 ? "cut" : "NUL inside");
+                                     kind == 0 ? "whole" : kind == 1 ? "cut" : kind == 2 ? "NUL inside" : "NUL after");
             break;
         }
         case 4: {
@@ -711,7 +748,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz_input_t input;
     fz_input_init(&input, data, size);
     for (int op = 0; op < 16 && !fz_input_empty(&input); op++) {
-        switch (fz_u8(&input) % 6) {
+        switch (fz_u8(&input) % 7) {
+        case 6: op_unix_address(&input); break;
         case 0: op_address(&input); break;
         case 1: op_lookup(&input); break;
         case 2: op_interface(&input); break;
