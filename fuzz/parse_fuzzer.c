@@ -327,25 +327,19 @@ static void op_interface(fz_input_t *input) {
             uint16_t bound = 0;
             FZ_CHECK(sk_socket_get_local_port(listener, &bound) == SK_OK && bound != 0, "%s: no port", context_line);
             if (port > 0) FZ_CHECK(bound == port, "%s: listening on port %u", context_line, bound);
-            /* A listener's disconnect returns with its descriptors closed: the port is free
-             * at once (a bind that a listening socket on it would refuse succeeds). */
-            int ipv4 = sk_socket_is_ipv4(listener) == 1;
+            /* A listener's disconnect returns with its descriptors closed: its address is
+             * free at once (a bind to exactly that address, which a listening socket on it
+             * would refuse, succeeds; IPv6 only for an IPv6 listener, as SocketKit's are). */
+            struct sockaddr_storage local;
+            socklen_t local_length = sizeof local;
+            FZ_CHECK(sk_socket_get_local_address(listener, (struct sockaddr *)&local, &local_length) > 0, "%s: address",
+                     context_line);
             FZ_CHECK(sk_socket_disconnect(listener) == SK_OK, "%s: disconnect", context_line);
-            int probe = socket(ipv4 ? AF_INET : AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            int probe = socket(local.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
             int one = 1;
             setsockopt(probe, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-            struct sockaddr_storage any = {0};
-            socklen_t any_length;
-            if (ipv4) {
-                ((struct sockaddr_in *)&any)->sin_family = AF_INET;
-                ((struct sockaddr_in *)&any)->sin_port = htons(bound);
-                any_length = sizeof(struct sockaddr_in);
-            } else {
-                ((struct sockaddr_in6 *)&any)->sin6_family = AF_INET6;
-                ((struct sockaddr_in6 *)&any)->sin6_port = htons(bound);
-                any_length = sizeof(struct sockaddr_in6);
-            }
-            int taken = bind(probe, (struct sockaddr *)&any, any_length) == 0;
+            if (local.ss_family == AF_INET6) setsockopt(probe, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+            int taken = bind(probe, (struct sockaddr *)&local, local_length) == 0;
             int error_number = errno;
             close(probe);
             FZ_CHECK(taken, "%s: port %u still taken after sk_socket_disconnect returned (errno %d)", context_line, bound,
