@@ -238,7 +238,7 @@ FUZZ_CLANG   ?= $(dir $(realpath $(shell command -v $(SWIFT))))clang
 FUZZ_COVERAGE := edge,inline-8bit-counters,pc-table,trace-cmp
 FUZZ_SWIFT_FLAGS := -c debug --product socketkit --scratch-path $(FUZZ_BUILD) \
 	-Xswiftc -sanitize=address -Xswiftc -sanitize-coverage=$(FUZZ_COVERAGE) \
-	-Xcc -fsanitize=address -Xcc -fsanitize-coverage=$(FUZZ_COVERAGE) -Xcc -DSOCKETKIT_NO_DIRECT_SYSCALLS
+	-Xcc -fsanitize=address,undefined -Xcc -fno-sanitize-recover=undefined -Xcc -fsanitize-coverage=$(FUZZ_COVERAGE) -Xcc -DSOCKETKIT_NO_DIRECT_SYSCALLS
 
 hardening-test: sanitize fuzz-smoke soak-smoke hostile-test
 	@echo "make hardening-test: sanitizers, fuzz smoke runs, soak and hostile peers passed"
