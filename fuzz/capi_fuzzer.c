@@ -649,6 +649,134 @@ static void release_under_fire(int rounds) {
     pthread_mutex_destroy(&fire.lock);
 }
 
+/* ---- Two callbacks that wait for each other (27.4's scenario) ------------------------------------ */
+
+/* A UDP socket's did_receive, on a serial queue, calls sk_udp_socket_pause_receiving (which
+ * waits for the loop) while a TCP did_read on that loop calls sk_udp_socket_set_delegate on
+ * the UDP socket (which waits for the running UDP callback): both must return, whichever
+ * goes first. Each side waits until the other is inside its callback, then one lets the
+ * other get ahead by a moment. A hang fails the round after 10 s. */
+typedef struct crossing {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int serial_inside, loop_inside, serial_returned, loop_returned;
+    int loop_goes_second;
+    sk_udp_socket_t *udp;
+} crossing_t;
+
+static void crossing_set(crossing_t *crossing, int *flag) {
+    pthread_mutex_lock(&crossing->lock);
+    *flag = 1;
+    pthread_cond_broadcast(&crossing->changed);
+    pthread_mutex_unlock(&crossing->lock);
+}
+
+static int crossing_wait(crossing_t *crossing, int *flag, double seconds) {
+    double deadline = fz_now() + seconds;
+    pthread_mutex_lock(&crossing->lock);
+    while (!*flag && fz_cond_wait_until(&crossing->changed, &crossing->lock, deadline)) {}
+    int set = *flag;
+    pthread_mutex_unlock(&crossing->lock);
+    return set;
+}
+
+static void crossing_spin(double seconds) {
+    double until = fz_now() + seconds;
+    while (fz_now() < until) {}
+}
+
+static void crossing_did_receive(sk_udp_socket_t *sock, const void *data, size_t length, const struct sockaddr *address,
+                                 socklen_t address_length, void *context, void *userdata) {
+    (void)data, (void)length, (void)address, (void)address_length, (void)context;
+    crossing_t *crossing = userdata;
+    pthread_mutex_lock(&crossing->lock);
+    int again = crossing->serial_inside;
+    pthread_mutex_unlock(&crossing->lock);
+    if (again) return;
+    crossing_set(crossing, &crossing->serial_inside);
+    if (!crossing_wait(crossing, &crossing->loop_inside, 10)) return;
+    if (crossing->loop_goes_second) crossing_spin(0.002);
+    FZ_CHECK(sk_udp_socket_pause_receiving(sock) == SK_OK, "pause_receiving from a serial-queue callback");
+    crossing_set(crossing, &crossing->serial_returned);
+}
+
+static void crossing_did_read(sk_socket_t *sock, const void *data, size_t length, long tag, void *userdata) {
+    (void)sock, (void)data, (void)length, (void)tag;
+    crossing_t *crossing = userdata;
+    crossing_set(crossing, &crossing->loop_inside);
+    if (!crossing->loop_goes_second) crossing_spin(0.002);
+    sk_udp_socket_delegate_t nobody;
+    memset(&nobody, 0, sizeof nobody);
+    FZ_CHECK(sk_udp_socket_set_delegate(crossing->udp, &nobody, sizeof nobody, NULL) == SK_OK,
+             "set_delegate of the UDP socket from a loop callback");
+    crossing_set(crossing, &crossing->loop_returned);
+}
+
+static void waits_crossing(int rounds) {
+    for (int round = 0; round < rounds; round++) {
+        crossing_t crossing;
+        memset(&crossing, 0, sizeof crossing);
+        pthread_mutex_init(&crossing.lock, NULL);
+        fz_cond_init(&crossing.changed);
+        crossing.loop_goes_second = round % 2;
+        sk_loop_group_t *group = NULL;
+        sk_callback_queue_t *serial = NULL;
+        FZ_CHECK(sk_loop_group_create(1, &group, NULL) == SK_OK, "crossing: group");
+        FZ_CHECK(sk_callback_queue_create_serial("crossing", &serial, NULL) == SK_OK, "crossing: serial queue");
+        sk_udp_socket_delegate_t udp_delegate;
+        memset(&udp_delegate, 0, sizeof udp_delegate);
+        udp_delegate.did_receive = crossing_did_receive;
+        FZ_CHECK(sk_udp_socket_create(&udp_delegate, sizeof udp_delegate, &crossing, serial, group, &crossing.udp, NULL) ==
+                     SK_OK, "crossing: udp socket");
+        FZ_CHECK(sk_udp_socket_bind_to_port(crossing.udp, "127.0.0.1", 0, NULL) == SK_OK, "crossing: bind");
+        FZ_CHECK(sk_udp_socket_begin_receiving(crossing.udp, NULL) == SK_OK, "crossing: receive");
+        uint16_t udp_port = 0;
+        FZ_CHECK(sk_udp_socket_get_local_port(crossing.udp, AF_INET, &udp_port) == SK_OK && udp_port, "crossing: port");
+
+        int ours = -1, peer = -1;
+        interpose_harness_begin();
+        int paired = fz_tcp_pair(&ours, &peer);
+        interpose_harness_end();
+        FZ_CHECK(paired == 0, "crossing: a TCP pair");
+        sk_socket_delegate_t tcp_delegate;
+        memset(&tcp_delegate, 0, sizeof tcp_delegate);
+        tcp_delegate.did_read = crossing_did_read;
+        sk_socket_t *tcp = NULL;
+        FZ_CHECK(sk_socket_create_from_fd(ours, &tcp_delegate, sizeof tcp_delegate, &crossing, NULL, group, &tcp, NULL) ==
+                     SK_OK, "crossing: adopt");
+        FZ_CHECK(sk_socket_read(tcp, 0, -1, 1, NULL) == SK_OK, "crossing: read");
+
+        /* The datagram first: its callback runs on the serial queue before the loop thread
+         * enters the TCP callback. */
+        interpose_harness_begin();
+        int datagram = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in to = {0};
+        to.sin_family = AF_INET;
+        to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        to.sin_port = htons(udp_port);
+        sendto(datagram, "d", 1, 0, (struct sockaddr *)&to, sizeof to);
+        close(datagram);
+        interpose_harness_end();
+        FZ_CHECK(crossing_wait(&crossing, &crossing.serial_inside, 10), "crossing: the datagram's callback never ran");
+        interpose_harness_begin();
+        send(peer, "x", 1, MSG_NOSIGNAL);
+        interpose_harness_end();
+        FZ_CHECK(crossing_wait(&crossing, &crossing.serial_returned, 10) &&
+                     crossing_wait(&crossing, &crossing.loop_returned, 10),
+                 "round %d: a serial-queue UDP callback's pause_receiving and a loop callback's set_delegate of that "
+                 "socket deadlocked (27.4)", round);
+        FZ_CHECK(sk_socket_release(tcp) == SK_OK, "crossing: release tcp");
+        FZ_CHECK(sk_udp_socket_release(crossing.udp) == SK_OK, "crossing: release udp");
+        FZ_CHECK(sk_loop_group_release(group) == SK_OK, "crossing: release group");
+        FZ_CHECK(sk_callback_queue_release(serial) == SK_OK, "crossing: release queue");
+        interpose_harness_begin();
+        close(peer);
+        interpose_harness_end();
+        pthread_cond_destroy(&crossing.changed);
+        pthread_mutex_destroy(&crossing.lock);
+    }
+}
+
 /* ---- Objects released after their group (26.5's scenario) --------------------------------------- */
 
 /* A UDP socket with a send timer and a TCP socket with a read timer on a group of their own,
@@ -1323,6 +1451,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
      * run but not in every smoke run; the C test that reproduced it needed 500 to 1,100. */
     const char *burst = getenv("FUZZ_FIRE_ROUNDS");
     if (burst) release_under_fire(atoi(burst));
+    /* 27.4's crossing waits, before the first input (FUZZ_CROSSING_ROUNDS): the inputs make
+     * callbacks that call back in, but never this pair on two threads at once. */
+    const char *crossings = getenv("FUZZ_CROSSING_ROUNDS");
+    if (crossings) waits_crossing(atoi(crossings));
     return 0;
 }
 

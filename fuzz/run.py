@@ -36,10 +36,13 @@ CORPUS = {"capi_release": "capi"}
 # Smoke runs: mutations after the corpus, per fuzzer (the corpus is replayed first). Sized
 # so that the whole smoke run takes about two minutes on two busy cores.
 SMOKE_RUNS = {"framing": 1000, "capi": 150, "capi_release": 150, "tls": 1000, "parse": 300}
-# Smoke runs only: the release build's C API fuzzer first runs this many release-under-fire
-# rounds (capi_fuzzer.c, FUZZ_FIRE_ROUNDS; about 10 s), so that 26.3's race is tried the
-# same number of times in every smoke run, whatever the mutations pick (README.md).
-SMOKE_ENV = {"capi_release": {"FUZZ_FIRE_ROUNDS": "300"}}
+# Smoke runs only, fixed scenarios before the first input (capi_fuzzer.c), so that each is
+# tried as often in every smoke run, whatever the mutations pick (README.md): the release
+# build's C API fuzzer runs 300 release-under-fire rounds (FUZZ_FIRE_ROUNDS, about 10 s:
+# 26.3's race); both run 20 rounds of two callbacks that wait for each other
+# (FUZZ_CROSSING_ROUNDS, under a second: 27.4's deadlock).
+SMOKE_ENV = {"capi": {"FUZZ_CROSSING_ROUNDS": "20"},
+             "capi_release": {"FUZZ_FIRE_ROUNDS": "300", "FUZZ_CROSSING_ROUNDS": "20"}}
 
 
 def environment():
@@ -122,6 +125,7 @@ def smoke(names):
         os.makedirs(artifacts, exist_ok=True)
         env["FUZZ_ARTIFACT_DIR"] = artifacts
         env.pop("FUZZ_FIRE_ROUNDS", None)
+        env.pop("FUZZ_CROSSING_ROUNDS", None)
         env.update(SMOKE_ENV.get(name, {}))
         corpus = os.path.join(HERE, "corpus", CORPUS.get(name, name))
         scratch = tempfile.mkdtemp(prefix=f"fuzz-smoke-{name}-")
