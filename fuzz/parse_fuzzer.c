@@ -636,6 +636,7 @@ static void op_tls(fz_input_t *input) {
             result = sk_tls_settings_set_certificate_chain_file(settings, good ? cert_file : key_file);
             has_certificate = 1;
             bad_certificate = !good;
+            bad_pem = 0;   /* the file replaces PEM text given before */
             used += (size_t)snprintf(context_line + used, sizeof context_line - used, " certificate-file(%s)", good ? "good" : "key");
             break;
         }
