@@ -715,7 +715,7 @@ static void op_tls(fz_input_t *input) {
         /* Any answer but a crash. */
     } else if (refuse) {
         FZ_CHECK(result == SK_ERR_TLS_SETTINGS, "%s: check gave %s, the model refuses it", context_line, fz_error_name(result));
-        if (bad_key_log && !empty_peer_name && !bad_cipher && !bad_pem && !bad_versions && !server_incomplete &&
+        if (bad_key_log && !client_requires && !empty_peer_name && !bad_cipher && !bad_pem && !bad_versions && !server_incomplete &&
             !bad_certificate && !bad_key) {
             FZ_CHECK(error.os_error != 0, "%s: a key-log file that cannot be opened, without its errno", context_line);
         }
