@@ -563,6 +563,16 @@ static int lowers_level(const char *list) {
     return 0;
 }
 
+/* Whether the list raises the security level above 3: the harness's P-256 key (128-bit
+ * security, level 3) is then too small, and OpenSSL refuses the certificate ("ee key too
+ * small"). Raising the level is the caller's business; the refusal must be a settings error. */
+static int raises_above_the_keys_level(const char *list) {
+    for (const char *at = strstr(list, "@SECLEVEL="); at; at = strstr(at + 1, "@SECLEVEL=")) {
+        if (at[10] >= '4' && at[10] <= '9') return 1;
+    }
+    return 0;
+}
+
 static int key_log_opens(const char *path) {
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) return 0;
@@ -575,7 +585,8 @@ static void op_tls(fz_input_t *input) {
     sk_tls_settings_t *settings = NULL;
     FZ_CHECK(sk_tls_settings_create(role, &settings, NULL) == SK_OK, "tls settings create");
     int has_certificate = 0, has_key = 0, bad_certificate = 0, bad_key = 0, empty_peer_name = 0, bad_cipher = 0,
-        bad_key_log = 0, bad_pem = 0, bad_versions = 0, minimum = 0, maximum = 0, bad_trust = 0, client_requires = 0;
+        bad_key_log = 0, bad_pem = 0, bad_versions = 0, minimum = 0, maximum = 0, bad_trust = 0, client_requires = 0,
+        level_above_key = 0;
     size_t used = 0;
     used += (size_t)snprintf(context_line + used, sizeof context_line - used, "tls %s:", role ? "server" : "client");
     for (int step = 0; step < 5; step++) {
@@ -594,6 +605,7 @@ static void op_tls(fz_input_t *input) {
             const char *list = cipher_lists[fz_u8(input) % (sizeof cipher_lists / sizeof cipher_lists[0])];
             result = sk_tls_settings_set_cipher_list(settings, list);
             bad_cipher = !openssl_accepts_list(list) || lowers_level(list);
+            level_above_key = raises_above_the_keys_level(list);
             used += (size_t)snprintf(context_line + used, sizeof context_line - used, " ciphers(%s)", list);
             break;
         }
@@ -708,7 +720,8 @@ static void op_tls(fz_input_t *input) {
     bad_versions = effective_maximum < effective_minimum;
     /* "Clients must send a certificate" is a server's setting. */
     int refuse = client_requires || empty_peer_name || bad_cipher || bad_key_log || bad_pem || bad_versions || server_incomplete ||
-                 (has_certificate && bad_certificate) || (has_key && bad_key) || (has_key && !has_certificate);
+                 (has_certificate && bad_certificate) || (has_key && bad_key) || (has_key && !has_certificate) ||
+                 (has_certificate && level_above_key);
     sk_error_t error;
     int result = sk_tls_settings_check(settings, &error);
     if (undecided) {
