@@ -13,7 +13,12 @@
 #                             a package that depends on SocketKit, the DocC build
 #   make docs                 the Swift API reference (DocC archive in .build/docs)
 #   make sanitize             the Swift suite under ThreadSanitizer, then AddressSanitizer
-#                             and LeakSanitizer (~15 minutes; not part of `make test`)
+#                             and LeakSanitizer (part of `make test`, through hardening-test)
+#   make fuzz FUZZ_SECONDS=N  each fuzzer of fuzz/ for N seconds (report: .build-fuzz/fuzz-report.md)
+#   make soak SOAK_MINUTES=N  1,000 connections against the C, Swift and Python echo servers
+#                             for N minutes in all (report: .build/soak/soak-report.md)
+#   make hardening-test       what `make test` runs of the above: sanitize, the fuzzers' smoke
+#                             runs, a two-minute soak, the hostile-peer tests
 #   make bench                the benchmarks (SocketKit beside C epoll, libuv, SwiftNIO,
 #                             asyncio, uvloop; allocations; idle memory), written to
 #                             docs/PERFORMANCE.md (~25 minutes; BENCH_REPS=1 for ~10)
@@ -192,7 +197,8 @@ demo: programs c-prefix $(VENV)/.ready $(SPEEDUPS)
 
 test: spdx-check test-tools library tables-check version-check swift-test compile-checks \
 	sample-test docs c-test cmake-test python-test \
-	python-versions-test python-install-test python-dist-test budget-test
+	python-versions-test python-install-test python-dist-test budget-test \
+	hardening-test
 	@echo "make test: every suite passed"
 
 # Every copy of the event and error tables (Swift, the header, the Python binding, the C
@@ -327,3 +333,57 @@ uninstall:
 clean:
 	rm -rf .build .build-tsan .build-asan
 	@$(MAKE) --no-print-directory -C bindings/c clean
+
+# ---- Hardening (issue 34): sanitizers, fuzzers, soak, hostile peers ------------------------
+# Kept apart from the targets above; `make test` runs hardening-test last. fuzz/README.md says
+# what each fuzzer checks and how to reproduce a finding.
+
+.PHONY: hardening-test fuzz-library fuzz-build fuzz-smoke fuzz soak soak-smoke hostile-test hardening-clean
+
+FUZZ_BUILD   := $(CURDIR)/.build-fuzz
+FUZZ_SECONDS ?= 600
+SOAK_MINUTES ?= 10
+# libFuzzer comes with the Swift toolchain's clang (-fsanitize=fuzzer).
+FUZZ_CLANG   ?= $(dir $(realpath $(shell command -v $(SWIFT))))clang
+# The library the fuzzers load: a debug build (assertions on) with AddressSanitizer and
+# SanitizerCoverage in the engine, so libFuzzer sees the engine's edges and ASan its memory,
+# and glibc's wrappers instead of direct system calls, so fuzz/interpose.c sees every
+# close, write and send.
+FUZZ_COVERAGE := edge,inline-8bit-counters,pc-table,trace-cmp
+FUZZ_SWIFT_FLAGS := -c debug --product socketkit --scratch-path $(FUZZ_BUILD) \
+	-Xswiftc -sanitize=address -Xswiftc -sanitize-coverage=$(FUZZ_COVERAGE) \
+	-Xcc -fsanitize=address,undefined -Xcc -fno-sanitize-recover=undefined -Xcc -fsanitize-coverage=$(FUZZ_COVERAGE) -Xcc -DSOCKETKIT_NO_DIRECT_SYSCALLS
+
+hardening-test: sanitize fuzz-smoke soak-smoke hostile-test
+	@echo "make hardening-test: sanitizers, fuzz smoke runs, soak and hostile peers passed"
+
+fuzz-library: tools
+	$(SWIFT) build $(FUZZ_SWIFT_FLAGS)
+
+fuzz-build: fuzz-library library
+	@$(MAKE) --no-print-directory -C fuzz all release CLANG=$(FUZZ_CLANG) LIBDIR=$(FUZZ_BUILD)/debug OUT=$(FUZZ_BUILD)/fuzzers \
+		RELEASE_LIBDIR=$(STAGE)/lib
+
+# Each fuzzer over its checked-in corpus, then a fixed number of mutations from a fixed seed.
+fuzz-smoke: fuzz-build
+	$(PYTHON) fuzz/run.py smoke
+
+fuzz: fuzz-build
+	$(PYTHON) fuzz/run.py long --seconds $(FUZZ_SECONDS)
+
+# The servers under load: the C example (c-prefix builds it), the Swift bench server (the
+# release build), the Python one (the development virtualenv).
+soak: programs c-prefix $(VENV)/.ready $(SPEEDUPS)
+	@$(MAKE) --no-print-directory -C bindings/c examples SOCKETKIT_PREFIX=$(C_PREFIX)
+	$(PYTHON) bench/soak.py --minutes $(SOAK_MINUTES)
+
+soak-smoke:
+	@$(MAKE) --no-print-directory soak SOAK_MINUTES=2
+
+hostile-test: programs c-prefix test-tools $(VENV)/.ready $(SPEEDUPS)
+	@$(MAKE) --no-print-directory -C bindings/c examples SOCKETKIT_PREFIX=$(C_PREFIX)
+	$(VENV_PY) -m pytest -q -p no:cacheprovider Tests/hostile
+
+clean: hardening-clean
+hardening-clean:
+	rm -rf $(FUZZ_BUILD)

@@ -3,12 +3,14 @@
  * echo_server.c - a line echo server on SocketKit.
  *
  *     echo_server [--port PORT] [--udp-port PORT] [--host ADDRESS] [--raw] [--tls CERT KEY]
+ *                 [--handshake-timeout SECONDS]
  *
  * Accepts on ADDRESS (default 127.0.0.1) and PORT (default 0: the kernel picks one), prints
  * "listening on PORT", and echoes every line each client sends (with --raw: every byte, as
  * soon as it arrives). With --udp-port it also sends every UDP datagram back to its sender.
  * With --tls, every connection starts TLS (server side) with the PEM certificate chain
- * CERT and key KEY before anything is read. Callbacks run on the event loop thread (no callback queue), the
+ * CERT and key KEY before anything is read; a client that has not finished its handshake after
+ * --handshake-timeout seconds (default 30, SocketKit's) is dropped. Callbacks run on the event loop thread (no callback queue), the
  * fastest arrangement. Stops on SIGINT or SIGTERM.
  *
  * Backpressure: a client that sends but does not read its echo would make the server queue
@@ -118,17 +120,19 @@ int main(int argc, char **argv) {
     unsigned port = 0;
     int udp_port = -1;
     const char *tls_certificate = NULL, *tls_key = NULL;
+    double handshake_timeout = 30;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--port") == 0 && i + 1 < argc) port = (unsigned)atoi(argv[++i]);
         else if (strcmp(argv[i], "--host") == 0 && i + 1 < argc) host = argv[++i];
         else if (strcmp(argv[i], "--raw") == 0) raw_mode = 1;
         else if (strcmp(argv[i], "--udp-port") == 0 && i + 1 < argc) udp_port = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--handshake-timeout") == 0 && i + 1 < argc) handshake_timeout = atof(argv[++i]);
         else if (strcmp(argv[i], "--tls") == 0 && i + 2 < argc) {
             tls_certificate = argv[++i];
             tls_key = argv[++i];
         } else {
-            fprintf(stderr, "usage: %s [--port PORT] [--udp-port PORT] [--host ADDRESS] [--raw] [--tls CERT KEY]\n",
-                    argv[0]);
+            fprintf(stderr, "usage: %s [--port PORT] [--udp-port PORT] [--host ADDRESS] [--raw] [--tls CERT KEY] "
+                    "[--handshake-timeout SECONDS]\n", argv[0]);
             return 2;
         }
     }
@@ -159,6 +163,7 @@ int main(int argc, char **argv) {
         if (sk_tls_settings_create(SK_TLS_SERVER, &tls_settings, &error) != SK_OK ||
             sk_tls_settings_set_certificate_chain_file(tls_settings, tls_certificate) != SK_OK ||
             sk_tls_settings_set_private_key_file(tls_settings, tls_key, NULL) != SK_OK ||
+            sk_tls_settings_set_handshake_timeout(tls_settings, handshake_timeout) != SK_OK ||
             sk_tls_settings_check(tls_settings, &error) != SK_OK) {
             fprintf(stderr, "TLS settings: %s\n", error.message);
             return 1;
