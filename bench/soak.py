@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """The soak: 1,000 connections of random-size messages against SocketKit's echo servers.
 
     bench/soak.py [--minutes M] [--connections N] [--servers c,swift,python] [--report PATH]

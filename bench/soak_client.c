@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * soak_client.c - the soak's load: N connections to an echo server, each sending messages
  * of random sizes and checking every byte of the echo, for a while.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * capi_fuzzer.c - sequences of C API calls from several threads.
  *

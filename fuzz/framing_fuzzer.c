@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * framing_fuzzer.c - reads and their framing against a model.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_support.h - what the fuzzers in this folder share: reading a libFuzzer input as a
  * stream of choices, failing with a message (abort: libFuzzer saves the input), waiting on a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * interpose.c - the C API fuzzer's descriptor oracle: close(), write() and the send family,
  * shutdown() and dup2()/dup3() are interposed (definitions in the executable come before

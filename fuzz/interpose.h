@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* interpose.h - the descriptor oracle of the C API fuzzer (interpose.c). */
 #ifndef INTERPOSE_H
 #define INTERPOSE_H

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Writes the fuzzers' seed inputs into fuzz/corpus/<fuzzer>/seed-*, deterministically.
 
     fuzz/make_seeds.py            (re)writes every seed-* file; other corpus files stay

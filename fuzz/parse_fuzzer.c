@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * parse_fuzzer.c - addresses, host and interface text, and every settings setter, against
  * models: the C library (inet_ntop, getnameinfo, getaddrinfo with AI_NUMERICHOST, getifaddrs),

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Runs the fuzzers of this folder (built by `make fuzz-build` into .build-fuzz/fuzzers).
 
     run.py smoke   [--only NAME ...]     each fuzzer over its checked-in corpus, then a fixed

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * tls_fuzzer.c - a SocketKit TLS server fed mutated handshakes.
  *

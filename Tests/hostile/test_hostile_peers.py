@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Hostile peers against the echo servers SocketKit ships: the C example
 (bindings/c/examples/echo_server.c), the Swift bench server (bench/swift-echo) and the Python
 bench server (bench/python-echo/sk_echo.py), each in a process of its own, over loopback.
