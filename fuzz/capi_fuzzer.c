@@ -368,6 +368,12 @@ static void cb_udp_receive(sk_udp_socket_t *s, const void *d, size_t l, const st
     (void)s; (void)d; (void)l; (void)a; (void)al; (void)c;
     enter(u, "udp did_receive");
 }
+static void cb_udp_receive_info(sk_udp_socket_t *s, const void *d, size_t l, const struct sockaddr *a, socklen_t al,
+                                const sk_udp_packet_info_t *info, void *c, void *u) {
+    (void)s; (void)d; (void)l; (void)a; (void)al; (void)c;
+    FZ_CHECK(info != NULL && info->destination_length <= sizeof info->destination, "packet info out of bounds");
+    enter(u, "udp did_receive_with_packet_info");
+}
 static void cb_udp_receive_error(sk_udp_socket_t *s, const sk_error_t *e, void *u) { (void)s; (void)e; enter(u, "udp did_receive_error"); }
 static void cb_udp_close(sk_udp_socket_t *s, const sk_error_t *e, void *u) { (void)s; (void)e; enter(u, "udp did_close"); }
 
@@ -472,6 +478,7 @@ static void init_delegates(void) {
     udp_delegate.did_receive = cb_udp_receive;
     udp_delegate.did_receive_error = cb_udp_receive_error;
     udp_delegate.did_close = cb_udp_close;
+    udp_delegate.did_receive_with_packet_info = cb_udp_receive_info;
     /* delegate_space: the full delegate, then zeros (a larger struct whose new members are
      * NULL); case 6 of delegate_arg is not a whole number of members. */
     memcpy(delegate_space[0], &socket_delegate, sizeof socket_delegate);
@@ -1325,6 +1332,12 @@ static void op_queues_and_groups(fz_input_t *input) {
             if (event->kind == SK_EVENT_TRUST && event->trust) {
                 sk_socket_answer_trust(event->sock, event->trust->token, (int)(next_random() % 2));
             }
+            if (event->kind == SK_EVENT_UDP_RECEIVE_PACKET_INFO) {
+                const sk_udp_packet_info_t *info = sk_udp_event_packet_info(event);
+                FZ_CHECK(info != NULL && info->destination_length <= sizeof info->destination, "packet info record");
+            } else {
+                FZ_CHECK(sk_udp_event_packet_info(event) == NULL, "packet info on an event of kind %d", event->kind);
+            }
             if (event->kind == SK_EVENT_READ && event->length) {
                 volatile unsigned char sum = 0;
                 for (size_t k = 0; k < event->length; k++) sum += ((const unsigned char *)event->data)[k];
@@ -1371,8 +1384,167 @@ static void op_queues_and_groups(fz_input_t *input) {
     }
 }
 
+/* ---- Beyond CocoaAsyncSocket and the log (issues 31, 32) --------------------------------------- */
+
+static atomic_ulong log_records;
+static void log_callback(int level, const char *subsystem, const char *message, void *userdata) {
+    FZ_CHECK(userdata == &log_records && subsystem != NULL && message != NULL && level >= SK_LOG_ERROR &&
+             level <= SK_LOG_DEBUG, "log record");
+    atomic_fetch_add(&log_records, 1);
+}
+
+/* A descriptor for the calls that take one: never a canary (the oracle would take a socket
+ * that adopts it, or a write through it, for the library touching the harness's own), but
+ * closed, out-of-range numbers, or a fresh one of a given kind that the caller closes. */
+static int fresh_fd(fz_input_t *input, int *owned) {
+    *owned = 0;
+    switch (fz_u8(input) % 6) {
+    case 0: return -1;
+    case 1: return INT_MAX;
+    case 2: return 1 << 20;
+    case 3: {
+        /* A regular file open for reading and writing, unlinked. */
+        char path[96];
+        snprintf(path, sizeof path, "%s/fileXXXXXX", temp_directory);
+        int fd = mkstemp(path);
+        if (fd < 0) return -1;
+        unlink(path);
+        if (write(fd, scratch, fz_range(input, 0, 64)) < 0) { /* an empty file is fine too */ }
+        *owned = 1;
+        return fd;
+    }
+    case 4: {
+        /* A TCP socket bound to a loopback port the kernel picks, listening or not. */
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) return -1;
+        struct sockaddr_in in = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        if (fz_u8(input) % 4) (void)bind(fd, (struct sockaddr *)&in, sizeof in);
+        if (fz_u8(input) % 2) (void)listen(fd, 8);
+        *owned = 1;
+        return fd;
+    }
+    default: {
+        /* Neither a socket nor a regular file: a pipe's end. */
+        int ends[2];
+        if (pipe2(ends, O_CLOEXEC) != 0) return -1;
+        close(ends[0]);
+        *owned = 1;
+        return ends[1];
+    }
+    }
+}
+
+static void op_beyond(fz_input_t *input) {
+    sk_socket_t *sock = SOCK(input);
+    sk_udp_socket_t *udp = UDP(input);
+    sk_error_t *error = error_arg(input);
+    double seconds = 0;
+    size_t size = 0;
+    int owned = 0, fd;
+    switch (fz_u8(input) % 32) {
+    case 0: sk_socket_close_write_stream(sock); break;
+    case 1: sk_socket_disconnect_with_reset(sock); break;
+    case 2: sk_socket_set_user_timeout(sock, fz_timeout(input), error); break;
+    case 3: sk_socket_get_user_timeout(sock, fz_u8(input) % 2 ? &seconds : NULL); break;
+    case 4: sk_socket_set_fast_open(sock, int_arg(input)); sk_socket_get_fast_open(sock); break;
+    case 5: sk_socket_set_reuse_port(sock, int_arg(input)); sk_socket_get_reuse_port(sock); break;
+    case 6: sk_socket_set_accepts_on_every_loop(sock, int_arg(input)); sk_socket_get_accepts_on_every_loop(sock); break;
+    case 7: {
+        int value = int_arg(input);
+        int level = fz_u8(input) % 2 ? SOL_SOCKET : IPPROTO_TCP;
+        sk_socket_set_socket_option(sock, level, int_arg(input), fz_u8(input) % 8 ? &value : NULL,
+                                    fz_u8(input) % 4 ? sizeof value : fz_size(input), error);
+        break;
+    }
+    case 8: sk_socket_clear_socket_options(sock); break;
+    case 9: sk_socket_set_resolution_delay(sock, fz_timeout(input)); break;
+    case 10: sk_socket_get_resolution_delay(sock, fz_u8(input) % 2 ? &seconds : NULL); break;
+    case 11: sk_socket_set_receives_descriptors(sock, int_arg(input)); sk_socket_get_receives_descriptors(sock); break;
+    case 12: {
+        int fds[4];
+        sk_socket_take_received_descriptors(sock, fz_u8(input) % 4 ? fds : NULL, fz_range(input, 0, 4), error);
+        int taken = sk_socket_take_received_descriptors(sock, fds, 4, error);
+        for (int i = 0; i < taken && i < 4; i++) close(fds[i]);
+        break;
+    }
+    case 13: {
+        pid_t pid;
+        uid_t uid;
+        gid_t gid;
+        sk_socket_get_peer_credentials(sock, fz_u8(input) % 2 ? &pid : NULL, &uid, fz_u8(input) % 2 ? &gid : NULL, error);
+        break;
+    }
+    case 14: {
+        size_t capacity;
+        const void *name = fz_u8(input) % 8 ? buffer_arg(input, &capacity) : NULL;
+        sk_socket_accept_on_abstract_unix_name(sock, name, fz_range(input, 0, 120), error);
+        break;
+    }
+    case 15: {
+        size_t capacity;
+        const void *name = fz_u8(input) % 8 ? buffer_arg(input, &capacity) : NULL;
+        sk_socket_connect_to_abstract_unix_name(sock, name, fz_range(input, 0, 120), fz_timeout(input), error);
+        break;
+    }
+    case 16: {
+        /* On success the listener owns the descriptor; on failure it is still ours. */
+        fd = fresh_fd(input, &owned);
+        int fds[2] = {fd, fz_u8(input) % 4 ? fd : -1};
+        int result = sk_socket_accept_on_fds(sock, fz_u8(input) % 8 ? fds : NULL, fz_range(input, 0, 2), error);
+        if (owned && result != SK_OK) close(fd);
+        break;
+    }
+    case 17: {
+        int fds[4];
+        sk_socket_activation_fds(fz_u8(input) % 2 ? fds : NULL, fz_range(input, 0, 4), 0, error);
+        break;
+    }
+    case 18: {
+        fd = fresh_fd(input, &owned);
+        sk_socket_read_to_file(sock, fz_size(input), fd, fz_timeout(input), (long)fz_u8(input), error);
+        if (owned) close(fd); /* SocketKit writes through a duplicate */
+        break;
+    }
+    case 19: {
+        fd = fresh_fd(input, &owned);
+        sk_socket_write_file(sock, fd, (int64_t)int_arg(input), fz_size(input), fz_timeout(input), (long)fz_u8(input), error);
+        if (owned) close(fd); /* SocketKit reads through a duplicate */
+        break;
+    }
+    case 20: {
+        fd = fresh_fd(input, &owned);
+        int fds[3] = {fd, fd, -1};
+        sk_socket_write_with_descriptors(sock, fz_u8(input) % 8 ? scratch : NULL, fz_range(input, 0, 64),
+                                         fz_u8(input) % 8 ? fds : NULL, fz_u8(input) % 4 ? fz_range(input, 0, 2) : fz_size(input),
+                                         fz_timeout(input), (long)fz_u8(input), error);
+        if (owned) close(fd); /* SocketKit passes duplicates */
+        break;
+    }
+    case 21: sk_udp_socket_join_multicast_source(udp, text_arg(input), text_arg(input), fz_u8(input) % 2 ? NULL : text_arg(input), error); break;
+    case 22: sk_udp_socket_leave_multicast_source(udp, text_arg(input), text_arg(input), fz_u8(input) % 2 ? NULL : text_arg(input), error); break;
+    case 23: sk_udp_socket_set_receives_packet_info(udp, int_arg(input), error); sk_udp_socket_get_receives_packet_info(udp); break;
+    case 24: sk_udp_socket_set_receive_offload(udp, int_arg(input), error); sk_udp_socket_get_receive_offload(udp); break;
+    case 25: sk_udp_socket_set_send_segment_size(udp, fz_u8(input) % 2 ? fz_range(input, 0, 2000) : fz_size(input), error); break;
+    case 26: sk_udp_socket_get_send_segment_size(udp, fz_u8(input) % 2 ? &size : NULL); break;
+    case 27: FZ_CHECK(sk_udp_event_packet_info(NULL) == NULL, "packet info of no event"); break;
+    case 28: {
+        /* The log: a callback, another level, off; records may come from any thread. */
+        int level = fz_u8(input) % 8 ? (int)(fz_u8(input) % 5) : int_arg(input);
+        sk_log_set_callback(fz_u8(input) % 4 ? log_callback : NULL, level, &log_records);
+        break;
+    }
+    default: {
+        /* The stream calls of a session, in a row: what a protocol at its end does. */
+        sk_socket_write(sock, scratch, fz_range(input, 1, 64), fz_timeout(input), 1, error);
+        sk_socket_close_write_stream(sock);
+        if (fz_u8(input) % 2) sk_socket_disconnect_with_reset(sock);
+        break;
+    }
+    }
+}
+
 static void run_op(fz_input_t *input) {
-    switch (fz_u8(input) % 16) {
+    switch (fz_u8(input) % 17) {
     case 0:
     case 1: op_create(input); break;
     case 2: op_release(input); break;
@@ -1387,6 +1559,7 @@ static void run_op(fz_input_t *input) {
     case 11: op_tls_settings(input); break;
     case 12:
     case 13: op_udp(input); break;
+    case 14: op_beyond(input); break;
     default: op_queues_and_groups(input); break;
     }
 }

@@ -45,6 +45,7 @@ struct DelegateNameTests {
         "didConnect": "udpSocket(_:didConnectToAddress:)", "didNotConnect": "udpSocket(_:didNotConnect:)",
         "didSend": "udpSocket(_:didSendDataWithTag:)", "didNotSend": "udpSocket(_:didNotSendDataWithTag:dueToError:)",
         "didReceive": "udpSocket(_:didReceive:fromAddress:withFilterContext:)",
+        "didReceiveWithPacketInfo": "udpSocket(_:didReceive:fromAddress:packetInfo:withFilterContext:)",
         "didReceiveError": "udpSocket(_:didReceiveError:)", "didClose": "udpSocketDidClose(_:withError:)",
     ]
 
@@ -226,6 +227,8 @@ final class UdpExactDelegate: UdpSocketDelegate {
     func udpSocket(_ sock: UdpSocket, didNotSendDataWithTag tag: Int, dueToError error: SocketError) { names.note() }
     func udpSocket(_ sock: UdpSocket, didReceive data: [UInt8], fromAddress address: SocketAddress,
                    withFilterContext context: (any Sendable)?) { names.note() }
+    func udpSocket(_ sock: UdpSocket, didReceive data: [UInt8], fromAddress address: SocketAddress,
+                   packetInfo: UdpPacketInfo, withFilterContext context: (any Sendable)?) { names.note() }
     func udpSocket(_ sock: UdpSocket, didReceiveError error: SocketError) { names.note() }
     func udpSocketDidClose(_ sock: UdpSocket, withError error: SocketError?) { names.note() }
 }
@@ -238,6 +241,8 @@ final class UdpNearMissDelegate: UdpSocketDelegate {
     func udpSocket(_ sock: UdpSocket, didNotSendDataWithTag tag: Int, dueToError error: Error) { names.note() }
     func udpSocket(_ sock: UdpSocket, didReceiveData data: [UInt8], fromAddress address: SocketAddress,
                    withFilterContext context: (any Sendable)?) { names.note() }
+    func udpSocket(_ sock: UdpSocket, didReceiveData data: [UInt8], fromAddress address: SocketAddress,
+                   packetInfo: UdpPacketInfo, withFilterContext context: (any Sendable)?) { names.note() }
     func udpSocket(_ sock: UdpSocket, didReceiveError error: Error) { names.note() }
     func udpSocketDidClose(_ sock: UdpSocket, withError error: Error?) { names.note() }
 }
@@ -251,6 +256,8 @@ final class MainActorUdpExactDelegate: MainActorUdpSocketDelegate {
     func udpSocket(_ sock: UdpSocket, didNotSendDataWithTag tag: Int, dueToError error: SocketError) { names.note() }
     func udpSocket(_ sock: UdpSocket, didReceive data: [UInt8], fromAddress address: SocketAddress,
                    withFilterContext context: (any Sendable)?) { names.note() }
+    func udpSocket(_ sock: UdpSocket, didReceive data: [UInt8], fromAddress address: SocketAddress,
+                   packetInfo: UdpPacketInfo, withFilterContext context: (any Sendable)?) { names.note() }
     func udpSocket(_ sock: UdpSocket, didReceiveError error: SocketError) { names.note() }
     func udpSocketDidClose(_ sock: UdpSocket, withError error: SocketError?) { names.note() }
 }
@@ -264,6 +271,8 @@ final class MainActorUdpNearMissDelegate: MainActorUdpSocketDelegate {
     func udpSocket(_ sock: UdpSocket, didNotSendDataWithTag tag: Int, dueToError error: Error) { names.note() }
     func udpSocket(_ sock: UdpSocket, didReceiveData data: [UInt8], fromAddress address: SocketAddress,
                    withFilterContext context: (any Sendable)?) { names.note() }
+    func udpSocket(_ sock: UdpSocket, didReceiveData data: [UInt8], fromAddress address: SocketAddress,
+                   packetInfo: UdpPacketInfo, withFilterContext context: (any Sendable)?) { names.note() }
     func udpSocket(_ sock: UdpSocket, didReceiveError error: Error) { names.note() }
     func udpSocketDidClose(_ sock: UdpSocket, withError error: Error?) { names.note() }
 }
