@@ -244,10 +244,13 @@ def udp_did_receive_py(handle: int, data: int, length: int, address: int, addres
                    ip_address_at(address, address_length), context)
 
 
-@_ffi.UDP_DID_RECEIVE_WITH_PACKET_INFO
-def _udp_did_receive_with_packet_info(handle, data, length, address, address_length, info, context, userdata):
+def _udp_did_receive_with_packet_info_py(handle: int, data: int, length: int, address: int, address_length: int,
+                                         info: int, context: Optional[int], userdata: Optional[int]) -> None:
     on_udp_receive_with_packet_info(handle, ctypes.string_at(data, length) if length else b"",
                                     ip_address_at(address, address_length), packet_info_at(info), context)
+
+
+_udp_did_receive_with_packet_info = _ffi.UDP_DID_RECEIVE_WITH_PACKET_INFO(_udp_did_receive_with_packet_info_py)
 
 
 # Delegate method -> (C delegate member, its trampoline), per kind. The trampolines stay

@@ -399,6 +399,8 @@ class Socket(SocketIO, Handle):
         option the kernel refuses makes the accept raise (OSError subclass with its errno),
         or fails the connection attempt (``socket_did_disconnect``). Empty or over 1024
         bytes, more than 64 options: BadParamError."""
+        # The buffer the pointer points into stays referenced (`data`) until the call returns.
+        data: Union[ctypes.c_int, "ctypes.Array[ctypes.c_char]"]
         if isinstance(value, int) and not isinstance(value, bool):
             data = ctypes.c_int(check_int(value))
             pointer, length = ctypes.addressof(data), ctypes.sizeof(data)
