@@ -23,6 +23,16 @@
 /// came with the peer's Finished): a first request and its answer do not wait for a
 /// delayed ACK even with `Socket.noDelay` off.
 ///
+/// Files are read again when they change: each new connection (each `startTLS`) stats the
+/// certificate chain, private key and trust file or directory it names (device, inode,
+/// modification time to the nanosecond, size) and, when one differs from what its shared
+/// context was made from, makes a new context from the current files. A renewed
+/// certificate is therefore served to the next client without a restart; connections
+/// already made keep theirs. Replace files by renaming over them (as certbot does), the
+/// chain and its key both before the next connection: a connection that starts while the
+/// two do not match fails with `.tlsSettings`, and the one after it tries again. The
+/// system trust store (`.system`) is read once.
+///
 /// What TLS does not do: renegotiation (TLS 1.2 and older) is refused (a peer's request is
 /// answered with a no_renegotiation alert; a peer that insists ends the connection with
 /// `.tlsFailed`); revocation is not checked (no CRL, OCSP or stapling: use manual trust

@@ -1380,3 +1380,94 @@ void test_tls_writes_queued_while_connecting_survive_a_release(void) {
     recorder_destroy(&server);
     recorder_destroy(&client);
 }
+
+/* Copies the test certificate file `name` to `path`, through `path`.new renamed over it
+ * (as certbot replaces certificates) when `by_rename`. */
+static void install_file(const char *name, const char *path, int by_rename) {
+    char *text = read_text(cert_path(name));
+    char target[600];
+    snprintf(target, sizeof target, "%s%s", path, by_rename ? ".new" : "");
+    FILE *file = fopen(target, "w");
+    CHECK(file != NULL);
+    CHECK(fputs(text, file) >= 0);
+    CHECK_EQ(fclose(file), 0);
+    free(text);
+    if (by_rename) CHECK_EQ(rename(target, path), 0);
+}
+
+/* The subject line `openssl s_client` (a client nobody here wrote) prints for the server
+ * certificate it got from 127.0.0.1:`port` (into `subject`); 0 if none. */
+static int s_client_subject(uint16_t port, char *subject, size_t size) {
+    char command[256];
+    snprintf(command, sizeof command, "openssl s_client -connect 127.0.0.1:%u -servername peer.test </dev/null 2>&1",
+             (unsigned)port);
+    FILE *output = popen(command, "r");
+    CHECK(output != NULL);
+    char line[1024];
+    int found = 0;
+    while (fgets(line, sizeof line, output)) {
+        if (!found && strncmp(line, "subject=", 8) == 0) {
+            snprintf(subject, size, "%s", line + 8);
+            found = 1;
+        }
+    }
+    pclose(output);
+    return found;
+}
+
+void test_tls_certificate_files_replaced_on_disk_are_served(void) {
+    char directory[] = "/tmp/socketkit-c-served-XXXXXX";
+    CHECK(mkdtemp(directory) != NULL);
+    char chain[600], key[600];
+    snprintf(chain, sizeof chain, "%s/chain.pem", directory);
+    snprintf(key, sizeof key, "%s/key.pem", directory);
+    install_file("server-chain.pem", chain, 0);
+    install_file("server.key", key, 0);
+    sk_tls_settings_t *serving = NULL;
+    CHECK_EQ(sk_tls_settings_create(SK_TLS_SERVER, &serving, NULL), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_certificate_chain_file(serving, chain), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_private_key_file(serving, key, NULL), SK_OK);
+    tls_server_t server;
+    tls_server_start(&server, serving); /* one settings object for every connection */
+
+    recorder_t before;
+    recorder_init(&before);
+    sk_tls_settings_t *settings = client_settings();
+    sk_socket_t *sock = tls_client(&before, "localhost", server.port, settings);
+    recorder_expect(&before, EVENT_SECURE, 1);
+    char subject[512] = "";
+    CHECK(s_client_subject(server.port, subject, sizeof subject));
+    CHECK(strstr(subject, "CN = localhost") != NULL);
+
+    /* Renewed: the next client gets the new certificate. */
+    install_file("wrong-host-chain.pem", chain, 1);
+    install_file("wrong-host.key", key, 1);
+    CHECK(s_client_subject(server.port, subject, sizeof subject));
+    if (!strstr(subject, "CN = wrong.example")) fprintf(stderr, "after the rename: subject=%s", subject);
+    CHECK(strstr(subject, "CN = wrong.example") != NULL);
+
+    /* Rewritten in place (the same inodes): back to the first one. */
+    install_file("server-chain.pem", chain, 0);
+    install_file("server.key", key, 0);
+    CHECK(s_client_subject(server.port, subject, sizeof subject));
+    CHECK(strstr(subject, "CN = localhost") != NULL);
+
+    /* The connection made first kept its context: it still works, with its certificate. */
+    sk_socket_t *accepted = recorder_accepted(&server.listener_recorder, 0);
+    CHECK_EQ(sk_socket_read_to_length(accepted, 5, -1, 1, NULL), SK_OK);
+    CHECK_EQ(sk_socket_write(sock, "ping\n", 5, -1, 1, NULL), SK_OK);
+    recorder_expect_bytes(&server.server, 5);
+    CHECK_EQ(memcmp(server.server.bytes, "ping\n", 5), 0);
+    CHECK_EQ(sk_socket_read_to_length(sock, 5, -1, 2, NULL), SK_OK);
+    CHECK_EQ(sk_socket_write(accepted, "pong\n", 5, -1, 2, NULL), SK_OK);
+    recorder_expect_bytes(&before, 5);
+    CHECK_EQ(memcmp(before.bytes, "pong\n", 5), 0);
+
+    sk_tls_settings_release(settings);
+    sk_socket_release(sock);
+    recorder_destroy(&before);
+    tls_server_stop(&server);
+    unlink(chain);
+    unlink(key);
+    rmdir(directory);
+}
