@@ -20,8 +20,11 @@ final class TLSContext: @unchecked Sendable {
     private let sessions = LockedValue<[String: OpaquePointer]>([:])
     private let keyLog: UnsafeMutablePointer<FILE>?
 
-    /// The versions of the settings' files this context was made from.
+    /// The versions of the settings' files this context was made from (and of the server
+    /// names' files: a renewed one makes this context again, with the name's new context).
     let stamps: [FileStamp?]
+    /// Servers: the context for each name of `settings.serverNames`, by its matching key.
+    private(set) var named: [String: TLSContext] = [:]
 
     private static let cache = LockedValue<[TLSSettings: TLSContext]>([:])
     /// OpenSSL's security level, the floor for every context: 112-bit security (RSA and DH
@@ -121,6 +124,17 @@ final class TLSContext: @unchecked Sendable {
         }
         try loadTrustRoots()
         try loadIdentity()
+        if settings.role == .server && !settings.serverNames.isEmpty {
+            for (name, namedSettings) in settings.serverNames {
+                guard let key = TLSSettings.serverNameKey(name) else { continue } // validate refused it
+                named[key] = try TLSContext.forSettings(namedSettings)
+            }
+            skc_tls_ctx_set_servername_callback(context) { ssl, _, _ in
+                guard let ssl, let tls = TLSSession.from(ssl) else { return SSL_TLSEXT_ERR_OK }
+                tls.chooseContext()
+                return SSL_TLSEXT_ERR_OK
+            }
+        }
 
         SSL_CTX_set_ex_data(context, 0, Unmanaged.passUnretained(self).toOpaque())
         let verification = settings.effectiveVerification
@@ -162,13 +176,13 @@ final class TLSContext: @unchecked Sendable {
         } else if !alpnWire.isEmpty {
             SSL_CTX_set_alpn_select_cb(context, { ssl, out, outLength, offered, offeredLength, _ in
                 guard let ssl, let tls = TLSSession.from(ssl) else { return SSL_TLSEXT_ERR_NOACK }
-                return tls.context.selectALPN(out: out, outLength: outLength, offered: offered, offeredLength: offeredLength)
+                return tls.servingContext.selectALPN(out: out, outLength: outLength, offered: offered, offeredLength: offeredLength)
             }, nil)
         }
         if keyLog != nil {
             SSL_CTX_set_keylog_callback(context) { ssl, line in
                 guard let ssl, let line, let tls = TLSSession.from(ssl) else { return }
-                tls.context.logKey(line)
+                tls.servingContext.logKey(line)
             }
         }
     }
@@ -255,6 +269,16 @@ final class TLSContext: @unchecked Sendable {
             }
             return String(decoding: bytes, as: UTF8.self)
         }
+    }
+
+    // MARK: Server names
+
+    /// The context for the client's SNI: an exact name, else `*.` and its parent domain.
+    func context(forServerName name: String) -> TLSContext? {
+        guard !named.isEmpty, let key = TLSSettings.serverNameKey(name) else { return nil }
+        if let exact = named[key] { return exact }
+        guard let dot = key.firstIndex(of: ".") else { return nil }
+        return named["*" + key[dot...]]
     }
 
     // MARK: Sessions (clients)
@@ -349,6 +373,7 @@ extension TLSSettings {
     /// trust directory's own stamp changes when a certificate is added to it or removed.
     var filePaths: [String] {
         var paths: [String] = []
+        for (_, named) in serverNames.sorted(by: { $0.key < $1.key }) { paths += named.filePaths }
         if case .file(let path) = certificateChain { paths.append(path) }
         if case .file(let path) = privateKey { paths.append(path) }
         switch trustRoots {

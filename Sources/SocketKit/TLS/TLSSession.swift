@@ -7,6 +7,10 @@ import SocketKitC
 /// OpenSSL's socket BIO, whose `write()` would raise SIGPIPE). Loop thread only.
 final class TLSSession {
     let context: TLSContext
+    /// Servers: the context whose certificate is served, `context` or the one for the
+    /// client's SNI (`TLSSettings.serverNames`). Held here: OpenSSL's callbacks from the
+    /// switched `SSL_CTX` (ALPN, key log) find it through this session.
+    private(set) var servingContext: TLSContext
     let ssl: OpaquePointer
     /// Ciphertext from the network, read by OpenSSL.
     private var networkIn: OpaquePointer
@@ -16,6 +20,16 @@ final class TLSSession {
     /// Clients: the resumption key (peer name and port).
     let sessionKey: String
     let peerName: String?
+
+    /// From OpenSSL's servername callback: serves the certificate of the client's name.
+    func chooseContext() {
+        guard let name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name),
+              let chosen = context.context(forServerName: String(cString: name)) else { return }
+        // The SSL takes the context's certificate and key (and its callbacks); what it
+        // settled at SSL_new (versions, ciphers, verification) stays.
+        guard SSL_set_SSL_CTX(ssl, chosen.context) != nil else { return }
+        servingContext = chosen
+    }
 
     enum Step {
         case done
@@ -33,6 +47,7 @@ final class TLSSession {
 
     init(context: TLSContext, peerName: String?, port: UInt16) throws(SocketError) {
         self.context = context
+        servingContext = context
         self.peerName = peerName
         sessionKey = "\(peerName ?? ""):\(port)"
         ERR_clear_error()

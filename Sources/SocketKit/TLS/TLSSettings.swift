@@ -135,13 +135,26 @@ public struct TLSSettings: Hashable, Sendable {
     /// Skip the automatic verdict: the delegate's `didReceiveTrust` sees the peer's chain
     /// (and what built-in verification concluded) and answers yes or no.
     public var manualTrustEvaluation: Bool
+    /// Servers: the certificate to present for each name a client asks for (SNI, chosen
+    /// while OpenSSL reads the client's hello), as NIOSSL's and asyncio's `sni_callback`.
+    /// A key is a host name, matched without regard to case, or `*.` and a domain for any
+    /// one label in front of it (`*.example.com`: `a.example.com`, not `example.com` or
+    /// `a.b.example.com`); an exact name wins over a wildcard. A name not listed, or no SNI
+    /// (an IP address, an older client): these settings' own certificate. Each value is a
+    /// server's settings whose certificate chain and key (and ALPN list and key-log file)
+    /// serve that name; versions, ciphers and client verification are these settings'
+    /// (OpenSSL has settled them by then). Their files are stamped and read again as these
+    /// settings' own are. A value with names of its own, an empty or malformed name, or
+    /// names on a client is `.tlsSettings`.
+    public var serverNames: [String: TLSSettings]
 
     public init(role: Role = .client, peerName: String? = nil, trustRoots: TrustRoots = .system,
                 certificateChain: Source? = nil, privateKey: Source? = nil, privateKeyPassword: String? = nil,
                 peerVerification: PeerVerification? = nil, minimumVersion: ProtocolVersion = .tls1_2,
                 maximumVersion: ProtocolVersion? = nil, cipherList: String? = nil, cipherSuites: String? = nil,
                 alpnProtocols: [String] = [], sessionResumption: Bool = true, handshakeTimeout: Double = 30,
-                keyLogFile: String? = nil, manualTrustEvaluation: Bool = false) {
+                keyLogFile: String? = nil, manualTrustEvaluation: Bool = false,
+                serverNames: [String: TLSSettings] = [:]) {
         self.role = role
         self.peerName = peerName
         self.trustRoots = trustRoots
@@ -158,6 +171,7 @@ public struct TLSSettings: Hashable, Sendable {
         self.handshakeTimeout = handshakeTimeout
         self.keyLogFile = keyLogFile
         self.manualTrustEvaluation = manualTrustEvaluation
+        self.serverNames = serverNames
     }
 
     /// A server with its certificate chain and key.
@@ -195,6 +209,38 @@ public struct TLSSettings: Hashable, Sendable {
         if role == .client && peerVerification == .requireCertificate {
             throw SocketError(.tlsSettings, "requireCertificate is a server setting")
         }
+        if role == .client && !serverNames.isEmpty {
+            throw SocketError(.tlsSettings, "server names (SNI) are a server setting")
+        }
+        for (name, settings) in serverNames {
+            try name.checkedForC("a server name", code: .tlsSettings)
+            guard TLSSettings.serverNameKey(name) != nil else {
+                throw SocketError(.tlsSettings, "server name \"\(name)\" is not a host name or *. and a domain")
+            }
+            guard settings.role == .server, settings.serverNames.isEmpty else {
+                throw SocketError(.tlsSettings, "the settings for server name \"\(name)\" must be a server's, "
+                                  + "without server names of their own")
+            }
+            do { try settings.validate() } catch {
+                throw SocketError(.tlsSettings, osError: error.osError, "server name \"\(name)\": \(error.message)")
+            }
+        }
+    }
+
+    /// The form names are matched in (lower case, no final dot), or nil for a key that
+    /// is no host name or wildcard.
+    static func serverNameKey(_ name: String) -> String? {
+        var key = name.lowercased()
+        if key.hasSuffix(".") { key.removeLast() }
+        let labels = key.split(separator: ".", omittingEmptySubsequences: false)
+        guard !key.isEmpty, key.utf8.count <= 253 else { return nil }
+        for (index, label) in labels.enumerated() {
+            if label == "*" && index == 0 && labels.count > 2 { continue }
+            guard !label.isEmpty, label.utf8.count <= 63,
+                  label.utf8.allSatisfy({ $0 == 0x2D || $0 == 0x5F || (0x30...0x39).contains($0) || (0x61...0x7A).contains($0) })
+            else { return nil }
+        }
+        return key
     }
 
     /// Every text of the settings that OpenSSL or the file system reads, with its name.

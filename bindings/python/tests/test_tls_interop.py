@@ -473,6 +473,50 @@ def test_a_certificate_renamed_over_on_disk_is_served_to_the_next_python_ssl_cli
         assert before.getpeercert(binary_form=True) == leaf("server")
 
 
+def test_server_names_choose_the_certificate_each_python_ssl_client_asks_for(listeners, certs):
+    settings = certs.server(server_names={"Wrong.Example": certs.server("wrong-host"),
+                                          "*.example.test": certs.server("dns-ip")})
+    listener = listeners(lambda connection: connection.start_tls(settings))
+    context = stdlib_client_context(certs, check_hostname=False)  # the names are checked below
+
+    served = []
+
+    def common_name(server_hostname):
+        with socket.create_connection(("127.0.0.1", listener.port), timeout=WAIT) as raw:
+            with context.wrap_socket(raw, server_hostname=server_hostname) as tls:
+                subject = dict(pair[0] for pair in tls.getpeercert()["subject"])
+                served.append(server_hostname)
+                listener.recorder.expect("secure", len(served))
+                assert listener.recorder.tls_info.server_name == server_hostname  # what the server saw
+                return subject["commonName"]
+
+    assert common_name("wrong.example") == "wrong.example"
+    assert common_name("WRONG.EXAMPLE") == "wrong.example"
+    assert common_name("localhost") == "localhost"
+    assert common_name("a.example.test") == "dns-ip.invalid"
+    assert common_name("a.b.example.test") == "localhost"  # one label only
+    assert common_name("unknown.example") == "localhost"  # unknown: the default
+    assert common_name(None) == "localhost"  # no SNI: the default
+
+
+def test_bad_server_names_raise(certs):
+    named = certs.server("wrong-host")
+    for bad in ("not a name", "*.com", "x\0.example"):
+        with pytest.raises(socketkit.TLSSettingsError):
+            certs.server(server_names={bad: named}).check()
+    with pytest.raises(socketkit.BadParamError):
+        certs.server(server_names={"": named}).check()
+    with pytest.raises(socketkit.TLSSettingsError):
+        certs.server(server_names={"a.example": certs.client()}).check()
+    with pytest.raises(socketkit.TLSSettingsError):
+        certs.client(server_names={"a.example": named}).check()
+    with pytest.raises(socketkit.TLSSettingsError):
+        certs.server(server_names={"a.example": "wrong-host.pem"}).check()  # type: ignore[dict-item]
+    with pytest.raises(socketkit.TLSSettingsError):
+        certs.server(server_names=[("a.example", named)]).check()
+    certs.server(server_names={"a.example": named}).check()
+
+
 def test_a_python_ssl_client_that_drops_tcp_without_close_notify_is_truncation(listeners, certs):
     listener = listeners(lambda connection: (connection.start_tls(certs.server()), connection.read_to_length(100)))
     context = stdlib_client_context(certs)
