@@ -1211,7 +1211,7 @@ int sk_tls_settings_set_manual_trust_evaluation(sk_tls_settings_t *settings, int
 /* Servers: the certificate to present to clients that ask for `name` (SNI). `named` is a
  * server's settings, copied now (later changes to it are not seen): its certificate chain
  * and key (and ALPN list and key-log file) serve the name; versions, ciphers and client
- * verification stay those of `settings`. `name` is a host name, matched without regard to
+ * verification (mode and trust roots) stay those of `settings`. `name` is a host name, matched without regard to
  * case, or "*." and a domain for any one label in front of it; an exact name wins. A name
  * not listed, or no SNI: the certificate of `settings`. `named` NULL removes the name.
  * Their files are stamped and read again as those of `settings` are. Errors:

@@ -44,6 +44,28 @@ import Testing
         #expect(pair.client.tlsInfo?.peerCertificates.first?.subject.contains("CN=localhost") == true)
     }
 
+    /// A name's settings give its certificate; client certificates are still verified by
+    /// the default settings' mode and roots (the name's trust the system store here).
+    @Test func clientCertificatesAreVerifiedAgainstTheDefaultsRoots() throws {
+        var server = TestCertificates.server()
+        server.peerVerification = .requireCertificate
+        server.trustRoots = .file(TestCertificates.path("ca.pem"))
+        server.serverNames = ["wrong.example": TestCertificates.server("wrong-host")]
+        var client = TestCertificates.client(peerName: "wrong.example")
+        client.certificateChain = .file(TestCertificates.path("client-chain.pem"))
+        client.privateKey = .file(TestCertificates.path("client.key"))
+        let pair = try securePair(server: server, client: client)
+        defer { pair.close() }
+        #expect(pair.serverRecorder.waitForSecure(), "\(pair.serverRecorder.events)")
+        #expect(pair.server.tlsInfo?.peerCertificates.first?.subject.contains("SocketKit Test Client") == true)
+        #expect(pair.client.tlsInfo?.peerCertificates.first?.subject.contains("CN=wrong.example") == true)
+
+        let bare = try securePair(server: server, client: TestCertificates.client(peerName: "wrong.example"))
+        defer { bare.close() }
+        let error = bare.serverRecorder.waitForDisconnect()
+        #expect(error??.code == .tlsClientCertificateRequired, "\(String(describing: error))")
+    }
+
     @Test func badServerNamesAreRefused() throws {
         func refused(_ settings: TLSSettings) -> Bool {
             do { _ = try TLSContext.forSettings(settings); return false } catch { return error.code == .tlsSettings }

@@ -129,10 +129,11 @@ final class TLSContext: @unchecked Sendable {
                 guard let key = TLSSettings.serverNameKey(name) else { continue } // validate refused it
                 named[key] = try TLSContext.forSettings(namedSettings)
             }
-            skc_tls_ctx_set_servername_callback(context) { ssl, _, _ in
+            skc_tls_ctx_set_servername_callback(context) { ssl, alert, _ in
                 guard let ssl, let tls = TLSSession.from(ssl) else { return SSL_TLSEXT_ERR_OK }
-                tls.chooseContext()
-                return SSL_TLSEXT_ERR_OK
+                if tls.chooseContext() { return SSL_TLSEXT_ERR_OK }
+                alert?.pointee = SSL_AD_INTERNAL_ERROR
+                return SSL_TLSEXT_ERR_ALERT_FATAL
             }
         }
 

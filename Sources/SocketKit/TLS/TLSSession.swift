@@ -22,13 +22,18 @@ final class TLSSession {
     let peerName: String?
 
     /// From OpenSSL's servername callback: serves the certificate of the client's name.
-    func chooseContext() {
+    /// false: the switch failed (the handshake ends).
+    func chooseContext() -> Bool {
         guard let name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name),
-              let chosen = context.context(forServerName: String(cString: name)) else { return }
+              let chosen = context.context(forServerName: String(cString: name)) else { return true }
         // The SSL takes the context's certificate and key (and its callbacks); what it
-        // settled at SSL_new (versions, ciphers, verification) stays.
-        guard SSL_set_SSL_CTX(ssl, chosen.context) != nil else { return }
+        // settled at SSL_new (versions, ciphers, verify mode and callback) stays. Client
+        // certificates, though, would be verified against the new context's store: pinned
+        // to the default's, so a name's settings cannot widen whom the server trusts.
+        guard SSL_set_SSL_CTX(ssl, chosen.context) != nil,
+              skc_tls_set_verify_store(ssl, SSL_CTX_get_cert_store(context.context)) == 1 else { return false }
         servingContext = chosen
+        return true
     }
 
     enum Step {

@@ -142,8 +142,9 @@ public struct TLSSettings: Hashable, Sendable {
     /// `a.b.example.com`); an exact name wins over a wildcard. A name not listed, or no SNI
     /// (an IP address, an older client): these settings' own certificate. Each value is a
     /// server's settings whose certificate chain and key (and ALPN list and key-log file)
-    /// serve that name; versions, ciphers and client verification are these settings'
-    /// (OpenSSL has settled them by then). Their files are stamped and read again as these
+    /// serve that name; versions, ciphers and client verification (mode and trust roots)
+    /// are these settings' (OpenSSL has settled them by then; the roots are kept on purpose:
+    /// a name's settings cannot widen whom the server trusts). Their files are stamped and read again as these
     /// settings' own are. A value with names of its own, an empty or malformed name, or
     /// names on a client is `.tlsSettings`.
     public var serverNames: [String: TLSSettings]

@@ -149,7 +149,8 @@ class TLSSettings:
       or ``*.`` and a domain for any one label in front of it; an exact name wins. A name
       not listed, or no SNI: these settings' own certificate. Each value is a server's
       settings whose certificate chain and key (and ALPN list and key-log file) serve the
-      name; versions, ciphers and client verification are these settings'.
+      name; versions, ciphers and client verification (mode and trust roots) are these
+      settings'.
 
     Files are read again when they change: each :meth:`Socket.start_tls` stats the
     certificate chain, key and trust file or directory named here and, when one was
