@@ -1158,7 +1158,9 @@ int sk_tls_settings_release(sk_tls_settings_t *settings);
 
 /* Each setter returns SK_OK, SK_ERR_INVALID_HANDLE or SK_ERR_BAD_PARAM. Strings are
  * copied; NULL resets a string setting to its default. Files are read when the settings
- * are first used (sk_socket_start_tls or sk_tls_settings_check). */
+ * are first used (sk_socket_start_tls or sk_tls_settings_check), and again for a new
+ * connection when one changed on disk since (renamed over or rewritten: each
+ * sk_socket_start_tls stats them); connections already made keep what they had. */
 
 /* The name to send as SNI and to verify the server's certificate against (clients).
  * Default (NULL): the host given to connect (the peer's IP address for a raw address or
@@ -1206,6 +1208,18 @@ int sk_tls_settings_set_handshake_timeout(sk_tls_settings_t *settings, double se
 int sk_tls_settings_set_key_log_file(sk_tls_settings_t *settings, const char *path);
 /* 1: did_receive_trust decides instead of the built-in verdict. */
 int sk_tls_settings_set_manual_trust_evaluation(sk_tls_settings_t *settings, int enabled);
+/* Servers: the certificate to present to clients that ask for `name` (SNI). `named` is a
+ * server's settings, copied now (later changes to it are not seen): its certificate chain
+ * and key (and ALPN list and key-log file) serve the name; versions, ciphers and client
+ * verification (mode and trust roots) stay those of `settings`. `name` is a host name, matched without regard to
+ * case, or "*." and a domain for any one label in front of it; an exact name wins. A name
+ * not listed, or no SNI: the certificate of `settings`. `named` NULL removes the name.
+ * Their files are stamped and read again as those of `settings` are. Errors:
+ * SK_ERR_INVALID_HANDLE, SK_ERR_BAD_PARAM (`name` NULL or empty); a malformed name, names
+ * on a client, or `named` a client's or with names of its own: SK_ERR_TLS_SETTINGS from
+ * sk_tls_settings_check and sk_socket_start_tls. */
+int sk_tls_settings_set_server_name_settings(sk_tls_settings_t *settings, const char *name,
+                                             sk_tls_settings_t *named);
 /* Loads the files and checks everything now, as sk_socket_start_tls would.
  * Errors: SK_ERR_TLS_SETTINGS (with the reason), SK_ERR_INVALID_HANDLE. */
 int sk_tls_settings_check(sk_tls_settings_t *settings, sk_error_t *error);

@@ -257,6 +257,14 @@ int skc_tls_set_server_name(SSL *ssl, const char *name) {
     return (int)SSL_set_tlsext_host_name(ssl, name);
 }
 
+int skc_tls_set_verify_store(SSL *ssl, X509_STORE *store) {
+    return (int)SSL_set1_verify_cert_store(ssl, store);
+}
+
+void skc_tls_ctx_set_servername_callback(SSL_CTX *context, int (*callback)(SSL *ssl, int *alert, void *argument)) {
+    SSL_CTX_set_tlsext_servername_callback(context, callback);
+}
+
 void skc_bio_set_mem_eof_return(BIO *bio, int value) {
     BIO_set_mem_eof_return(bio, value);
 }

@@ -209,6 +209,23 @@ public func sk_tls_settings_set_manual_trust_evaluation(_ settings: OpaquePointe
     change(settings) { $0.manualTrustEvaluation = enabled != 0 }
 }
 
+@_cdecl("sk_tls_settings_set_server_name_settings")
+public func sk_tls_settings_set_server_name_settings(_ settings: OpaquePointer?, _ name: UnsafePointer<CChar>?,
+                                                     _ named: OpaquePointer?) -> Int32 {
+    // The named settings' value now (a copy), read before the target's lock is taken: the
+    // two may be one handle, and that is refused (no names inside names) only at check.
+    var value: TLSSettings?
+    if named != nil {
+        do throws(SocketError) { value = try TLSSettingsBox.resolve(named).value.withLock { $0 } } catch {
+            return error.code.rawValue
+        }
+    }
+    return change(settings) { (settings: inout TLSSettings) throws(SocketError) in
+        let key = try path(name, "name")
+        settings.serverNames[key] = value
+    }
+}
+
 @_cdecl("sk_tls_settings_check")
 public func sk_tls_settings_check(_ settings: OpaquePointer?, _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
     reporting(error) { () throws(SocketError) in

@@ -4,8 +4,11 @@ import SocketKitC
 
 /// An `SSL_CTX` made from one `TLSSettings` value, shared by every connection that starts
 /// TLS with equal settings (building a context parses certificates and loads the trust
-/// store: far too slow per connection). Contexts are cached by settings; files named in the
-/// settings are read when the context is first made.
+/// store: far too slow per connection). Contexts are cached by settings and by the version
+/// of each file the settings name (`FileStamp`): every new connection stats those files,
+/// and one replaced or rewritten since the context was made gets a new context, so a
+/// renewed certificate is served without a restart. Connections keep the context they
+/// started with.
 ///
 /// Client contexts keep one resumable session per peer (name and port) when the settings
 /// allow resumption.
@@ -17,20 +20,32 @@ final class TLSContext: @unchecked Sendable {
     private let sessions = LockedValue<[String: OpaquePointer]>([:])
     private let keyLog: UnsafeMutablePointer<FILE>?
 
+    /// The versions of the settings' files this context was made from (and of the server
+    /// names' files: a renewed one makes this context again, with the name's new context).
+    let stamps: [FileStamp?]
+    /// Servers: the context for each name of `settings.serverNames`, by its matching key.
+    private(set) var named: [String: TLSContext] = [:]
+
     private static let cache = LockedValue<[TLSSettings: TLSContext]>([:])
     /// OpenSSL's security level, the floor for every context: 112-bit security (RSA and DH
     /// of 2048 bits, no SHA-1 signatures, no RC4 or export ciphers).
     static let securityLevel: Int32 = 2
     private static let cacheLimit = 64
 
-    /// The shared context for `settings`, made on first use.
+    /// The shared context for `settings`, made on first use and again whenever a file the
+    /// settings name changed on disk since (one entry per settings value: the newest).
     static func forSettings(_ settings: TLSSettings) throws(SocketError) -> TLSContext {
-        if let cached = cache.withLock({ $0[settings] }) { return cached }
-        let made = try TLSContext(settings)
+        // Stamped before the files are read: a file replaced while the context is being made
+        // leaves a stamp older than what the next connection sees, which then makes it again.
+        let stamps = settings.filePaths.map(FileStamp.init(path:))
+        if let cached = cache.withLock({ $0[settings] }), cached.stamps == stamps { return cached }
+        let made = try TLSContext(settings, stamps: stamps)
         return cache.withLock { cache in
-            if let raced = cache[settings] { return raced }
-            if cache.count >= cacheLimit { cache.removeAll() } // contexts in use stay alive through their sessions
-            cache[settings] = made
+            if let raced = cache[settings], raced.stamps == stamps { return raced }
+            if cache.count >= cacheLimit && cache[settings] == nil {
+                cache.removeAll() // contexts in use stay alive through their sessions
+            }
+            cache[settings] = made // a replaced context lives on in the connections using it
             return made
         }
     }
@@ -40,7 +55,7 @@ final class TLSContext: @unchecked Sendable {
     /// any stored property is set, so `deinit` (which Swift runs once every stored property
     /// is set, even when the initializer then throws) never sees them. From the assignments
     /// on, `deinit` is their only owner: nothing below frees them.
-    private init(_ settings: TLSSettings) throws(SocketError) {
+    private init(_ settings: TLSSettings, stamps: [FileStamp?]) throws(SocketError) {
         try settings.validate()
         openSSLInitialized()
         let keyLog = try settings.keyLogFile.map { (path: String) throws(SocketError) in try TLSContext.openKeyLog(path) }
@@ -55,6 +70,7 @@ final class TLSContext: @unchecked Sendable {
             wire.append(contentsOf: name.utf8)
         }
         self.settings = settings
+        self.stamps = stamps
         self.context = context
         self.keyLog = keyLog
         alpnWire = wire
@@ -108,6 +124,18 @@ final class TLSContext: @unchecked Sendable {
         }
         try loadTrustRoots()
         try loadIdentity()
+        if settings.role == .server && !settings.serverNames.isEmpty {
+            for (name, namedSettings) in settings.serverNames {
+                guard let key = TLSSettings.serverNameKey(name) else { continue } // validate refused it
+                named[key] = try TLSContext.forSettings(namedSettings)
+            }
+            skc_tls_ctx_set_servername_callback(context) { ssl, alert, _ in
+                guard let ssl, let tls = TLSSession.from(ssl) else { return SSL_TLSEXT_ERR_OK }
+                if tls.chooseContext() { return SSL_TLSEXT_ERR_OK }
+                alert?.pointee = SSL_AD_INTERNAL_ERROR
+                return SSL_TLSEXT_ERR_ALERT_FATAL
+            }
+        }
 
         SSL_CTX_set_ex_data(context, 0, Unmanaged.passUnretained(self).toOpaque())
         let verification = settings.effectiveVerification
@@ -149,13 +177,13 @@ final class TLSContext: @unchecked Sendable {
         } else if !alpnWire.isEmpty {
             SSL_CTX_set_alpn_select_cb(context, { ssl, out, outLength, offered, offeredLength, _ in
                 guard let ssl, let tls = TLSSession.from(ssl) else { return SSL_TLSEXT_ERR_NOACK }
-                return tls.context.selectALPN(out: out, outLength: outLength, offered: offered, offeredLength: offeredLength)
+                return tls.servingContext.selectALPN(out: out, outLength: outLength, offered: offered, offeredLength: offeredLength)
             }, nil)
         }
         if keyLog != nil {
             SSL_CTX_set_keylog_callback(context) { ssl, line in
                 guard let ssl, let line, let tls = TLSSession.from(ssl) else { return }
-                tls.context.logKey(line)
+                tls.servingContext.logKey(line)
             }
         }
     }
@@ -244,6 +272,16 @@ final class TLSContext: @unchecked Sendable {
         }
     }
 
+    // MARK: Server names
+
+    /// The context for the client's SNI: an exact name, else `*.` and its parent domain.
+    func context(forServerName name: String) -> TLSContext? {
+        guard !named.isEmpty, let key = TLSSettings.serverNameKey(name) else { return nil }
+        if let exact = named[key] { return exact }
+        guard let dot = key.firstIndex(of: ".") else { return nil }
+        return named["*" + key[dot...]]
+    }
+
     // MARK: Sessions (clients)
 
     func session(for key: String) -> OpaquePointer? {
@@ -306,6 +344,44 @@ final class TLSContext: @unchecked Sendable {
         fputc(0x0A, keyLog)
         fflush(keyLog)
         funlockfile(keyLog)
+    }
+}
+
+/// One version of a file: a file renamed over (as certbot and most deployment tools
+/// replace certificates) has another inode, one rewritten in place another modification
+/// time (nanoseconds) or size. nil in place of a stamp: the file could not be stat'ed (the
+/// context cannot be made either, and says why).
+struct FileStamp: Hashable {
+    let device: UInt64
+    let inode: UInt64
+    let seconds: Int
+    let nanoseconds: Int
+    let size: Int64
+
+    init?(path: String) {
+        var status = stat()
+        guard stat(path, &status) == 0 else { return nil }
+        device = UInt64(status.st_dev)
+        inode = UInt64(status.st_ino)
+        seconds = Int(status.st_mtim.tv_sec)
+        nanoseconds = Int(status.st_mtim.tv_nsec)
+        size = Int64(status.st_size)
+    }
+}
+
+extension TLSSettings {
+    /// The files and directories the context reads, whose changes make a new context. A
+    /// trust directory's own stamp changes when a certificate is added to it or removed.
+    var filePaths: [String] {
+        var paths: [String] = []
+        for (_, named) in serverNames.sorted(by: { $0.key < $1.key }) { paths += named.filePaths }
+        if case .file(let path) = certificateChain { paths.append(path) }
+        if case .file(let path) = privateKey { paths.append(path) }
+        switch trustRoots {
+        case .file(let path), .directory(let path): paths.append(path)
+        case .system, .pem: break
+        }
+        return paths
     }
 }
 

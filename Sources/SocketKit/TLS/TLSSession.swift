@@ -7,6 +7,10 @@ import SocketKitC
 /// OpenSSL's socket BIO, whose `write()` would raise SIGPIPE). Loop thread only.
 final class TLSSession {
     let context: TLSContext
+    /// Servers: the context whose certificate is served, `context` or the one for the
+    /// client's SNI (`TLSSettings.serverNames`). Held here: OpenSSL's callbacks from the
+    /// switched `SSL_CTX` (ALPN, key log) find it through this session.
+    private(set) var servingContext: TLSContext
     let ssl: OpaquePointer
     /// Ciphertext from the network, read by OpenSSL.
     private var networkIn: OpaquePointer
@@ -16,6 +20,21 @@ final class TLSSession {
     /// Clients: the resumption key (peer name and port).
     let sessionKey: String
     let peerName: String?
+
+    /// From OpenSSL's servername callback: serves the certificate of the client's name.
+    /// false: the switch failed (the handshake ends).
+    func chooseContext() -> Bool {
+        guard let name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name),
+              let chosen = context.context(forServerName: String(cString: name)) else { return true }
+        // The SSL takes the context's certificate and key (and its callbacks); what it
+        // settled at SSL_new (versions, ciphers, verify mode and callback) stays. Client
+        // certificates, though, would be verified against the new context's store: pinned
+        // to the default's, so a name's settings cannot widen whom the server trusts.
+        guard SSL_set_SSL_CTX(ssl, chosen.context) != nil,
+              skc_tls_set_verify_store(ssl, SSL_CTX_get_cert_store(context.context)) == 1 else { return false }
+        servingContext = chosen
+        return true
+    }
 
     enum Step {
         case done
@@ -33,6 +52,7 @@ final class TLSSession {
 
     init(context: TLSContext, peerName: String?, port: UInt16) throws(SocketError) {
         self.context = context
+        servingContext = context
         self.peerName = peerName
         sessionKey = "\(peerName ?? ""):\(port)"
         ERR_clear_error()

@@ -23,6 +23,16 @@
 /// came with the peer's Finished): a first request and its answer do not wait for a
 /// delayed ACK even with `Socket.noDelay` off.
 ///
+/// Files are read again when they change: each new connection (each `startTLS`) stats the
+/// certificate chain, private key and trust file or directory it names (device, inode,
+/// modification time to the nanosecond, size) and, when one differs from what its shared
+/// context was made from, makes a new context from the current files. A renewed
+/// certificate is therefore served to the next client without a restart; connections
+/// already made keep theirs. Replace files by renaming over them (as certbot does), the
+/// chain and its key both before the next connection: a connection that starts while the
+/// two do not match fails with `.tlsSettings`, and the one after it tries again. The
+/// system trust store (`.system`) is read once.
+///
 /// What TLS does not do: renegotiation (TLS 1.2 and older) is refused (a peer's request is
 /// answered with a no_renegotiation alert; a peer that insists ends the connection with
 /// `.tlsFailed`); revocation is not checked (no CRL, OCSP or stapling: use manual trust
@@ -125,13 +135,27 @@ public struct TLSSettings: Hashable, Sendable {
     /// Skip the automatic verdict: the delegate's `didReceiveTrust` sees the peer's chain
     /// (and what built-in verification concluded) and answers yes or no.
     public var manualTrustEvaluation: Bool
+    /// Servers: the certificate to present for each name a client asks for (SNI, chosen
+    /// while OpenSSL reads the client's hello), as NIOSSL's and asyncio's `sni_callback`.
+    /// A key is a host name, matched without regard to case, or `*.` and a domain for any
+    /// one label in front of it (`*.example.com`: `a.example.com`, not `example.com` or
+    /// `a.b.example.com`); an exact name wins over a wildcard. A name not listed, or no SNI
+    /// (an IP address, an older client): these settings' own certificate. Each value is a
+    /// server's settings whose certificate chain and key (and ALPN list and key-log file)
+    /// serve that name; versions, ciphers and client verification (mode and trust roots)
+    /// are these settings' (OpenSSL has settled them by then; the roots are kept on purpose:
+    /// a name's settings cannot widen whom the server trusts). Their files are stamped and read again as these
+    /// settings' own are. A value with names of its own, an empty or malformed name, or
+    /// names on a client is `.tlsSettings`.
+    public var serverNames: [String: TLSSettings]
 
     public init(role: Role = .client, peerName: String? = nil, trustRoots: TrustRoots = .system,
                 certificateChain: Source? = nil, privateKey: Source? = nil, privateKeyPassword: String? = nil,
                 peerVerification: PeerVerification? = nil, minimumVersion: ProtocolVersion = .tls1_2,
                 maximumVersion: ProtocolVersion? = nil, cipherList: String? = nil, cipherSuites: String? = nil,
                 alpnProtocols: [String] = [], sessionResumption: Bool = true, handshakeTimeout: Double = 30,
-                keyLogFile: String? = nil, manualTrustEvaluation: Bool = false) {
+                keyLogFile: String? = nil, manualTrustEvaluation: Bool = false,
+                serverNames: [String: TLSSettings] = [:]) {
         self.role = role
         self.peerName = peerName
         self.trustRoots = trustRoots
@@ -148,6 +172,7 @@ public struct TLSSettings: Hashable, Sendable {
         self.handshakeTimeout = handshakeTimeout
         self.keyLogFile = keyLogFile
         self.manualTrustEvaluation = manualTrustEvaluation
+        self.serverNames = serverNames
     }
 
     /// A server with its certificate chain and key.
@@ -185,6 +210,38 @@ public struct TLSSettings: Hashable, Sendable {
         if role == .client && peerVerification == .requireCertificate {
             throw SocketError(.tlsSettings, "requireCertificate is a server setting")
         }
+        if role == .client && !serverNames.isEmpty {
+            throw SocketError(.tlsSettings, "server names (SNI) are a server setting")
+        }
+        for (name, settings) in serverNames {
+            try name.checkedForC("a server name", code: .tlsSettings)
+            guard TLSSettings.serverNameKey(name) != nil else {
+                throw SocketError(.tlsSettings, "server name \"\(name)\" is not a host name or *. and a domain")
+            }
+            guard settings.role == .server, settings.serverNames.isEmpty else {
+                throw SocketError(.tlsSettings, "the settings for server name \"\(name)\" must be a server's, "
+                                  + "without server names of their own")
+            }
+            do { try settings.validate() } catch {
+                throw SocketError(.tlsSettings, osError: error.osError, "server name \"\(name)\": \(error.message)")
+            }
+        }
+    }
+
+    /// The form names are matched in (lower case, no final dot), or nil for a key that
+    /// is no host name or wildcard.
+    static func serverNameKey(_ name: String) -> String? {
+        var key = name.lowercased()
+        if key.hasSuffix(".") { key.removeLast() }
+        let labels = key.split(separator: ".", omittingEmptySubsequences: false)
+        guard !key.isEmpty, key.utf8.count <= 253 else { return nil }
+        for (index, label) in labels.enumerated() {
+            if label == "*" && index == 0 && labels.count > 2 { continue }
+            guard !label.isEmpty, label.utf8.count <= 63,
+                  label.utf8.allSatisfy({ $0 == 0x2D || $0 == 0x5F || (0x30...0x39).contains($0) || (0x61...0x7A).contains($0) })
+            else { return nil }
+        }
+        return key
     }
 
     /// Every text of the settings that OpenSSL or the file system reads, with its name.

@@ -276,6 +276,11 @@ void skc_tls_ctx_set_client_session_cache(SSL_CTX *context);
 void skc_tls_ctx_disable_sessions(SSL_CTX *context);
 /* SSL_set_tlsext_host_name (SNI). 1 on success. */
 int skc_tls_set_server_name(SSL *ssl, const char *name);
+/* Servers: `callback` runs with the client's SNI, before the certificate is chosen
+ * (SSL_CTX_set_tlsext_servername_callback is a macro). */
+/* SSL_set1_verify_cert_store (a macro): the store that verifies the peer's chain. */
+int skc_tls_set_verify_store(SSL *ssl, X509_STORE *store);
+void skc_tls_ctx_set_servername_callback(SSL_CTX *context, int (*callback)(SSL *ssl, int *alert, void *argument));
 /* BIO_set_mem_eof_return. */
 void skc_bio_set_mem_eof_return(BIO *bio, int value);
 /* ERR_GET_LIB / ERR_GET_REASON. */

@@ -61,6 +61,8 @@
     X(log_levels_outside_the_enum_are_refused) \
     X(log_callback_may_turn_logging_off_from_inside) \
     X(tls_failure_is_logged_with_openssls_reason) \
+    X(tls_certificate_files_replaced_on_disk_are_served) \
+    X(tls_server_certificate_chosen_by_sni)   \
     X(every_error_code_has_a_name)            \
     X(invalid_handles_are_errors)             \
     X(bad_arguments_are_errors)               \

@@ -1380,3 +1380,161 @@ void test_tls_writes_queued_while_connecting_survive_a_release(void) {
     recorder_destroy(&server);
     recorder_destroy(&client);
 }
+
+/* Copies the test certificate file `name` to `path`, through `path`.new renamed over it
+ * (as certbot replaces certificates) when `by_rename`. */
+static void install_file(const char *name, const char *path, int by_rename) {
+    char *text = read_text(cert_path(name));
+    char target[600];
+    snprintf(target, sizeof target, "%s%s", path, by_rename ? ".new" : "");
+    FILE *file = fopen(target, "w");
+    CHECK(file != NULL);
+    CHECK(fputs(text, file) >= 0);
+    CHECK_EQ(fclose(file), 0);
+    free(text);
+    if (by_rename) CHECK_EQ(rename(target, path), 0);
+}
+
+/* The subject line `openssl s_client` (a client nobody here wrote) prints for the server
+ * certificate it got from 127.0.0.1:`port` sending `name` as SNI (into `subject`); 0 if
+ * none. */
+static int s_client_subject(uint16_t port, const char *name, char *subject, size_t size) {
+    char command[256];
+    snprintf(command, sizeof command, "openssl s_client -connect 127.0.0.1:%u -servername '%s' </dev/null 2>&1",
+             (unsigned)port, name);
+    FILE *output = popen(command, "r");
+    CHECK(output != NULL);
+    char line[1024];
+    int found = 0;
+    while (fgets(line, sizeof line, output)) {
+        if (!found && strncmp(line, "subject=", 8) == 0) {
+            snprintf(subject, size, "%s", line + 8);
+            found = 1;
+        }
+    }
+    pclose(output);
+    return found;
+}
+
+void test_tls_certificate_files_replaced_on_disk_are_served(void) {
+    char directory[] = "/tmp/socketkit-c-served-XXXXXX";
+    CHECK(mkdtemp(directory) != NULL);
+    char chain[600], key[600];
+    snprintf(chain, sizeof chain, "%s/chain.pem", directory);
+    snprintf(key, sizeof key, "%s/key.pem", directory);
+    install_file("server-chain.pem", chain, 0);
+    install_file("server.key", key, 0);
+    sk_tls_settings_t *serving = NULL;
+    CHECK_EQ(sk_tls_settings_create(SK_TLS_SERVER, &serving, NULL), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_certificate_chain_file(serving, chain), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_private_key_file(serving, key, NULL), SK_OK);
+    tls_server_t server;
+    tls_server_start(&server, serving); /* one settings object for every connection */
+
+    recorder_t before;
+    recorder_init(&before);
+    sk_tls_settings_t *settings = client_settings();
+    sk_socket_t *sock = tls_client(&before, "localhost", server.port, settings);
+    recorder_expect(&before, EVENT_SECURE, 1);
+    char subject[512] = "";
+    CHECK(s_client_subject(server.port, "peer.test", subject, sizeof subject));
+    CHECK(strstr(subject, "CN = localhost") != NULL);
+
+    /* Renewed: the next client gets the new certificate. */
+    install_file("wrong-host-chain.pem", chain, 1);
+    install_file("wrong-host.key", key, 1);
+    CHECK(s_client_subject(server.port, "peer.test", subject, sizeof subject));
+    if (!strstr(subject, "CN = wrong.example")) fprintf(stderr, "after the rename: subject=%s", subject);
+    CHECK(strstr(subject, "CN = wrong.example") != NULL);
+
+    /* Rewritten in place (the same inodes): back to the first one. */
+    install_file("server-chain.pem", chain, 0);
+    install_file("server.key", key, 0);
+    CHECK(s_client_subject(server.port, "peer.test", subject, sizeof subject));
+    CHECK(strstr(subject, "CN = localhost") != NULL);
+
+    /* The connection made first kept its context: it still works, with its certificate. */
+    sk_socket_t *accepted = recorder_accepted(&server.listener_recorder, 0);
+    CHECK_EQ(sk_socket_read_to_length(accepted, 5, -1, 1, NULL), SK_OK);
+    CHECK_EQ(sk_socket_write(sock, "ping\n", 5, -1, 1, NULL), SK_OK);
+    recorder_expect_bytes(&server.server, 5);
+    CHECK_EQ(memcmp(server.server.bytes, "ping\n", 5), 0);
+    CHECK_EQ(sk_socket_read_to_length(sock, 5, -1, 2, NULL), SK_OK);
+    CHECK_EQ(sk_socket_write(accepted, "pong\n", 5, -1, 2, NULL), SK_OK);
+    recorder_expect_bytes(&before, 5);
+    CHECK_EQ(memcmp(before.bytes, "pong\n", 5), 0);
+
+    sk_tls_settings_release(settings);
+    sk_socket_release(sock);
+    recorder_destroy(&before);
+    tls_server_stop(&server);
+    unlink(chain);
+    unlink(key);
+    rmdir(directory);
+}
+
+/* The subject `openssl s_client -servername NAME` sees, checked to contain `expected`. */
+static void expect_subject_for_name(uint16_t port, const char *name, const char *expected) {
+    char subject[512] = "";
+    CHECK(s_client_subject(port, name, subject, sizeof subject));
+    if (!strstr(subject, expected)) fprintf(stderr, "%s: subject=%s", name, subject);
+    CHECK(strstr(subject, expected) != NULL);
+}
+
+void test_tls_server_certificate_chosen_by_sni(void) {
+    sk_tls_settings_t *serving = server_settings("server");
+    sk_tls_settings_t *named = server_settings("wrong-host");
+    CHECK_EQ(sk_tls_settings_set_server_name_settings(serving, "Wrong.Example", named), SK_OK);
+    sk_tls_settings_release(named); /* copied */
+    named = server_settings("dns-ip");
+    CHECK_EQ(sk_tls_settings_set_server_name_settings(serving, "*.example.test", named), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_server_name_settings(serving, "gone.example", named), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_server_name_settings(serving, "gone.example", NULL), SK_OK); /* removed */
+    sk_tls_settings_release(named);
+    CHECK_EQ(sk_tls_settings_check(serving, NULL), SK_OK);
+    tls_server_t server;
+    tls_server_start(&server, serving);
+
+    expect_subject_for_name(server.port, "wrong.example", "CN = wrong.example");
+    expect_subject_for_name(server.port, "WRONG.example", "CN = wrong.example");
+    expect_subject_for_name(server.port, "localhost", "CN = localhost");
+    expect_subject_for_name(server.port, "a.example.test", "CN = dns-ip.invalid");
+    expect_subject_for_name(server.port, "a.b.example.test", "CN = localhost"); /* one label only */
+    expect_subject_for_name(server.port, "gone.example", "CN = localhost");
+    expect_subject_for_name(server.port, "unknown.example", "CN = localhost");
+
+    /* A SocketKit client verifying the name it asked for. */
+    recorder_t client;
+    recorder_init(&client);
+    sk_tls_settings_t *settings = client_settings();
+    CHECK_EQ(sk_tls_settings_set_peer_name(settings, "wrong.example"), SK_OK);
+    sk_socket_t *sock = tls_client(&client, "127.0.0.1", server.port, settings);
+    recorder_expect(&client, EVENT_SECURE, 1);
+    sk_tls_settings_release(settings);
+    sk_socket_release(sock);
+    recorder_destroy(&client);
+    tls_server_stop(&server);
+
+    /* Bad input. */
+    sk_tls_settings_t *target = server_settings("server");
+    named = server_settings("wrong-host");
+    CHECK_EQ(sk_tls_settings_set_server_name_settings(target, NULL, named), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_tls_settings_set_server_name_settings(target, "", named), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_tls_settings_set_server_name_settings(NULL, "a.example", named), SK_ERR_INVALID_HANDLE);
+    sk_tls_settings_t *released = server_settings("server");
+    CHECK_EQ(sk_tls_settings_release(released), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_server_name_settings(target, "a.example", released), SK_ERR_INVALID_HANDLE);
+    sk_error_t error;
+    CHECK_EQ(sk_tls_settings_set_server_name_settings(target, "not a name", named), SK_OK);
+    CHECK_EQ(sk_tls_settings_check(target, &error), SK_ERR_TLS_SETTINGS);
+    CHECK(strstr(error.message, "not a name") != NULL);
+    CHECK_EQ(sk_tls_settings_set_server_name_settings(target, "not a name", NULL), SK_OK);
+    sk_tls_settings_t *client_only = client_settings();
+    CHECK_EQ(sk_tls_settings_set_server_name_settings(target, "a.example", client_only), SK_OK);
+    CHECK_EQ(sk_tls_settings_check(target, &error), SK_ERR_TLS_SETTINGS);
+    CHECK_EQ(sk_tls_settings_set_server_name_settings(client_only, "a.example", named), SK_OK);
+    CHECK_EQ(sk_tls_settings_check(client_only, &error), SK_ERR_TLS_SETTINGS);
+    sk_tls_settings_release(client_only);
+    sk_tls_settings_release(named);
+    sk_tls_settings_release(target);
+}

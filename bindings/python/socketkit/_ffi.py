@@ -502,6 +502,7 @@ PROTOTYPES = {
     "sk_tls_settings_set_handshake_timeout": (c_int, [_handle, c_double]),
     "sk_tls_settings_set_key_log_file": (c_int, [_handle, c_char_p]),
     "sk_tls_settings_set_manual_trust_evaluation": (c_int, [_handle, c_int]),
+    "sk_tls_settings_set_server_name_settings": (c_int, [_handle, c_char_p, _handle]),
     "sk_tls_settings_check": (c_int, [_handle, _error]),
     # TLS on sockets
     "sk_socket_start_tls": (c_int, [_handle, _handle, _error]),

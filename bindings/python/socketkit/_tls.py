@@ -16,6 +16,7 @@ import enum
 import os
 import re
 import threading
+from collections.abc import Mapping
 from ctypes import POINTER, byref, c_char_p, c_size_t, c_void_p, cast, create_string_buffer, string_at
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
@@ -142,6 +143,19 @@ class TLSSettings:
       :class:`TLSSettingsError`).
     - ``manual_trust_evaluation``: ``socket_did_receive_trust`` decides instead of the
       built-in verdict.
+    - ``server_names`` (servers): the certificate for each name a client asks for (SNI),
+      as asyncio's ``sni_callback`` would choose it: ``{"example.com": TLSSettings.server(
+      ...), "*.example.net": ...}``. A key is a host name (matched without regard to case)
+      or ``*.`` and a domain for any one label in front of it; an exact name wins. A name
+      not listed, or no SNI: these settings' own certificate. Each value is a server's
+      settings whose certificate chain and key (and ALPN list and key-log file) serve the
+      name; versions, ciphers and client verification (mode and trust roots) are these
+      settings'.
+
+    Files are read again when they change: each :meth:`Socket.start_tls` stats the
+    certificate chain, key and trust file or directory named here and, when one was
+    replaced (renamed over, as certbot does) or rewritten, the new connection uses the
+    current files; connections already made keep theirs.
 
     Each handshake flight leaves in one send, and the last one (a client's Finished, a
     server's session tickets) together with what follows it at once (writes queued behind
@@ -181,6 +195,7 @@ class TLSSettings:
     handshake_timeout: float = 30.0
     key_log_file: Optional[PathLike] = None
     manual_trust_evaluation: bool = False
+    server_names: Mapping[str, "TLSSettings"] = field(default_factory=dict)
 
     @classmethod
     def client(cls, **options: Any) -> "TLSSettings":
@@ -291,6 +306,14 @@ class TLSSettings:
             _set("key_log_file", lib.sk_tls_settings_set_key_log_file(handle, self._c("key_log_file", path=True)))
         if self.manual_trust_evaluation:
             _set("manual_trust_evaluation", lib.sk_tls_settings_set_manual_trust_evaluation(handle, 1))
+        if not isinstance(self.server_names, Mapping):
+            raise TLSSettingsError("server_names maps host names to TLSSettings", None, 0)
+        for name, named in self.server_names.items():
+            if not isinstance(named, TLSSettings):
+                raise TLSSettingsError(f"server_names[{name!r}] is not a TLSSettings", None, 0)
+            c_name = _ffi.c_string(name, "server_names", error=TLSSettingsError)
+            with named._c_settings() as named_handle:
+                _set("server_names", lib.sk_tls_settings_set_server_name_settings(handle, c_name, named_handle))
 
     def check(self) -> "TLSSettings":
         """Loads the files and checks everything now, as :meth:`Socket.start_tls` would.

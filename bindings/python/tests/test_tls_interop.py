@@ -423,6 +423,100 @@ def test_python_ssl_client_against_a_socketkit_server(listeners, certs, version)
                 assert type(error) is socketkit.ClosedError, repr(error)
 
 
+def test_a_certificate_renamed_over_on_disk_is_served_to_the_next_python_ssl_client(listeners, certs, tmp_path):
+    # One settings value for every connection, naming files that certbot-style renewal
+    # replaces: write the new file beside the old one, rename it over.
+    chain, key = tmp_path / "chain.pem", tmp_path / "key.pem"
+
+    def install(variant, rename=True):
+        for name, path in ((f"{variant}-chain.pem", chain), (f"{variant}.key", key)):
+            target = path.with_suffix(".new") if rename else path
+            target.write_text(certs.text(name))
+            if rename:
+                target.rename(path)
+
+    def leaf(variant):  # the chain file's first certificate
+        end = "-----END CERTIFICATE-----"
+        return ssl.PEM_cert_to_DER_cert(certs.text(f"{variant}-chain.pem").split(end)[0] + end + "\n")
+
+    install("server", rename=False)
+    settings = socketkit.TLSSettings.server(certificate_chain_file=str(chain), private_key_file=str(key))
+    listener = listeners(lambda connection: (connection.start_tls(settings), connection.read_to_data(b"\n")))
+    context = stdlib_client_context(certs, check_hostname=False)  # the chain is verified, the name is ours
+
+    def connect():
+        raw = socket.create_connection(("127.0.0.1", listener.port), timeout=WAIT)
+        return context.wrap_socket(raw, server_hostname="peer.test")
+
+    with connect() as before:
+        first = before.getpeercert()
+        assert before.getpeercert(binary_form=True) == leaf("server")
+        assert ("commonName", "localhost") in first["subject"][0]
+        listener.recorder.expect("secure")
+
+        install("wrong-host")
+        with connect() as after:
+            seen = after.getpeercert()
+            assert after.getpeercert(binary_form=True) == leaf("wrong-host"), seen
+            assert ("commonName", "wrong.example") in seen["subject"][0]
+            assert seen["serialNumber"] != first["serialNumber"]
+            listener.recorder.expect("secure", 2)
+
+        # The connection made before kept its context: it still works, on its certificate.
+        before.sendall(b"still here\n")
+        listener.recorder.expect("read")
+        assert listener.recorder.data() == b"still here\n"
+        connection = listener.connections[0]
+        assert connection.tls_info is not None
+        connection.write(b"yes\n")
+        assert before.recv(16) == b"yes\n"
+        assert before.getpeercert(binary_form=True) == leaf("server")
+
+
+def test_server_names_choose_the_certificate_each_python_ssl_client_asks_for(listeners, certs):
+    settings = certs.server(server_names={"Wrong.Example": certs.server("wrong-host"),
+                                          "*.example.test": certs.server("dns-ip")})
+    listener = listeners(lambda connection: connection.start_tls(settings))
+    context = stdlib_client_context(certs, check_hostname=False)  # the names are checked below
+
+    served = []
+
+    def common_name(server_hostname):
+        with socket.create_connection(("127.0.0.1", listener.port), timeout=WAIT) as raw:
+            with context.wrap_socket(raw, server_hostname=server_hostname) as tls:
+                subject = dict(pair[0] for pair in tls.getpeercert()["subject"])
+                served.append(server_hostname)
+                listener.recorder.expect("secure", len(served))
+                assert listener.recorder.tls_info.server_name == server_hostname  # what the server saw
+                return subject["commonName"]
+
+    assert common_name("wrong.example") == "wrong.example"
+    assert common_name("WRONG.EXAMPLE") == "wrong.example"
+    assert common_name("localhost") == "localhost"
+    assert common_name("a.example.test") == "dns-ip.invalid"
+    assert common_name("a.b.example.test") == "localhost"  # one label only
+    assert common_name("unknown.example") == "localhost"  # unknown: the default
+    assert common_name(None) == "localhost"  # no SNI: the default
+
+
+def test_bad_server_names_raise(certs):
+    named = certs.server("wrong-host")
+    for bad in ("not a name", "*.com", "x\0.example"):
+        with pytest.raises(socketkit.TLSSettingsError):
+            certs.server(server_names={bad: named}).check()
+    with pytest.raises(socketkit.BadParamError):
+        certs.server(server_names={"": named}).check()
+    with pytest.raises(socketkit.TLSSettingsError):
+        certs.server(server_names={"a.example": certs.client()}).check()
+    with pytest.raises(socketkit.TLSSettingsError):
+        certs.client(server_names={"a.example": named}).check()
+    with pytest.raises(socketkit.TLSSettingsError):
+        certs.server(server_names={"a.example": "wrong-host.pem"}).check()  # type: ignore[dict-item]
+    with pytest.raises(socketkit.TLSSettingsError):
+        certs.server(server_names=[("a.example", named)]).check()
+    certs.server(server_names={"a.example": named}).check()
+
+
 def test_a_python_ssl_client_that_drops_tcp_without_close_notify_is_truncation(listeners, certs):
     listener = listeners(lambda connection: (connection.start_tls(certs.server()), connection.read_to_length(100)))
     context = stdlib_client_context(certs)
