@@ -1184,7 +1184,7 @@ static void op_tls_settings(fz_input_t *input) {
     size_t capacity;
     void *buffer = buffer_arg(input, &capacity);
     (void)buffer;
-    switch (fz_u8(input) % 19) {
+    switch (fz_u8(input) % 20) {
     case 0: sk_tls_settings_set_peer_name(settings, text_arg(input)); break;
     case 1: sk_tls_settings_set_trust_system(settings); break;
     case 2: sk_tls_settings_set_trust_file(settings, text_arg(input)); break;
@@ -1209,6 +1209,12 @@ static void op_tls_settings(fz_input_t *input) {
     case 15: sk_tls_settings_set_handshake_timeout(settings, fz_timeout(input)); break;
     case 16: sk_tls_settings_set_key_log_file(settings, text_arg(input)); break;
     case 17: sk_tls_settings_set_manual_trust_evaluation(settings, int_arg(input)); break;
+    case 18:
+        /* Names: another settings object (itself too: named settings with names are refused
+         * at check time), a stale handle, or NULL to remove the name. */
+        sk_tls_settings_set_server_name_settings(settings, fz_u8(input) % 8 ? text_arg(input) : NULL,
+                                                 fz_u8(input) % 4 ? TLS(input) : NULL);
+        break;
     default: sk_tls_settings_check(settings, error_arg(input)); break;
     }
 }
