@@ -90,7 +90,7 @@ public struct UdpPacketInfo: Sendable, Equatable, CustomStringConvertible {
     public var interfaceName: String? {
         var name = [CChar](repeating: 0, count: Int(IF_NAMESIZE) + 1)
         guard if_indextoname(interfaceIndex, &name) != nil else { return nil }
-        return String(cString: name)
+        return string(fromCString: name)
     }
 
     public var description: String { "to \(destination.host ?? "?") on interface \(interfaceIndex)" }
