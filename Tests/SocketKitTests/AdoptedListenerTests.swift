@@ -28,7 +28,7 @@ struct AdoptedListenerTests {
         let port = raw.localPort
         let fd = raw.detach()
         let (listener, recorder) = recordedSocket("listener")
-        recorder.onAccept = { _, child in child.delegate = recorder }
+        recorder.onAccept = { [weak recorder] _, child in child.delegate = recorder }  // weak: no cycle through its own closure
         try listener.accept(onDescriptors: [fd])
         #expect(listener.isAccepting && listener.localPort == port && listener.isIPv4)
         #expect(fcntl(fd, F_GETFL) & O_NONBLOCK != 0)
@@ -42,7 +42,7 @@ struct AdoptedListenerTests {
         let ipv6 = try RawSocket.boundNotListening(host: "::1")
         let ports = (ipv4.localPort, ipv6.localPort)
         let (listener, recorder) = recordedSocket("listener")
-        recorder.onAccept = { _, child in child.delegate = recorder }
+        recorder.onAccept = { [weak recorder] _, child in child.delegate = recorder }  // weak: no cycle through its own closure
         try listener.accept(onDescriptors: [ipv4.detach(), ipv6.detach()])
         defer { listener.disconnect() }
         #expect(Set(listener.listeningAddresses.map(\.port)) == [ports.0, ports.1])
