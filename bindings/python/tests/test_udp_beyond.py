@@ -110,7 +110,7 @@ def test_packet_info_without_the_method_goes_to_did_receive(udp):
     log = UdpRecorder()
     receiver = udp(log)
     receiver.receives_packet_info = True  # before the descriptors are made
-    receiver.bind_to_port(0, "127.0.0.1")
+    receiver.bind_to_interface("127.0.0.1", 0)
     receiver.begin_receiving()
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
         sender.sendto(b"plain", ("127.0.0.1", receiver.local_port))
@@ -128,7 +128,7 @@ def test_receive_offload_splits_what_a_python_gso_sender_sent(udp):
     assert receiver.receive_offload is False
     receiver.receive_offload = True
     assert receiver.receive_offload is True
-    receiver.bind_to_port(0, "127.0.0.1")
+    receiver.bind_to_interface("127.0.0.1", 0)
     receiver.begin_receiving()
     data = bytes(i // 100 + 1 for i in range(1000))
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
