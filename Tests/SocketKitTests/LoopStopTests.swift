@@ -26,8 +26,9 @@ struct LoopStopTests {
                     var calls = 0
                     while calls < budget && !stop.load(ordering: .relaxed) {
                         calls += 1
+                        // Yielding leaves the loop the processor (two cores, four threads).
                         while accepted.load(ordering: .relaxed) - ran.load(ordering: .relaxed) > backlog
-                                && !stop.load(ordering: .relaxed) {}
+                                && !stop.load(ordering: .relaxed) { sched_yield() }
                         guard socket.eventLoop.isAcceptingTasks else { break }
                         socket.perform { [self] _ in
                             work()
@@ -101,14 +102,22 @@ struct LoopStopTests {
             let until = monotonicNanoseconds() + 2_000
             while monotonicNanoseconds() < until {}
         }
-        while hammer.accepted.load(ordering: .relaxed) < 1000 {}
-        // The oracle is order, not duration: the shutdown returns while the callers are still
-        // calling (under sanitizers draining what was queued before the request takes
-        // seconds). Without the bound it would last as long as they do: a watchdog ends them
-        // after 60 s, so that the check below fails instead of hanging the run.
+        while hammer.accepted.load(ordering: .relaxed) < 1000 { sched_yield() }
+        // The oracle is a count, not a duration (under sanitizers on a loaded machine draining
+        // what was queued before the request takes from seconds to a minute): a shutdown that
+        // refuses new calls returns after the 20,000 queued and a few in flight; one that goes
+        // on accepting sees the callers have 100,000 more accepted, when a watchdog ends them
+        // and the check below fails. Its 50 s only keep a hang inside the time limit.
         let shutDown = Latch()
+        let from = hammer.accepted.load(ordering: .relaxed)
         try PosixThread.spawnDetached(name: "watchdog") {
-            if !shutDown.wait(timeout: 60) { hammer.stop.store(true, ordering: .relaxed) }
+            let until = monotonicNanoseconds() + 50_000_000_000
+            var shutDownReturned = false
+            while !shutDownReturned, monotonicNanoseconds() < until,
+                  hammer.accepted.load(ordering: .relaxed) - from < 100_000 {
+                shutDownReturned = shutDown.wait(timeout: 0.01)
+            }
+            if !shutDownReturned { hammer.stop.store(true, ordering: .relaxed) }
         }
         try group.shutdown()
         let callersWereStopped = hammer.stop.load(ordering: .relaxed)
