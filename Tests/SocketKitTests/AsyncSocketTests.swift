@@ -133,12 +133,19 @@ struct AsyncSocketTests {
         let (listener, fillers) = try Self.saturatedListener()
         defer { listener.close(); fillers.forEach { $0.close() } }
         let port = listener.localPort
-        let before = connectionsUnderWay(toPort: port)
+        // The attempt is told apart by its local port: the fillers' own connects may still be
+        // finishing (a count of those under way moved under load, and the test failed).
+        let fillerPorts = connectionsUnderWay(toPort: port)
         let attempt = Task { try await AsyncSocket.connect(toHost: "127.0.0.1", port: port) }
-        #expect(await eventually { connectionsUnderWay(toPort: port) == before + 1 }, "the attempt's SYN is out")
+        var attemptPorts: Set<UInt16> = []
+        #expect(await eventually {
+            attemptPorts = connectionsUnderWay(toPort: port).subtracting(fillerPorts)
+            return attemptPorts.count == 1
+        }, "the attempt's SYN is out")
         attempt.cancel()
         await #expect(throws: CancellationError.self) { _ = try await attempt.value }
-        #expect(await eventually { connectionsUnderWay(toPort: port) == before }, "the attempt's socket is closed")
+        #expect(await eventually { connectionsUnderWay(toPort: port).isDisjoint(with: attemptPorts) },
+                "the attempt's socket is closed")
         // Cancelled before it started: never connects either.
         let early = Task {
             withUnsafeCurrentTask { $0?.cancel() }
@@ -383,18 +390,23 @@ struct AsyncSocketTests {
 
 /// How many TCP sockets of this network namespace are in SYN_SENT towards `port` on
 /// 127.0.0.1 (/proc/net/tcp: addresses in hexadecimal, state 02).
-func connectionsUnderWay(toPort port: UInt16) -> Int {
-    guard let file = fopen("/proc/net/tcp", "r") else { return -1 }
+/// The local ports of this host's connections to 127.0.0.1:`port` that are still connecting
+/// (SYN_SENT in /proc/net/tcp).
+func connectionsUnderWay(toPort port: UInt16) -> Set<UInt16> {
+    guard let file = fopen("/proc/net/tcp", "r") else { return [] }
     defer { fclose(file) }
     let remote = "0100007F:" + String(port, radix: 16, uppercase: true).leftPadded(to: 4)
     var line = [CChar](repeating: 0, count: 512)
-    var count = 0
+    var ports: Set<UInt16> = []
     while fgets(&line, Int32(line.count), file) != nil {
         let fields = String(decoding: line.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
             .split(separator: " ")
-        if fields.count > 3 && fields[2] == remote && fields[3] == "02" { count += 1 }
+        if fields.count > 3 && fields[2] == remote && fields[3] == "02",
+           let local = fields[1].split(separator: ":").last, let localPort = UInt16(local, radix: 16) {
+            ports.insert(localPort)
+        }
     }
-    return count
+    return ports
 }
 
 extension String {
