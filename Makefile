@@ -380,7 +380,7 @@ soak: programs c-prefix $(VENV)/.ready $(SPEEDUPS)
 soak-smoke:
 	@$(MAKE) --no-print-directory soak SOAK_MINUTES=2
 
-hostile-test: programs c-prefix test-tools $(VENV)/.ready $(SPEEDUPS)
+hostile-test: programs c-prefix test-tools $(VENV)/.test-ready $(SPEEDUPS)
 	@$(MAKE) --no-print-directory -C bindings/c examples SOCKETKIT_PREFIX=$(C_PREFIX)
 	$(VENV_PY) -m pytest -q -p no:cacheprovider Tests/hostile
 

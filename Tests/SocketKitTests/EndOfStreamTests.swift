@@ -127,4 +127,43 @@ import Testing
         #expect(error?.code == .system)
         #expect(error?.osError == ECONNRESET || error?.osError == EPIPE)
     }
+
+    /// The hostile-peer report (issue 34): a server that stopped reading a client (at its
+    /// write queue's high watermark, say) and then fails a send to it, because the client
+    /// reset, must let the connection go. With bytes of the client's still unread, the
+    /// session waited for a read that the application, waiting for its writes to drain,
+    /// never made: connection, descriptor and writes stayed for good.
+    @Test func aFailedSendEndsAnIdleSessionWithBytesStillUnread() throws {
+        let pair = try ReadTests.RawPair()
+        let socket = pair.socket
+        try EndOfStreamTests.holdingTheLoop(of: socket, while: {
+            try pair.peer.send("never read")
+            pair.peer.reset()
+        }, then: { try? socket.write(bytes("to a peer that is gone")) })
+        let error = try #require(pair.recorder.waitForDisconnect())
+        #expect(error?.code == .system)
+        #expect(error?.osError == ECONNRESET || error?.osError == EPIPE)
+        #expect(pair.recorder.reads().isEmpty)
+    }
+
+    /// The end waits for callbacks on another queue: each read here queues the next from
+    /// its callback, on a serial queue, so when a read completes the loop sees none queued
+    /// until that callback has run. All three reads still get their bytes before the error.
+    @Test func aFailedSendStillServesReadsQueuedByCallbacksOnAnotherQueue() throws {
+        let queue = try SerialCallbackQueue(name: "reads-in-callbacks")
+        let pair = try ReadTests.RawPair { $0.callbackQueue = queue }
+        let socket = pair.socket
+        pair.recorder.onRead = { sock, _, tag in
+            if tag < 3 { try? sock.read(toLength: 2, tag: tag + 1) }
+        }
+        try socket.read(toLength: 2, tag: 1)
+        try EndOfStreamTests.holdingTheLoop(of: socket, while: {
+            try pair.peer.send("aabbcc")
+            pair.peer.reset()
+        }, then: { try? socket.write(bytes("to a peer that is gone")) })
+        let error = try #require(pair.recorder.waitForDisconnect())
+        #expect(pair.recorder.reads().map(\.bytes) == [bytes("aa"), bytes("bb"), bytes("cc")])
+        #expect(error?.code == .system)
+        #expect(error?.osError == ECONNRESET || error?.osError == EPIPE)
+    }
 }

@@ -176,6 +176,13 @@ extension SocketFront {
         return nil
     }
 
+    /// Loop thread: runs `body` (on the delivering thread) once every event handed to
+    /// another queue so far has been delivered and its callback has returned. False, with
+    /// `body` not kept, when none is waiting or running: the callbacks have all run.
+    func notifyWhenCallbacksHaveRun(_ body: @escaping @Sendable () -> Void) -> Bool {
+        mailbox?.notifyWhenDelivered(body) ?? false
+    }
+
     private func post(_ event: Event) {
         let box: EventMailbox<Event>
         if let existing = mailbox {

@@ -8,6 +8,8 @@ final class EventMailbox<Event>: @unchecked Sendable {
     private struct State {
         var events: [Event] = []
         var drainScheduled = false
+        /// Run once the drain job finds nothing more to deliver (`notifyWhenDelivered`).
+        var whenDelivered: [@Sendable () -> Void] = []
     }
     private let state = LockedValue(State())
     /// Read by the loop without the lock: only the loop sets it, only the drainer clears it.
@@ -65,14 +67,28 @@ final class EventMailbox<Event>: @unchecked Sendable {
         return count
     }
 
-    /// Ends a drain job; true when more events arrived and another job is needed.
+    /// Ends a drain job; true when more events arrived and another job is needed. When none
+    /// did, runs what `notifyWhenDelivered` left (on the drainer's thread, after the lock).
     func finishDrain() -> Bool {
+        let (more, delivered) = state.withLock { state -> (Bool, [@Sendable () -> Void]) in
+            guard state.events.isEmpty else { return (true, []) }
+            state.drainScheduled = false
+            busy.store(false, ordering: .releasing)
+            var delivered: [@Sendable () -> Void] = []
+            swap(&delivered, &state.whenDelivered)
+            return (false, delivered)
+        }
+        for body in delivered { body() }
+        return more
+    }
+
+    /// Runs `body` once every event posted so far has been delivered and its callback has
+    /// returned (after the drain that finds the mailbox empty). False, with `body` not kept,
+    /// when no event is waiting or being delivered: the callbacks have all run already.
+    func notifyWhenDelivered(_ body: @escaping @Sendable () -> Void) -> Bool {
         state.withLock { state -> Bool in
-            if state.events.isEmpty {
-                state.drainScheduled = false
-                busy.store(false, ordering: .releasing)
-                return false
-            }
+            guard state.drainScheduled else { return false }
+            state.whenDelivered.append(body)
             return true
         }
     }

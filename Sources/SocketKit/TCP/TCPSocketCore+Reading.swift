@@ -111,15 +111,35 @@ extension TCPSocketCore {
             reportEndOfStreamIfNothingUnread()
             guard phase == .connected else { return }
         }
-        // Idle after a half-close was reported (autoDisconnectOnClosedReadStream off), when a
-        // send then fails (the peer went on to close or reset): nothing unread is left to
-        // wait for, and nothing else would end the session, whose writes would stay queued.
-        if currentRead == nil && !hasQueuedReads && phase == .connected && readStreamClosedReported
-            && prebuffer.isEmpty, let failure = sendFailure {
-            closeSession(failure)
+        // Idle after a failed send, with bytes still unread (with none, the end was reported
+        // above) or after a half-close was reported: see `endAfterSendFailure`.
+        if currentRead == nil && !hasQueuedReads && phase == .connected, let failure = sendFailure {
+            endAfterSendFailure(failure)
             return
         }
         closeIfDisconnectAfterIsDue()
+    }
+
+    /// A send failed (the peer reset or went away) and no read is queued. The bytes that came
+    /// before the failure went to the reads that were queued and to those their callbacks
+    /// queued; once the socket's callbacks have all run without queueing another, the session
+    /// ends with the failure, and what is still unread goes with it (GCDAsyncSocket ends at
+    /// once, with all of it). Waiting for a read instead waits for good when the application
+    /// waits for its writes first: one that stopped reading at the high watermark until the
+    /// queue drains, which a failed connection never does, or an async writer awaiting its
+    /// write. The connection, its descriptor and its queued writes would stay.
+    ///
+    /// Callbacks on the loop have run by now (a pump's callbacks run inside it). Those on
+    /// another queue may still be on their way, and one of them may queue the next read: the
+    /// pump then looks again once the mailbox has been delivered.
+    private func endAfterSendFailure(_ failure: SocketError) {
+        let session = self.session
+        let waits = owner?.notifyWhenCallbacksHaveRun { [self] in
+            _ = loop.execute { [self] in
+                if session == self.session { scheduleReadPump() }
+            }
+        } ?? false
+        if !waits { closeSession(failure) }
     }
 
     /// No read is queued and the peer's stream has ended (FIN, reset, a failed send, or

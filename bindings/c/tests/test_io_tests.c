@@ -733,6 +733,26 @@ void test_a_write_that_meets_a_reset_first_still_lets_the_reads_have_their_bytes
     expect_read_then_reset("ping", 4, write_into_the_reset);
 }
 
+/* No read queued (a server that stopped reading, waiting for its writes to drain): a send
+ * that fails because the peer reset ends the session, unread bytes and all, where it waited
+ * for a read for good (the hostile-peer report of issue 34). */
+void test_a_failed_send_ends_an_idle_session_with_bytes_still_unread(void) {
+    raw_pair_t pair;
+    raw_pair_open(&pair, NULL);
+    loop_hold_t hold = {.until_hang_up = 1, .then = write_into_the_reset, .context = pair.sock};
+    loop_hold_begin(&hold, pair.sock);
+    raw_send(pair.peer, "never read", 10);
+    reset_now(pair.peer);
+    pair.peer = -1;
+    loop_hold_end(&hold);
+    recorder_expect(&pair.recorder, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_count(&pair.recorder, EVENT_READ), 0);
+    event_t end = recorder_event(&pair.recorder, EVENT_DISCONNECT, 0);
+    CHECK_EQ(end.error_code, SK_ERR_SYSTEM);
+    CHECK(end.os_error == ECONNRESET || end.os_error == EPIPE);
+    raw_pair_close(&pair);
+}
+
 /* A peer that never reads: past the socket's maximum of queued bytes, a write fails with
  * SK_ERR_WRITE_QUEUE_FULL and queues nothing, so the memory held stays bounded. */
 void test_write_queue_maximum_refuses_what_would_pass_it(void) {

@@ -95,6 +95,7 @@
     X(peer_close_on_an_idle_socket_is_reported_at_once) \
     X(bytes_before_a_peer_close_are_read_before_it_is_reported) \
     X(bytes_before_a_reset_are_delivered_before_the_error) \
+    X(a_failed_send_ends_an_idle_session_with_bytes_still_unread) \
     X(a_write_that_meets_a_reset_first_still_lets_the_reads_have_their_bytes) \
     X(no_callback_after_release)              \
     X(driven_loop_group_runs_on_the_host_thread) \

@@ -207,6 +207,21 @@ def test_a_write_that_meets_a_reset_first_still_lets_the_reads_have_their_bytes(
     assert isinstance(error, socketkit.ConnectionResetError), repr(error)
 
 
+def test_a_failed_send_ends_an_idle_connection_with_bytes_still_unread(raw_peer):
+    """No read queued (a server that stopped reading, waiting for its writes to drain): a
+    send that fails because the peer reset ends the connection, unread bytes and all, where
+    it waited for a read for good (the hostile-peer report of issue 34)."""
+    peer = raw_peer()
+    sock = peer.socket
+    with LoopHold(sock, then=lambda: sock.write(b"to a peer that is gone")) as hold:
+        peer.peer.sendall(b"never read")
+        reset(peer.peer)
+    error = peer.recorder.disconnect_error()
+    assert hold.hung_up
+    assert [event for event in peer.recorder.events if event[0] == "read"] == []
+    assert isinstance(error, (ConnectionResetError, BrokenPipeError)), repr(error)
+
+
 # ---- writes queued before a close, while still connecting -----------------------------
 
 
