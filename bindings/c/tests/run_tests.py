@@ -30,7 +30,7 @@ def main():
         print("no tests found", file=sys.stderr)
         return 1
     prefix = args.valgrind.split() if args.valgrind else []
-    timeout = args.timeout or (180 if prefix else 60)
+    timeout = args.timeout or (300 if prefix else 60)
     label = "valgrind" if prefix else args.binary.rsplit("/", 1)[-1]
     environment = dict(os.environ)
     # The TLS tests' certificates: made once, by the first test that needs them.
