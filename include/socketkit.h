@@ -1598,7 +1598,8 @@ typedef struct sk_address {
 
 /* Resolves `host` synchronously (this blocks: do not call it on an event loop thread).
  * "localhost" and "loopback" give 127.0.0.1 and ::1 without asking the resolver; an IP
- * literal gives itself. Writes the first `capacity` addresses found, in resolver order, to
+ * literal gives itself; a name under .invalid fails at once (RFC 6761: SK_ERR_RESOLUTION,
+ * EAI_NONAME). Writes the first `capacity` addresses found, in resolver order, to
  * `addresses` and returns how many were found (at least 1), as snprintf does: more than
  * `capacity` means some were left out. `addresses` NULL asks for the count only.
  * Errors: SK_ERR_RESOLUTION (os_error: the EAI_* code), SK_ERR_BAD_PARAM (host NULL or

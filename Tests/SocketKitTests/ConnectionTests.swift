@@ -7,6 +7,20 @@ import Testing
 /// with ports picked by the kernel; plus the failures a connect must report.
 @Suite("Connecting and accepting")
 struct ConnectionTests {
+    /// RFC 6761: names under `.invalid` never resolve, and the nameserver is not asked
+    /// (with none reachable it would answer EAI_AGAIN, after its retries).
+    @Test(arguments: ["no-such-host.invalid", "INVALID", "a.b.Invalid."])
+    func namesUnderInvalidFailAtOnce(name: String) throws {
+        do {
+            _ = try Socket.lookupHost(name, port: 80)
+            Issue.record("\(name) resolved")
+        } catch {
+            #expect(error.code == .resolution)
+            #expect(error.osError == EAI_NONAME)
+            #expect(error.message.contains("RFC 6761"), "\(error)")
+        }
+    }
+
     @Test func fullConnectionReportsTheServerAddress() throws {
         let pair = try Pair()
         defer { pair.close() }

@@ -130,7 +130,8 @@ final class AddressResolver: @unchecked Sendable {
 
     /// Blocking resolution (a name that does not resolve is logged, `info`):
     /// `"localhost"`/`"loopback"` give 127.0.0.1 and ::1 without asking
-    /// the resolver, IP literals give themselves, anything else goes to `getaddrinfo`
+    /// the resolver, IP literals give themselves, names under `.invalid` fail at once
+    /// (`isReservedInvalid`), anything else goes to `getaddrinfo`
     /// (IPv4 and IPv6, in the resolver's order, duplicates removed).
     static func lookup(host: String, port: UInt16) -> Result<[SocketAddress], SocketError> {
         let result = resolve(host: host, port: port)
@@ -140,9 +141,23 @@ final class AddressResolver: @unchecked Sendable {
         return result
     }
 
+    /// `invalid.` and the names under it, which RFC 6761 (6.4) reserves so that they never
+    /// resolve and says resolver libraries should answer at once. `getaddrinfo` asks the
+    /// nameserver all the same: without one it answers only once its retries have timed
+    /// out, with EAI_AGAIN ("try again") rather than "no such name".
+    static func isReservedInvalid(_ host: String) -> Bool {
+        var name = host.lowercased()
+        if name.hasSuffix(".") { name.removeLast() }
+        return name == "invalid" || name.hasSuffix(".invalid")
+    }
+
     private static func resolve(host: String, port: UInt16,
                                 family: SocketAddress.Family? = nil) -> Result<[SocketAddress], SocketError> {
         do throws(SocketError) { try checkHost(host) } catch { return .failure(error) }
+        if isReservedInvalid(host) {
+            return .failure(SocketError(.resolution, osError: EAI_NONAME,
+                                        "\(host): a name under .invalid never resolves (RFC 6761)"))
+        }
         var known: [SocketAddress]? = nil
         if host == "localhost" || host == "loopback" {
             known = [.ipv4Loopback(port: port), .ipv6Loopback(port: port)]

@@ -1124,7 +1124,8 @@ public final class Socket: SocketFront, @unchecked Sendable {
     // MARK: Utilities
 
     /// Resolves `host` synchronously (this blocks: never call it on an event loop thread).
-    /// `"localhost"`/`"loopback"` give 127.0.0.1 and ::1 without asking the resolver.
+    /// `"localhost"`/`"loopback"` give 127.0.0.1 and ::1 without asking the resolver; a name
+    /// under `.invalid` fails at once (RFC 6761: `.resolution`, EAI_NONAME).
     public static func lookupHost(_ host: String, port: UInt16) throws(SocketError) -> [SocketAddress] {
         try AddressResolver.lookup(host: host, port: port).get()
     }

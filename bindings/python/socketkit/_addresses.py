@@ -77,7 +77,8 @@ def address_from_sockaddr(raw: bytes) -> Optional[Address]:
 
 def lookup_host(host_name: str, port: int) -> List[Tuple[str, int]]:
     """Resolves `host_name` (blocking) to ("address", port) pairs in resolver order.
-    "localhost" gives 127.0.0.1 and ::1 without asking the resolver."""
+    "localhost" gives 127.0.0.1 and ::1 without asking the resolver; a name under
+    .invalid raises socket.gaierror (EAI_NONAME) at once (RFC 6761)."""
     encoded = host(host_name)
     capacity = 16
     while True:

@@ -531,6 +531,16 @@ def test_lookup_host():
     assert socketkit.lookup_host("::1", 5) == [("::1", 5)]
 
 
+@pytest.mark.parametrize("name", ["no-such-host.invalid", "INVALID", "a.b.Invalid."])
+def test_names_under_invalid_fail_at_once(name):
+    """RFC 6761: names under .invalid never resolve, and the nameserver is not asked (with
+    none reachable it would answer EAI_AGAIN, after its retries)."""
+    with pytest.raises(socket.gaierror) as raised:
+        socketkit.lookup_host(name, 80)
+    assert raised.value.errno == socket.EAI_NONAME
+    assert "RFC 6761" in str(raised.value)
+
+
 @pytest.mark.parametrize("port", [0, 127, 128, 443, 8080, 32768, 65535])
 @pytest.mark.parametrize("host", ["127.0.0.1", "192.0.2.1", "255.255.255.255", "fd00::2", "ff02::fb", "::1"])
 def test_lookup_host_gives_every_port_and_address_back(host, port):
