@@ -6,7 +6,8 @@
 ///
 /// GCDAsyncSocket's settings dictionary, as a value: `kCFStreamSSLIsServer` → `role`,
 /// `kCFStreamSSLPeerName` → `peerName`, `kCFStreamSSLCertificates` → `certificateChain` and
-/// `privateKey`, `GCDAsyncSocketManuallyEvaluateTrust` → `manualTrustEvaluation`,
+/// `privateKey`, or `pkcs12` (the identity as a PKCS#12 file or bytes, as Security's
+/// `SecPKCS12Import` reads it), `GCDAsyncSocketManuallyEvaluateTrust` → `manualTrustEvaluation`,
 /// `GCDAsyncSocketSSLProtocolVersionMin/Max` → `minimumVersion`/`maximumVersion`,
 /// `GCDAsyncSocketSSLCipherSuites` → `cipherList`/`cipherSuites`, `GCDAsyncSocketSSLALPN`
 /// → `alpnProtocols`, `GCDAsyncSocketSSLPeerID` → `sessionResumption` (sessions are kept per
@@ -46,6 +47,38 @@ public struct TLSSettings: Hashable, Sendable {
     public enum Source: Hashable, Sendable {
         case file(String)
         case pem(String)
+    }
+
+    /// An identity (private key, its certificate and any intermediates) in one PKCS#12
+    /// (`.p12`, `.pfx`) file or in its bytes, with the password it was exported with.
+    ///
+    /// Read as the other files are: when a context is made, and again when the file
+    /// changed on disk. A wrong password, bytes that are not PKCS#12, a file that cannot be
+    /// read, or one without a key and its certificate is `.tlsSettings` with OpenSSL's
+    /// reason (from `startTLS`, or at once from `check`), never a handshake without an
+    /// identity. Files from OpenSSL 3 (`openssl pkcs12 -export`: AES-256 and PBKDF2) and
+    /// the older 3DES and SHA-1 form are read; RC2-40 (`-legacy`, OpenSSL 1.x's default
+    /// and old Windows exports) needs OpenSSL's legacy provider, which SocketKit does not
+    /// load (it would change the process's OpenSSL for everyone): such a file is
+    /// `.tlsSettings` saying so; convert it with `openssl pkcs12 -legacy -in old.p12
+    /// -nodes | openssl pkcs12 -export -out new.p12`.
+    public struct PKCS12: Hashable, Sendable {
+        public enum Source: Hashable, Sendable {
+            case file(String)
+            case data([UInt8])
+        }
+
+        public var source: Source
+        /// nil: no password (OpenSSL tries none and the empty one, as `openssl pkcs12` does).
+        public var password: String?
+
+        public init(_ source: Source, password: String? = nil) {
+            self.source = source
+            self.password = password
+        }
+
+        public static func file(_ path: String, password: String? = nil) -> PKCS12 { PKCS12(.file(path), password: password) }
+        public static func data(_ bytes: [UInt8], password: String? = nil) -> PKCS12 { PKCS12(.data(bytes), password: password) }
     }
 
     /// The roots a peer's chain must lead to.
@@ -107,6 +140,10 @@ public struct TLSSettings: Hashable, Sendable {
     public var privateKey: Source?
     /// The password of an encrypted private key.
     public var privateKeyPassword: String?
+    /// Our identity as PKCS#12 instead of `certificateChain` and `privateKey` (give one or
+    /// the other: both is `.tlsSettings`). Servers need an identity; a client sends it when
+    /// the server asks.
+    public var pkcs12: PKCS12?
     /// nil: the role's default (clients `.verify`, servers `.none`: no client certificates).
     public var peerVerification: PeerVerification?
     /// Default TLS 1.2.
@@ -155,7 +192,7 @@ public struct TLSSettings: Hashable, Sendable {
                 maximumVersion: ProtocolVersion? = nil, cipherList: String? = nil, cipherSuites: String? = nil,
                 alpnProtocols: [String] = [], sessionResumption: Bool = true, handshakeTimeout: Double = 30,
                 keyLogFile: String? = nil, manualTrustEvaluation: Bool = false,
-                serverNames: [String: TLSSettings] = [:]) {
+                serverNames: [String: TLSSettings] = [:], pkcs12: PKCS12? = nil) {
         self.role = role
         self.peerName = peerName
         self.trustRoots = trustRoots
@@ -173,11 +210,17 @@ public struct TLSSettings: Hashable, Sendable {
         self.keyLogFile = keyLogFile
         self.manualTrustEvaluation = manualTrustEvaluation
         self.serverNames = serverNames
+        self.pkcs12 = pkcs12
     }
 
     /// A server with its certificate chain and key.
     public static func server(certificateChain: Source, privateKey: Source, password: String? = nil) -> TLSSettings {
         TLSSettings(role: .server, certificateChain: certificateChain, privateKey: privateKey, privateKeyPassword: password)
+    }
+
+    /// A server with its identity in PKCS#12.
+    public static func server(pkcs12: PKCS12) -> TLSSettings {
+        TLSSettings(role: .server, pkcs12: pkcs12)
     }
 
     /// The verification in force: the explicit choice or the role's default.
@@ -201,8 +244,14 @@ public struct TLSSettings: Hashable, Sendable {
         for name in alpnProtocols where name.utf8.isEmpty || name.utf8.count > 255 {
             throw SocketError(.tlsSettings, "an ALPN protocol name must have 1 to 255 bytes")
         }
-        if role == .server && (certificateChain == nil || privateKey == nil) {
-            throw SocketError(.tlsSettings, "a TLS server needs a certificate chain and a private key")
+        if pkcs12 != nil && (certificateChain != nil || privateKey != nil) {
+            throw SocketError(.tlsSettings, "give a PKCS#12 identity or a certificate chain and private key, not both")
+        }
+        if case .data(let bytes)? = pkcs12?.source, bytes.isEmpty {
+            throw SocketError(.tlsSettings, "the PKCS#12 data is empty")
+        }
+        if role == .server && pkcs12 == nil && (certificateChain == nil || privateKey == nil) {
+            throw SocketError(.tlsSettings, "a TLS server needs a certificate chain and a private key (or a PKCS#12 identity)")
         }
         if (certificateChain == nil) != (privateKey == nil) {
             throw SocketError(.tlsSettings, "a certificate chain needs its private key, and a key its chain")
@@ -267,6 +316,8 @@ public struct TLSSettings: Hashable, Sendable {
         add(certificateChain, "certificate chain")
         add(privateKey, "private key")
         add(privateKeyPassword, "the private key password")
+        if case .file(let path)? = pkcs12?.source { add(path, "the PKCS#12 file path") }
+        add(pkcs12?.password, "the PKCS#12 password")
         add(cipherList, "the cipher list")
         add(cipherSuites, "the cipher suites")
         for name in alpnProtocols { add(name, "an ALPN protocol name") }
