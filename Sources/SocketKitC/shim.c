@@ -320,5 +320,15 @@ int skc_pkcs12_parse(const unsigned char *bytes, size_t length, const char *pass
         *why = SKC_PKCS12_NO_IDENTITY;
         return 0;
     }
+    /* No intermediates: an empty stack, as for a PEM chain of one certificate. A NULL chain
+     * would let OpenSSL build one from the verify store and send the roots too. */
+    if (*chain == NULL && (*chain = sk_X509_new_null()) == NULL) {
+        EVP_PKEY_free(*key);
+        X509_free(*certificate);
+        *key = NULL;
+        *certificate = NULL;
+        *why = SKC_PKCS12_OTHER;
+        return 0;
+    }
     return 1;
 }

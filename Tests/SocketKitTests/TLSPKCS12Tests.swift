@@ -53,6 +53,9 @@ import Testing
         #expect(pair.serverRecorder.waitForSecure(), "\(pair.serverRecorder.events)")
         #expect(pair.clientRecorder.waitForSecure(), "\(pair.clientRecorder.events)")
         #expect(pair.server.tlsInfo?.peerCertificates.first?.subject.contains("SocketKit Test Client") == true)
+        // What the PEM form sends: the certificate alone, not a chain OpenSSL built from the
+        // client's trust roots.
+        #expect(pair.server.tlsInfo?.peerCertificates.count == 1, "\(pair.server.tlsInfo?.peerCertificates ?? [])")
     }
 
     /// Every unusable identity is `.tlsSettings` naming the cause, before any handshake: a

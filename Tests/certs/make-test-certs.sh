@@ -306,6 +306,29 @@ chain client           client.pem
 chain client-untrusted client-untrusted.pem other-ca.pem
 rm -f "$tmp/client-untrusted.pem"
 
+# --- revocation --------------------------------------------------------------
+# One certificate database serves every CA here, so each CRL lists every revoked serial;
+# a CRL applies only to certificates of its own issuer, and the serials are random.
+cert revoked        localhost                       intermediate ext_server
+cert client-revoked "SocketKit Test Revoked Client" ca           ext_client
+chain revoked        revoked.pem intermediate.pem
+chain client-revoked client-revoked.pem
+run "CRL of intermediate before the revocation" openssl ca -batch -gencrl -crldays 30 -md sha256 \
+    -cert "$tmp/intermediate.pem" -keyfile "$tmp/intermediate.key" -out "$tmp/intermediate-empty.crl.pem"
+run "revoke revoked" openssl ca -batch -revoke "$tmp/revoked.pem" \
+    -cert "$tmp/intermediate.pem" -keyfile "$tmp/intermediate.key"
+run "revoke client-revoked" openssl ca -batch -revoke "$tmp/client-revoked.pem" \
+    -cert "$tmp/ca.pem" -keyfile "$tmp/ca.key"
+for issuer in ca intermediate; do
+    run "CRL of $issuer" openssl ca -batch -gencrl -crldays 30 -md sha256 \
+        -cert "$tmp/$issuer.pem" -keyfile "$tmp/$issuer.key" -out "$tmp/$issuer.crl.pem"
+done
+( cd "$tmp" && cat ca.crl.pem intermediate.crl.pem ) > "$tmp/crls.pem" || die "cannot write crls.pem"
+( cd "$tmp" && cat ca.crl.pem intermediate-empty.crl.pem ) > "$tmp/crls-before.pem" ||
+    die "cannot write crls-before.pem"
+run "CRL of ca as DER" openssl crl -in "$tmp/ca.crl.pem" -outform DER -out "$tmp/ca.crl.der"
+rm -f "$tmp/revoked.pem" "$tmp/client-revoked.pem"
+
 # --- PKCS#12 identities -----------------------------------------------------
 # OpenSSL 3's default (AES-256-CBC, PBKDF2, SHA-256 MAC); the older 3DES/SHA-1 form
 # (readable without the legacy provider); RC2-40 (-legacy: needs it, refused clearly).
@@ -360,6 +383,15 @@ client.pem/.key           client cert "SocketKit Test Client", EKU clientAuth,
                           signed by ca; client-chain.pem = client.pem
 client-untrusted-chain.pem/client-untrusted.key
                           client cert signed by other-ca (+ other-ca.pem)
+revoked-chain.pem/.key    server leaf signed by intermediate, revoked
+                          (+ intermediate.pem)
+client-revoked-chain.pem/client-revoked.key
+                          client cert signed by ca, revoked
+ca.crl.pem, ca.crl.der    ca's CRL (lists client-revoked), PEM and DER
+intermediate.crl.pem      intermediate's CRL (lists revoked)
+crls.pem                  both CRLs in one PEM file
+intermediate-empty.crl.pem intermediate's CRL made before the revocation
+crls-before.pem           ca.crl.pem + intermediate-empty.crl.pem
 server.p12                server.key + server.pem + intermediate.pem as PKCS#12
                           (OpenSSL 3 default: AES-256-CBC, PBKDF2), password
                           "secret"

@@ -123,6 +123,7 @@ final class TLSContext: @unchecked Sendable {
             throw SocketError(.tlsSettings, "TLS 1.3 cipher suites \"\(suites)\": \(openSSLErrorText())")
         }
         try loadTrustRoots()
+        try loadRevocationLists()
         try loadIdentity()
         if settings.role == .server && !settings.serverNames.isEmpty {
             for (name, namedSettings) in settings.serverNames {
@@ -215,6 +216,41 @@ final class TLSContext: @unchecked Sendable {
                 X509_free(certificate)
             }
         }
+    }
+
+    /// The CRLs go into the verify store with the flags that make OpenSSL consult them: a
+    /// CRL in the store without `X509_V_FLAG_CRL_CHECK` is silently ignored.
+    private func loadRevocationLists() throws(SocketError) {
+        guard !settings.crlFiles.isEmpty else { return }
+        let store = SSL_CTX_get_cert_store(context)
+        for path in settings.crlFiles {
+            let bytes = try TLSContext.bytes(ofFile: path, what: "CRL file")
+            ERR_clear_error()
+            var crls: [OpaquePointer] = []
+            if bytes.first != 0x30 { // a DER SEQUENCE starts with 0x30; PEM with text
+                let bio = memoryBIO(String(decoding: bytes, as: UTF8.self))
+                defer { BIO_free(bio) }
+                while let crl = PEM_read_bio_X509_CRL(bio, nil, nil, nil) { crls.append(crl) }
+                ERR_clear_error() // the end of the text
+            } else {
+                let crl = bytes.withUnsafeBufferPointer { buffer -> OpaquePointer? in
+                    var cursor = buffer.baseAddress
+                    return d2i_X509_CRL(nil, &cursor, buffer.count)
+                }
+                if let crl { crls.append(crl) }
+            }
+            guard !crls.isEmpty else {
+                throw SocketError(.tlsSettings, "CRL file \(path) holds no CRL (PEM or DER): \(openSSLErrorText())")
+            }
+            for crl in crls {
+                defer { X509_CRL_free(crl) }
+                guard X509_STORE_add_crl(store, crl) == 1 else {
+                    throw SocketError(.tlsSettings, "CRL file \(path): \(openSSLErrorText())")
+                }
+            }
+        }
+        let flags = UInt(X509_V_FLAG_CRL_CHECK) | (settings.crlCheckWholeChain ? UInt(X509_V_FLAG_CRL_CHECK_ALL) : 0)
+        X509_STORE_set_flags(store, flags)
     }
 
     private func loadIdentity() throws(SocketError) {
@@ -438,6 +474,7 @@ extension TLSSettings {
         if case .file(let path) = certificateChain { paths.append(path) }
         if case .file(let path) = privateKey { paths.append(path) }
         if case .file(let path)? = pkcs12?.source { paths.append(path) }
+        paths += crlFiles
         switch trustRoots {
         case .file(let path), .directory(let path): paths.append(path)
         case .system, .pem: break

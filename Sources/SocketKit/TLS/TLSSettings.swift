@@ -36,8 +36,9 @@
 ///
 /// What TLS does not do: renegotiation (TLS 1.2 and older) is refused (a peer's request is
 /// answered with a no_renegotiation alert; a peer that insists ends the connection with
-/// `.tlsFailed`); revocation is not checked (no CRL, OCSP or stapling: use manual trust
-/// evaluation to check it); the security level cannot be lowered (see `cipherList`).
+/// `.tlsFailed`); revocation is checked only against the CRL files given (`crlFiles`; no
+/// OCSP: use manual trust evaluation to check it); the security level cannot be lowered
+/// (see `cipherList`).
 public struct TLSSettings: Hashable, Sendable {
     public enum Role: Hashable, Sendable {
         case client, server
@@ -144,6 +145,20 @@ public struct TLSSettings: Hashable, Sendable {
     /// the other: both is `.tlsSettings`). Servers need an identity; a client sends it when
     /// the server asks.
     public var pkcs12: PKCS12?
+    /// Certificate revocation lists the peer's chain is checked against (files: PEM, one or
+    /// more CRLs each, or DER), as `openssl verify -crl_check_all` checks it. Empty (the
+    /// default): no revocation check. Given, a revoked certificate fails verification
+    /// (`.tlsCertificateInvalid`, `osError` `X509_V_ERR_CERT_REVOKED`, "certificate
+    /// revoked"), on a client verifying its server as on a server verifying client
+    /// certificates; so does a certificate whose issuer has no CRL here ("unable to get
+    /// certificate CRL": fail closed), or an expired CRL. A file that cannot be read or
+    /// holds no CRL is `.tlsSettings`, never "no check". The files are stamped and read
+    /// again when they change, as certificates are (publish a new CRL by renaming it over
+    /// the old one). With manual trust evaluation the verdict is shown to the delegate.
+    public var crlFiles: [String]
+    /// true (the default): every certificate of the chain must be covered by a CRL of its
+    /// issuer (`X509_V_FLAG_CRL_CHECK_ALL`); false: the leaf only (`X509_V_FLAG_CRL_CHECK`).
+    public var crlCheckWholeChain: Bool
     /// nil: the role's default (clients `.verify`, servers `.none`: no client certificates).
     public var peerVerification: PeerVerification?
     /// Default TLS 1.2.
@@ -192,7 +207,8 @@ public struct TLSSettings: Hashable, Sendable {
                 maximumVersion: ProtocolVersion? = nil, cipherList: String? = nil, cipherSuites: String? = nil,
                 alpnProtocols: [String] = [], sessionResumption: Bool = true, handshakeTimeout: Double = 30,
                 keyLogFile: String? = nil, manualTrustEvaluation: Bool = false,
-                serverNames: [String: TLSSettings] = [:], pkcs12: PKCS12? = nil) {
+                serverNames: [String: TLSSettings] = [:], pkcs12: PKCS12? = nil, crlFiles: [String] = [],
+                crlCheckWholeChain: Bool = true) {
         self.role = role
         self.peerName = peerName
         self.trustRoots = trustRoots
@@ -211,6 +227,8 @@ public struct TLSSettings: Hashable, Sendable {
         self.manualTrustEvaluation = manualTrustEvaluation
         self.serverNames = serverNames
         self.pkcs12 = pkcs12
+        self.crlFiles = crlFiles
+        self.crlCheckWholeChain = crlCheckWholeChain
     }
 
     /// A server with its certificate chain and key.
@@ -255,6 +273,9 @@ public struct TLSSettings: Hashable, Sendable {
         }
         if (certificateChain == nil) != (privateKey == nil) {
             throw SocketError(.tlsSettings, "a certificate chain needs its private key, and a key its chain")
+        }
+        if crlFiles.contains(where: \.isEmpty) {
+            throw SocketError(.tlsSettings, "a CRL file path is empty")
         }
         if role == .client && peerVerification == .requireCertificate {
             throw SocketError(.tlsSettings, "requireCertificate is a server setting")
@@ -318,6 +339,7 @@ public struct TLSSettings: Hashable, Sendable {
         add(privateKeyPassword, "the private key password")
         if case .file(let path)? = pkcs12?.source { add(path, "the PKCS#12 file path") }
         add(pkcs12?.password, "the PKCS#12 password")
+        for path in crlFiles { add(path, "a CRL file path") }
         add(cipherList, "the cipher list")
         add(cipherSuites, "the cipher suites")
         for name in alpnProtocols { add(name, "an ALPN protocol name") }
