@@ -1209,7 +1209,9 @@ int sk_tls_settings_set_pkcs12_data(sk_tls_settings_t *settings, const void *byt
  * A file that cannot be read (os_error: the errno) or holds no CRL is SK_ERR_TLS_SETTINGS
  * from sk_tls_settings_check and sk_socket_start_tls, never "no check". The files are
  * read again when they change on disk, as certificates are (publish a new CRL by renaming
- * it over the old one). Errors here: SK_ERR_INVALID_HANDLE, SK_ERR_BAD_PARAM (`paths`
+ * it over the old one). A server's CRLs are its own, not those of settings given to
+ * sk_tls_settings_set_server_name_settings (refused there: SK_ERR_TLS_SETTINGS).
+ * Errors here: SK_ERR_INVALID_HANDLE, SK_ERR_BAD_PARAM (`paths`
  * NULL with `count` > 0, a NULL or empty path, more than 256 files). */
 int sk_tls_settings_set_crl_files(sk_tls_settings_t *settings, const char *const *paths, size_t count);
 /* 1 (default): every certificate of the chain must be covered by a CRL of its issuer

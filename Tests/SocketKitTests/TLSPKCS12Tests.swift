@@ -10,15 +10,8 @@ import Testing
     }
 
     static func bytes(of name: String) throws -> [UInt8] {
-        guard let file = fopen(TestCertificates.path(name), "rb") else { throw TestFailure("cannot read \(name)") }
-        defer { fclose(file) }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let count = fread(&chunk, 1, chunk.count, file)
-            if count == 0 { break }
-            bytes += chunk[0..<count]
-        }
+        let bytes = TestCertificates.bytes(name)
+        guard !bytes.isEmpty else { throw TestFailure("cannot read \(name)") }
         return bytes
     }
 
@@ -117,29 +110,14 @@ import Testing
     /// The file is stamped as PEM files are: renamed over, the next connection gets the new
     /// identity; connections made before keep theirs.
     @Test func aPKCS12FileRenamedOverIsServedToTheNextClient() throws {
-        var template = Array("/tmp/socketkit-p12-XXXXXX".utf8CString)
-        guard let made = mkdtemp(&template) else { throw TestFailure("mkdtemp: \(errno)") }
-        let directory = String(cString: made)
-        let path = "\(directory)/identity.p12"
-        defer {
-            unlink(path)
-            unlink(path + ".new")
-            rmdir(directory)
-        }
-        func install(_ name: String) throws {
-            let bytes = try Self.bytes(of: name)
-            guard let file = fopen(path + ".new", "wb") else { throw TestFailure("cannot write \(path)") }
-            let written = fwrite(bytes, 1, bytes.count, file)
-            fclose(file)
-            guard written == bytes.count, rename(path + ".new", path) == 0 else { throw TestFailure("install \(name)") }
-        }
-        try install("server.p12")
-        let server = TLSSettings.server(pkcs12: .file(path, password: "secret"))
+        let file = try RenamedOverFile()
+        try file.install("server.p12")
+        let server = TLSSettings.server(pkcs12: .file(file.path, password: "secret"))
         let before = try securePair(server: server, client: TestCertificates.client(peerName: "localhost"))
         defer { before.close() }
         #expect(before.clientRecorder.waitForSecure(), "\(before.clientRecorder.events)")
 
-        try install("wrong-host.p12")
+        try file.install("wrong-host.p12")
         let after = try securePair(server: server, client: TestCertificates.client(peerName: "wrong.example"))
         defer { after.close() }
         #expect(after.clientRecorder.waitForSecure(), "\(after.clientRecorder.events)")

@@ -83,30 +83,22 @@ import Testing
         var empty = TestCertificates.client()
         empty.crlFiles = [""]
         #expect(throws: SocketError.self) { try TLSContext.forSettings(empty) }
+        // A server name's settings do not verify clients: their CRLs would never be used.
+        var named = TestCertificates.server("wrong-host")
+        named.crlFiles = [TestCertificates.path("crls.pem")]
+        var server = TestCertificates.server()
+        server.serverNames = ["wrong.example": named]
+        let ignored = #expect(throws: SocketError.self) { try TLSContext.forSettings(server) }
+        #expect(ignored?.message.contains("CRL files are used from the default settings only") == true)
     }
 
     /// A new CRL renamed over the old one is used by the next connection.
     @Test func aCRLRenamedOverIsUsedByTheNextConnection() throws {
-        var template = Array("/tmp/socketkit-crl-XXXXXX".utf8CString)
-        guard let made = mkdtemp(&template) else { throw TestFailure("mkdtemp: \(errno)") }
-        let directory = String(cString: made)
-        let path = "\(directory)/crls.pem"
-        defer {
-            unlink(path)
-            unlink(path + ".new")
-            rmdir(directory)
-        }
-        func install(_ name: String) throws {
-            let text = TestCertificates.text(name)
-            guard !text.isEmpty, let file = fopen(path + ".new", "wb") else { throw TestFailure("cannot write \(path)") }
-            fputs(text, file)
-            fclose(file)
-            guard rename(path + ".new", path) == 0 else { throw TestFailure("rename: \(errno)") }
-        }
-        try install("crls-before.pem")
-        let client = Self.client(crls: [path])
+        let file = try RenamedOverFile()
+        try file.install("crls-before.pem")
+        let client = Self.client(crls: [file.path])
         #expect(try secures(server: TestCertificates.server("revoked"), client: client))
-        try install("crls.pem")
+        try file.install("crls.pem")
         let error = try clientFailure(server: TestCertificates.server("revoked"), client: client)
         #expect(error?.osError == Self.revoked, "\(String(describing: error))")
     }

@@ -154,7 +154,8 @@ public struct TLSSettings: Hashable, Sendable {
     /// certificate CRL": fail closed), or an expired CRL. A file that cannot be read or
     /// holds no CRL is `.tlsSettings`, never "no check". The files are stamped and read
     /// again when they change, as certificates are (publish a new CRL by renaming it over
-    /// the old one). With manual trust evaluation the verdict is shown to the delegate.
+    /// the old one). With manual trust evaluation the verdict is shown to the delegate. A
+    /// server's CRLs are its own settings', not those of its `serverNames` (refused there).
     public var crlFiles: [String]
     /// true (the default): every certificate of the chain must be covered by a CRL of its
     /// issuer (`X509_V_FLAG_CRL_CHECK_ALL`); false: the leaf only (`X509_V_FLAG_CRL_CHECK`).
@@ -291,6 +292,12 @@ public struct TLSSettings: Hashable, Sendable {
             guard settings.role == .server, settings.serverNames.isEmpty else {
                 throw SocketError(.tlsSettings, "the settings for server name \"\(name)\" must be a server's, "
                                   + "without server names of their own")
+            }
+            // Client certificates are verified with the default settings' store: CRLs here
+            // would be ignored, a check the caller believes in that never runs.
+            guard settings.crlFiles.isEmpty else {
+                throw SocketError(.tlsSettings, "server name \"\(name)\": CRL files are used from the default "
+                                  + "settings only (client certificates are verified there)")
             }
             do { try settings.validate() } catch {
                 throw SocketError(.tlsSettings, osError: error.osError, "server name \"\(name)\": \(error.message)")

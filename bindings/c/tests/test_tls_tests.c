@@ -1771,6 +1771,15 @@ void test_tls_crl_files(void) {
     CHECK_EQ(sk_tls_settings_set_crl_files(settings, not_a_crl, 1), SK_OK);
     CHECK_EQ(check_fails(settings, "holds no CRL", NULL), SK_ERR_TLS_SETTINGS);
 
+    /* A server name's settings do not verify clients: CRLs there would never be used. */
+    sk_tls_settings_t *named = server_settings("wrong-host");
+    const char *crls[] = {cert_path("crls.pem")};
+    CHECK_EQ(sk_tls_settings_set_crl_files(named, crls, 1), SK_OK);
+    serving = server_settings("server");
+    CHECK_EQ(sk_tls_settings_set_server_name_settings(serving, "wrong.example", named), SK_OK);
+    sk_tls_settings_release(named);
+    CHECK_EQ(check_fails(serving, "default settings only", NULL), SK_ERR_TLS_SETTINGS);
+
     /* Bad parameters; count 0 turns the check off. */
     settings = client_settings();
     const char *with_null[] = {NULL};

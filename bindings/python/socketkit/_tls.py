@@ -140,7 +140,8 @@ class TLSSettings:
       X509_V_ERR_CERT_REVOKED, "certificate revoked"), and so does a certificate whose
       issuer has no CRL here ("unable to get certificate CRL": fail closed) or an expired
       CRL. A file that cannot be read or holds no CRL is a :class:`TLSSettingsError`, never
-      "no check". The files are read again when they change, as certificates are.
+      "no check". The files are read again when they change, as certificates are. A
+      server's CRLs are its own, not those of its ``server_names`` settings (refused there).
     - ``crl_check_whole_chain``: True (default): every certificate of the chain needs a CRL
       of its issuer; False: the leaf only.
     - ``minimum_version`` / ``maximum_version``: "TLSv1.2", "TLSv1.3", ... (or

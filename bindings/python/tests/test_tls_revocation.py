@@ -77,3 +77,6 @@ def test_unusable_crl_files_raise(certs, tmp_path):
     with pytest.raises(socketkit.TLSSettingsError, match="list of paths"):
         certs.client(crl_files=certs.path("crls.pem")).check()  # type: ignore[arg-type]
     certs.client(crl_files=[certs.path("crls.pem")]).check()
+    named = certs.server("wrong-host", crl_files=[certs.path("crls.pem")])
+    with pytest.raises(socketkit.TLSSettingsError, match="default settings only"):
+        certs.server(server_names={"wrong.example": named}).check()
