@@ -1184,7 +1184,7 @@ static void op_tls_settings(fz_input_t *input) {
     size_t capacity;
     void *buffer = buffer_arg(input, &capacity);
     (void)buffer;
-    switch (fz_u8(input) % 20) {
+    switch (fz_u8(input) % 24) {
     case 0: sk_tls_settings_set_peer_name(settings, text_arg(input)); break;
     case 1: sk_tls_settings_set_trust_system(settings); break;
     case 2: sk_tls_settings_set_trust_file(settings, text_arg(input)); break;
@@ -1215,6 +1215,16 @@ static void op_tls_settings(fz_input_t *input) {
         sk_tls_settings_set_server_name_settings(settings, fz_u8(input) % 8 ? text_arg(input) : NULL,
                                                  fz_u8(input) % 4 ? TLS(input) : NULL);
         break;
+    case 19: sk_tls_settings_set_pkcs12_file(settings, fz_u8(input) % 8 ? text_arg(input) : NULL,
+                                             fz_u8(input) % 4 ? NULL : text_arg(input)); break;
+    case 20: sk_tls_settings_set_pkcs12_data(settings, fz_u8(input) % 8 ? (const void *)scratch : NULL,
+                                             fz_range(input, 0, 64), fz_u8(input) % 4 ? NULL : text_arg(input)); break;
+    case 21: {
+        const char *paths[2] = {text_arg(input), fz_u8(input) % 4 ? text_arg(input) : NULL};
+        sk_tls_settings_set_crl_files(settings, fz_u8(input) % 8 ? paths : NULL, fz_range(input, 0, 2));
+        break;
+    }
+    case 22: sk_tls_settings_set_crl_check_whole_chain(settings, int_arg(input)); break;
     default: sk_tls_settings_check(settings, error_arg(input)); break;
     }
 }

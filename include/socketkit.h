@@ -1119,8 +1119,9 @@ int sk_socket_perform(sk_socket_t *sock, void (*function)(const sk_socket_descri
  *     a peer's request with a no_renegotiation alert; a peer that insists ends the
  *     connection (SK_ERR_TLS_FAILED, typically a handshake_failure alert). TLS 1.3 has no
  *     renegotiation; its key updates are answered.
- *   - Revocation is not checked: no CRL, no OCSP, no stapled OCSP response is consulted.
- *     To check it, use manual trust evaluation (did_receive_trust has the peer's chain).
+ *   - Revocation is checked only against the CRL files given (sk_tls_settings_set_crl_files):
+ *     no OCSP, no stapled OCSP response is consulted. To check those, use manual trust
+ *     evaluation (did_receive_trust has the peer's chain).
  *   - The security level is a floor: a cipher list with "@SECLEVEL=n" below 2 is refused
  *     (SK_ERR_TLS_SETTINGS) rather than silently accepting weak keys and SHA-1 again;
  *     raising it is allowed.
@@ -1182,6 +1183,40 @@ int sk_tls_settings_set_certificate_chain_pem(sk_tls_settings_t *settings, const
 int sk_tls_settings_set_private_key_file(sk_tls_settings_t *settings, const char *path, const char *password);
 int sk_tls_settings_set_private_key_pem(sk_tls_settings_t *settings, const char *pem, size_t length,
                                         const char *password);
+/* Our identity as PKCS#12 (.p12, .pfx: the private key, its certificate and any
+ * intermediates) instead of the chain and key above: a file, or `length` bytes (copied),
+ * with the password it was exported with (NULL: none; OpenSSL then tries no password
+ * and the empty one). Giving both forms of identity is SK_ERR_TLS_SETTINGS; `path` or
+ * `bytes` NULL removes the PKCS#12 identity. The file is read as the others are (and
+ * again when it changes on disk). A wrong password, bytes that are not PKCS#12, a file
+ * that cannot be read (os_error: the errno) or one without a key and its certificate is
+ * SK_ERR_TLS_SETTINGS with OpenSSL's reason from sk_tls_settings_check and
+ * sk_socket_start_tls: never a handshake without the identity. OpenSSL 3's own format
+ * (openssl pkcs12 -export: AES-256, PBKDF2) and the older 3DES/SHA-1 one are read; RC2-40
+ * (-legacy, OpenSSL 1.x's default) needs OpenSSL's legacy provider, which SocketKit does
+ * not load for the process: such a file is SK_ERR_TLS_SETTINGS saying so (convert it:
+ * openssl pkcs12 -legacy -in old.p12 -nodes | openssl pkcs12 -export -out new.p12).
+ * Errors here: SK_ERR_INVALID_HANDLE, SK_ERR_BAD_PARAM (`length` 0 with `bytes`). */
+int sk_tls_settings_set_pkcs12_file(sk_tls_settings_t *settings, const char *path, const char *password);
+int sk_tls_settings_set_pkcs12_data(sk_tls_settings_t *settings, const void *bytes, size_t length,
+                                    const char *password);
+/* Certificate revocation lists the peer's chain is checked against: `count` files (PEM,
+ * one or more CRLs each, or DER), copied; `count` 0 turns the check off (the default).
+ * Given, a revoked certificate fails verification (SK_ERR_TLS_CERT_INVALID, os_error
+ * X509_V_ERR_CERT_REVOKED = 23, "certificate revoked"), on a client verifying its server
+ * as on a server verifying client certificates; so does a certificate whose issuer has no
+ * CRL here (os_error X509_V_ERR_UNABLE_TO_GET_CRL = 3: fail closed), or an expired CRL.
+ * A file that cannot be read (os_error: the errno) or holds no CRL is SK_ERR_TLS_SETTINGS
+ * from sk_tls_settings_check and sk_socket_start_tls, never "no check". The files are
+ * read again when they change on disk, as certificates are (publish a new CRL by renaming
+ * it over the old one). A server's CRLs are its own, not those of settings given to
+ * sk_tls_settings_set_server_name_settings (refused there: SK_ERR_TLS_SETTINGS).
+ * Errors here: SK_ERR_INVALID_HANDLE, SK_ERR_BAD_PARAM (`paths`
+ * NULL with `count` > 0, a NULL or empty path, more than 256 files). */
+int sk_tls_settings_set_crl_files(sk_tls_settings_t *settings, const char *const *paths, size_t count);
+/* 1 (default): every certificate of the chain must be covered by a CRL of its issuer
+ * (X509_V_FLAG_CRL_CHECK_ALL); 0: the leaf only (X509_V_FLAG_CRL_CHECK). */
+int sk_tls_settings_set_crl_check_whole_chain(sk_tls_settings_t *settings, int enabled);
 /* sk_tls_verification_t. */
 int sk_tls_settings_set_verification(sk_tls_settings_t *settings, int verification);
 /* sk_tls_version_t bounds (SK_TLS_VERSION_DEFAULT for either). */

@@ -3,6 +3,7 @@
 #include "socketkit_c.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <sched.h>
 #include <stddef.h>
 #include <string.h>
@@ -277,3 +278,57 @@ X509 *skc_x509_stack_value(const STACK_OF(X509) *stack, int index) { return sk_X
 STACK_OF(X509) *skc_x509_stack_new(void) { return sk_X509_new_null(); }
 int skc_x509_stack_push(STACK_OF(X509) *stack, X509 *certificate) { return sk_X509_push(stack, certificate); }
 void skc_x509_stack_free(STACK_OF(X509) *stack) { sk_X509_pop_free(stack, X509_free); }
+
+int skc_pkcs12_parse(const unsigned char *bytes, size_t length, const char *password, EVP_PKEY **key,
+                     X509 **certificate, STACK_OF(X509) **chain, int *why) {
+    *key = NULL;
+    *certificate = NULL;
+    *chain = NULL;
+    if (length > LONG_MAX) {
+        *why = SKC_PKCS12_NOT_PKCS12;
+        return 0;
+    }
+    const unsigned char *cursor = bytes;
+    PKCS12 *p12 = d2i_PKCS12(NULL, &cursor, (long)length);
+    if (p12 == NULL) {
+        *why = SKC_PKCS12_NOT_PKCS12;
+        return 0;
+    }
+    int parsed = PKCS12_parse(p12, password, key, certificate, chain);
+    PKCS12_free(p12);
+    if (!parsed) {
+        /* PKCS12_parse checks the MAC first and raises MAC_VERIFY_FAILURE last; a cipher
+         * no provider has (RC2-40 without the legacy provider) fails the fetch first. */
+        unsigned long first = ERR_peek_error(), last = ERR_peek_last_error();
+        if (ERR_GET_LIB(last) == ERR_LIB_PKCS12 && ERR_GET_REASON(last) == PKCS12_R_MAC_VERIFY_FAILURE) {
+            *why = SKC_PKCS12_WRONG_PASSWORD;
+        } else if (ERR_GET_REASON(first) == ERR_R_UNSUPPORTED
+                   || (ERR_GET_LIB(first) == ERR_LIB_EVP && ERR_GET_REASON(first) == EVP_R_UNSUPPORTED_ALGORITHM)) {
+            *why = SKC_PKCS12_UNSUPPORTED;
+        } else {
+            *why = SKC_PKCS12_OTHER;
+        }
+        return 0; /* PKCS12_parse frees what it made when it fails */
+    }
+    if (*key == NULL || *certificate == NULL) {
+        EVP_PKEY_free(*key);
+        X509_free(*certificate);
+        sk_X509_pop_free(*chain, X509_free);
+        *key = NULL;
+        *certificate = NULL;
+        *chain = NULL;
+        *why = SKC_PKCS12_NO_IDENTITY;
+        return 0;
+    }
+    /* No intermediates: an empty stack, as for a PEM chain of one certificate. A NULL chain
+     * would let OpenSSL build one from the verify store and send the roots too. */
+    if (*chain == NULL && (*chain = sk_X509_new_null()) == NULL) {
+        EVP_PKEY_free(*key);
+        X509_free(*certificate);
+        *key = NULL;
+        *certificate = NULL;
+        *why = SKC_PKCS12_OTHER;
+        return 0;
+    }
+    return 1;
+}

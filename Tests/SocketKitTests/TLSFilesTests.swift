@@ -44,6 +44,34 @@ final class ServedIdentity {
     }
 }
 
+/// One file in a directory of its own, replaced by a new file renamed over it (as
+/// certbot and most deployment tools do).
+final class RenamedOverFile {
+    let directory: String
+    var path: String { "\(directory)/file" }
+
+    init() throws {
+        var template = Array("/tmp/socketkit-renamed-XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { throw TestFailure("mkdtemp: \(errno)") }
+        directory = String(cString: made)
+    }
+
+    /// The test file `name`'s bytes, written beside the file and renamed over it.
+    func install(_ name: String) throws {
+        let bytes = TestCertificates.bytes(name)
+        guard !bytes.isEmpty, let file = fopen(path + ".new", "wb") else { throw TestFailure("cannot write \(name)") }
+        let written = fwrite(bytes, 1, bytes.count, file)
+        fclose(file)
+        guard written == bytes.count, rename(path + ".new", path) == 0 else { throw TestFailure("install \(name)") }
+    }
+
+    deinit {
+        unlink(path)
+        unlink(path + ".new")
+        rmdir(directory)
+    }
+}
+
 @Suite struct TLSFilesTests {
     /// Each pair's server side starts TLS with the same settings value, as a server does for
     /// each accepted connection: the context cache decides what it serves.

@@ -27,7 +27,12 @@ enum TestCertificates {
     }
 
     static func text(_ name: String) -> String {
-        guard let file = fopen(path(name), "rb") else { return "" }
+        String(decoding: bytes(name), as: UTF8.self)
+    }
+
+    /// The file's bytes (none if it cannot be read).
+    static func bytes(_ name: String) -> [UInt8] {
+        guard let file = fopen(path(name), "rb") else { return [] }
         defer { fclose(file) }
         var bytes: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 4096)
@@ -36,7 +41,7 @@ enum TestCertificates {
             if count == 0 { break }
             bytes += chunk[0..<count]
         }
-        return String(decoding: bytes, as: UTF8.self)
+        return bytes
     }
 }
 

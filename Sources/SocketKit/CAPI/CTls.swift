@@ -129,6 +129,52 @@ public func sk_tls_settings_set_private_key_pem(_ settings: OpaquePointer?, _ pe
     }
 }
 
+@_cdecl("sk_tls_settings_set_pkcs12_file")
+public func sk_tls_settings_set_pkcs12_file(_ settings: OpaquePointer?, _ file: UnsafePointer<CChar>?,
+                                            _ password: UnsafePointer<CChar>?) -> Int32 {
+    change(settings) { (settings: inout TLSSettings) throws(SocketError) in
+        guard let file else {
+            settings.pkcs12 = nil
+            return
+        }
+        settings.pkcs12 = .file(try path(file, "path"), password: optionalString(password))
+    }
+}
+
+@_cdecl("sk_tls_settings_set_pkcs12_data")
+public func sk_tls_settings_set_pkcs12_data(_ settings: OpaquePointer?, _ bytes: UnsafeRawPointer?, _ length: Int,
+                                            _ password: UnsafePointer<CChar>?) -> Int32 {
+    change(settings) { (settings: inout TLSSettings) throws(SocketError) in
+        guard let bytes else {
+            settings.pkcs12 = nil
+            return
+        }
+        let checked = try checkedLength(length, "length")
+        guard checked > 0 else { throw badParam("the PKCS#12 data is empty") }
+        settings.pkcs12 = .data(Array(UnsafeRawBufferPointer(start: bytes, count: checked)), password: optionalString(password))
+    }
+}
+
+@_cdecl("sk_tls_settings_set_crl_files")
+public func sk_tls_settings_set_crl_files(_ settings: OpaquePointer?, _ paths: UnsafePointer<UnsafePointer<CChar>?>?,
+                                          _ count: Int) -> Int32 {
+    change(settings) { (settings: inout TLSSettings) throws(SocketError) in
+        let checked = try checkedLength(count, "count")
+        guard checked <= 256 else { throw badParam("at most 256 CRL files") }
+        var files: [String] = []
+        if checked > 0 {
+            guard let paths else { throw badParam("paths is NULL") }
+            for index in 0..<checked { files.append(try path(paths[index], "paths[\(index)]")) }
+        }
+        settings.crlFiles = files
+    }
+}
+
+@_cdecl("sk_tls_settings_set_crl_check_whole_chain")
+public func sk_tls_settings_set_crl_check_whole_chain(_ settings: OpaquePointer?, _ enabled: Int32) -> Int32 {
+    change(settings) { $0.crlCheckWholeChain = enabled != 0 }
+}
+
 @_cdecl("sk_tls_settings_set_verification")
 public func sk_tls_settings_set_verification(_ settings: OpaquePointer?, _ verification: Int32) -> Int32 {
     change(settings) { (settings: inout TLSSettings) throws(SocketError) in

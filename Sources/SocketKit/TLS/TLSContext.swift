@@ -123,6 +123,7 @@ final class TLSContext: @unchecked Sendable {
             throw SocketError(.tlsSettings, "TLS 1.3 cipher suites \"\(suites)\": \(openSSLErrorText())")
         }
         try loadTrustRoots()
+        try loadRevocationLists()
         try loadIdentity()
         if settings.role == .server && !settings.serverNames.isEmpty {
             for (name, namedSettings) in settings.serverNames {
@@ -217,7 +218,43 @@ final class TLSContext: @unchecked Sendable {
         }
     }
 
+    /// The CRLs go into the verify store with the flags that make OpenSSL consult them: a
+    /// CRL in the store without `X509_V_FLAG_CRL_CHECK` is silently ignored.
+    private func loadRevocationLists() throws(SocketError) {
+        guard !settings.crlFiles.isEmpty else { return }
+        let store = SSL_CTX_get_cert_store(context)
+        for path in settings.crlFiles {
+            let bytes = try TLSContext.bytes(ofFile: path, what: "CRL file")
+            ERR_clear_error()
+            var crls: [OpaquePointer] = []
+            if bytes.first != 0x30 { // a DER SEQUENCE starts with 0x30; PEM with text
+                let bio = memoryBIO(String(decoding: bytes, as: UTF8.self))
+                defer { BIO_free(bio) }
+                while let crl = PEM_read_bio_X509_CRL(bio, nil, nil, nil) { crls.append(crl) }
+                ERR_clear_error() // the end of the text
+            } else {
+                let crl = bytes.withUnsafeBufferPointer { buffer -> OpaquePointer? in
+                    var cursor = buffer.baseAddress
+                    return d2i_X509_CRL(nil, &cursor, buffer.count)
+                }
+                if let crl { crls.append(crl) }
+            }
+            guard !crls.isEmpty else {
+                throw SocketError(.tlsSettings, "CRL file \(path) holds no CRL (PEM or DER): \(openSSLErrorText())")
+            }
+            for crl in crls {
+                defer { X509_CRL_free(crl) }
+                guard X509_STORE_add_crl(store, crl) == 1 else {
+                    throw SocketError(.tlsSettings, "CRL file \(path): \(openSSLErrorText())")
+                }
+            }
+        }
+        let flags = UInt(X509_V_FLAG_CRL_CHECK) | (settings.crlCheckWholeChain ? UInt(X509_V_FLAG_CRL_CHECK_ALL) : 0)
+        X509_STORE_set_flags(store, flags)
+    }
+
     private func loadIdentity() throws(SocketError) {
+        if let pkcs12 = settings.pkcs12 { return try loadPKCS12(pkcs12) }
         guard let chainSource = settings.certificateChain, let keySource = settings.privateKey else { return }
         let chainText = try TLSContext.text(of: chainSource, what: "certificate chain")
         let keyText = try TLSContext.text(of: keySource, what: "private key")
@@ -254,22 +291,81 @@ final class TLSContext: @unchecked Sendable {
         }
     }
 
+    /// The key, certificate and chain of a PKCS#12 identity, installed as a PEM pair would be.
+    private func loadPKCS12(_ pkcs12: TLSSettings.PKCS12) throws(SocketError) {
+        let bytes: [UInt8]
+        let what: String
+        switch pkcs12.source {
+        case .data(let data):
+            bytes = data
+            what = "PKCS#12 data"
+        case .file(let path):
+            bytes = try TLSContext.bytes(ofFile: path, what: "PKCS#12 file")
+            what = "PKCS#12 file \(path)"
+        }
+        var key: OpaquePointer?
+        var certificate: OpaquePointer?
+        var chain: OpaquePointer?
+        var why: Int32 = 0
+        ERR_clear_error()
+        let parsed = bytes.withUnsafeBufferPointer { buffer in
+            func parse(_ password: UnsafePointer<CChar>?) -> Int32 {
+                skc_pkcs12_parse(buffer.baseAddress, buffer.count, password, &key, &certificate, &chain, &why)
+            }
+            // nil: PKCS12_parse tries no password, then the empty one (as `openssl pkcs12`).
+            guard let password = pkcs12.password else { return parse(nil) }
+            return password.withCString(parse)
+        }
+        guard parsed == 1, let key, let certificate else {
+            let detail = openSSLErrorText()
+            switch Int(why) {
+            case Int(SKC_PKCS12_NOT_PKCS12):
+                throw SocketError(.tlsSettings, "\(what) is not PKCS#12 (DER): \(detail)")
+            case Int(SKC_PKCS12_WRONG_PASSWORD):
+                throw SocketError(.tlsSettings, "\(what): wrong password (the MAC does not verify): \(detail)")
+            case Int(SKC_PKCS12_UNSUPPORTED):
+                throw SocketError(.tlsSettings, "\(what) uses an algorithm OpenSSL 3 has only in its legacy provider "
+                                  + "(RC2-40, as OpenSSL 1.x and old Windows exports), which SocketKit does not load: "
+                                  + "convert it (openssl pkcs12 -legacy -in old.p12 -nodes | openssl pkcs12 -export "
+                                  + "-out new.p12): \(detail)")
+            case Int(SKC_PKCS12_NO_IDENTITY):
+                throw SocketError(.tlsSettings, "\(what) has no private key with its certificate")
+            default:
+                throw SocketError(.tlsSettings, "\(what): \(detail)")
+            }
+        }
+        defer {
+            EVP_PKEY_free(key)
+            X509_free(certificate)
+            skc_x509_stack_free(chain)
+        }
+        guard SSL_CTX_use_cert_and_key(context, certificate, key, chain, 1) == 1 else {
+            throw SocketError(.tlsSettings, "\(what): certificate and key: \(openSSLErrorText())")
+        }
+        guard SSL_CTX_check_private_key(context) == 1 else {
+            throw SocketError(.tlsSettings, "\(what): the private key does not match the certificate: \(openSSLErrorText())")
+        }
+    }
+
     private static func text(of source: TLSSettings.Source, what: String) throws(SocketError) -> String {
         switch source {
         case .pem(let text): return text
-        case .file(let path):
-            guard let file = fopen(path, "rb") else { throw SocketError.systemError(errno, "\(what) \(path)").asSettings }
-            defer { fclose(file) }
-            var bytes: [UInt8] = []
-            var chunk = [UInt8](repeating: 0, count: 4096)
-            while true {
-                let count = chunk.withUnsafeMutableBytes { fread($0.baseAddress, 1, $0.count, file) }
-                if count == 0 { break }
-                bytes.append(contentsOf: chunk[0..<count])
-                if bytes.count > 16 << 20 { throw SocketError(.tlsSettings, "\(what) \(path) is larger than 16 MiB") }
-            }
-            return String(decoding: bytes, as: UTF8.self)
+        case .file(let path): return String(decoding: try bytes(ofFile: path, what: what), as: UTF8.self)
         }
+    }
+
+    private static func bytes(ofFile path: String, what: String) throws(SocketError) -> [UInt8] {
+        guard let file = fopen(path, "rb") else { throw SocketError.systemError(errno, "\(what) \(path)").asSettings }
+        defer { fclose(file) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { fread($0.baseAddress, 1, $0.count, file) }
+            if count == 0 { break }
+            bytes.append(contentsOf: chunk[0..<count])
+            if bytes.count > 16 << 20 { throw SocketError(.tlsSettings, "\(what) \(path) is larger than 16 MiB") }
+        }
+        return bytes
     }
 
     // MARK: Server names
@@ -377,6 +473,8 @@ extension TLSSettings {
         for (_, named) in serverNames.sorted(by: { $0.key < $1.key }) { paths += named.filePaths }
         if case .file(let path) = certificateChain { paths.append(path) }
         if case .file(let path) = privateKey { paths.append(path) }
+        if case .file(let path)? = pkcs12?.source { paths.append(path) }
+        paths += crlFiles
         switch trustRoots {
         case .file(let path), .directory(let path): paths.append(path)
         case .system, .pem: break

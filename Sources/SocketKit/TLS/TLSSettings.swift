@@ -6,7 +6,8 @@
 ///
 /// GCDAsyncSocket's settings dictionary, as a value: `kCFStreamSSLIsServer` → `role`,
 /// `kCFStreamSSLPeerName` → `peerName`, `kCFStreamSSLCertificates` → `certificateChain` and
-/// `privateKey`, `GCDAsyncSocketManuallyEvaluateTrust` → `manualTrustEvaluation`,
+/// `privateKey`, or `pkcs12` (the identity as a PKCS#12 file or bytes, as Security's
+/// `SecPKCS12Import` reads it), `GCDAsyncSocketManuallyEvaluateTrust` → `manualTrustEvaluation`,
 /// `GCDAsyncSocketSSLProtocolVersionMin/Max` → `minimumVersion`/`maximumVersion`,
 /// `GCDAsyncSocketSSLCipherSuites` → `cipherList`/`cipherSuites`, `GCDAsyncSocketSSLALPN`
 /// → `alpnProtocols`, `GCDAsyncSocketSSLPeerID` → `sessionResumption` (sessions are kept per
@@ -35,8 +36,9 @@
 ///
 /// What TLS does not do: renegotiation (TLS 1.2 and older) is refused (a peer's request is
 /// answered with a no_renegotiation alert; a peer that insists ends the connection with
-/// `.tlsFailed`); revocation is not checked (no CRL, OCSP or stapling: use manual trust
-/// evaluation to check it); the security level cannot be lowered (see `cipherList`).
+/// `.tlsFailed`); revocation is checked only against the CRL files given (`crlFiles`; no
+/// OCSP: use manual trust evaluation to check it); the security level cannot be lowered
+/// (see `cipherList`).
 public struct TLSSettings: Hashable, Sendable {
     public enum Role: Hashable, Sendable {
         case client, server
@@ -46,6 +48,38 @@ public struct TLSSettings: Hashable, Sendable {
     public enum Source: Hashable, Sendable {
         case file(String)
         case pem(String)
+    }
+
+    /// An identity (private key, its certificate and any intermediates) in one PKCS#12
+    /// (`.p12`, `.pfx`) file or in its bytes, with the password it was exported with.
+    ///
+    /// Read as the other files are: when a context is made, and again when the file
+    /// changed on disk. A wrong password, bytes that are not PKCS#12, a file that cannot be
+    /// read, or one without a key and its certificate is `.tlsSettings` with OpenSSL's
+    /// reason (from `startTLS`, or at once from `check`), never a handshake without an
+    /// identity. Files from OpenSSL 3 (`openssl pkcs12 -export`: AES-256 and PBKDF2) and
+    /// the older 3DES and SHA-1 form are read; RC2-40 (`-legacy`, OpenSSL 1.x's default
+    /// and old Windows exports) needs OpenSSL's legacy provider, which SocketKit does not
+    /// load (it would change the process's OpenSSL for everyone): such a file is
+    /// `.tlsSettings` saying so; convert it with `openssl pkcs12 -legacy -in old.p12
+    /// -nodes | openssl pkcs12 -export -out new.p12`.
+    public struct PKCS12: Hashable, Sendable {
+        public enum Source: Hashable, Sendable {
+            case file(String)
+            case data([UInt8])
+        }
+
+        public var source: Source
+        /// nil: no password (OpenSSL tries none and the empty one, as `openssl pkcs12` does).
+        public var password: String?
+
+        public init(_ source: Source, password: String? = nil) {
+            self.source = source
+            self.password = password
+        }
+
+        public static func file(_ path: String, password: String? = nil) -> PKCS12 { PKCS12(.file(path), password: password) }
+        public static func data(_ bytes: [UInt8], password: String? = nil) -> PKCS12 { PKCS12(.data(bytes), password: password) }
     }
 
     /// The roots a peer's chain must lead to.
@@ -107,6 +141,25 @@ public struct TLSSettings: Hashable, Sendable {
     public var privateKey: Source?
     /// The password of an encrypted private key.
     public var privateKeyPassword: String?
+    /// Our identity as PKCS#12 instead of `certificateChain` and `privateKey` (give one or
+    /// the other: both is `.tlsSettings`). Servers need an identity; a client sends it when
+    /// the server asks.
+    public var pkcs12: PKCS12?
+    /// Certificate revocation lists the peer's chain is checked against (files: PEM, one or
+    /// more CRLs each, or DER), as `openssl verify -crl_check_all` checks it. Empty (the
+    /// default): no revocation check. Given, a revoked certificate fails verification
+    /// (`.tlsCertificateInvalid`, `osError` `X509_V_ERR_CERT_REVOKED`, "certificate
+    /// revoked"), on a client verifying its server as on a server verifying client
+    /// certificates; so does a certificate whose issuer has no CRL here ("unable to get
+    /// certificate CRL": fail closed), or an expired CRL. A file that cannot be read or
+    /// holds no CRL is `.tlsSettings`, never "no check". The files are stamped and read
+    /// again when they change, as certificates are (publish a new CRL by renaming it over
+    /// the old one). With manual trust evaluation the verdict is shown to the delegate. A
+    /// server's CRLs are its own settings', not those of its `serverNames` (refused there).
+    public var crlFiles: [String]
+    /// true (the default): every certificate of the chain must be covered by a CRL of its
+    /// issuer (`X509_V_FLAG_CRL_CHECK_ALL`); false: the leaf only (`X509_V_FLAG_CRL_CHECK`).
+    public var crlCheckWholeChain: Bool
     /// nil: the role's default (clients `.verify`, servers `.none`: no client certificates).
     public var peerVerification: PeerVerification?
     /// Default TLS 1.2.
@@ -155,7 +208,8 @@ public struct TLSSettings: Hashable, Sendable {
                 maximumVersion: ProtocolVersion? = nil, cipherList: String? = nil, cipherSuites: String? = nil,
                 alpnProtocols: [String] = [], sessionResumption: Bool = true, handshakeTimeout: Double = 30,
                 keyLogFile: String? = nil, manualTrustEvaluation: Bool = false,
-                serverNames: [String: TLSSettings] = [:]) {
+                serverNames: [String: TLSSettings] = [:], pkcs12: PKCS12? = nil, crlFiles: [String] = [],
+                crlCheckWholeChain: Bool = true) {
         self.role = role
         self.peerName = peerName
         self.trustRoots = trustRoots
@@ -173,11 +227,19 @@ public struct TLSSettings: Hashable, Sendable {
         self.keyLogFile = keyLogFile
         self.manualTrustEvaluation = manualTrustEvaluation
         self.serverNames = serverNames
+        self.pkcs12 = pkcs12
+        self.crlFiles = crlFiles
+        self.crlCheckWholeChain = crlCheckWholeChain
     }
 
     /// A server with its certificate chain and key.
     public static func server(certificateChain: Source, privateKey: Source, password: String? = nil) -> TLSSettings {
         TLSSettings(role: .server, certificateChain: certificateChain, privateKey: privateKey, privateKeyPassword: password)
+    }
+
+    /// A server with its identity in PKCS#12.
+    public static func server(pkcs12: PKCS12) -> TLSSettings {
+        TLSSettings(role: .server, pkcs12: pkcs12)
     }
 
     /// The verification in force: the explicit choice or the role's default.
@@ -201,11 +263,20 @@ public struct TLSSettings: Hashable, Sendable {
         for name in alpnProtocols where name.utf8.isEmpty || name.utf8.count > 255 {
             throw SocketError(.tlsSettings, "an ALPN protocol name must have 1 to 255 bytes")
         }
-        if role == .server && (certificateChain == nil || privateKey == nil) {
-            throw SocketError(.tlsSettings, "a TLS server needs a certificate chain and a private key")
+        if pkcs12 != nil && (certificateChain != nil || privateKey != nil) {
+            throw SocketError(.tlsSettings, "give a PKCS#12 identity or a certificate chain and private key, not both")
+        }
+        if case .data(let bytes)? = pkcs12?.source, bytes.isEmpty {
+            throw SocketError(.tlsSettings, "the PKCS#12 data is empty")
+        }
+        if role == .server && pkcs12 == nil && (certificateChain == nil || privateKey == nil) {
+            throw SocketError(.tlsSettings, "a TLS server needs a certificate chain and a private key (or a PKCS#12 identity)")
         }
         if (certificateChain == nil) != (privateKey == nil) {
             throw SocketError(.tlsSettings, "a certificate chain needs its private key, and a key its chain")
+        }
+        if crlFiles.contains(where: \.isEmpty) {
+            throw SocketError(.tlsSettings, "a CRL file path is empty")
         }
         if role == .client && peerVerification == .requireCertificate {
             throw SocketError(.tlsSettings, "requireCertificate is a server setting")
@@ -221,6 +292,12 @@ public struct TLSSettings: Hashable, Sendable {
             guard settings.role == .server, settings.serverNames.isEmpty else {
                 throw SocketError(.tlsSettings, "the settings for server name \"\(name)\" must be a server's, "
                                   + "without server names of their own")
+            }
+            // Client certificates are verified with the default settings' store: CRLs here
+            // would be ignored, a check the caller believes in that never runs.
+            guard settings.crlFiles.isEmpty else {
+                throw SocketError(.tlsSettings, "server name \"\(name)\": CRL files are used from the default "
+                                  + "settings only (client certificates are verified there)")
             }
             do { try settings.validate() } catch {
                 throw SocketError(.tlsSettings, osError: error.osError, "server name \"\(name)\": \(error.message)")
@@ -267,6 +344,9 @@ public struct TLSSettings: Hashable, Sendable {
         add(certificateChain, "certificate chain")
         add(privateKey, "private key")
         add(privateKeyPassword, "the private key password")
+        if case .file(let path)? = pkcs12?.source { add(path, "the PKCS#12 file path") }
+        add(pkcs12?.password, "the PKCS#12 password")
+        for path in crlFiles { add(path, "a CRL file path") }
         add(cipherList, "the cipher list")
         add(cipherSuites, "the cipher suites")
         for name in alpnProtocols { add(name, "an ALPN protocol name") }

@@ -34,6 +34,7 @@
 #include <openssl/err.h>
 #include <openssl/x509v3.h>
 #include <openssl/pem.h>
+#include <openssl/pkcs12.h>
 
 /* The public C API's types (delegate struct, error struct, descriptors), so that the
  * @_cdecl implementations in Sources/SocketKit/CAPI use exactly what users compile
@@ -295,6 +296,19 @@ X509 *skc_x509_stack_value(const STACK_OF(X509) *stack, int index);
 STACK_OF(X509) *skc_x509_stack_new(void);
 int skc_x509_stack_push(STACK_OF(X509) *stack, X509 *certificate);
 void skc_x509_stack_free(STACK_OF(X509) *stack);
+
+/* Why skc_pkcs12_parse failed (OpenSSL's error queue has the detail). */
+enum {
+    SKC_PKCS12_NOT_PKCS12 = 1,    /* the bytes are no DER PKCS#12 */
+    SKC_PKCS12_WRONG_PASSWORD = 2, /* the MAC does not verify with the password */
+    SKC_PKCS12_UNSUPPORTED = 3,   /* an algorithm the loaded providers lack (RC2-40: legacy) */
+    SKC_PKCS12_NO_IDENTITY = 4,   /* parsed, but without a private key or its certificate */
+    SKC_PKCS12_OTHER = 5
+};
+/* d2i_PKCS12 and PKCS12_parse on `length` bytes. 1: *key, *certificate and *chain (NULL
+ * or a stack, maybe empty) are the caller's. 0: nothing is, and *why says what failed. */
+int skc_pkcs12_parse(const unsigned char *bytes, size_t length, const char *password, EVP_PKEY **key,
+                     X509 **certificate, STACK_OF(X509) **chain, int *why);
 
 
 /* The Swift runtime's reference counting entry points (exported C functions of libswiftCore,

@@ -63,6 +63,8 @@
     X(tls_failure_is_logged_with_openssls_reason) \
     X(tls_certificate_files_replaced_on_disk_are_served) \
     X(tls_server_certificate_chosen_by_sni)   \
+    X(tls_pkcs12_identities)                  \
+    X(tls_crl_files)                          \
     X(every_error_code_has_a_name)            \
     X(invalid_handles_are_errors)             \
     X(bad_arguments_are_errors)               \

@@ -1547,3 +1547,259 @@ void test_tls_server_certificate_chosen_by_sni(void) {
     sk_tls_settings_release(named);
     sk_tls_settings_release(target);
 }
+
+/* The whole of the test file `name` (free() it), its size in `*length`. */
+static unsigned char *read_bytes(const char *name, size_t *length) {
+    FILE *file = fopen(cert_path(name), "rb");
+    CHECK(file != NULL);
+    unsigned char *bytes = malloc(65536);
+    CHECK(bytes != NULL);
+    *length = fread(bytes, 1, 65536, file);
+    CHECK(*length > 0 && *length < 65536);
+    fclose(file);
+    return bytes;
+}
+
+/* Whether `openssl s_client`, verifying against the test root and the name "localhost",
+ * accepts the server at 127.0.0.1:`port` (its "Verify return code: 0 (ok)"). */
+static int s_client_verifies(uint16_t port) {
+    char command[1024];
+    snprintf(command, sizeof command,
+             "openssl s_client -connect 127.0.0.1:%u -servername localhost -CAfile '%s' -verify_return_error "
+             "-verify_hostname localhost </dev/null 2>&1",
+             (unsigned)port, cert_path("ca.pem"));
+    FILE *output = popen(command, "r");
+    CHECK(output != NULL);
+    char line[1024];
+    int verified = 0;
+    while (fgets(line, sizeof line, output)) {
+        if (strstr(line, "Verify return code: 0 (ok)")) verified = 1;
+    }
+    pclose(output);
+    return verified;
+}
+
+/* The SK_ERR_* of sk_tls_settings_check on `settings` (released), its message checked to
+ * contain `expected`. */
+static int check_fails(sk_tls_settings_t *settings, const char *expected, int *os_error) {
+    sk_error_t error;
+    memset(&error, 0, sizeof error);
+    int status = sk_tls_settings_check(settings, &error);
+    if (expected && !strstr(error.message, expected)) fprintf(stderr, "expected \"%s\": %s\n", expected, error.message);
+    CHECK(expected == NULL || strstr(error.message, expected) != NULL);
+    if (os_error) *os_error = error.os_error;
+    sk_tls_settings_release(settings);
+    return status;
+}
+
+static sk_tls_settings_t *pkcs12_server(const char *file, const char *password) {
+    sk_tls_settings_t *settings = NULL;
+    CHECK_EQ(sk_tls_settings_create(SK_TLS_SERVER, &settings, NULL), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_pkcs12_file(settings, cert_path(file), password), SK_OK);
+    return settings;
+}
+
+void test_tls_pkcs12_identities(void) {
+    /* A server whose identity is PKCS#12 bytes in memory: openssl s_client verifies its
+     * chain and name, as does a SocketKit client. */
+    size_t length = 0;
+    unsigned char *bytes = read_bytes("server.p12", &length);
+    sk_tls_settings_t *serving = NULL;
+    CHECK_EQ(sk_tls_settings_create(SK_TLS_SERVER, &serving, NULL), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_pkcs12_data(serving, bytes, length, "secret"), SK_OK);
+    memset(bytes, 0, length); /* copied */
+    CHECK_EQ(sk_tls_settings_check(serving, NULL), SK_OK);
+    tls_server_t server;
+    tls_server_start(&server, serving);
+    CHECK(s_client_verifies(server.port));
+    recorder_t client;
+    recorder_init(&client);
+    sk_tls_settings_t *settings = client_settings();
+    sk_socket_t *sock = tls_client(&client, "localhost", server.port, settings);
+    recorder_expect(&client, EVENT_SECURE, 1);
+    sk_tls_info_t info;
+    CHECK_EQ(sk_socket_get_tls_info(sock, &info), SK_OK);
+    CHECK_EQ(info.peer_certificate_count, 2); /* the leaf and its intermediate */
+    sk_tls_settings_release(settings);
+    sk_socket_release(sock);
+    recorder_destroy(&client);
+    tls_server_stop(&server);
+
+    /* A client whose certificate is a PKCS#12 file, at a server that requires one: it sends
+     * its certificate alone, as the PEM form does (not a chain built from its roots). */
+    serving = server_settings("server");
+    CHECK_EQ(sk_tls_settings_set_verification(serving, SK_TLS_VERIFY_REQUIRE_CERTIFICATE), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_trust_file(serving, cert_path("ca.pem")), SK_OK);
+    tls_server_start(&server, serving);
+    recorder_init(&client);
+    settings = client_settings();
+    CHECK_EQ(sk_tls_settings_set_pkcs12_file(settings, cert_path("client.p12"), "secret"), SK_OK);
+    sock = tls_client(&client, "127.0.0.1", server.port, settings);
+    recorder_expect(&client, EVENT_SECURE, 1);
+    recorder_expect(&server.server, EVENT_SECURE, 1);
+    CHECK_EQ(sk_socket_get_tls_info(recorder_accepted(&server.listener_recorder, 0), &info), SK_OK);
+    CHECK_EQ(info.peer_certificate_count, 1);
+    sk_socket_release(sock);
+    recorder_destroy(&client);
+    tls_server_stop(&server);
+
+    /* A wrong password stops start_tls itself: no handshake without the identity. */
+    recorder_init(&client);
+    CHECK_EQ(sk_tls_settings_set_pkcs12_file(settings, cert_path("client.p12"), "wrong"), SK_OK);
+    sock = recorded_socket(&client, NULL);
+    tls_server_start(&server, NULL);
+    CHECK_EQ(sk_socket_connect_to_host(sock, "127.0.0.1", server.port, NULL, 10, NULL), SK_OK);
+    sk_error_t error;
+    CHECK_EQ(sk_socket_start_tls(sock, settings, &error), SK_ERR_TLS_SETTINGS);
+    CHECK(strstr(error.message, "wrong password") != NULL);
+    sk_socket_release(sock);
+    recorder_destroy(&client);
+    tls_server_stop(&server);
+
+    /* Each unusable identity, with its reason. */
+    int os_error = 0;
+    CHECK_EQ(check_fails(pkcs12_server("server.p12", "wrong"), "wrong password", NULL), SK_ERR_TLS_SETTINGS);
+    CHECK_EQ(check_fails(pkcs12_server("server.p12", NULL), "wrong password", NULL), SK_ERR_TLS_SETTINGS);
+    CHECK_EQ(check_fails(pkcs12_server("server-nopass.p12", NULL), NULL, NULL), SK_OK);
+    CHECK_EQ(check_fails(pkcs12_server("server-3des.p12", "secret"), NULL, NULL), SK_OK);
+    CHECK_EQ(check_fails(pkcs12_server("server-legacy.p12", "secret"), "legacy provider", NULL), SK_ERR_TLS_SETTINGS);
+    CHECK_EQ(check_fails(pkcs12_server("certs-only.p12", "secret"), "no private key", NULL), SK_ERR_TLS_SETTINGS);
+    CHECK_EQ(check_fails(pkcs12_server("no-such.p12", "secret"), "no-such.p12", &os_error), SK_ERR_TLS_SETTINGS);
+    CHECK_EQ(os_error, ENOENT);
+    sk_tls_settings_t *broken = NULL;
+    CHECK_EQ(sk_tls_settings_create(SK_TLS_SERVER, &broken, NULL), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_pkcs12_data(broken, "not PKCS#12", 11, "secret"), SK_OK);
+    CHECK_EQ(check_fails(broken, "not PKCS#12", NULL), SK_ERR_TLS_SETTINGS);
+    CHECK_EQ(sk_tls_settings_create(SK_TLS_SERVER, &broken, NULL), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_pkcs12_data(broken, bytes, length / 2, "secret"), SK_OK); /* zeroed, and cut */
+    CHECK_EQ(check_fails(broken, NULL, NULL), SK_ERR_TLS_SETTINGS);
+    free(bytes);
+    /* Both kinds of identity: which one was meant is unknown. */
+    broken = server_settings("server");
+    CHECK_EQ(sk_tls_settings_set_pkcs12_file(broken, cert_path("server.p12"), "secret"), SK_OK);
+    CHECK_EQ(check_fails(broken, "not both", NULL), SK_ERR_TLS_SETTINGS);
+    /* Removed again: the PEM pair alone serves. */
+    broken = server_settings("server");
+    CHECK_EQ(sk_tls_settings_set_pkcs12_file(broken, cert_path("server.p12"), "secret"), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_pkcs12_file(broken, NULL, NULL), SK_OK);
+    CHECK_EQ(check_fails(broken, NULL, NULL), SK_OK);
+
+    /* Bad parameters. */
+    CHECK_EQ(sk_tls_settings_set_pkcs12_data(settings, "x", 0, NULL), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_tls_settings_set_pkcs12_data(settings, NULL, 5, NULL), SK_OK); /* removes it */
+    CHECK_EQ(sk_tls_settings_set_pkcs12_file(settings, "", NULL), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_tls_settings_set_pkcs12_file(NULL, cert_path("server.p12"), NULL), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_tls_settings_set_pkcs12_data(NULL, "x", 1, NULL), SK_ERR_INVALID_HANDLE);
+    sk_tls_settings_release(settings);
+}
+
+/* A client with `crls` (test file names) at a server presenting `variant`: secure when
+ * `expected` is 0, else disconnected with `expected` (and *os_error, if not NULL). */
+static void expect_with_crls(const char *variant, const char *const *crls, size_t count, int whole_chain, int expected,
+                             int *os_error) {
+    tls_server_t server;
+    tls_server_start(&server, server_settings(variant));
+    recorder_t client;
+    recorder_init(&client);
+    sk_tls_settings_t *settings = client_settings();
+    const char *paths[4];
+    for (size_t index = 0; index < count; index++) paths[index] = cert_path(crls[index]);
+    CHECK_EQ(sk_tls_settings_set_crl_files(settings, paths, count), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_crl_check_whole_chain(settings, whole_chain), SK_OK);
+    sk_socket_t *sock = tls_client(&client, "localhost", server.port, settings);
+    sk_tls_settings_release(settings);
+    if (expected == 0) {
+        recorder_expect(&client, EVENT_SECURE, 1);
+    } else {
+        recorder_expect(&client, EVENT_DISCONNECT, 1);
+        event_t event = recorder_event(&client, EVENT_DISCONNECT, 0);
+        if (event.error_code != expected) fprintf(stderr, "%s: %s\n", variant, event.text);
+        CHECK_EQ(event.error_code, expected);
+        if (os_error) *os_error = event.os_error;
+    }
+    sk_socket_release(sock);
+    recorder_destroy(&client);
+    tls_server_stop(&server);
+}
+
+void test_tls_crl_files(void) {
+    const char *both[] = {"crls.pem"};
+    const char *der_and_pem[] = {"ca.crl.der", "intermediate.crl.pem"};
+    const char *intermediate_only[] = {"intermediate.crl.pem"};
+    int os_error = 0;
+    /* A client: a revoked server is refused (it verifies without the CRLs), a good one
+     * passes; the whole chain needs every issuer's CRL unless only the leaf is checked. */
+    expect_with_crls("revoked", both, 0, 1, 0, NULL);
+    expect_with_crls("revoked", both, 1, 1, SK_ERR_TLS_CERT_INVALID, &os_error);
+    CHECK_EQ(os_error, 23); /* X509_V_ERR_CERT_REVOKED */
+    expect_with_crls("server", both, 1, 1, 0, NULL);
+    expect_with_crls("server", der_and_pem, 2, 1, 0, NULL);
+    expect_with_crls("server", intermediate_only, 1, 1, SK_ERR_TLS_CERT_INVALID, &os_error);
+    CHECK_EQ(os_error, 3); /* X509_V_ERR_UNABLE_TO_GET_CRL */
+    expect_with_crls("server", intermediate_only, 1, 0, 0, NULL);
+    expect_with_crls("revoked", intermediate_only, 1, 0, SK_ERR_TLS_CERT_INVALID, &os_error);
+    CHECK_EQ(os_error, 23);
+
+    /* A server requiring client certificates: the revoked one is refused. */
+    sk_tls_settings_t *serving = server_settings("server");
+    CHECK_EQ(sk_tls_settings_set_verification(serving, SK_TLS_VERIFY_REQUIRE_CERTIFICATE), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_trust_file(serving, cert_path("ca.pem")), SK_OK);
+    const char *ca_crl[] = {cert_path("ca.crl.pem")};
+    CHECK_EQ(sk_tls_settings_set_crl_files(serving, ca_crl, 1), SK_OK);
+    tls_server_t server;
+    tls_server_start(&server, serving);
+    recorder_t client;
+    recorder_init(&client);
+    sk_tls_settings_t *settings = client_settings();
+    CHECK_EQ(sk_tls_settings_set_certificate_chain_file(settings, cert_path("client-revoked-chain.pem")), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_private_key_file(settings, cert_path("client-revoked.key"), NULL), SK_OK);
+    sk_socket_t *sock = tls_client(&client, "127.0.0.1", server.port, settings);
+    recorder_expect(&server.server, EVENT_DISCONNECT, 1);
+    event_t refused = recorder_event(&server.server, EVENT_DISCONNECT, 0);
+    CHECK_EQ(refused.error_code, SK_ERR_TLS_CERT_INVALID);
+    CHECK_EQ(refused.os_error, 23);
+    CHECK(strstr(refused.text, "certificate revoked") != NULL);
+    sk_socket_release(sock);
+    recorder_destroy(&client);
+    recorder_init(&client);
+    CHECK_EQ(sk_tls_settings_set_certificate_chain_file(settings, cert_path("client-chain.pem")), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_private_key_file(settings, cert_path("client.key"), NULL), SK_OK);
+    sock = tls_client(&client, "127.0.0.1", server.port, settings);
+    recorder_expect(&server.server, EVENT_SECURE, 1);
+    sk_socket_release(sock);
+    recorder_destroy(&client);
+    tls_server_stop(&server);
+
+    /* Unusable files are settings errors, never "no check". */
+    const char *missing[] = {cert_path("no-such.crl")};
+    CHECK_EQ(sk_tls_settings_set_crl_files(settings, missing, 1), SK_OK);
+    CHECK_EQ(check_fails(settings, "no-such.crl", &os_error), SK_ERR_TLS_SETTINGS);
+    CHECK_EQ(os_error, ENOENT);
+    settings = client_settings();
+    const char *not_a_crl[] = {cert_path("ca.pem")};
+    CHECK_EQ(sk_tls_settings_set_crl_files(settings, not_a_crl, 1), SK_OK);
+    CHECK_EQ(check_fails(settings, "holds no CRL", NULL), SK_ERR_TLS_SETTINGS);
+
+    /* A server name's settings do not verify clients: CRLs there would never be used. */
+    sk_tls_settings_t *named = server_settings("wrong-host");
+    const char *crls[] = {cert_path("crls.pem")};
+    CHECK_EQ(sk_tls_settings_set_crl_files(named, crls, 1), SK_OK);
+    serving = server_settings("server");
+    CHECK_EQ(sk_tls_settings_set_server_name_settings(serving, "wrong.example", named), SK_OK);
+    sk_tls_settings_release(named);
+    CHECK_EQ(check_fails(serving, "default settings only", NULL), SK_ERR_TLS_SETTINGS);
+
+    /* Bad parameters; count 0 turns the check off. */
+    settings = client_settings();
+    const char *with_null[] = {NULL};
+    const char *with_empty[] = {""};
+    CHECK_EQ(sk_tls_settings_set_crl_files(settings, with_null, 1), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_tls_settings_set_crl_files(settings, with_empty, 1), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_tls_settings_set_crl_files(settings, NULL, 1), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_tls_settings_set_crl_files(settings, missing, 1), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_crl_files(settings, NULL, 0), SK_OK);
+    CHECK_EQ(sk_tls_settings_check(settings, NULL), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_crl_files(NULL, missing, 1), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_tls_settings_set_crl_check_whole_chain(NULL, 1), SK_ERR_INVALID_HANDLE);
+    sk_tls_settings_release(settings);
+}

@@ -125,7 +125,25 @@ class TLSSettings:
     - our identity: ``certificate_chain_file`` / ``certificate_chain_pem`` (our certificate
       then its intermediates) and ``private_key_file`` / ``private_key_pem``, encrypted if
       ``private_key_password`` is given. Servers need both; clients send them when asked.
+    - or our identity as PKCS#12 (``.p12``, ``.pfx``): ``pkcs12_file`` or ``pkcs12_data``
+      (the bytes), with ``pkcs12_password`` (None: none). Not together with the PEM
+      identity. A wrong password, data that is not PKCS#12, a missing file or one without a
+      key is a :class:`TLSSettingsError` with OpenSSL's reason, never a handshake without
+      the identity. OpenSSL 3's format and the older 3DES one are read; RC2-40 (``openssl
+      pkcs12 -legacy``, OpenSSL 1.x's default) needs OpenSSL's legacy provider, which
+      SocketKit does not load: such a file is a :class:`TLSSettingsError` saying so.
     - ``verification``: "default", "none", "peer" or "require" (or :class:`TLSVerification`).
+    - ``crl_files``: certificate revocation lists (files: PEM, one or more CRLs each, or
+      DER) the peer's chain is checked against, on a client as on a server verifying client
+      certificates. Empty (default): no revocation check. Given, a revoked certificate
+      fails verification (:class:`CertificateInvalidError`, ``errno`` 23,
+      X509_V_ERR_CERT_REVOKED, "certificate revoked"), and so does a certificate whose
+      issuer has no CRL here ("unable to get certificate CRL": fail closed) or an expired
+      CRL. A file that cannot be read or holds no CRL is a :class:`TLSSettingsError`, never
+      "no check". The files are read again when they change, as certificates are. A
+      server's CRLs are its own, not those of its ``server_names`` settings (refused there).
+    - ``crl_check_whole_chain``: True (default): every certificate of the chain needs a CRL
+      of its issuer; False: the leaf only.
     - ``minimum_version`` / ``maximum_version``: "TLSv1.2", "TLSv1.3", ... (or
       :class:`TLSVersion`, or :class:`ssl.TLSVersion`); None: TLS 1.2 / the newest.
     - ``cipher_list`` (OpenSSL cipher list, TLS 1.2 and older), ``cipher_suites`` (TLS 1.3).
@@ -153,7 +171,7 @@ class TLSSettings:
       settings'.
 
     Files are read again when they change: each :meth:`Socket.start_tls` stats the
-    certificate chain, key and trust file or directory named here and, when one was
+    certificate chain, key, PKCS#12 file, CRL files and trust file or directory named here and, when one was
     replaced (renamed over, as certbot does) or rewritten, the new connection uses the
     current files; connections already made keep theirs.
 
@@ -165,7 +183,7 @@ class TLSSettings:
 
     What TLS does not do: renegotiation (TLS 1.2 and older) is refused (a peer's request is
     answered with a no_renegotiation alert; a peer that insists ends the connection with
-    :class:`TLSFailedError`); revocation is not checked (no CRL, OCSP or stapling: use
+    :class:`TLSFailedError`); revocation is checked only against ``crl_files`` (no OCSP: use
     ``manual_trust_evaluation`` to check it); the security level cannot be lowered.
 
     :meth:`check` loads the files and validates everything now, raising
@@ -185,6 +203,11 @@ class TLSSettings:
     private_key_file: Optional[PathLike] = None
     private_key_pem: Optional[PEM] = None
     private_key_password: Optional[Union[str, bytes]] = None
+    pkcs12_file: Optional[PathLike] = None
+    pkcs12_data: Optional[bytes] = None
+    pkcs12_password: Optional[Union[str, bytes]] = None
+    crl_files: Sequence[PathLike] = field(default_factory=list)
+    crl_check_whole_chain: bool = True
     verification: Union[str, TLSVerification] = "default"
     minimum_version: Optional[Union[str, int]] = None
     maximum_version: Optional[Union[str, int]] = None
@@ -205,7 +228,8 @@ class TLSSettings:
     @classmethod
     def server(cls, certificate_chain_file: Optional[PathLike] = None, private_key_file: Optional[PathLike] = None,
                **options: Any) -> "TLSSettings":
-        """Server settings with a certificate chain and its key (files, or ``*_pem`` options)."""
+        """Server settings with a certificate chain and its key (files, or ``*_pem`` options,
+        or ``pkcs12_file`` / ``pkcs12_data`` and ``pkcs12_password``)."""
         return cls(role=TLSRole.SERVER, certificate_chain_file=certificate_chain_file,
                    private_key_file=private_key_file, **options)
 
@@ -231,6 +255,10 @@ class TLSSettings:
         for kind in ("certificate_chain", "private_key"):
             if getattr(self, f"{kind}_file") is not None and getattr(self, f"{kind}_pem") is not None:
                 raise TLSSettingsError(f"give {kind}_file or {kind}_pem, not both", None, 0)
+        if self.pkcs12_file is not None and self.pkcs12_data is not None:
+            raise TLSSettingsError("give pkcs12_file or pkcs12_data, not both", None, 0)
+        if self.pkcs12_data is not None and not isinstance(self.pkcs12_data, (bytes, bytearray, memoryview)):
+            raise TLSSettingsError("pkcs12_data is the bytes of a PKCS#12 file", None, 0)
         if isinstance(self.alpn_protocols, (str, bytes)):
             raise TLSSettingsError("alpn_protocols is a list of names, not one string", None, 0)
         verification = _enum_value(TLSVerification, self.verification, _VERIFICATIONS, "verification")
@@ -282,6 +310,23 @@ class TLSSettings:
         elif self.private_key_pem is not None:
             pem = _pem(self.private_key_pem)
             _set("private_key_pem", lib.sk_tls_settings_set_private_key_pem(handle, pem, len(pem), password_bytes))
+        pkcs12_password = self._c("pkcs12_password")
+        if self.pkcs12_file is not None:
+            pkcs12 = self._c("pkcs12_file", path=True)
+            _set("pkcs12_file", lib.sk_tls_settings_set_pkcs12_file(handle, pkcs12, pkcs12_password))
+        elif self.pkcs12_data is not None:
+            data = bytes(self.pkcs12_data)
+            if not data:
+                raise TLSSettingsError("pkcs12_data is empty", None, 0)
+            _set("pkcs12_data", lib.sk_tls_settings_set_pkcs12_data(handle, data, len(data), pkcs12_password))
+        if isinstance(self.crl_files, (str, bytes)) or isinstance(self.crl_files, os.PathLike):
+            raise TLSSettingsError("crl_files is a list of paths, not one path", None, 0)
+        crls = [_ffi.c_string(path, "crl_files", path=True, error=TLSSettingsError) for path in self.crl_files]
+        if crls:
+            paths = (c_char_p * len(crls))(*crls)
+            _set("crl_files", lib.sk_tls_settings_set_crl_files(handle, cast(paths, POINTER(c_char_p)), len(crls)))
+        if not self.crl_check_whole_chain:
+            _set("crl_check_whole_chain", lib.sk_tls_settings_set_crl_check_whole_chain(handle, 0))
         if verification != _ffi.TLS_VERIFY_DEFAULT:
             _set("verification", lib.sk_tls_settings_set_verification(handle, verification))
         if minimum or maximum:
