@@ -237,3 +237,18 @@ struct ProxyProtocolTests {
         }
     }
 }
+
+extension ProxyProtocolTests {
+    /// Fields are split on the space byte: a space followed by a combining mark (one Swift
+    /// Character) still separates them (found while writing the fuzzer's model).
+    @Test func fieldsAreSplitOnSpaceBytesNotCharacters() {
+        let unknown = bytes("PROXY UNKNOWN \u{301}x\r\n")
+        let outcome = unknown.withUnsafeBytes { ProxyHeader.parse($0, mode: .v1) }
+        #expect(outcome == .complete(ProxyHeader(version: 1, length: unknown.count, keepsRealAddresses: true)))
+        let tcp = bytes("PROXY TCP4 1.2.3.4 \u{301}5.6.7.8 1 2\r\n")
+        guard case .invalid = tcp.withUnsafeBytes({ ProxyHeader.parse($0, mode: .v1) }) else {
+            Issue.record("a combining mark in an address was taken")
+            return
+        }
+    }
+}

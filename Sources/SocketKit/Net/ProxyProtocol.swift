@@ -93,9 +93,12 @@ struct ProxyHeader: Equatable, Sendable {
         if let nul = window[..<cr].firstIndex(of: 0), nul < cr {
             return .invalid("a PROXY protocol v1 header with a NUL byte")
         }
-        let line = String(decoding: UnsafeRawBufferPointer(rebasing: bytes[v1Prefix.count..<cr]), as: UTF8.self)
         let length = cr + 2
-        let fields = line.split(separator: " ", omittingEmptySubsequences: false).map(String.init)
+        // Split as bytes, not as Swift text: a space followed by a combining mark is one
+        // Character, and would not separate fields.
+        let fields = UnsafeRawBufferPointer(rebasing: bytes[v1Prefix.count..<cr])
+            .split(separator: 0x20, omittingEmptySubsequences: false)
+            .map { String(decoding: $0, as: UTF8.self) }
         guard let protocolName = fields.first else { return .invalid("an empty PROXY protocol v1 header") }
         if protocolName == "UNKNOWN" {
             // The proxy could not tell (or the connection is its own): whatever follows is ignored.
