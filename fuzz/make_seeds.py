@@ -116,7 +116,13 @@ def capi_seeds():
 
 
 def parse_seeds():
-    return random_inputs(37, 200, 4, 200)
+    seeds = random_inputs(37, 200, 4, 200)
+    # PROXY protocol headers (op 7): each mode and template, then random choices.
+    generator = random.Random(38)
+    for index in range(24):
+        choices = bytes(generator.randrange(256) for _ in range(generator.randrange(20, 300)))
+        seeds.append(bytes([7, index % 3, index // 3 % 6]) + choices)
+    return seeds
 
 
 def main():

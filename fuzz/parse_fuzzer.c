@@ -21,7 +21,12 @@
  *   - TLS settings checked (sk_tls_settings_check) after random setters: refused exactly when
  *     the model says (an empty peer name, a cipher list OpenSSL refuses or that lowers the
  *     security level below 2, a key-log file that cannot be opened, a NUL inside PEM text,
- *     a server without its certificate and key, a maximum version below the minimum).
+ *     a server without its certificate and key, a maximum version below the minimum);
+ *   - PROXY protocol headers (v1, v2, either; made from templates, mutated, cut short, sent in
+ *     up to three writes, then a FIN) against a model written from the specification: a
+ *     connection is accepted exactly when the model completes the header, with its source
+ *     and destination (or the real addresses for LOCAL / UNKNOWN) and the bytes after it as
+ *     its first read; otherwise it is closed and never reported.
  */
 #include "fuzz_support.h"
 
@@ -35,6 +40,9 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <openssl/ssl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -740,6 +748,353 @@ static void op_tls(fz_input_t *input) {
     sk_tls_settings_release(settings);
 }
 
+/* ---- PROXY protocol headers ---------------------------------------------------------------------- */
+
+/* The model: what a listener with `mode` makes of a connection whose whole input is `data`
+ * (then FIN): accepted with the header's addresses (PROXY_COMPLETE), or closed. Written from
+ * the specification (haproxy.org/download/2.6/doc/proxy-protocol.txt) and the header's
+ * stated limits, apart from the engine's parser. */
+enum { PROXY_CLOSED = 0, PROXY_COMPLETE = 1 };
+typedef struct {
+    int verdict;
+    size_t length;
+    int version;
+    int keeps_real;
+    struct sockaddr_storage source, destination;
+    socklen_t source_length, destination_length;
+} proxy_model_t;
+
+static const unsigned char proxy_signature[12] = {0x0D, 0x0A, 0x0D, 0x0A, 0x00, 0x0D, 0x0A, 0x51, 0x55, 0x49, 0x54, 0x0A};
+
+static int model_port(const char *text, size_t length, uint16_t *out) {
+    if (length < 1 || length > 5 || (length > 1 && text[0] == '0')) return 0;
+    long value = 0;
+    for (size_t i = 0; i < length; i++) {
+        if (text[i] < '0' || text[i] > '9') return 0;
+        value = value * 10 + (text[i] - '0');
+    }
+    if (value > 65535) return 0;
+    *out = (uint16_t)value;
+    return 1;
+}
+
+static int model_ip(const char *text, size_t length, int family, uint16_t port, struct sockaddr_storage *out,
+                    socklen_t *out_length) {
+    char copy[64];
+    if (length >= sizeof copy) return 0;
+    memcpy(copy, text, length);
+    copy[length] = 0;
+    memset(out, 0, sizeof *out);
+    if (family == AF_INET) {
+        struct sockaddr_in *address = (struct sockaddr_in *)out;
+        address->sin_family = AF_INET;
+        address->sin_port = htons(port);
+        *out_length = sizeof *address;
+        return inet_pton(AF_INET, copy, &address->sin_addr) == 1;
+    }
+    struct sockaddr_in6 *address = (struct sockaddr_in6 *)out;
+    address->sin6_family = AF_INET6;
+    address->sin6_port = htons(port);
+    *out_length = sizeof *address;
+    return inet_pton(AF_INET6, copy, &address->sin6_addr) == 1;
+}
+
+static void model_v1(const unsigned char *data, size_t size, proxy_model_t *model) {
+    if (size < 6 || memcmp(data, "PROXY ", 6) != 0) return;
+    size_t cr = 0;
+    while (cr < size && cr < 107 && data[cr] != '\r') cr++;
+    if (cr >= size || cr >= 107 || cr + 2 > 107 || cr + 1 >= size || data[cr + 1] != '\n') return;
+    if (memchr(data, 0, cr)) return;
+    /* Fields between single spaces: exactly five, or UNKNOWN first (the rest ignored). */
+    const char *fields[6];
+    size_t lengths[6], count = 0, start = 6;
+    for (size_t i = 6; i <= cr; i++) {
+        if (i == cr || data[i] == ' ') {
+            if (count < 6) {
+                fields[count] = (const char *)data + start;
+                lengths[count] = i - start;
+            }
+            count++;
+            start = i + 1;
+        }
+    }
+    model->length = cr + 2;
+    model->version = 1;
+    if (lengths[0] == 7 && memcmp(fields[0], "UNKNOWN", 7) == 0) {
+        model->verdict = PROXY_COMPLETE;
+        model->keeps_real = 1;
+        return;
+    }
+    int family;
+    if (lengths[0] == 4 && memcmp(fields[0], "TCP4", 4) == 0) family = AF_INET;
+    else if (lengths[0] == 4 && memcmp(fields[0], "TCP6", 4) == 0) family = AF_INET6;
+    else return;
+    uint16_t source_port, destination_port;
+    if (count != 5 || !model_port(fields[3], lengths[3], &source_port) || !model_port(fields[4], lengths[4], &destination_port))
+        return;
+    if (!model_ip(fields[1], lengths[1], family, source_port, &model->source, &model->source_length) ||
+        !model_ip(fields[2], lengths[2], family, destination_port, &model->destination, &model->destination_length))
+        return;
+    model->verdict = PROXY_COMPLETE;
+}
+
+static socklen_t model_unix(const unsigned char *path, struct sockaddr_storage *out) {
+    struct sockaddr_un *address = (struct sockaddr_un *)out;
+    memset(out, 0, sizeof *out);
+    address->sun_family = AF_UNIX;
+    size_t length = 108;
+    if (path[0] == 0) {
+        while (length > 1 && path[length - 1] == 0) length--;
+    } else {
+        const unsigned char *nul = memchr(path, 0, 108);
+        if (nul) length = (size_t)(nul - path);
+    }
+    memcpy(address->sun_path, path, length);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + length);
+}
+
+static void model_v2(const unsigned char *data, size_t size, proxy_model_t *model) {
+    if (size < 16 || memcmp(data, proxy_signature, 12) != 0) return;
+    int command = data[12] & 0x0F, family = data[13] >> 4, transport = data[13] & 0x0F;
+    size_t length = 16 + ((size_t)data[14] << 8 | data[15]);
+    if (data[12] >> 4 != 2 || command > 1 || length > 16 + 2048 || family > 3 || transport > 2 || size < length) return;
+    model->length = length;
+    model->version = 2;
+    if (command == 0 || family == 0 || transport == 0) {
+        model->verdict = PROXY_COMPLETE;
+        model->keeps_real = 1;
+        return;
+    }
+    const unsigned char *block = data + 16;
+    size_t needed = family == 1 ? 12 : family == 2 ? 36 : 216;
+    if (transport != 1 || length - 16 < needed) return;
+    if (family == 1) {
+        struct sockaddr_in *source = (struct sockaddr_in *)&model->source, *destination = (struct sockaddr_in *)&model->destination;
+        memset(&model->source, 0, sizeof model->source);
+        memset(&model->destination, 0, sizeof model->destination);
+        source->sin_family = destination->sin_family = AF_INET;
+        memcpy(&source->sin_addr, block, 4);
+        memcpy(&destination->sin_addr, block + 4, 4);
+        memcpy(&source->sin_port, block + 8, 2);
+        memcpy(&destination->sin_port, block + 10, 2);
+        model->source_length = model->destination_length = sizeof(struct sockaddr_in);
+    } else if (family == 2) {
+        struct sockaddr_in6 *source = (struct sockaddr_in6 *)&model->source,
+                            *destination = (struct sockaddr_in6 *)&model->destination;
+        memset(&model->source, 0, sizeof model->source);
+        memset(&model->destination, 0, sizeof model->destination);
+        source->sin6_family = destination->sin6_family = AF_INET6;
+        memcpy(&source->sin6_addr, block, 16);
+        memcpy(&destination->sin6_addr, block + 16, 16);
+        memcpy(&source->sin6_port, block + 32, 2);
+        memcpy(&destination->sin6_port, block + 34, 2);
+        model->source_length = model->destination_length = sizeof(struct sockaddr_in6);
+    } else {
+        model->source_length = model_unix(block, &model->source);
+        model->destination_length = model_unix(block + 108, &model->destination);
+    }
+    model->verdict = PROXY_COMPLETE;
+}
+
+static proxy_model_t proxy_model(int mode, const unsigned char *data, size_t size) {
+    proxy_model_t model;
+    memset(&model, 0, sizeof model);
+    if (size == 0) return model;
+    if (mode == SK_PROXY_PROTOCOL_V1 || (mode == SK_PROXY_PROTOCOL_EITHER && data[0] == 'P')) model_v1(data, size, &model);
+    else if (mode == SK_PROXY_PROTOCOL_V2 || (mode == SK_PROXY_PROTOCOL_EITHER && data[0] == '\r')) model_v2(data, size, &model);
+    return model;
+}
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    sk_socket_t *accepted;
+    int accepts;
+    unsigned char read[512];
+    size_t read_length;
+    int read_done;
+    /* Taken in did_accept, before the connection starts: the client's FIN may end it at
+     * once afterwards, and its addresses with it. */
+    struct sockaddr_storage peer, local;
+    socklen_t peer_length, local_length;
+    int has_peer, has_local, version;
+    size_t rest; /* bytes expected after the header: read queued in did_accept */
+} proxy_state_t;
+
+static proxy_state_t proxy_state = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void proxy_did_accept(sk_socket_t *listener, sk_socket_t *new_socket, void *userdata) {
+    (void)listener;
+    (void)userdata;
+    pthread_mutex_lock(&proxy_state.lock);
+    if (proxy_state.accepted) {
+        sk_socket_release(new_socket); /* a second one: counted, not kept */
+    } else {
+        proxy_state.accepted = new_socket;
+        proxy_state.peer_length = proxy_state.local_length = sizeof proxy_state.peer;
+        proxy_state.has_peer =
+            sk_socket_get_connected_address(new_socket, (struct sockaddr *)&proxy_state.peer, &proxy_state.peer_length) > 0;
+        proxy_state.has_local =
+            sk_socket_get_local_address(new_socket, (struct sockaddr *)&proxy_state.local, &proxy_state.local_length) > 0;
+        proxy_state.version = sk_socket_get_proxy_protocol_version(new_socket);
+        sk_error_t error;
+        if (proxy_state.rest > 0) sk_socket_read_to_length(new_socket, proxy_state.rest, 10, 1, &error);
+    }
+    proxy_state.accepts++;
+    pthread_cond_broadcast(&proxy_state.changed);
+    pthread_mutex_unlock(&proxy_state.lock);
+}
+
+static void proxy_did_read(sk_socket_t *sock, const void *data, size_t length, long tag, void *userdata) {
+    (void)sock;
+    (void)tag;
+    (void)userdata;
+    pthread_mutex_lock(&proxy_state.lock);
+    if (length <= sizeof proxy_state.read) memcpy(proxy_state.read, data, length);
+    proxy_state.read_length = length;
+    proxy_state.read_done = 1;
+    pthread_cond_broadcast(&proxy_state.changed);
+    pthread_mutex_unlock(&proxy_state.lock);
+}
+
+static void make_proxy_input(fz_input_t *input, unsigned char *data, size_t *size) {
+    size_t used = 0;
+    switch (fz_u8(input) % 6) {
+    case 0: break; /* raw bytes only */
+    case 1: {
+        static const char *const lines[] = {"PROXY TCP4 192.0.2.1 198.51.100.2 1234 443\r\n",
+                                            "PROXY TCP6 2001:db8::1 ::1 65535 0\r\n", "PROXY UNKNOWN\r\n", "PROXY "};
+        const char *line = lines[fz_u8(input) % 4];
+        memcpy(data, line, strlen(line));
+        used = strlen(line);
+        break;
+    }
+    default: {
+        static const unsigned char families[] = {0x11, 0x21, 0x31, 0x00, 0x12};
+        memcpy(data, proxy_signature, 12);
+        data[12] = fz_u8(input) % 4 ? 0x21 : 0x20;
+        data[13] = families[fz_u8(input) % 5];
+        size_t block = data[13] == 0x11 ? 12 : data[13] == 0x21 ? 36 : data[13] == 0x31 ? 216 : 0;
+        block += fz_u8(input) % 4 == 0 ? fz_range(input, 0, 40) : 0; /* TLVs, or junk */
+        data[14] = (unsigned char)(block >> 8);
+        data[15] = (unsigned char)(block & 0xFF);
+        for (size_t i = 0; i < block; i++) data[16 + i] = fz_u8(input);
+        used = 16 + block;
+        break;
+    }
+    }
+    /* Mutations: a byte here and there, then raw bytes after. */
+    for (int flips = fz_u8(input) % 4 == 0 ? (int)fz_range(input, 1, 3) : 0; flips > 0 && used > 0; flips--)
+        data[fz_range(input, 0, used - 1)] = fz_u8(input);
+    if (fz_u8(input) % 4 == 0 && used > 0) used = fz_range(input, 0, used); /* cut short */
+    for (size_t extra = fz_range(input, 0, 32); extra > 0 && used < 400; extra--) data[used++] = fz_u8(input);
+    *size = used;
+}
+
+static int address_equal(const struct sockaddr_storage *a, socklen_t a_length, const struct sockaddr_storage *b,
+                         socklen_t b_length) {
+    return a_length == b_length && memcmp(a, b, a_length) == 0;
+}
+
+static void op_proxy_header(fz_input_t *input) {
+    int mode = 1 + fz_u8(input) % 3;
+    unsigned char data[400];
+    size_t size;
+    make_proxy_input(input, data, &size);
+    proxy_model_t model = proxy_model(mode, data, size);
+    snprintf(context_line, sizeof context_line, "PROXY header, mode %d, %zu bytes (model: %s, length %zu)", mode, size,
+             model.verdict == PROXY_COMPLETE ? "accepted" : "closed", model.length);
+    pthread_mutex_lock(&proxy_state.lock);
+    proxy_state.rest = model.verdict == PROXY_COMPLETE ? size - model.length : 0;
+    pthread_mutex_unlock(&proxy_state.lock);
+    sk_socket_delegate_t delegate = {0};
+    delegate.did_accept = proxy_did_accept;
+    delegate.did_read = proxy_did_read;
+    sk_socket_t *listener = NULL;
+    FZ_CHECK(sk_socket_create(&delegate, sizeof delegate, NULL, NULL, group, &listener, NULL) == SK_OK, "create");
+    sk_error_t error;
+    FZ_CHECK(sk_socket_set_proxy_protocol(listener, mode) == SK_OK, "mode");
+    FZ_CHECK(sk_socket_set_proxy_header_timeout(listener, 10, &error) == SK_OK, "timeout");
+    FZ_CHECK(sk_socket_accept_on_interface(listener, "127.0.0.1", 0, &error) == SK_OK, "listen: %s", error.message);
+    uint16_t port = 0;
+    sk_socket_get_local_port(listener, &port);
+    int client = -1;
+    FZ_CHECK(fz_tcp_connect_to(port, &client) == 0, "connect");
+    /* In up to three writes: a header split across segments waits for its rest. */
+    double deadline = fz_now() + 10;
+    size_t sent = 0;
+    for (int part = 0; part < 3 && sent < size; part++) {
+        size_t chunk = part == 2 ? size - sent : fz_range(input, 1, size - sent);
+        size_t written = fz_send_all(client, data + sent, chunk, deadline);
+        sent += written;
+        /* A listener that refused what came so far may have closed (a reset) already. */
+        if (written < chunk) {
+            FZ_CHECK(model.verdict != PROXY_COMPLETE, "%s: send failed (errno %d)", context_line, errno);
+            break;
+        }
+    }
+    shutdown(client, SHUT_WR);
+    struct sockaddr_storage real;
+    socklen_t real_length = sizeof real;
+    getsockname(client, (struct sockaddr *)&real, &real_length);
+
+    pthread_mutex_lock(&proxy_state.lock);
+    if (model.verdict == PROXY_COMPLETE) {
+        while (proxy_state.accepts == 0 && fz_cond_wait_until(&proxy_state.changed, &proxy_state.lock, deadline)) {}
+        pthread_mutex_unlock(&proxy_state.lock);
+        FZ_CHECK(proxy_state.accepts == 1, "%s: not accepted within 10 s", context_line);
+        FZ_CHECK(proxy_state.has_peer, "%s: no peer address in did_accept", context_line);
+        if (model.keeps_real) {
+            FZ_CHECK(address_equal(&proxy_state.peer, proxy_state.peer_length, &real, real_length), "%s: not the real peer",
+                     context_line);
+            FZ_CHECK(proxy_state.version == 0, "%s: version %d", context_line, proxy_state.version);
+        } else {
+            FZ_CHECK(address_equal(&proxy_state.peer, proxy_state.peer_length, &model.source, model.source_length),
+                     "%s: source differs", context_line);
+            FZ_CHECK(proxy_state.has_local && address_equal(&proxy_state.local, proxy_state.local_length,
+                                                            &model.destination, model.destination_length),
+                     "%s: destination differs", context_line);
+            FZ_CHECK(proxy_state.version == model.version, "%s: version %d", context_line, proxy_state.version);
+        }
+        /* Not a byte after the header lost, none of the header read (the read was queued
+         * in did_accept). */
+        size_t rest = size - model.length;
+        if (rest > 0) {
+            pthread_mutex_lock(&proxy_state.lock);
+            while (!proxy_state.read_done && fz_cond_wait_until(&proxy_state.changed, &proxy_state.lock, deadline)) {}
+            pthread_mutex_unlock(&proxy_state.lock);
+            FZ_CHECK(proxy_state.read_done && proxy_state.read_length == rest &&
+                         memcmp(proxy_state.read, data + model.length, rest) == 0,
+                     "%s: the %zu bytes after the header differ", context_line, rest);
+        }
+    } else {
+        pthread_mutex_unlock(&proxy_state.lock);
+        /* Closed by the listener: an end of stream or a reset, and nothing accepted. */
+        char scratch[512];
+        int closed = 0;
+        while (!closed && fz_now() < deadline) {
+            struct pollfd descriptor = {.fd = client, .events = POLLIN};
+            if (poll(&descriptor, 1, 100) != 1) continue;
+            ssize_t got = recv(client, scratch, sizeof scratch, 0);
+            closed = got == 0 || (got < 0 && errno == ECONNRESET);
+        }
+        FZ_CHECK(closed, "%s: not closed within 10 s", context_line);
+        pthread_mutex_lock(&proxy_state.lock);
+        int accepts = proxy_state.accepts;
+        pthread_mutex_unlock(&proxy_state.lock);
+        FZ_CHECK(accepts == 0, "%s: accepted", context_line);
+    }
+    close(client);
+    sk_socket_release(listener);
+    pthread_mutex_lock(&proxy_state.lock);
+    if (proxy_state.accepted) sk_socket_release(proxy_state.accepted);
+    proxy_state.accepted = NULL;
+    proxy_state.accepts = 0;
+    proxy_state.read_done = 0;
+    proxy_state.read_length = 0;
+    pthread_mutex_unlock(&proxy_state.lock);
+}
+
 /* ---- Setup ---------------------------------------------------------------------------------------- */
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
@@ -749,6 +1104,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     fz_certificate_paths("parse_fuzzer", cert_file, key_file);
     snprintf(temp_directory, sizeof temp_directory, "/tmp/sk-parse-fuzz-%d", (int)getpid());
     mkdir(temp_directory, 0700);
+    fz_cond_init(&proxy_state.changed);
     if (sk_loop_group_create(1, &group, NULL) != SK_OK) abort();
     return 0;
 }
@@ -757,7 +1113,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz_input_t input;
     fz_input_init(&input, data, size);
     for (int op = 0; op < 16 && !fz_input_empty(&input); op++) {
-        switch (fz_u8(&input) % 7) {
+        switch (fz_u8(&input) % 8) {
+        case 7: op_proxy_header(&input); break;
         case 6: op_unix_address(&input); break;
         case 0: op_address(&input); break;
         case 1: op_lookup(&input); break;

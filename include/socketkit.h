@@ -717,6 +717,34 @@ int sk_socket_get_reuse_port(sk_socket_t *sock);
 int sk_socket_set_accepts_on_every_loop(sk_socket_t *sock, int enabled);
 int sk_socket_get_accepts_on_every_loop(sk_socket_t *sock);
 
+/* The PROXY protocol header (HAProxy's: v1 text, v2 binary) every connection a listener
+ * accepts must begin with, for a listener behind a load balancer that sends one (HAProxy
+ * `send-proxy`, `send-proxy-v2`). SK_PROXY_PROTOCOL_EITHER tells the versions apart by the
+ * first byte. A connection is reported in did_accept (and new_socket_loop_for_connection
+ * asked) only once its whole header has arrived; its connected host, port and address are
+ * then the header's source (the client), its local ones the header's destination, and
+ * sk_socket_get_proxy_address the proxy it really came from. A v2 LOCAL header (a health
+ * check) or a v1 UNKNOWN one keeps the real addresses; v2 TLVs are skipped. Bytes sent
+ * after the header are the connection's first read, or its TLS handshake (the header comes
+ * before the ClientHello). A malformed header, a v1 line over 107 bytes, a v2 header over
+ * 16 + 2048 bytes, one cut short, or one not complete within the header timeout closes that
+ * connection alone, with a warning in the engine's log (sk_log_set_callback, subsystem
+ * "accept"); the listener goes on. Read when accepting starts. */
+typedef enum sk_proxy_protocol {
+    SK_PROXY_PROTOCOL_NONE = 0,   /* default: no header, the first bytes are the client's */
+    SK_PROXY_PROTOCOL_V1 = 1,
+    SK_PROXY_PROTOCOL_V2 = 2,
+    SK_PROXY_PROTOCOL_EITHER = 3
+} sk_proxy_protocol_t;
+/* SK_ERR_BAD_PARAM for a value not in sk_proxy_protocol_t. */
+int sk_socket_set_proxy_protocol(sk_socket_t *sock, int mode);
+/* The mode (an sk_proxy_protocol_t), or SK_ERR_INVALID_HANDLE. */
+int sk_socket_get_proxy_protocol(sk_socket_t *sock);
+/* Seconds an accepted connection may take to send its whole header (default 5);
+ * SK_ERR_BAD_PARAM unless 0 < seconds <= 86400. */
+int sk_socket_set_proxy_header_timeout(sk_socket_t *sock, double seconds, sk_error_t *error);
+int sk_socket_get_proxy_header_timeout(sk_socket_t *sock, double *out_seconds);
+
 /* TCP_USER_TIMEOUT, in seconds: how long written data may stay unacknowledged before the
  * kernel gives up on the connection, which then ends with SK_ERR_SYSTEM and ETIMEDOUT (a
  * peer that vanished is noticed in seconds rather than after the ~15 minutes of the
@@ -1075,6 +1103,15 @@ int sk_socket_get_connected_unix_path(sk_socket_t *sock, char *buffer, size_t ca
 int sk_socket_get_local_host(sk_socket_t *sock, char *buffer, size_t capacity);
 int sk_socket_get_local_port(sk_socket_t *sock, uint16_t *out_port);
 int sk_socket_get_local_address(sk_socket_t *sock, struct sockaddr *address, socklen_t *address_length);
+
+/* For a connection accepted with a PROXY protocol header that named the client
+ * (sk_socket_set_proxy_protocol): the proxy's address, the connection's real TCP peer, as
+ * sk_socket_get_connected_address gives one; SK_ERR_BAD_CONFIG otherwise (no header
+ * expected, a LOCAL or UNKNOWN header, not connected). */
+int sk_socket_get_proxy_address(sk_socket_t *sock, struct sockaddr *address, socklen_t *address_length);
+/* 1 or 2: the version of the header that gave the connection's addresses; 0 when none did
+ * (as sk_socket_get_proxy_address fails); or SK_ERR_INVALID_HANDLE. */
+int sk_socket_get_proxy_protocol_version(sk_socket_t *sock);
 
 /* ---- Advanced ------------------------------------------------------------------------- */
 

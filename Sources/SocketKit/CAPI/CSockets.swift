@@ -235,6 +235,30 @@ public func sk_socket_get_accepts_on_every_loop(_ handle: OpaquePointer?) -> Int
     Socket.flag(handle) { $0.acceptsOnEveryLoop }
 }
 
+@_cdecl("sk_socket_set_proxy_protocol")
+public func sk_socket_set_proxy_protocol(_ handle: OpaquePointer?, _ mode: Int32) -> Int32 {
+    guard let mode = ProxyProtocolMode(rawValue: mode) else { return SocketError.Code.badParam.rawValue }
+    return Socket.withHandle(handle) { $0.proxyProtocol = mode }
+}
+
+@_cdecl("sk_socket_get_proxy_protocol")
+public func sk_socket_get_proxy_protocol(_ handle: OpaquePointer?) -> Int32 {
+    Socket.answer(handle) { $0.proxyProtocol.rawValue }
+}
+
+@_cdecl("sk_socket_set_proxy_header_timeout")
+public func sk_socket_set_proxy_header_timeout(_ handle: OpaquePointer?, _ seconds: Double,
+                                               _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in try socket.setProxyHeaderTimeout(seconds) }
+}
+
+@_cdecl("sk_socket_get_proxy_header_timeout")
+public func sk_socket_get_proxy_header_timeout(_ handle: OpaquePointer?, _ outSeconds: UnsafeMutablePointer<Double>?) -> Int32 {
+    Socket.withHandle(handle) { (socket) throws(SocketError) in
+        outSeconds?.pointee = socket.proxyHeaderTimeout
+    }
+}
+
 @_cdecl("sk_socket_set_user_timeout")
 public func sk_socket_set_user_timeout(_ handle: OpaquePointer?, _ seconds: Double,
                                        _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
@@ -691,6 +715,17 @@ public func sk_socket_get_local_port(_ handle: OpaquePointer?, _ outPort: Unsafe
 public func sk_socket_get_local_address(_ handle: OpaquePointer?, _ address: UnsafeMutablePointer<sockaddr>?,
                                         _ length: UnsafeMutablePointer<socklen_t>?) -> Int32 {
     Socket.answer(handle) { socket in copyAddress(socket.localAddress, into: address, length: length) }
+}
+
+@_cdecl("sk_socket_get_proxy_address")
+public func sk_socket_get_proxy_address(_ handle: OpaquePointer?, _ address: UnsafeMutablePointer<sockaddr>?,
+                                        _ length: UnsafeMutablePointer<socklen_t>?) -> Int32 {
+    Socket.answer(handle) { socket in copyAddress(socket.proxyAddress, into: address, length: length) }
+}
+
+@_cdecl("sk_socket_get_proxy_protocol_version")
+public func sk_socket_get_proxy_protocol_version(_ handle: OpaquePointer?) -> Int32 {
+    Socket.answer(handle) { Int32($0.proxyProtocolVersion ?? 0) }
 }
 
 // MARK: Advanced

@@ -317,6 +317,35 @@ public final class Socket: SocketFront, @unchecked Sendable {
         set { configure { $0.acceptsOnEveryLoop = newValue } }
     }
 
+    /// The PROXY protocol header (HAProxy's, v1 text or v2 binary) every connection this
+    /// listener accepts must begin with (`.none` by default): set it for a listener behind a
+    /// load balancer that sends one (HAProxy `send-proxy`, `send-proxy-v2`). A connection is
+    /// reported in `didAccept` only once its whole header has arrived (the new-connection
+    /// hook is asked then too); its `connectedAddress` / `connectedHost` / `connectedPort`
+    /// are then the header's source (the client), its `localAddress` the header's
+    /// destination, and `proxyAddress` the proxy it really came from. A v2 LOCAL header (a
+    /// health check) or v1 `UNKNOWN` keeps the real addresses. What the client sent after
+    /// the header is its first read (or its TLS handshake: the header comes before the
+    /// ClientHello). A malformed, oversized or cut-short header, or one not complete within
+    /// `proxyHeaderTimeout`, closes that connection alone, with a warning in the engine's
+    /// log (subsystem `.accept`); the listener goes on. Read when accepting starts.
+    public var proxyProtocol: ProxyProtocolMode {
+        get { configuration.proxyProtocol }
+        set { configure { $0.proxyProtocol = newValue } }
+    }
+
+    /// Seconds an accepted connection may take to send its whole PROXY protocol header
+    /// (default 5).
+    public var proxyHeaderTimeout: Double { configuration.proxyHeaderTimeout }
+
+    /// Throws `.badParam` unless `seconds` is finite and in (0, 86400].
+    public func setProxyHeaderTimeout(_ seconds: Double) throws(SocketError) {
+        guard seconds.isFinite, seconds > 0, seconds <= 86_400 else {
+            throw SocketError(.badParam, "the PROXY protocol header timeout takes 0 < seconds <= 86400")
+        }
+        configure { $0.proxyHeaderTimeout = seconds }
+    }
+
     /// TCP_USER_TIMEOUT, in seconds: how long written data may stay unacknowledged before
     /// the kernel gives up on the connection, which then ends with `.system` ETIMEDOUT (a
     /// peer that vanished is noticed in seconds instead of the ~15 minutes of the kernel's
@@ -1070,6 +1099,14 @@ public final class Socket: SocketFront, @unchecked Sendable {
     public var isConnected: Bool { published.status == .connected }
     /// True while listening.
     public var isAccepting: Bool { published.status == .accepting }
+
+    /// For a connection accepted with a PROXY protocol header that named the client
+    /// (`proxyProtocol`): the proxy's address, the connection's real TCP peer (then
+    /// `connectedAddress` is the client's). Nil otherwise (no header expected, a LOCAL or
+    /// UNKNOWN header, not connected).
+    public var proxyAddress: SocketAddress? { published.proxied?.proxyAddress }
+    /// 1 or 2 when `proxyAddress` is set: the version of the header that gave the addresses.
+    public var proxyProtocolVersion: Int? { published.proxied.map { Int($0.version) } }
 
     /// The peer's IP address; nil when not connected or for Unix-domain sockets.
     public var connectedHost: String? { published.peerAddress?.host }

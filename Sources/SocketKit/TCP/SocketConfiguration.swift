@@ -48,6 +48,10 @@ struct SocketConfiguration: Sendable {
         var receivesDescriptors = false
         /// IP listeners open one SO_REUSEPORT socket per loop of the group (`MultiLoopListeners`).
         var acceptsOnEveryLoop = false
+        /// The PROXY protocol header accepted connections begin with (`Socket.proxyProtocol`).
+        var proxyProtocol = ProxyProtocolMode.none
+        /// Seconds an accepted connection may take to send it.
+        var proxyHeaderTimeout = TCPSocketCore.defaultProxyHeaderTimeout
         /// Set on every descriptor SocketKit makes for the socket, before bind, connect and
         /// listen (`Socket.setSocketOption`).
         var socketOptions: [SocketOption] = []
@@ -128,6 +132,14 @@ struct SocketConfiguration: Sendable {
     var acceptsOnEveryLoop: Bool {
         get { storage.values.acceptsOnEveryLoop }
         set { values.acceptsOnEveryLoop = newValue }
+    }
+    var proxyProtocol: ProxyProtocolMode {
+        get { storage.values.proxyProtocol }
+        set { values.proxyProtocol = newValue }
+    }
+    var proxyHeaderTimeout: Double {
+        get { storage.values.proxyHeaderTimeout }
+        set { values.proxyHeaderTimeout = newValue }
     }
     var socketOptions: [SocketOption] {
         get { storage.values.socketOptions }

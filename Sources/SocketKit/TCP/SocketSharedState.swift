@@ -26,10 +26,30 @@ struct SocketPublishedState: Sendable {
     var writeStreamClosed = false
     private var storedPeerAddress: CompactSocketAddress? = nil
     var isUnixDomain = false
-    var listenerAddresses: [SocketAddress] = []
+    /// A listener's addresses or an accepted connection's PROXY protocol details: never
+    /// both, so one word holds either (memory per connection, `ConnectionFootprintTests`).
+    private var roleDetails = RoleDetails.none
     var configuration: SocketConfiguration
     /// What the TLS handshake settled, once the connection is secure.
     var tls: TLSInfoBox? = nil
+
+    private enum RoleDetails: Sendable {
+        case none
+        case listener([SocketAddress])
+        case proxied(ProxiedConnection)
+    }
+
+    var listenerAddresses: [SocketAddress] {
+        get { if case .listener(let addresses) = roleDetails { addresses } else { [] } }
+        set { roleDetails = newValue.isEmpty ? .none : .listener(newValue) }
+    }
+
+    /// Set when a PROXY protocol header gave the addresses (peer: its source; local: its
+    /// destination).
+    var proxied: ProxiedConnection? {
+        get { if case .proxied(let details) = roleDetails { details } else { nil } }
+        set { roleDetails = newValue.map { .proxied($0) } ?? .none }
+    }
 
     init(configuration: SocketConfiguration) {
         self.configuration = configuration
@@ -63,7 +83,7 @@ struct SocketPublishedState: Sendable {
         tls = nil
         localAddress = nil
         peerAddress = nil
-        listenerAddresses = []
+        roleDetails = .none
         isUnixDomain = false
     }
 }

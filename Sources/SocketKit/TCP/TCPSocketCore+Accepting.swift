@@ -54,6 +54,7 @@ extension TCPSocketCore {
             close(endpoint.fd)
         }
         listeners.removeAll()
+        closeProxyHeaderReaders()
         unixListenerFile?.unlinkIfStillOurs()
         unixListenerFile = nil
     }
@@ -80,6 +81,11 @@ extension TCPSocketCore {
                 acceptBackoff = 0
                 acceptFailureReported = false
                 let peer = withUnsafeBytes(of: &storage) { SocketAddress(storage: $0.baseAddress!, length: length) }
+                if configuration.proxyProtocol != .none {
+                    // Reported as accepted once its header is complete (or closed).
+                    startReadingProxyHeader(child, peer: peer, via: endpoint)
+                    continue
+                }
                 handleAccepted(child, peer: peer, via: endpoint)
                 // The callback may have ended this listening session (and started another).
                 guard phase == .accepting, session == self.session else { return }
@@ -141,7 +147,9 @@ extension TCPSocketCore {
     /// Wraps an accepted descriptor in a new socket on the loop the delegate picks (or the
     /// next loop of the group), hands it to the user in `didAccept`, then starts its I/O on
     /// its own loop: nothing of the child reaches the user before `didAccept`.
-    private func handleAccepted(_ descriptor: Int32, peer: SocketAddress?, via endpoint: ListenerEndpoint) {
+    /// `proxy`: what a PROXY protocol header said (`peer` is then the header's source).
+    func handleAccepted(_ descriptor: Int32, peer: SocketAddress?, via endpoint: ListenerEndpoint,
+                        proxy: ProxiedConnection? = nil) {
         guard let owner else {
             close(descriptor)
             return
@@ -168,7 +176,8 @@ extension TCPSocketCore {
             childLoop = chosenLoop ?? loop.group?.next() ?? loop
         }
         // A listener bound to one address accepts on exactly that address: no system call.
-        let local = unix || !endpoint.address.isUnspecifiedIP ? endpoint.address : SystemCalls.localAddress(descriptor)
+        let local = proxy?.destination
+            ?? (unix || !endpoint.address.isUnspecifiedIP ? endpoint.address : SystemCalls.localAddress(descriptor))
         let child = TCPSocketCore(loop: childLoop, configuration: configuration)
         // The child's first session, published before anyone else knows the child: from here
         // on its own loop is its only writer.
@@ -177,6 +186,7 @@ extension TCPSocketCore {
             published.localAddress = local
             published.peerAddress = peer
             published.isUnixDomain = unix
+            published.proxied = proxy
         }
         child.prepareConnected(fd: descriptor, unix: unix)
         // The child starts once its didAccept has been delivered (Socket.activateAccepted).

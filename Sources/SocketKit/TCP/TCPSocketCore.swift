@@ -292,6 +292,8 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         var acceptBackoff: UInt64 = 0
         var acceptFailureReported = false
         var acceptTimer: LoopTimer? = nil
+        /// Accepted connections whose PROXY protocol header is still arriving.
+        var proxyHeaderReaders: [ProxyHeaderReader] = []
         /// One of the listeners of a multi-loop listener (`MultiLoopListeners`): what it
         /// accepts stays on this loop, and the new-connection hook is not asked.
         var keepsAcceptedConnectionsOnItsLoop = false
@@ -411,6 +413,11 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
     func keepAcceptedConnectionsOnThisLoop(spreading: Bool) {
         accepting.keepsAcceptedConnectionsOnItsLoop = true
         accepting.spreadsOverLoops = spreading
+    }
+
+    var proxyHeaderReaders: [ProxyHeaderReader] {
+        get { acceptingState?.proxyHeaderReaders ?? [] }
+        set { if acceptingState != nil || !newValue.isEmpty { accepting.proxyHeaderReaders = newValue } }
     }
 
     var acceptTimer: LoopTimer? {

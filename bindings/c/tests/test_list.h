@@ -11,6 +11,7 @@
     X(unix_abstract_names_passed_descriptors_and_credentials) \
     X(accept_on_fds_and_socket_activation) \
     X(reuse_port_and_a_listener_on_every_loop) \
+    X(proxy_protocol_headers_give_the_clients_address) \
     X(write_file_and_read_to_file) \
     X(happy_eyeballs_v2_through_the_resolver) \
     X(udp_source_specific_multicast)         \

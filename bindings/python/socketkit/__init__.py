@@ -74,7 +74,7 @@ from ._log import disable_logging, enable_logging
 from ._native import SPEEDUPS
 from ._queues import CallbackQueue, HostQueue, LoopGroup, SerialQueue, default_queue
 from ._tcp import CR, CRLF, LF, ZERO, KeepAlive, Progress, Socket
-from ._tcp import PeerCredentials, socket_activation_fds
+from ._tcp import PeerCredentials, ProxyProtocol, socket_activation_fds
 from ._addresses import PacketInfo
 from ._udp import AddressPreference, UdpSocket
 from ._ffi import lib as _lib
@@ -141,7 +141,7 @@ __all__ = [
     "ConnectionRefusedError", "ConnectionResetError", "ConnectionTimedOutError", "Descriptors", "Error",
     "FileExistsError", "FileNotFoundError", "HandshakeTimeoutError", "HostQueue", "HostnameMismatchError", "IPAddress",
     "InvalidHandleError", "IsADirectoryError", "KeepAlive", "LF", "LIBRARY_VERSION", "LoopGroup", "NotADirectoryError",
-    "OtherError", "PeerRejectedError", "PermissionError", "Progress", "ProtocolVersionError", "ReadData",
+    "OtherError", "PeerRejectedError", "PermissionError", "Progress", "ProtocolVersionError", "ProxyProtocol", "ReadData",
     "ReadMaxedOutError", "ReadTimeoutError", "ResolutionError", "SPEEDUPS", "SelfSignedCertificateError",
     "SendTimeoutError", "SerialQueue", "Socket", "SocketDelegate", "SystemCallError", "TLSError", "TLSFailedError",
     "TLSInfo", "TLSPeerClosedError", "TLSRole", "TLSSettings", "TLSSettingsError", "TLSTrust", "TLSVerification",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import enum
 import os
 from ctypes import byref, c_double, c_int, c_long, c_size_t, c_void_p
 from dataclasses import dataclass
@@ -17,6 +18,16 @@ from ._hotpaths import BytesLike, SocketIO
 from ._queues import CallbackQueue, LoopGroup, default_queue
 from ._status import bad_param, check_int, check_port, check_size, check_tag, raise_for
 from ._tls import TLSInfo, TLSSettings, _tls_info
+
+
+class ProxyProtocol(enum.IntEnum):
+    """Which PROXY protocol header a listener expects (sk_proxy_protocol_t,
+    :attr:`Socket.proxy_protocol`)."""
+
+    NONE = 0  #: no header: the first bytes are the client's (default)
+    V1 = 1  #: the text header of version 1 only
+    V2 = 2  #: the binary header of version 2 only
+    EITHER = 3  #: either, told apart by the first byte
 
 #: Separators for :meth:`Socket.read_to_data`.
 CRLF = b"\r\n"
@@ -363,6 +374,40 @@ class Socket(SocketIO, Handle):
         ``socket_did_accept`` names this socket as the listener; with ``queue=None`` it runs
         on the accepting loop, so two loops' may run at once. Everything else (getters,
         disconnect, close, delegate changes) is as for one listener.""")
+
+    @property
+    def proxy_protocol(self) -> ProxyProtocol:
+        """The PROXY protocol header (HAProxy's, v1 text or v2 binary) every connection this
+        listener accepts must begin with (:attr:`ProxyProtocol.NONE` by default), for a
+        listener behind a load balancer that sends one (HAProxy ``send-proxy``,
+        ``send-proxy-v2``); ``EITHER`` tells the versions apart by the first byte. A
+        connection reaches ``socket_did_accept`` only once its whole header has arrived; its
+        :attr:`connected_address` (host, port) is then the header's source (the client), its
+        :attr:`local_address` the header's destination, and :attr:`proxy_address` the proxy
+        it came from. A v2 LOCAL header (a health check) or v1 ``UNKNOWN`` keeps the real
+        addresses; v2 TLVs are skipped. What the client sent after the header is the first
+        read, or the TLS handshake (the header comes before the ClientHello). A malformed,
+        oversized or cut-short header, or one not complete within
+        :attr:`proxy_header_timeout`, closes that connection alone with a warning in the
+        engine's log (subsystem ``accept``); the listener goes on. Set before accepting."""
+        return ProxyProtocol(raise_for(lib.sk_socket_get_proxy_protocol(self.handle)))
+
+    @proxy_protocol.setter
+    def proxy_protocol(self, mode: Union[ProxyProtocol, int]) -> None:
+        raise_for(lib.sk_socket_set_proxy_protocol(self.handle, check_int(mode)))
+
+    @property
+    def proxy_header_timeout(self) -> float:
+        """Seconds an accepted connection may take to send its whole PROXY protocol header
+        (default 5); BadParamError unless 0 < seconds <= 86400."""
+        value = c_double()
+        raise_for(lib.sk_socket_get_proxy_header_timeout(self.handle, byref(value)))
+        return value.value
+
+    @proxy_header_timeout.setter
+    def proxy_header_timeout(self, seconds: float) -> None:
+        error = _ffi.CError()
+        raise_for(lib.sk_socket_set_proxy_header_timeout(self.handle, float(seconds), byref(error)), error)
 
     @property
     def user_timeout(self) -> float:
@@ -783,6 +828,22 @@ class Socket(SocketIO, Handle):
     def local_address(self) -> Optional[Address]:
         raw = self._sockaddr_of(lib.sk_socket_get_local_address)
         return address_from_sockaddr(raw) if raw is not None else None
+
+    @property
+    def proxy_address(self) -> Optional[Address]:
+        """For a connection accepted with a PROXY protocol header that named the client
+        (:attr:`proxy_protocol`): the proxy's address, the connection's real TCP peer (then
+        :attr:`connected_address` is the client's); None otherwise (no header expected, a
+        LOCAL or UNKNOWN header, not connected)."""
+        raw = self._sockaddr_of(lib.sk_socket_get_proxy_address)
+        return address_from_sockaddr(raw) if raw is not None else None
+
+    @property
+    def proxy_protocol_version(self) -> Optional[int]:
+        """1 or 2: the version of the PROXY protocol header that gave the connection's
+        addresses; None when none did (as :attr:`proxy_address`)."""
+        version = raise_for(lib.sk_socket_get_proxy_protocol_version(self.handle))
+        return version or None
 
     # ---- TLS -----------------------------------------------------------------------------
 

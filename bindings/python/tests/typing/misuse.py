@@ -16,6 +16,8 @@ sock.connect_to_host(8080, "example.com")  # expect: arg-type
 sock.is_connected = True  # expect: assignment
 sock.no_delay = "yes"  # expect: assignment
 port: str = sock.local_port  # expect: assignment
+sock.proxy_protocol = "v2"  # expect: assignment
+proxy_version: int = sock.proxy_protocol_version  # expect: assignment
 udp = socketkit.UdpSocket()
 udp.reed(0)  # expect: attr-defined
 udp.send_to_address(b"x", "127.0.0.1")  # expect: arg-type

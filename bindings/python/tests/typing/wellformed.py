@@ -36,6 +36,11 @@ def delegates() -> None:
     sock = socketkit.Socket(Client())
     sock.no_delay = False
     connected: bool = sock.is_connected
+    sock.proxy_protocol = socketkit.ProxyProtocol.EITHER
+    sock.proxy_header_timeout = 2.5
+    proxy: Optional[socketkit.Address] = sock.proxy_address
+    version: Optional[int] = sock.proxy_protocol_version
+    print(proxy, version)
     sock.connect_to_host("example.com", 7, timeout=5)
     sock.close()
     udp = socketkit.UdpSocket(Receiver())
