@@ -67,7 +67,7 @@ BUILD_PACKAGES := gcc binutils pkg-config libssl-dev
 # patchelf is older than auditwheel accepts);
 WHEEL_PACKAGES := python3-venv python3-dev
 # `make test` alone: the test peers and checkers.
-TEST_PACKAGES  := valgrind openssl curl socat g++ cmake
+TEST_PACKAGES  := valgrind openssl curl socat g++ cmake microsocks tinyproxy
 
 # How each package is found to be there: has_<package>, or else a command of its name.
 has_gcc          := command -v cc

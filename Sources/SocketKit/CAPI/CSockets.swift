@@ -777,3 +777,35 @@ public func sk_address_is_ipv4(_ address: UnsafePointer<sockaddr>?, _ length: so
 public func sk_address_is_ipv6(_ address: UnsafePointer<sockaddr>?, _ length: socklen_t) -> Int32 {
     ipAddress(address, length)?.family == .ipv6 ? 1 : 0
 }
+
+// MARK: Proxies
+
+@_cdecl("sk_socket_set_proxy")
+public func sk_socket_set_proxy(_ handle: OpaquePointer?, _ kind: Int32, _ host: UnsafePointer<CChar>?, _ port: UInt16,
+                                _ username: UnsafePointer<CChar>?, _ password: UnsafePointer<CChar>?,
+                                _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
+        guard kind != Int32(SK_PROXY_NONE.rawValue) else {
+            try socket.setProxy(nil)
+            return
+        }
+        guard let kind = ProxySettings.Kind(rawValue: kind) else {
+            throw badParam("kind must be SK_PROXY_NONE, SK_PROXY_SOCKS5 or SK_PROXY_HTTP_CONNECT")
+        }
+        let settings = try ProxySettings(kind: kind, host: try string(from: host, "host"), port: port,
+                                         username: optionalString(username), password: optionalString(password))
+        try socket.setProxy(settings)
+    }
+}
+
+@_cdecl("sk_socket_get_proxy")
+public func sk_socket_get_proxy(_ handle: OpaquePointer?, _ outKind: UnsafeMutablePointer<Int32>?,
+                                _ buffer: UnsafeMutablePointer<CChar>?, _ capacity: Int,
+                                _ outPort: UnsafeMutablePointer<UInt16>?) -> Int32 {
+    Socket.answer(handle) { socket in
+        let proxy = socket.proxy
+        outKind?.pointee = proxy?.kind.rawValue ?? Int32(SK_PROXY_NONE.rawValue)
+        outPort?.pointee = proxy?.port ?? 0
+        return copyText(proxy?.host ?? "", into: buffer, capacity: capacity)
+    }
+}

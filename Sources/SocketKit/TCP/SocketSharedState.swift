@@ -30,6 +30,8 @@ struct SocketPublishedState: Sendable {
     var configuration: SocketConfiguration
     /// What the TLS handshake settled, once the connection is secure.
     var tls: TLSInfoBox? = nil
+    /// Through a proxy: the target as given to connect (`peerAddress` is the proxy's).
+    var proxiedTarget: ProxiedTarget? = nil
 
     init(configuration: SocketConfiguration) {
         self.configuration = configuration
@@ -63,6 +65,7 @@ struct SocketPublishedState: Sendable {
         tls = nil
         localAddress = nil
         peerAddress = nil
+        proxiedTarget = nil
         listenerAddresses = []
         isUnixDomain = false
     }

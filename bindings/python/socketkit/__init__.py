@@ -123,6 +123,8 @@ from .errors import (
     TruncatedTLSError,
     UnknownIssuerError,
     WriteQueueFullError,
+    ProxyError,
+    ProxyAuthenticationError,
     WouldDeadlockError,
     WriteTimeoutError,
 )
@@ -151,3 +153,4 @@ __all__ = [
 ]
 __all__ += ["PeerCredentials", "socket_activation_fds"]
 __all__ += ["PacketInfo"]
+__all__ += ["Proxy", "ProxyAuthenticationError", "ProxyError"]
