@@ -1539,6 +1539,16 @@ static void op_beyond(fz_input_t *input) {
         sk_log_set_callback(fz_u8(input) % 4 ? log_callback : NULL, level, &log_records);
         break;
     }
+    case 29: {
+        /* A proxy for the next connects (hosts that never reach DNS); its getter, cut. */
+        char host[16];
+        int kind = fz_u8(input) % 8 ? (int)(fz_u8(input) % 3) : int_arg(input);
+        sk_socket_set_proxy(sock, kind, host_arg(input), port_arg(input), fz_u8(input) % 2 ? NULL : text_arg(input),
+                            fz_u8(input) % 2 ? NULL : text_arg(input), error);
+        sk_socket_get_proxy(sock, fz_u8(input) % 2 ? &kind : NULL, fz_u8(input) % 2 ? host : NULL,
+                            fz_u8(input) % 4 ? fz_range(input, 0, sizeof host) : 0, NULL);
+        break;
+    }
     default: {
         /* The stream calls of a session, in a row: what a protocol at its end does. */
         sk_socket_write(sock, scratch, fz_range(input, 1, 64), fz_timeout(input), 1, error);

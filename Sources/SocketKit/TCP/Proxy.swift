@@ -62,10 +62,17 @@ public struct ProxySettings: Hashable, Sendable, CustomStringConvertible {
 }
 
 /// What `didConnect` reports of a connection made through a proxy: the target as it was
-/// given to `connect` (a name stays a name: the proxy resolved it).
-struct ProxiedTarget: Hashable, Sendable {
+/// given to `connect` (a name stays a name: the proxy resolved it). A class: one word in
+/// the published state and in `SocketEvent` (memory per connection,
+/// `ConnectionFootprintTests`), where a String and a port would take three.
+final class ProxiedTarget: Sendable {
     let host: String
     let port: UInt16
+
+    init(host: String, port: UInt16) {
+        self.host = host
+        self.port = port
+    }
 }
 
 /// One proxy handshake, as a pure protocol machine: it says what to send and reads what the

@@ -26,12 +26,12 @@ struct SocketPublishedState: Sendable {
     var writeStreamClosed = false
     private var storedPeerAddress: CompactSocketAddress? = nil
     var isUnixDomain = false
-    var listenerAddresses: [SocketAddress] = []
+    /// A listener's addresses, or a proxied connection's target: a connection has neither
+    /// (see `Extras`).
+    private var extras: Extras? = nil
     var configuration: SocketConfiguration
     /// What the TLS handshake settled, once the connection is secure.
     var tls: TLSInfoBox? = nil
-    /// Through a proxy: the target as given to connect (`peerAddress` is the proxy's).
-    var proxiedTarget: ProxiedTarget? = nil
 
     init(configuration: SocketConfiguration) {
         self.configuration = configuration
@@ -40,6 +40,33 @@ struct SocketPublishedState: Sendable {
     var localAddress: SocketAddress? {
         get { storedLocalAddress?.address }
         set { storedLocalAddress = newValue.map(CompactSocketAddress.init) }
+    }
+
+    /// What only listeners and proxied connections publish, behind one word (memory per
+    /// connection: `ConnectionFootprintTests`). Immutable: a change replaces it.
+    final class Extras: Sendable {
+        let listenerAddresses: [SocketAddress]
+        let proxiedTarget: ProxiedTarget?
+
+        init(listenerAddresses: [SocketAddress], proxiedTarget: ProxiedTarget?) {
+            self.listenerAddresses = listenerAddresses
+            self.proxiedTarget = proxiedTarget
+        }
+
+        static func make(_ listenerAddresses: [SocketAddress], _ proxiedTarget: ProxiedTarget?) -> Extras? {
+            listenerAddresses.isEmpty && proxiedTarget == nil ? nil : Extras(listenerAddresses: listenerAddresses, proxiedTarget: proxiedTarget)
+        }
+    }
+
+    var listenerAddresses: [SocketAddress] {
+        get { extras?.listenerAddresses ?? [] }
+        set { extras = Extras.make(newValue, extras?.proxiedTarget) }
+    }
+
+    /// Through a proxy: the target as given to connect (`peerAddress` is the proxy's).
+    var proxiedTarget: ProxiedTarget? {
+        get { extras?.proxiedTarget }
+        set { extras = Extras.make(extras?.listenerAddresses ?? [], newValue) }
     }
 
     var peerAddress: SocketAddress? {
