@@ -663,7 +663,12 @@ public func sk_socket_get_connected_host(_ handle: OpaquePointer?, _ buffer: Uns
 
 @_cdecl("sk_socket_get_connected_port")
 public func sk_socket_get_connected_port(_ handle: OpaquePointer?, _ outPort: UnsafeMutablePointer<UInt16>?) -> Int32 {
-    Socket.port(handle, outPort, missing: "not connected") { $0.connectedAddress }
+    // Through a proxy the target's port (`Socket.connectedPort`), not the proxy's address's.
+    Socket.withHandle(handle) { (socket) throws(SocketError) in
+        let port = socket.connectedPort
+        guard socket.connectedAddress != nil else { throw SocketError(.badConfig, "not connected") }
+        outPort?.pointee = port
+    }
 }
 
 @_cdecl("sk_socket_get_connected_address")

@@ -10,6 +10,8 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,6 +29,12 @@ static pid_t start_proxy(const char *command, uint16_t port) {
     pid_t child = fork();
     CHECK(child >= 0);
     if (child == 0) {
+        /* A failed check aborts the test: the proxy must not outlive it (nor hold its
+         * output open for whoever reads it). */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int quiet = open("/dev/null", O_WRONLY);
+        dup2(quiet, 1);
+        dup2(quiet, 2);
         execl("/bin/sh", "sh", "-c", command, (char *)NULL);
         _exit(127);
     }
