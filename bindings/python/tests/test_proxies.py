@@ -139,10 +139,13 @@ def test_http_connect_through_tinyproxy(tinyproxy):
 
 
 @pytest.mark.parametrize("kind", ["socks5", "http"])
-def test_open_connection_through_a_proxy_verifies_the_targets_name(certs, microsocks, tinyproxy, kind):
+def test_open_connection_through_a_proxy_verifies_the_targets_name(certs, request, kind):
     """aio.open_connection(proxy=..., ssl=...): a Python ssl server behind the proxy; the
     client verifies "localhost", the target's name (the proxy is 127.0.0.1)."""
-    port = microsocks().port if kind == "socks5" else tinyproxy.port
+    if kind == "socks5":
+        port = request.getfixturevalue("microsocks")().port
+    else:
+        port = request.getfixturevalue("tinyproxy").port
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(certs.path("server-chain.pem"), certs.path("server.key"))
     server = StdlibTLSServer(context, handler=lambda tls: tls.sendall(tls.recv(5).upper()))
@@ -150,6 +153,7 @@ def test_open_connection_through_a_proxy_verifies_the_targets_name(certs, micros
     async def main():
         reader, writer = await aio.open_connection("localhost", server.port, ssl=certs.client(),
                                                    proxy=f"{kind}://127.0.0.1:{port}", timeout=WAIT)
+        assert writer.get_extra_info("peername")[1] == port  # through the proxy
         writer.write(b"hello")
         await writer.drain()
         answer = await reader.readexactly(5)
