@@ -855,8 +855,10 @@ int sk_socket_activation_fds(int *fds, size_t capacity, int unset_environment, s
  * at once. The result:
  * did_connect, or did_disconnect with SK_ERR_SYSTEM (ECONNREFUSED, ...),
  * SK_ERR_RESOLUTION, SK_ERR_CONNECT_TIMEOUT, or SK_ERR_OTHER (no resolved address is of
- * an enabled family).
- * Errors (synchronous): SK_ERR_BAD_PARAM (empty host, bad interface, NaN timeout),
+ * an enabled family). With a proxy set (sk_socket_set_proxy) the name is the proxy's to
+ * resolve, and SK_ERR_PROXY and SK_ERR_PROXY_AUTH may end it too.
+ * Errors (synchronous): SK_ERR_BAD_PARAM (empty host, bad interface, NaN timeout, a host
+ * name over 255 bytes for a SOCKS5 proxy),
  * SK_ERR_BAD_CONFIG (not disconnected, no delegate, no family enabled). */
 int sk_socket_connect_to_host(sk_socket_t *sock, const char *host, uint16_t port, const char *interface,
                               double timeout, sk_error_t *error);

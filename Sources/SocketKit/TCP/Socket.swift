@@ -534,7 +534,8 @@ public final class Socket: SocketFront, @unchecked Sendable {
     /// does, a loopback handshake normally does), so a name that needs the resolver always
     /// ends with `.connectTimeout`. Reads and writes may be queued right away. The result
     /// arrives as `didConnectToHost` or `socketDidDisconnect` (`.other` when no resolved
-    /// address is of an enabled family).
+    /// address is of an enabled family). With a proxy (`setProxy(_:)`), the proxy resolves
+    /// `host`.
     public func connect(toHost host: String, port: UInt16, viaInterface interface: String? = nil,
                         timeout: Double = -1) throws(SocketError) {
         try AddressResolver.checkHost(host)

@@ -549,7 +549,7 @@ class Socket(SocketIO, Handle):
         that needs the resolver always ends with ConnectTimeoutError. Reads and writes may
         be queued at once. The outcome arrives as ``socket_did_connect`` or
         ``socket_did_disconnect`` (OtherError when no resolved address is of an enabled
-        family)."""
+        family). With :attr:`proxy` set, the proxy resolves `host` (see there)."""
         error = _ffi.CError()
         raise_for(lib.sk_socket_connect_to_host(self.handle, _addresses.host(host), check_port(port),
                                                  _addresses.interface(interface), float(timeout),
