@@ -287,7 +287,7 @@ extension TCPSocketCore {
         loop.replaceHandler(winnerRegistration, with: self)
         isUnixDomain = winner.address.family == .unix
         if let proxy {
-            beginProxyHandshake(proxy)
+            beginProxyHandshake(proxy, events: events)
             return
         }
         becomeConnected(peer: winner.address, announce: true)

@@ -30,10 +30,11 @@ extension TCPSocketCore {
     }
 
     /// The race to the proxy is won: the handshake begins on the winner's descriptor, which
-    /// the core already holds (`fd`, `registration`).
-    func beginProxyHandshake(_ handshake: ProxyHandshake) {
+    /// the core already holds (`fd`, `registration`). `events` completed the connect: with
+    /// edge-triggered epoll, a proxy that closed (or spoke) at once is reported only there.
+    func beginProxyHandshake(_ handshake: ProxyHandshake, events: UInt32) {
         phase = .proxying
-        readable = false
+        readable = events & (EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLHUP.rawValue) != 0
         writable = true
         let greeting = handshake.greeting()
         connecting.proxyOutbound = greeting
