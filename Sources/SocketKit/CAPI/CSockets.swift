@@ -687,7 +687,12 @@ public func sk_socket_get_connected_host(_ handle: OpaquePointer?, _ buffer: Uns
 
 @_cdecl("sk_socket_get_connected_port")
 public func sk_socket_get_connected_port(_ handle: OpaquePointer?, _ outPort: UnsafeMutablePointer<UInt16>?) -> Int32 {
-    Socket.port(handle, outPort, missing: "not connected") { $0.connectedAddress }
+    // Through a proxy the target's port (`Socket.connectedPort`), not the proxy's address's.
+    Socket.withHandle(handle) { (socket) throws(SocketError) in
+        let port = socket.connectedPort
+        guard socket.connectedAddress != nil else { throw SocketError(.badConfig, "not connected") }
+        outPort?.pointee = port
+    }
 }
 
 @_cdecl("sk_socket_get_connected_address")
@@ -811,4 +816,36 @@ public func sk_address_is_ipv4(_ address: UnsafePointer<sockaddr>?, _ length: so
 @_cdecl("sk_address_is_ipv6")
 public func sk_address_is_ipv6(_ address: UnsafePointer<sockaddr>?, _ length: socklen_t) -> Int32 {
     ipAddress(address, length)?.family == .ipv6 ? 1 : 0
+}
+
+// MARK: Proxies
+
+@_cdecl("sk_socket_set_proxy")
+public func sk_socket_set_proxy(_ handle: OpaquePointer?, _ kind: Int32, _ host: UnsafePointer<CChar>?, _ port: UInt16,
+                                _ username: UnsafePointer<CChar>?, _ password: UnsafePointer<CChar>?,
+                                _ error: UnsafeMutablePointer<sk_error_t>?) -> Int32 {
+    Socket.withHandle(handle, error) { (socket) throws(SocketError) in
+        guard kind != Int32(SK_PROXY_NONE.rawValue) else {
+            try socket.setProxy(nil)
+            return
+        }
+        guard let kind = ProxySettings.Kind(rawValue: kind) else {
+            throw badParam("kind must be SK_PROXY_NONE, SK_PROXY_SOCKS5 or SK_PROXY_HTTP_CONNECT")
+        }
+        let settings = try ProxySettings(kind: kind, host: try string(from: host, "host"), port: port,
+                                         username: optionalString(username), password: optionalString(password))
+        try socket.setProxy(settings)
+    }
+}
+
+@_cdecl("sk_socket_get_proxy")
+public func sk_socket_get_proxy(_ handle: OpaquePointer?, _ outKind: UnsafeMutablePointer<Int32>?,
+                                _ buffer: UnsafeMutablePointer<CChar>?, _ capacity: Int,
+                                _ outPort: UnsafeMutablePointer<UInt16>?) -> Int32 {
+    Socket.answer(handle) { socket in
+        let proxy = socket.proxy
+        outKind?.pointee = proxy?.kind.rawValue ?? Int32(SK_PROXY_NONE.rawValue)
+        outPort?.pointee = proxy?.port ?? 0
+        return copyText(proxy?.host ?? "", into: buffer, capacity: capacity)
+    }
 }

@@ -71,6 +71,16 @@ extension SocketError.Code {
     /// it was refused and nothing of it queued. The peer is not keeping up; stop writing until
     /// the queue drains (watermarks tell when).
     public static let writeQueueFull = SocketError.Code(rawValue: -28)
+    /// A proxy (SOCKS5 or HTTP CONNECT) refused or failed the connection to the target, broke its
+    /// protocol or closed the connection during its handshake; `osError` holds the SOCKS5 reply
+    /// code (1-8) or the HTTP status (e.g. 403, 502) when the proxy gave one, and the message
+    /// says which. A proxy that cannot be reached at all is `system` (e.g. ECONNREFUSED), its
+    /// silence past the connect timeout `connectTimeout`.
+    public static let proxy = SocketError.Code(rawValue: -29)
+    /// The proxy requires authentication and we gave none, or it rejected the username and
+    /// password (SOCKS5: no acceptable method, or an RFC 1929 status other than 0; HTTP: status
+    /// 407, or 401 as some proxies answer, in `osError`).
+    public static let proxyAuthentication = SocketError.Code(rawValue: -30)
 
     /// One row of the table: the code, its Swift name (none for success), its C name and
     /// its summary (`sk_strerror`).
@@ -107,5 +117,7 @@ extension SocketError.Code {
         (.tlsPeerRejected, "tlsPeerRejected", "SK_ERR_TLS_PEER_REJECTED", "manual trust evaluation rejected the peer"),
         (.tlsSettings, "tlsSettings", "SK_ERR_TLS_SETTINGS", "the TLS settings cannot be used"),
         (.writeQueueFull, "writeQueueFull", "SK_ERR_WRITE_QUEUE_FULL", "the write would pass the socket's maximum of queued bytes"),
+        (.proxy, "proxy", "SK_ERR_PROXY", "the proxy did not connect us to the target"),
+        (.proxyAuthentication, "proxyAuthentication", "SK_ERR_PROXY_AUTH", "the proxy refused our credentials"),
     ]
 }

@@ -383,6 +383,28 @@ public final class Socket: SocketFront, @unchecked Sendable {
         set { configure { $0.fastOpen = newValue } }
     }
 
+    /// The proxy connects go through (nil: none, the default); see `setProxy(_:)`.
+    public var proxy: ProxySettings? { configuration.proxy }
+
+    /// Connects from now on go through `proxy` (nil: directly): `connect(toHost:port:)` and
+    /// `connect(to:)` with an IP address connect to the proxy (its name resolved, Happy
+    /// Eyeballs and the connect timeout as for any host), send the target to it unresolved
+    /// (the proxy resolves a name; IP literals go as addresses), and report
+    /// `didConnectToHost` with the target's name and port once the proxy said yes. The
+    /// connect timeout covers the proxy's handshake. Reads, writes and `startTLS` queued
+    /// meanwhile run afterwards; TLS verifies the target's name, not the proxy's. Unix-domain
+    /// connects never use it. `connectedHost`/`connectedPort` give the target,
+    /// `connectedAddress` the proxy's address. Failures: `.proxy` (the proxy refused or
+    /// failed; `osError` holds its SOCKS5 reply code or HTTP status), `.proxyAuthentication`,
+    /// `.system` (the proxy cannot be reached), `.connectTimeout`. Throws `.badConfig` while
+    /// connected or connecting.
+    public func setProxy(_ proxy: ProxySettings?) throws(SocketError) {
+        guard isDisconnected else {
+            throw SocketError(.badConfig, "the proxy is set before connecting")
+        }
+        configure { $0.proxy = proxy }
+    }
+
     /// The options `setSocketOption` set, in the order they are applied.
     public var socketOptions: [SocketOption] { configuration.socketOptions }
 
@@ -541,7 +563,8 @@ public final class Socket: SocketFront, @unchecked Sendable {
     /// does, a loopback handshake normally does), so a name that needs the resolver always
     /// ends with `.connectTimeout`. Reads and writes may be queued right away. The result
     /// arrives as `didConnectToHost` or `socketDidDisconnect` (`.other` when no resolved
-    /// address is of an enabled family).
+    /// address is of an enabled family). With a proxy (`setProxy(_:)`), the proxy resolves
+    /// `host`.
     public func connect(toHost host: String, port: UInt16, viaInterface interface: String? = nil,
                         timeout: Double = -1) throws(SocketError) {
         try AddressResolver.checkHost(host)
@@ -1108,11 +1131,22 @@ public final class Socket: SocketFront, @unchecked Sendable {
     /// 1 or 2 when `proxyAddress` is set: the version of the header that gave the addresses.
     public var proxyProtocolVersion: Int? { published.proxied.map { Int($0.version) } }
 
-    /// The peer's IP address; nil when not connected or for Unix-domain sockets.
-    public var connectedHost: String? { published.peerAddress?.host }
-    /// The peer's port; 0 when not connected or for Unix-domain sockets.
-    public var connectedPort: UInt16 { published.peerAddress?.port ?? 0 }
-    /// The peer's address (IP or Unix-domain).
+    /// The peer's IP address; nil when not connected or for Unix-domain sockets. Through a
+    /// proxy: the target as given to connect (a name stays a name, since the proxy resolved
+    /// it), as `didConnectToHost` reported it.
+    public var connectedHost: String? {
+        let state = published
+        return state.proxiedTarget?.host ?? state.peerAddress?.host
+    }
+    /// The peer's port; 0 when not connected or for Unix-domain sockets. Through a proxy:
+    /// the target's.
+    public var connectedPort: UInt16 {
+        let state = published
+        return state.proxiedTarget?.port ?? state.peerAddress?.port ?? 0
+    }
+    /// The peer's address (IP or Unix-domain). Through a proxy: the proxy's, the other end of
+    /// the TCP connection (the target may have no address SocketKit knows); `localAddress`,
+    /// `localHost` and `localPort` are our end of that connection.
     public var connectedAddress: SocketAddress? { published.peerAddress }
     /// For Unix-domain connections: the path at the other end (for a client, the listener's),
     /// or for an abstract name `@` followed by the name.

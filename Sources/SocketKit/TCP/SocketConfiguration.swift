@@ -55,6 +55,8 @@ struct SocketConfiguration: Sendable {
         /// Set on every descriptor SocketKit makes for the socket, before bind, connect and
         /// listen (`Socket.setSocketOption`).
         var socketOptions: [SocketOption] = []
+        /// Connects go through it (`Socket.setProxy`).
+        var proxy: ProxySettings? = nil
     }
 
     private final class Storage: @unchecked Sendable {
@@ -144,6 +146,10 @@ struct SocketConfiguration: Sendable {
     var socketOptions: [SocketOption] {
         get { storage.values.socketOptions }
         set { values.socketOptions = newValue }
+    }
+    var proxy: ProxySettings? {
+        get { storage.values.proxy }
+        set { values.proxy = newValue }
     }
 }
 

@@ -222,8 +222,10 @@ final class SwiftDelegateReceiver: SocketEventReceiver {
             return 0
         }
         switch event {
-        case .didConnect(let peer):
-            if peer.family == .unix {
+        case .didConnect(let peer, let proxied):
+            if let proxied {
+                delegate.socket(socket, didConnectToHost: proxied.host, port: proxied.port)
+            } else if peer.family == .unix {
                 delegate.socket(socket, didConnectToUnixPath: peer.unixDisplayName ?? "")
             } else {
                 delegate.socket(socket, didConnectToHost: peer.host ?? "", port: peer.port)

@@ -13,7 +13,8 @@ enum ReadPayload {
 /// Everything a socket reports to its user, in the order it happened. The engine produces
 /// these on the loop thread; `Socket` hands them to the delegate on its callback queue.
 enum SocketEvent: RoutedEvent {
-    case didConnect(peer: SocketAddress)
+    /// `proxied`: through a proxy, the target as given to connect (`peer` is the proxy).
+    case didConnect(peer: SocketAddress, proxied: ProxiedTarget? = nil)
     /// Produced by the engine; `Socket` turns it into `didAcceptSocket` before delivery.
     case didAccept(TCPSocketCore)
     case didAcceptSocket(Socket)

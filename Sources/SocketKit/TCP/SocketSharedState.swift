@@ -26,8 +26,9 @@ struct SocketPublishedState: Sendable {
     var writeStreamClosed = false
     private var storedPeerAddress: CompactSocketAddress? = nil
     var isUnixDomain = false
-    /// A listener's addresses or an accepted connection's PROXY protocol details: never
-    /// both, so one word holds either (memory per connection, `ConnectionFootprintTests`).
+    /// A listener's addresses, an accepted connection's PROXY protocol details, or the
+    /// target of a connection made through a proxy: never two of them, so one word holds
+    /// any (memory per connection, `ConnectionFootprintTests`).
     private var roleDetails = RoleDetails.none
     var configuration: SocketConfiguration
     /// What the TLS handshake settled, once the connection is secure.
@@ -37,6 +38,7 @@ struct SocketPublishedState: Sendable {
         case none
         case listener([SocketAddress])
         case proxied(ProxiedConnection)
+        case proxiedTarget(ProxiedTarget)
     }
 
     var listenerAddresses: [SocketAddress] {
@@ -49,6 +51,12 @@ struct SocketPublishedState: Sendable {
     var proxied: ProxiedConnection? {
         get { if case .proxied(let details) = roleDetails { details } else { nil } }
         set { roleDetails = newValue.map { .proxied($0) } ?? .none }
+    }
+
+    /// Through a proxy: the target as given to connect (`peerAddress` is the proxy's).
+    var proxiedTarget: ProxiedTarget? {
+        get { if case .proxiedTarget(let target) = roleDetails { target } else { nil } }
+        set { roleDetails = newValue.map { .proxiedTarget($0) } ?? .none }
     }
 
     init(configuration: SocketConfiguration) {

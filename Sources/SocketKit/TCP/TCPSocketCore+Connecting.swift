@@ -12,6 +12,7 @@ extension TCPSocketCore {
     /// The loop side of `Socket.connect`: begins a connecting session and starts it.
     func requestConnect(to target: ConnectTarget, localEndpoints: Interfaces.Endpoints?,
                         timeout: Double) throws(SocketError) {
+        let (target, proxy) = try proxied(target)
         switch target {
         case .address(let address):
             if address.family == .ipv4 && !configuration.isIPv4Enabled {
@@ -21,11 +22,11 @@ extension TCPSocketCore {
                 throw SocketError(.badConfig, "IPv6 is disabled")
             }
             try beginSession(.connecting, start: {
-                $0.startConnect(to: target, localEndpoints: localEndpoints, timeout: timeout)
+                $0.startConnect(to: target, proxy: proxy, localEndpoints: localEndpoints, timeout: timeout)
             })
         case .host:
             try beginSession(.connecting, requireFamilies: true, start: {
-                $0.startConnect(to: target, localEndpoints: localEndpoints, timeout: timeout)
+                $0.startConnect(to: target, proxy: proxy, localEndpoints: localEndpoints, timeout: timeout)
             })
         }
     }
@@ -54,10 +55,16 @@ extension TCPSocketCore {
     /// previous one or at once when it fails, and addresses answered later join those not
     /// yet tried. The first to connect wins; the others are closed. The connect timeout
     /// covers resolution and connecting.
-    func startConnect(to target: ConnectTarget, localEndpoints: Interfaces.Endpoints?, timeout: Double) {
+    /// With a `proxy`, `target` is the proxy, and the handshake follows the race
+    /// (TCPSocketCore+Proxy.swift).
+    func startConnect(to target: ConnectTarget, proxy: ProxyHandshake? = nil,
+                      localEndpoints: Interfaces.Endpoints?, timeout: Double) {
         let session = self.session
         self.localEndpoints = localEndpoints
-        if case .host(let host, _) = target {
+        if let proxy {
+            connectHost = proxy.target.host
+            connecting.proxy = proxy
+        } else if case .host(let host, _) = target {
             connectHost = host
         } else {
             connectHost = nil
@@ -266,7 +273,9 @@ extension TCPSocketCore {
     func attemptSucceeded(_ winner: ConnectionAttempt, events: UInt32) {
         guard phase == .connecting, let winnerRegistration = winner.registration else { return }
         cancel(attemptTimer)
-        cancel(connectTimer)
+        let proxy = connectingState?.proxy
+        // Through a proxy, the connect timeout covers its handshake too.
+        if proxy == nil { cancel(connectTimer) }
         for attempt in connectAttempts where attempt !== winner { attempt.close() }
         connectAttempts.removeAll()
         connectAddresses.removeAll()
@@ -277,6 +286,10 @@ extension TCPSocketCore {
         winner.detach()
         loop.replaceHandler(winnerRegistration, with: self)
         isUnixDomain = winner.address.family == .unix
+        if let proxy {
+            beginProxyHandshake(proxy, events: events)
+            return
+        }
         becomeConnected(peer: winner.address, announce: true)
         if events & (EPOLLRDHUP.rawValue | EPOLLHUP.rawValue) != 0 && phase == .connected {
             peerHalfClosed = true
@@ -291,12 +304,18 @@ extension TCPSocketCore {
     }
 
     func connectTimerFired() {
-        guard phase == .resolving || phase == .connecting else { return }
+        guard phase == .resolving || phase == .connecting || phase == .proxying else { return }
+        if phase == .proxying, let proxy = connectingState?.proxy {
+            closeSession(SocketError(.connectTimeout, "\(proxy.settings) did not finish its handshake before the connect timeout"))
+            return
+        }
         closeSession(SocketError(.connectTimeout, "attempt to connect to host timed out"))
     }
 
     /// The connection is up: publish it, tell the user, then run what was queued meanwhile.
-    func becomeConnected(peer: SocketAddress?, announce: Bool) {
+    /// `proxied`: the target a proxy connected us to (`didConnect` reports it; the peer
+    /// address stays the proxy's).
+    func becomeConnected(peer: SocketAddress?, announce: Bool, proxied: ProxiedTarget? = nil) {
         phase = .connected
         readable = true
         writable = true
@@ -313,10 +332,11 @@ extension TCPSocketCore {
                 published.localAddress = local
                 published.peerAddress = remote
                 published.isUnixDomain = unix
+                published.proxiedTarget = proxied
             }
         }
         if announce, let remote {
-            emit(.didConnect(peer: remote))
+            emit(.didConnect(peer: remote, proxied: proxied))
             guard session == self.session, phase == .connected else { return }
         }
         if hasQueuedWrites {

@@ -7,7 +7,7 @@ extension TCPSocketCore {
     static let kernelReadsPerPump = 16
 
     func enqueueRead(_ request: consuming ReadRequest, session: UInt64) {
-        guard session == self.session, phase == .resolving || phase == .connecting || phase == .connected,
+        guard session == self.session, phase == .resolving || phase == .connecting || phase == .proxying || phase == .connected,
               !disconnectAfterReads, !disconnectAfterWrites else { return }
         // The usual case, one read at a time, never touches the queue's array: the read
         // waits in `currentRead` (not started) and an idle socket owns no queue storage.
@@ -271,7 +271,7 @@ extension TCPSocketCore {
     /// already completed: the order of one socket's events is how a caller tells the two
     /// apart.
     func cancelReads(withTag tag: Int, session: UInt64) {
-        guard session == self.session, phase == .resolving || phase == .connecting || phase == .connected
+        guard session == self.session, phase == .resolving || phase == .connecting || phase == .proxying || phase == .connected
         else { return }
         let aheadOfTLS = tls?.stage == .waiting ? tls!.readsBefore : 0
         var withdrawnAheadOfTLS = 0
@@ -307,7 +307,7 @@ extension TCPSocketCore {
 
     /// The loop side of `Socket.unread`: `bytes` go in front of the unread ones.
     func unread(_ bytes: [UInt8], session: UInt64) {
-        guard session == self.session, phase == .resolving || phase == .connecting || phase == .connected
+        guard session == self.session, phase == .resolving || phase == .connecting || phase == .proxying || phase == .connected
         else { return }
         bytes.withUnsafeBytes { prebuffer.prepend($0) }
         if phase == .connected && !pumpingReads { scheduleReadPump() }

@@ -66,7 +66,7 @@ extension TCPSocketCore {
     /// The loop side of `Socket.startTLS`: the marker joins the queues (the first call of a
     /// session only: see `tlsClaim`).
     func startTLS(context: TLSContext, session: UInt64) {
-        guard session == self.session, phase == .resolving || phase == .connecting || phase == .connected,
+        guard session == self.session, phase == .resolving || phase == .connecting || phase == .proxying || phase == .connected,
               !disconnectAfterReads, !disconnectAfterWrites, !hasTLS else { return }
         tls = TLSState(context: context, readsBefore: readQueue.count + (currentRead == nil ? 0 : 1),
                        writesBefore: writeQueue.count)

@@ -43,7 +43,7 @@ extension TCPSocketCore {
     /// session it was made for is over (its bytes are no longer counted).
     @discardableResult
     func enqueueWrite(_ request: WriteRequest, session: UInt64) -> Bool {
-        guard session == self.session, phase == .resolving || phase == .connecting || phase == .connected,
+        guard session == self.session, phase == .resolving || phase == .connecting || phase == .proxying || phase == .connected,
               !disconnectAfterReads, !disconnectAfterWrites else {
             releaseQueuedWriteBytes(request.remaining)
             return false

@@ -21,7 +21,9 @@ import Synchronization
 /// are requests that run here (`Socket` waits for those that promise an effect on return).
 final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @unchecked Sendable {
     enum Phase {
-        case idle, resolving, connecting, connected, accepting
+        /// `proxying`: connected to the proxy, its handshake under way (the session is
+        /// still `.connecting` for everyone else: TCPSocketCore+Proxy.swift).
+        case idle, resolving, connecting, proxying, connected, accepting
     }
 
     // Field order matters here: Swift lays stored properties out in declaration order, so
@@ -281,8 +283,13 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         var connectAttempts: [ConnectionAttempt] = []
         var lastAttemptError: SocketError? = nil
         var localEndpoints: Interfaces.Endpoints? = nil
-        /// The host name given to connect: a TLS client's default peer name.
+        /// The host name given to connect: a TLS client's default peer name (through a
+        /// proxy: the target's, not the proxy's).
         var host: String? = nil
+        /// The proxy's handshake, from the race's start to the proxy's yes.
+        var proxy: ProxyHandshake? = nil
+        /// Handshake bytes the kernel did not take yet.
+        var proxyOutbound: [UInt8] = []
     }
 
     final class AcceptingState {
@@ -301,7 +308,7 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         var spreadsOverLoops = false
     }
 
-    private var connectingState: ConnectingState? {
+    var connectingState: ConnectingState? {
         get { outOfLineState?.connecting }
         set { if outOfLineState != nil || newValue != nil { outOfLine.connecting = newValue } }
     }
@@ -312,7 +319,7 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
 
     // Setting a default value where there is no state yet leaves it absent (teardown
     // resets these on every socket).
-    private var connecting: ConnectingState {
+    var connecting: ConnectingState {
         if let state = connectingState { return state }
         let state = ConnectingState()
         connectingState = state
@@ -611,7 +618,10 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
     // MARK: Readiness
 
     func handleEvents(_ events: UInt32) {
-        guard phase == .connected, fd >= 0 else { return }
+        guard phase == .connected, fd >= 0 else {
+            if phase == .proxying { proxyHandleEvents(events) }
+            return
+        }
         // The peer's FIN, or a reset or error: what arrived before it is still in the kernel,
         // and the end (EOF, or the error from recv) comes after it, so it is read like data
         // (`pumpReads`). Taking the error with SO_ERROR here would report it first and lose
@@ -665,7 +675,7 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
     /// reads are dropped, except those ahead of a TLS marker not yet passed: the handshake,
     /// and so the writes queued behind it, waits for them.
     func ownerReleased() {
-        let sessionActive = phase == .resolving || phase == .connecting || (phase == .connected && fd >= 0)
+        let sessionActive = phase == .resolving || phase == .connecting || phase == .proxying || (phase == .connected && fd >= 0)
         if sessionActive && disconnectAfterWrites && !queuedWritesDone {
             let readsAheadOfTLS = tls?.stage == .waiting ? tls!.readsBefore : 0
             if readsAheadOfTLS == 0 {
@@ -737,6 +747,10 @@ final class TCPSocketCore: SocketCore, EventLoopHandler, EndOfIterationWork, @un
         connectAddresses.removeAll()
         lastAttemptError = nil
         localEndpoints = nil
+        if let connecting = connectingState, connecting.proxy != nil {
+            connecting.proxy = nil
+            connecting.proxyOutbound = []
+        }
 
         // Orderly: our own close, or the peer's close_notify (SocketKit reports `.closed` only
         // after one), which TLS says to answer with ours (RFC 5246 7.2.1, RFC 8446 6.1).

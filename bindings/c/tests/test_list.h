@@ -6,6 +6,9 @@
     X(unread_from_did_read_comes_before_what_followed) \
     X(close_write_stream_half_closes_and_keeps_reading) \
     X(disconnect_with_reset_sends_a_reset) \
+    X(proxy_socks5_through_microsocks)      \
+    X(proxy_http_connect_through_tinyproxy) \
+    X(proxy_errors_and_arguments)           \
     X(user_timeout_fast_open_and_options_before_connect) \
     X(options_before_listen_and_a_refused_one) \
     X(unix_abstract_names_passed_descriptors_and_credentials) \

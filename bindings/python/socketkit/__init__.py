@@ -73,7 +73,7 @@ from ._handles import Descriptors
 from ._log import disable_logging, enable_logging
 from ._native import SPEEDUPS
 from ._queues import CallbackQueue, HostQueue, LoopGroup, SerialQueue, default_queue
-from ._tcp import CR, CRLF, LF, ZERO, KeepAlive, Progress, Socket
+from ._tcp import CR, CRLF, LF, ZERO, KeepAlive, Progress, Proxy, Socket
 from ._tcp import PeerCredentials, ProxyProtocol, socket_activation_fds
 from ._addresses import PacketInfo
 from ._udp import AddressPreference, UdpSocket
@@ -123,6 +123,8 @@ from .errors import (
     TruncatedTLSError,
     UnknownIssuerError,
     WriteQueueFullError,
+    ProxyError,
+    ProxyAuthenticationError,
     WouldDeadlockError,
     WriteTimeoutError,
 )
@@ -151,3 +153,4 @@ __all__ = [
 ]
 __all__ += ["PeerCredentials", "socket_activation_fds"]
 __all__ += ["PacketInfo"]
+__all__ += ["Proxy", "ProxyAuthenticationError", "ProxyError"]

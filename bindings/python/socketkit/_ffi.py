@@ -340,6 +340,8 @@ PROTOTYPES = {
     "sk_socket_get_proxy_protocol_version": (c_int, [_handle]),
     "sk_socket_set_user_timeout": (c_int, [_handle, c_double, _error]),
     "sk_socket_get_user_timeout": (c_int, [_handle, POINTER(c_double)]),
+    "sk_socket_set_proxy": (c_int, [_handle, c_int, c_char_p, c_uint16, c_char_p, c_char_p, _error]),
+    "sk_socket_get_proxy": (c_int, [_handle, POINTER(c_int), c_char_p, c_size_t, POINTER(c_uint16)]),
     "sk_socket_set_fast_open": (c_int, [_handle, c_int]),
     "sk_socket_get_fast_open": (c_int, [_handle]),
     "sk_socket_set_socket_option": (c_int, [_handle, c_int, c_int, c_void_p, c_size_t, _error]),

@@ -5,9 +5,10 @@ from __future__ import annotations
 import ctypes
 import enum
 import os
-from ctypes import byref, c_double, c_int, c_long, c_size_t, c_void_p
+from ctypes import byref, c_double, c_int, c_long, c_size_t, c_uint16, c_void_p
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Tuple, Union
+from typing import Any, Callable, List, NamedTuple, Optional, Tuple, Union
+from urllib.parse import unquote, urlsplit
 
 from . import _addresses, _ffi
 from ._addresses import Address, address_from_sockaddr
@@ -92,6 +93,39 @@ class KeepAlive:
     interval: int = 10
     count: int = 6
 
+
+
+_PROXY_NONE, _PROXY_SOCKS5, _PROXY_HTTP_CONNECT = 0, 1, 2
+
+
+class Proxy(NamedTuple):
+    """A proxy for :attr:`Socket.proxy`: ``kind`` ``"socks5"`` (RFC 1928; username and
+    password by RFC 1929, 1-255 bytes each) or ``"http-connect"`` (HTTP CONNECT; username
+    and password as Basic ``Proxy-Authorization``), the proxy's ``host`` and ``port``, and
+    optional credentials (both or neither)."""
+
+    kind: str
+    host: str
+    port: int
+    username: Optional[str] = None
+    password: Optional[str] = None
+
+    @classmethod
+    def from_url(cls, url: str) -> "Proxy":
+        """``socks5://[user:password@]host:port`` (``socks5h://`` too: the name is always
+        sent to the proxy unresolved) or ``http://[user:password@]host:port``; user and
+        password percent-decoded. BadParamError for another scheme or no port."""
+        parts = urlsplit(url)
+        kinds = {"socks5": "socks5", "socks5h": "socks5", "http": "http-connect"}
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        if parts.scheme not in kinds or not parts.hostname or port is None:
+            raise bad_param(f"not a proxy URL (socks5://host:port or http://host:port): {url!r}")
+        username = unquote(parts.username) if parts.username is not None else None
+        password = unquote(parts.password) if parts.password is not None else None
+        return cls(kinds[parts.scheme], parts.hostname, port, username, password)
 
 class Socket(SocketIO, Handle):
     """An asynchronous TCP or Unix-domain socket (GCDAsyncSocket's model).
@@ -435,6 +469,49 @@ class Socket(SocketIO, Handle):
         server that is not there ends the connection with ConnectionRefusedError after it.
         Queue the first write right after the connect for it to ride in the SYN.""")
 
+    @property
+    def proxy(self) -> Optional[Proxy]:
+        """The proxy connects go through, or None (the default: directly). Set it before
+        connecting, as a :class:`Proxy` or a URL (``"socks5://user:password@host:1080"``,
+        ``"http://host:3128"``; :meth:`Proxy.from_url`), or None. :meth:`connect_to_host`
+        and :meth:`connect_to_address` with an IP address then connect to the proxy (its
+        name resolved, Happy Eyeballs and the connect timeout as for any host), send it the
+        target unresolved (the proxy resolves a name; IP literals go as addresses), and call
+        ``socket_did_connect`` with the target's host and port once the proxy said yes. The
+        connect timeout covers the proxy's handshake; reads, writes and :meth:`start_tls`
+        queued meanwhile run afterwards, TLS verifying the target's name. Unix-domain
+        connects never use it. :attr:`connected_host` and :attr:`connected_port` give the
+        target, :attr:`connected_address` the proxy's address. Failures arrive in
+        ``socket_did_disconnect``: :class:`ProxyError` (``errno``: the SOCKS5 reply code or
+        HTTP status), :class:`ProxyAuthenticationError`, the ``SystemCallError`` of an
+        unreachable proxy, :class:`ConnectTimeoutError`. Reading it gives the kind, host and
+        port, never the credentials. BadConfigError while connecting or connected;
+        BadParamError for settings the proxy cannot take."""
+        kind = c_int()
+        port = c_uint16()
+        buffer = ctypes.create_string_buffer(1024)
+        raise_for(lib.sk_socket_get_proxy(self.handle, byref(kind), buffer, len(buffer), byref(port)))
+        if kind.value == _PROXY_NONE:
+            return None
+        return Proxy("socks5" if kind.value == _PROXY_SOCKS5 else "http-connect", buffer.value.decode(), port.value)
+
+    @proxy.setter
+    def proxy(self, proxy: Union[Proxy, str, None]) -> None:
+        if isinstance(proxy, str):
+            proxy = Proxy.from_url(proxy)
+        error = _ffi.CError()
+        if proxy is None:
+            raise_for(lib.sk_socket_set_proxy(self.handle, _PROXY_NONE, None, 0, None, None, byref(error)), error)
+            return
+        if not isinstance(proxy, Proxy):
+            raise bad_param("proxy must be a socketkit.Proxy, a URL or None")
+        kinds = {"socks5": _PROXY_SOCKS5, "http-connect": _PROXY_HTTP_CONNECT}
+        if proxy.kind not in kinds:
+            raise bad_param("a proxy's kind is 'socks5' or 'http-connect'")
+        raise_for(lib.sk_socket_set_proxy(self.handle, kinds[proxy.kind], _addresses.host(proxy.host),
+                                          check_port(proxy.port), _ffi.c_string(proxy.username, "the proxy username"),
+                                          _ffi.c_string(proxy.password, "the proxy password"), byref(error)), error)
+
     def set_socket_option(self, level: int, name: int, value: Union[int, BytesLike]) -> None:
         """Sets an option (as :meth:`socket.socket.setsockopt`: an int, or bytes) on every
         descriptor SocketKit makes for this socket from now on, right after creating it:
@@ -517,7 +594,7 @@ class Socket(SocketIO, Handle):
         that needs the resolver always ends with ConnectTimeoutError. Reads and writes may
         be queued at once. The outcome arrives as ``socket_did_connect`` or
         ``socket_did_disconnect`` (OtherError when no resolved address is of an enabled
-        family)."""
+        family). With :attr:`proxy` set, the proxy resolves `host` (see there)."""
         error = _ffi.CError()
         raise_for(lib.sk_socket_connect_to_host(self.handle, _addresses.host(host), check_port(port),
                                                  _addresses.interface(interface), float(timeout),

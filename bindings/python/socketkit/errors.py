@@ -61,6 +61,10 @@ with the standard library. Every error that carries an ``errno`` is an ``OSError
       with a NUL character, ...
   - :class:`WriteQueueFullError` -- a write would take the socket's queued bytes above
     its ``maximum_queued_write_bytes``: refused, nothing queued
+  - :class:`ProxyError` -- the proxy did not connect us to the target (``errno``: the
+    SOCKS5 reply code or the HTTP status, when it gave one)
+
+    - :class:`ProxyAuthenticationError` -- the proxy wants credentials, or refused ours
 """
 from __future__ import annotations
 
@@ -99,6 +103,8 @@ TLS_TRUNCATED = -25
 TLS_PEER_REJECTED = -26
 TLS_SETTINGS = -27
 WRITE_QUEUE_FULL = -28
+PROXY = -29
+PROXY_AUTH = -30
 
 
 class Error(Exception):
@@ -372,6 +378,23 @@ class WriteQueueFullError(Error):
     code = WRITE_QUEUE_FULL
 
 
+class ProxyError(Error):
+    """The proxy (``Socket.proxy``) did not connect us to the target: it refused or failed
+    the connection, broke its protocol or closed during its handshake. ``errno`` holds
+    the SOCKS5 reply code (1-8) or the HTTP status (403, 502, ...) when the proxy gave one.
+    An unreachable proxy raises the ``SystemCallError`` of its errno
+    (``ConnectionRefusedError``, ...), a silent one ``ConnectTimeoutError``."""
+
+    code = PROXY
+
+
+class ProxyAuthenticationError(ProxyError):
+    """The proxy requires authentication, or rejected the username and password (SOCKS5:
+    RFC 1929; HTTP: status 407, or 401 as some proxies answer, in ``errno``)."""
+
+    code = PROXY_AUTH
+
+
 #: C code -> exception class (the table tests compare with the C and Swift tables).
 CLASSES: Dict[int, Type[Error]] = {
     BAD_CONFIG: BadConfigError,
@@ -402,6 +425,8 @@ CLASSES: Dict[int, Type[Error]] = {
     TLS_PEER_REJECTED: PeerRejectedError,
     TLS_SETTINGS: TLSSettingsError,
     WRITE_QUEUE_FULL: WriteQueueFullError,
+    PROXY: ProxyError,
+    PROXY_AUTH: ProxyAuthenticationError,
 }
 
 

@@ -149,6 +149,7 @@ def test_error_tables_agree_with_the_library():
         errors.TLS_HANDSHAKE_TIMEOUT: "SK_ERR_TLS_HANDSHAKE_TIMEOUT", errors.TLS_TRUNCATED: "SK_ERR_TLS_TRUNCATED",
         errors.TLS_PEER_REJECTED: "SK_ERR_TLS_PEER_REJECTED", errors.TLS_SETTINGS: "SK_ERR_TLS_SETTINGS",
         errors.WRITE_QUEUE_FULL: "SK_ERR_WRITE_QUEUE_FULL",
+        errors.PROXY: "SK_ERR_PROXY", errors.PROXY_AUTH: "SK_ERR_PROXY_AUTH",
     }
     header = HEADER.read_text()
     assert set(re.findall(r"\b(SK_ERR_\w+)\s*=", header)) == set(names.values()), "a code the binding does not map"
@@ -157,7 +158,9 @@ def test_error_tables_agree_with_the_library():
         assert _ffi.lib.sk_error_name(code).decode() == name
         exception = errors.error_from_code(code, 0, "message")
         assert isinstance(exception, socketkit.Error) and exception.code == code
-    assert _ffi.lib.sk_error_name(-29).decode() == "SK_ERR_UNKNOWN", "a C code the binding does not know"
+    assert _ffi.lib.sk_error_name(-31).decode() == "SK_ERR_UNKNOWN", "a C code the binding does not know"
+    assert type(errors.error_from_code(errors.PROXY_AUTH)) is socketkit.ProxyAuthenticationError
+    assert isinstance(errors.error_from_code(errors.PROXY_AUTH), socketkit.ProxyError)
     assert type(errors.error_from_code(errors.WRITE_QUEUE_FULL)) is socketkit.WriteQueueFullError
     assert isinstance(errors.error_from_code(errors.SEND_TIMEOUT), socketkit.TimeoutError)
     assert isinstance(errors.error_from_code(errors.SEND_TIMEOUT), TimeoutError)

@@ -13,7 +13,7 @@ import warnings
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Sequence, Tuple, Union
 
 from .._queues import LoopGroup
-from .._tcp import KeepAlive, Socket
+from .._tcp import KeepAlive, Proxy, Socket
 from .._tls import TLSInfo, TLSSettings
 from ..errors import Error
 from ._connection import AVAILABLE, EXACTLY, UNTIL, Connection, TrustEvaluator, _Read, _DEFAULT_MAXIMUM_READ
@@ -404,9 +404,15 @@ async def open_connection(host: Optional[str] = None, port: Optional[int] = None
                           ssl_handshake_timeout: Optional[float] = None, ssl_shutdown_timeout: Optional[float] = None,
                           happy_eyeballs_delay: Optional[float] = None, interleave: Optional[int] = None,
                           timeout: float = -1, loop_group: Optional[LoopGroup] = None,
-                          evaluate_trust: Optional[TrustEvaluator] = None) -> Tuple[StreamReader, StreamWriter]:
+                          evaluate_trust: Optional[TrustEvaluator] = None,
+                          proxy: Union[Proxy, str, None] = None) -> Tuple[StreamReader, StreamWriter]:
     """asyncio.open_connection on SocketKit: connects (every resolved address raced, Happy
     Eyeballs), secures with `ssl` if given, and returns (reader, writer).
+
+    `proxy`: connect through a SOCKS5 or HTTP CONNECT proxy (a :class:`socketkit.Proxy` or a
+    URL, ``"socks5://user:password@host:1080"``; see :attr:`socketkit.Socket.proxy`): `host`
+    goes to the proxy unresolved, `timeout` covers the proxy's handshake, and `ssl` verifies
+    `host` (or `server_hostname`), not the proxy.
 
     `ssl`: TLSSettings, an SSLContext of :func:`socketkit.aio.ssl_context`, a client
     SSLContext SocketKit can read, or True (the defaults). `sock`: a connected socket to
@@ -431,9 +437,16 @@ async def open_connection(host: Optional[str] = None, port: Optional[int] = None
     connection = _new_connection(limit, loop_group)
     client_options(connection.sock, family, happy_eyeballs_delay)
     interface = local_addr[0] if local_addr is not None else None
-    await _connected(connection, lambda: connection.sock.connect_to_host(host, port, interface=interface,
-                                                                         timeout=timeout),
-                     settings, evaluate_trust)
+
+    target_host, target_port = host, port
+
+    def start() -> None:
+        # Inside `_connected`: a proxy it refuses aborts the socket as a failed connect does.
+        if proxy is not None:
+            connection.sock.proxy = proxy
+        connection.sock.connect_to_host(target_host, target_port, interface=interface, timeout=timeout)
+
+    await _connected(connection, start, settings, evaluate_trust)
     return _stream_pair(connection, limit, ssl)
 
 
