@@ -59,7 +59,7 @@ final class UdpRecorder: UdpSocketDelegate, @unchecked Sendable {
     var events: [Event] { lock.withLock { log } }
 
     @discardableResult
-    func wait(timeout: Double = 10, until predicate: ([Event]) -> Bool) -> Bool {
+    func wait(timeout: Double = eventWaitSeconds, until predicate: ([Event]) -> Bool) -> Bool {
         let limit = deadline(afterSeconds: timeout)
         lock.lock()
         defer { lock.unlock() }
@@ -73,12 +73,12 @@ final class UdpRecorder: UdpSocketDelegate, @unchecked Sendable {
         events.compactMap { if case .received(let data, _, _) = $0 { return data }; return nil }
     }
 
-    func waitForReceived(_ count: Int, timeout: Double = 10) -> [[UInt8]] {
+    func waitForReceived(_ count: Int, timeout: Double = eventWaitSeconds) -> [[UInt8]] {
         wait(timeout: timeout) { events in events.filter { if case .received = $0 { return true }; return false }.count >= count }
         return received
     }
 
-    func waitFor(_ event: Event, timeout: Double = 10) -> Bool {
+    func waitFor(_ event: Event, timeout: Double = eventWaitSeconds) -> Bool {
         wait(timeout: timeout) { $0.contains(event) }
     }
 
@@ -663,11 +663,22 @@ struct UdpTests {
         let log = UdpRecorder()
         var socket: UdpSocket? = UdpSocket(delegate: log)
         socket?.isIPv6Enabled = false // "localhost" as 127.0.0.1
+        // The loop is held until the socket is released: otherwise it could send everything
+        // and close before the release, and report the close as an owned socket does (this
+        // failed once in a full run on a loaded machine).
+        let held = Latch()
+        let resume = Latch()
+        socket!.eventLoop.execute {
+            held.open()
+            resume.wait()
+        }
+        held.wait()
         try queueNumbered(socket!, port: peer.port, count: 200)
         socket?.closeAfterSending()
         weak let lingering = socket?.core
         socket = nil
         let before = log.events.count
+        resume.open()
         #expect(peer.receiveNumbered(200) == 200)
         let limit = deadline(afterSeconds: 10)
         while lingering != nil && monotonicNanoseconds() < limit { usleep(10_000) }

@@ -332,7 +332,10 @@ extension TCPSocketCore {
                 published.localAddress = local
                 published.peerAddress = remote
                 published.isUnixDomain = unix
-                published.proxiedTarget = proxied
+                // Only when set: an accepted connection keeps its PROXY protocol details,
+                // which share the field (`SocketPublishedState.roleDetails`); a session
+                // starts with neither.
+                if let proxied { published.proxiedTarget = proxied }
             }
         }
         if announce, let remote {

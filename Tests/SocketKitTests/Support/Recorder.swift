@@ -4,6 +4,12 @@ import Synchronization
 import Testing
 @testable import SocketKit
 
+/// How long a test waits for an event that must come: only a failing test waits this long.
+/// The tests run in parallel and share the default loops, which some of them hold for a
+/// while (`EndOfStreamTests.holdingTheLoop`, `perform` gates); on a loaded machine 10 s was
+/// too short for a datagram to arrive (UdpTests.oversizedDatagramsAreReportedAsTruncated).
+let eventWaitSeconds: Double = 30
+
 /// A delegate that records every callback in order and lets a test wait for what it
 /// expects (a condition variable with a deadline: no sleeps). It also checks the callback
 /// contract as it goes: callbacks of one socket never overlap, and nothing follows
@@ -96,7 +102,7 @@ final class Recorder: SocketDelegate, @unchecked Sendable {
 
     /// Waits until `predicate` holds for the events so far; false on timeout.
     @discardableResult
-    func wait(timeout: Double = 10, until predicate: ([Event]) -> Bool) -> Bool {
+    func wait(timeout: Double = eventWaitSeconds, until predicate: ([Event]) -> Bool) -> Bool {
         let limit = deadline(afterSeconds: timeout)
         lock.lock()
         defer { lock.unlock() }
@@ -113,7 +119,7 @@ final class Recorder: SocketDelegate, @unchecked Sendable {
 
     /// Waits for `socketDidDisconnect` and returns its error (`.some(nil)` for a clean close,
     /// nil on timeout).
-    func waitForDisconnect(timeout: Double = 10) -> SocketError?? {
+    func waitForDisconnect(timeout: Double = eventWaitSeconds) -> SocketError?? {
         var result: SocketError?? = nil
         wait(timeout: timeout) { events in
             for event in events {
@@ -127,13 +133,13 @@ final class Recorder: SocketDelegate, @unchecked Sendable {
         return result
     }
 
-    func waitForConnect(timeout: Double = 10) -> Bool {
+    func waitForConnect(timeout: Double = eventWaitSeconds) -> Bool {
         wait(timeout: timeout) { events in
             events.contains { if case .connected = $0 { return true }; if case .connectedUnix = $0 { return true }; return false }
         }
     }
 
-    func waitForAccepted(_ count: Int, timeout: Double = 10) -> [Socket] {
+    func waitForAccepted(_ count: Int, timeout: Double = eventWaitSeconds) -> [Socket] {
         wait(timeout: timeout) { events in events.filter { $0 == .accepted }.count >= count }
         return accepted
     }
@@ -146,7 +152,7 @@ final class Recorder: SocketDelegate, @unchecked Sendable {
         }
     }
 
-    func waitForBytes(_ count: Int, timeout: Double = 10) -> [UInt8] {
+    func waitForBytes(_ count: Int, timeout: Double = eventWaitSeconds) -> [UInt8] {
         wait(timeout: timeout) { events in
             events.reduce(0) { total, event in
                 if case .read(let bytes, _) = event { return total + bytes.count }
@@ -304,7 +310,7 @@ final class Recorder: SocketDelegate, @unchecked Sendable {
     }
 
     /// Waits for `socketDidSecure`; false on timeout or after a disconnect.
-    func waitForSecure(timeout: Double = 10) -> Bool {
+    func waitForSecure(timeout: Double = eventWaitSeconds) -> Bool {
         wait(timeout: timeout) { events in events.contains(.secured) || events.contains { $0.isDisconnect } }
         return events.contains(.secured)
     }
