@@ -1062,33 +1062,38 @@ static double median_of(double *values, int count) {
  * no-delay is on (they never wait for an ACK), so that a slow machine slows both alike:
  * the medians must differ by well under a delayed ACK. */
 void test_tls_first_echo_does_not_wait_for_a_delayed_ack(void) {
-    enum { CONNECTIONS = 5 };
-    uint16_t port = 0;
-    FILE *output = NULL;
-    pid_t server = start_s_server("-rev -num_tickets 0 -tls1_3", 2 * CONNECTIONS, &port, &output);
-    sk_tls_settings_t *settings = client_settings();
-    CHECK_EQ(sk_tls_settings_set_peer_name(settings, "localhost"), SK_OK);
-    CHECK_EQ(sk_tls_settings_set_session_resumption(settings, 0), SK_OK);
-    double with_nagle[CONNECTIONS], without_nagle[CONNECTIONS];
-    for (int i = 0; i < CONNECTIONS; i++) {
-        with_nagle[i] = handshake_and_echo_ms(port, settings, 0);
-        without_nagle[i] = handshake_and_echo_ms(port, settings, 1);
-    }
-    sk_tls_settings_release(settings);
-    stop_s_server(server, output);
-    if (getenv("SOCKETKIT_TEST_UNDER_VALGRIND")) {
-        printf("SKIP the timing: valgrind slows the library itself; checked plain and under sanitizers\n");
-        return;
-    }
-    double extra = median_of(with_nagle, CONNECTIONS) - median_of(without_nagle, CONNECTIONS);
-    if (extra >= 20) {
-        fprintf(stderr, "handshake + first echo (ms), no-delay off:");
+    enum { CONNECTIONS = 5, BATCHES = 3 };
+    /* A batch on a loaded machine can be slowed unevenly (a clean-clone run saw medians
+     * 26 ms apart with no delayed ACK involved): up to three batches, and one clean batch
+     * passes. A wait for the delayed ACK slows every connection with no-delay off, so it
+     * fails all three. */
+    for (int batch = 0; batch < BATCHES; batch++) {
+        uint16_t port = 0;
+        FILE *output = NULL;
+        pid_t server = start_s_server("-rev -num_tickets 0 -tls1_3", 2 * CONNECTIONS, &port, &output);
+        sk_tls_settings_t *settings = client_settings();
+        CHECK_EQ(sk_tls_settings_set_peer_name(settings, "localhost"), SK_OK);
+        CHECK_EQ(sk_tls_settings_set_session_resumption(settings, 0), SK_OK);
+        double with_nagle[CONNECTIONS], without_nagle[CONNECTIONS];
+        for (int i = 0; i < CONNECTIONS; i++) {
+            with_nagle[i] = handshake_and_echo_ms(port, settings, 0);
+            without_nagle[i] = handshake_and_echo_ms(port, settings, 1);
+        }
+        sk_tls_settings_release(settings);
+        stop_s_server(server, output);
+        if (getenv("SOCKETKIT_TEST_UNDER_VALGRIND")) {
+            printf("SKIP the timing: valgrind slows the library itself; checked plain and under sanitizers\n");
+            return;
+        }
+        double extra = median_of(with_nagle, CONNECTIONS) - median_of(without_nagle, CONNECTIONS);
+        if (extra < 20) return;
+        fprintf(stderr, "batch %d, handshake + first echo (ms), no-delay off:", batch + 1);
         for (int i = 0; i < CONNECTIONS; i++) fprintf(stderr, " %.1f", with_nagle[i]);
         fprintf(stderr, "; on:");
         for (int i = 0; i < CONNECTIONS; i++) fprintf(stderr, " %.1f", without_nagle[i]);
         fprintf(stderr, "\n");
     }
-    CHECK(extra < 20);
+    CHECK(!"every batch's first echo with no-delay off waited about a delayed ACK longer");
 }
 
 static int poll_tls_records(sk_callback_queue_t *queue, sk_event_t *events, int capacity) {

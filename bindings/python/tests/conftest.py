@@ -273,6 +273,7 @@ class StdlibTLSServer:
         self.context = context
         self.handler = handler
         self.connections = connections
+        self.closing = False
         self.listener = socket.create_server((host, 0))
         self.listener.settimeout(WAIT)
         self.port = self.listener.getsockname()[1]
@@ -288,7 +289,8 @@ class StdlibTLSServer:
                 try:
                     raw, _ = self.listener.accept()
                 except OSError as error:
-                    self.errors.append(error)
+                    if not self.closing:  # woken by close(): not the server's error
+                        self.errors.append(error)
                     return
                 raw.settimeout(WAIT)
                 try:
@@ -305,5 +307,12 @@ class StdlibTLSServer:
         assert self.finished.wait(WAIT), "the stdlib TLS server did not finish"
 
     def close(self) -> None:
+        # A shutdown wakes an accept() blocked in the thread (close() alone does not, and
+        # the join would wait out WAIT when fewer connections came than allowed).
+        self.closing = True
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.listener.close()
         self.thread.join(WAIT)

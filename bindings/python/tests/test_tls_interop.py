@@ -761,13 +761,20 @@ def median(samples):
 
 def assert_no_delayed_ack(connect):
     """Connections alternately with no-delay off and on (`connect(no_delay)` sets it on the
-    side under test and returns the milliseconds it took)."""
-    with_nagle, without_nagle = [], []
-    for _ in range(CONNECTIONS):
-        with_nagle.append(connect(False))
-        without_nagle.append(connect(True))
-    extra = median(with_nagle) - median(without_nagle)
-    assert extra < ALLOWED_EXTRA_MS, f"handshake + first echo (ms), no-delay off: {with_nagle}; on: {without_nagle}"
+    side under test and returns the milliseconds it took). A batch on a loaded machine can
+    be slowed unevenly (a clean-clone run saw medians 26 ms apart with no delayed ACK
+    involved): up to three batches, and one clean batch passes; a wait for the delayed ACK
+    slows every connection with no-delay off, so it fails all three."""
+    batches = []
+    for _ in range(3):
+        with_nagle, without_nagle = [], []
+        for _ in range(CONNECTIONS):
+            with_nagle.append(connect(False))
+            without_nagle.append(connect(True))
+        if median(with_nagle) - median(without_nagle) < ALLOWED_EXTRA_MS:
+            return
+        batches.append(f"no-delay off: {with_nagle}; on: {without_nagle}")
+    raise AssertionError("handshake + first echo (ms), every batch: " + " | ".join(batches))
 
 
 def test_a_socketkit_client_sends_its_finished_and_first_write_together(certs):
@@ -778,7 +785,7 @@ def test_a_socketkit_client_sends_its_finished_and_first_write_together(certs):
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(certs.path("server-chain.pem"), certs.path("server.key"))
     context.num_tickets = 0
-    server = StdlibTLSServer(context, lambda tls: tls.sendall(tls.recv(100)), connections=2 * CONNECTIONS)
+    server = StdlibTLSServer(context, lambda tls: tls.sendall(tls.recv(100)), connections=3 * 2 * CONNECTIONS)  # up to three batches
 
     def connect(no_delay):
         recorder = TLSRecorder()
@@ -803,7 +810,6 @@ def test_a_socketkit_client_sends_its_finished_and_first_write_together(certs):
 
     try:
         assert_no_delayed_ack(connect)
-        server.join()
     finally:
         server.close()
     assert not server.errors, server.errors
