@@ -131,15 +131,25 @@ extension TCPSocketCore {
     ///
     /// Callbacks on the loop have run by now (a pump's callbacks run inside it). Those on
     /// another queue may still be on their way, and one of them may queue the next read: the
-    /// pump then looks again once the mailbox has been delivered.
-    private func endAfterSendFailure(_ failure: SocketError) {
+    /// pump then looks again once the mailbox has been delivered. And a callback that has
+    /// returned on another thread may have left its read in the loop's task queue, not yet
+    /// run (the drain can finish while this pump runs): so the end is decided by a task
+    /// behind it (`lookedBehindTasks`), which finds that read queued if there is one.
+    private func endAfterSendFailure(_ failure: SocketError, lookedBehindTasks: Bool = false) {
         let session = self.session
         let waits = owner?.notifyWhenCallbacksHaveRun { [self] in
             _ = loop.execute { [self] in
                 if session == self.session { scheduleReadPump() }
             }
         } ?? false
-        if !waits { closeSession(failure) }
+        if waits { return }
+        if lookedBehindTasks { closeSession(failure); return }
+        let queued = loop.execute { [self] in
+            // A read that came meanwhile scheduled a pump, which serves it and looks again.
+            guard session == self.session, phase == .connected, currentRead == nil, !hasQueuedReads else { return }
+            endAfterSendFailure(failure, lookedBehindTasks: true)
+        }
+        if !queued { closeSession(failure) }
     }
 
     /// No read is queued and the peer's stream has ended (FIN, reset, a failed send, or
