@@ -445,7 +445,7 @@ struct CallbackWaitTests {
         let peers = try Peers()
         defer { peers.close() }
         let targets = try Targets(loops, peers)
-        let results = Mutex<[String]>([])
+        let results = LockedValue<[String]>([])
         let done = Latch()
         let once = Atomic<Bool>(false)
         func finish(_ own: [String]) {
@@ -528,8 +528,8 @@ struct CallbackWaitTests {
         let firstThread = Atomic<UInt>(0)
         let firstInside = Latch()
         let secondInside = Latch()
-        let firstOutcome = Mutex<String>("")
-        let secondOutcome = Mutex<String>("")
+        let firstOutcome = LockedValue<String>("")
+        let secondOutcome = LockedValue<String>("")
         let done = (first: Latch(), second: Latch())
         firstRecorder.onReceive = { _, _, _ in
             firstThread.store(currentThreadIdentity(), ordering: .releasing)

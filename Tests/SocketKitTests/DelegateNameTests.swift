@@ -120,7 +120,7 @@ struct DelegateNameTests {
 
 /// The names of the methods called, noted by `#function`.
 final class Names: Sendable {
-    private let noted = Mutex<[String]>([])
+    private let noted = LockedValue<[String]>([])
     func note(_ name: String = #function) { noted.withLock { $0.append(name) } }
     func reset() { noted.withLock { $0.removeAll() } }
     func take() -> [String] { noted.withLock { $0 } }

@@ -52,7 +52,7 @@ import Testing
         let listenerRecorder = Recorder("listener")
         let listener = Socket(delegate: listenerRecorder)
         let servers = Recorder("servers")
-        let variant = Mutex("wrong-host")
+        let variant = LockedValue("wrong-host")
         listenerRecorder.onAccept = { _, connection in
             connection.setDelegate(servers, callbackQueue: .eventLoop)
             try? connection.startTLS(TestCertificates.server(variant.withLock { $0 }))

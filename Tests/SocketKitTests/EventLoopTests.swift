@@ -11,7 +11,7 @@ struct EventLoopTests {
         defer { try? group.shutdown() }
         let loop = group.next()
         #expect(!loop.inEventLoop)
-        let order = Mutex<[Int]>([])
+        let order = LockedValue<[Int]>([])
         let onLoop = Atomic<Int>(0)
         let done = Latch()
         for index in 0..<1000 {
@@ -71,7 +71,7 @@ struct EventLoopTests {
         let group = EventLoopGroup(loopCount: 1)
         defer { try? group.shutdown() }
         let loop = group.next()
-        let fired = Mutex<[Int]>([])
+        let fired = LockedValue<[Int]>([])
         let done = Latch()
         loop.execute {
             let now = monotonicNanoseconds()
@@ -104,7 +104,7 @@ struct EventLoopTests {
     @Test func shutdownRefusesToRunOnItsOwnLoopAndIsIdempotent() throws {
         let group = EventLoopGroup(loopCount: 1)
         let loop = group.next()
-        let result = Mutex<SocketError?>(nil)
+        let result = LockedValue<SocketError?>(nil)
         let done = Latch()
         loop.execute {
             do throws(SocketError) { try group.shutdown() } catch { result.withLock { $0 = error } }

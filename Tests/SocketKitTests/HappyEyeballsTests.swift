@@ -161,7 +161,7 @@ struct HappyEyeballsTests {
         while !exhausted && monotonicNanoseconds() < deadline {
             let checked = Latch()
             let core = client.core
-            let state = Mutex(false)
+            let state = LockedValue(false)
             client.eventLoop.execute {
                 state.withLock { $0 = core.phase == .connecting && core.connectAttempts.isEmpty }
                 checked.open()

@@ -93,7 +93,7 @@ struct ListenerCloseTests {
         try listener.accept(onInterface: "127.0.0.1", port: 0)
         let port = listener.localPort
         let relistened = Latch()
-        let failure = Mutex<SocketError?>(nil)
+        let failure = LockedValue<SocketError?>(nil)
         recorder.onAccept = { sock, _ in
             sock.disconnect()
             do throws(SocketError) {
@@ -115,7 +115,7 @@ struct ListenerCloseTests {
     /// about is closed, and no didAccept follows the listener's didDisconnect.
     @Test func aListenerDisconnectedInItsNewConnectionHookAcceptsNothingMore() throws {
         final class Hooked: SocketDelegate, @unchecked Sendable {
-            let log = Mutex<[String]>([])
+            let log = LockedValue<[String]>([])
             let disconnected = Latch()
             func newEventLoop(forConnectionFrom address: SocketAddress, on listener: Socket) -> EventLoop? {
                 listener.disconnect()

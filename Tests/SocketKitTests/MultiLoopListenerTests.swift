@@ -32,8 +32,8 @@ struct MultiLoopListenerTests {
             let ranOnTheConnectionsLoop: Bool
             let loopIndex: Int
         }
-        let seen = Mutex<[Seen]>([])
-        let accepted = Mutex<[Socket]>([])
+        let seen = LockedValue<[Seen]>([])
+        let accepted = LockedValue<[Socket]>([])
         let changed = ConditionLock()
         nonisolated(unsafe) var primary: Socket? = nil
 

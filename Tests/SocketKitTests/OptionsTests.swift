@@ -10,7 +10,7 @@ import Testing
 struct OptionsTests {
     /// Reads an integer option of the socket's descriptor on its loop.
     private func option(_ socket: Socket, _ level: Int32, _ name: Int32) -> Int32? {
-        let result = Mutex<Int32?>(nil)
+        let result = LockedValue<Int32?>(nil)
         let done = Latch()
         socket.perform { descriptors in
             result.withLock { $0 = SystemCalls.getOption(descriptors.primary, level, name) }
@@ -127,7 +127,7 @@ struct OptionsTests {
     @Test func performRunsOnTheLoopWithTheDescriptors() throws {
         let pair = try Pair()
         defer { pair.close() }
-        let seen = Mutex<(Bool, SocketDescriptors)?>(nil)
+        let seen = LockedValue<(Bool, SocketDescriptors)?>(nil)
         let done = Latch()
         let loop = pair.listener.eventLoop
         pair.listener.perform { descriptors in
@@ -145,7 +145,7 @@ struct OptionsTests {
     /// for the listener and for both ends of a connection.
     @Test func performShowsUnixDomainDescriptors() throws {
         func descriptors(_ socket: Socket) -> SocketDescriptors? {
-            let seen = Mutex<SocketDescriptors?>(nil)
+            let seen = LockedValue<SocketDescriptors?>(nil)
             let done = Latch()
             socket.perform { found in
                 seen.withLock { $0 = found }

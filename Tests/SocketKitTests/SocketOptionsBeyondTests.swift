@@ -8,7 +8,7 @@ import Testing
 /// Reads an integer option of one of the socket's descriptors on its loop (`perform`).
 func descriptorOption(_ socket: Socket, _ level: Int32, _ name: Int32,
                       of which: @escaping @Sendable (SocketDescriptors) -> Int32 = { $0.primary }) -> Int32? {
-    let result = Mutex<Int32?>(nil)
+    let result = LockedValue<Int32?>(nil)
     let done = Latch()
     socket.perform { descriptors in
         result.withLock { $0 = SystemCalls.getOption(which(descriptors), level, name) }
@@ -203,7 +203,7 @@ struct SocketOptionsBeyondTests {
 
     /// `tcpi_options` of the connection's TCP_INFO.
     static func tcpInfoOptions(_ socket: Socket) -> Int32? {
-        let result = Mutex<Int32?>(nil)
+        let result = LockedValue<Int32?>(nil)
         let done = Latch()
         socket.perform { descriptors in
             var info = tcp_info()

@@ -156,7 +156,7 @@ func checksum(_ bytes: [UInt8]) -> UInt64 {
         #expect(pair.client.isSecure)
         let other = try RawSocket.listen()
         defer { other.close() }
-        let seen = Mutex<[String]>([])
+        let seen = LockedValue<[String]>([])
         let done = Latch()
         let reconnect: @Sendable (Socket) -> Void = { sock in
             sock.disconnect()
@@ -442,7 +442,7 @@ func checksum(_ bytes: [UInt8]) -> UInt64 {
         client.handshakeTimeout = 0.5
         let pair = try Pair()
         defer { pair.close() }
-        let held = Mutex<(@Sendable (Bool) -> Void)?>(nil)
+        let held = LockedValue<(@Sendable (Bool) -> Void)?>(nil)
         let asked = Latch()
         pair.clientRecorder.onTrust = { _, _, answer in
             held.withLock { $0 = answer }
@@ -666,7 +666,7 @@ func checksum(_ bytes: [UInt8]) -> UInt64 {
 /// Runs `body` on the server's loop with its TLS state, and waits for it.
 @discardableResult
 func onServerLoop<T: Sendable>(_ pair: Pair, _ body: @escaping @Sendable (TCPSocketCore, TLSState) -> T) -> T? {
-    let result = Mutex<T?>(nil)
+    let result = LockedValue<T?>(nil)
     let done = Latch()
     let core = pair.server.core
     _ = pair.server.eventLoop.execute {

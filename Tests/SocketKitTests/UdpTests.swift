@@ -258,7 +258,7 @@ struct UdpTests {
         let server = UdpSocket(delegate: serverLog, callbackQueue: try SerialCallbackQueue())
         defer { server.close() }
         try server.bind(toPort: 0, interface: "127.0.0.1")
-        let filterThreads = Mutex<Set<UInt>>([])
+        let filterThreads = LockedValue<Set<UInt>>([])
         let onLoop = Atomic<Int>(0)
         let loop = server.eventLoop
         try server.setReceiveFilter({ data, _ in

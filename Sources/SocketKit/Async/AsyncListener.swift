@@ -110,7 +110,7 @@ final class ListenerBridge: SocketDelegate {
         var ended: SocketError?? = nil
     }
 
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
     private let ids = Atomic<UInt64>(1)
 
     /// Accepted connections not yet taken by the sequence.

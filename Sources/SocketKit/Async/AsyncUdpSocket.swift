@@ -206,7 +206,7 @@ final class DatagramBridge: UdpSocketDelegate {
     }
 
     let capacity: Int
-    let state = Mutex(State())
+    let state = LockedValue(State())
     private let ids = Atomic<UInt64>(1)
 
     init(capacity: Int) { self.capacity = capacity }

@@ -80,12 +80,12 @@ final class ConnectionBridge: SocketDelegate {
         }
     }
 
-    let state = Mutex(State())
+    let state = LockedValue(State())
     /// Identifies a read call or a wait for room, so that a cancellation that comes late
     /// never touches a later one.
     private let ids = Atomic<UInt64>(1)
     /// Manual trust evaluation, when the settings ask for it.
-    let trustEvaluator = Mutex<(@Sendable (TLSTrust) async -> Bool)?>(nil)
+    let trustEvaluator = LockedValue<(@Sendable (TLSTrust) async -> Bool)?>(nil)
 
     func newID() -> UInt64 { ids.add(1, ordering: .relaxed).newValue }
 
