@@ -5,60 +5,8 @@
 #define _GNU_SOURCE
 #include "test_support.h"
 
-#include <arpa/inet.h>
-#include <errno.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <signal.h>
-#include <fcntl.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-/* A loopback port free right now (bound to 0, read, closed). */
-static uint16_t free_port(void) {
-    uint16_t port = 0;
-    int probe = raw_listen("127.0.0.1", &port, 1);
-    close(probe);
-    return port;
-}
-
-/* Runs `command` (sh -c) and waits, bounded, until something listens on `port`. */
-static pid_t start_proxy(const char *command, uint16_t port) {
-    pid_t child = fork();
-    CHECK(child >= 0);
-    if (child == 0) {
-        /* A failed check aborts the test: the proxy must not outlive it (nor hold its
-         * output open for whoever reads it). */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int quiet = open("/dev/null", O_WRONLY);
-        dup2(quiet, 1);
-        dup2(quiet, 2);
-        execl("/bin/sh", "sh", "-c", command, (char *)NULL);
-        _exit(127);
-    }
-    struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons(port)};
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    for (int attempt = 0; attempt < 500; attempt++) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        CHECK(fd >= 0);
-        int connected = connect(fd, (struct sockaddr *)&address, sizeof address) == 0;
-        close(fd);
-        if (connected) return child;
-        poll(NULL, 0, 20); /* the proxy's start-up: nothing to wait on but its port */
-    }
-    fprintf(stderr, "the proxy (%s) did not listen\n", command);
-    abort();
-}
-
-static void stop_proxy(pid_t child) {
-    kill(child, SIGTERM);
-    int status;
-    waitpid(child, &status, 0);
-}
-
-static int installed(const char *program) { return access(program, X_OK) == 0; }
 
 /* Connects a recorded socket through the proxy set on it to `target`:`listener`'s port,
  * with a write and a read queued before the proxy answers, and checks they cross. */
@@ -91,14 +39,14 @@ static void exchange_through_proxy(sk_socket_t *sock, recorder_t *recorder, cons
 /* microsocks with -u/-P: the right credentials connect (the target's name sent
  * unresolved), wrong ones end in SK_ERR_PROXY_AUTH; the getter gives the proxy back. */
 void test_proxy_socks5_through_microsocks(void) {
-    if (!installed("/usr/bin/microsocks")) {
+    if (!program_installed("/usr/bin/microsocks")) {
         printf("SKIP: microsocks is not installed (make test-tools)\n");
         return;
     }
-    uint16_t proxy_port = free_port();
+    uint16_t proxy_port = free_loopback_port();
     char command[256];
     snprintf(command, sizeof command, "exec /usr/bin/microsocks -i 127.0.0.1 -p %u -u alice -P s3cret", proxy_port);
-    pid_t proxy = start_proxy(command, proxy_port);
+    pid_t proxy = helper_process_start(command, proxy_port);
     uint16_t target_port = 0;
     int listener = raw_listen("127.0.0.1", &target_port, 8);
 
@@ -131,16 +79,16 @@ void test_proxy_socks5_through_microsocks(void) {
     sk_socket_release(sock);
     recorder_destroy(&recorder);
     close(listener);
-    stop_proxy(proxy);
+    helper_process_stop(proxy);
 }
 
 /* tinyproxy from a generated configuration: CONNECT to an IP literal and to a name. */
 void test_proxy_http_connect_through_tinyproxy(void) {
-    if (!installed("/usr/bin/tinyproxy")) {
+    if (!program_installed("/usr/bin/tinyproxy")) {
         printf("SKIP: tinyproxy is not installed (make test-tools)\n");
         return;
     }
-    uint16_t proxy_port = free_port();
+    uint16_t proxy_port = free_loopback_port();
     char path[128];
     snprintf(path, sizeof path, "/tmp/socketkit-c-tinyproxy-%d.conf", (int)getpid());
     FILE *file = fopen(path, "w");
@@ -149,7 +97,7 @@ void test_proxy_http_connect_through_tinyproxy(void) {
     fclose(file);
     char command[256];
     snprintf(command, sizeof command, "exec /usr/bin/tinyproxy -d -c %s", path);
-    pid_t proxy = start_proxy(command, proxy_port);
+    pid_t proxy = helper_process_start(command, proxy_port);
     uint16_t target_port = 0;
     int listener = raw_listen("127.0.0.1", &target_port, 8);
     const char *targets[] = {"127.0.0.1", "localhost"};
@@ -164,7 +112,7 @@ void test_proxy_http_connect_through_tinyproxy(void) {
         recorder_destroy(&recorder);
     }
     close(listener);
-    stop_proxy(proxy);
+    helper_process_stop(proxy);
     unlink(path);
 }
 

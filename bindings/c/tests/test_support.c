@@ -6,6 +6,10 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <time.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 double now_seconds(void) {
@@ -758,4 +762,46 @@ void log_capture_print(void) {
                 log_capture.records[i].message);
     }
     pthread_mutex_unlock(&log_capture.lock);
+}
+
+uint16_t free_loopback_port(void) {
+    uint16_t port = 0;
+    int probe = raw_listen("127.0.0.1", &port, 1);
+    close(probe);
+    return port;
+}
+
+int program_installed(const char *path) { return access(path, X_OK) == 0; }
+
+pid_t helper_process_start(const char *command, uint16_t port) {
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        /* A failed check aborts the test: the helper must not outlive it (nor hold its
+         * output open for whoever reads it). */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int quiet = open("/dev/null", O_WRONLY);
+        dup2(quiet, 1);
+        dup2(quiet, 2);
+        execl("/bin/sh", "sh", "-c", command, (char *)NULL);
+        _exit(127);
+    }
+    struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons(port)};
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int attempt = 0; attempt < 500; attempt++) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        CHECK(fd >= 0);
+        int connected = connect(fd, (struct sockaddr *)&address, sizeof address) == 0;
+        close(fd);
+        if (connected) return child;
+        poll(NULL, 0, 20); /* the helper's start-up: nothing to wait on but its port */
+    }
+    fprintf(stderr, "the helper (%s) did not listen\n", command);
+    abort();
+}
+
+void helper_process_stop(pid_t child) {
+    kill(child, SIGTERM);
+    int status;
+    waitpid(child, &status, 0);
 }

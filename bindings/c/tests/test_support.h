@@ -12,6 +12,7 @@
 #define TEST_SUPPORT_H
 
 #include <pthread.h>
+#include <sys/types.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,6 +237,15 @@ void raw_receive(int fd, void *data, size_t length);   /* exactly length bytes *
 size_t raw_receive_until_eof(int fd, void *data, size_t capacity);
 /* Waits until the peer closed: EOF, or a reset (closing with unread input sends RST). */
 void raw_wait_closed(int fd);
+
+/* A program nobody here wrote, run as a helper (a proxy): a loopback port free right now
+ * (bound to 0, read, closed), whether a program is installed, and `command` run with sh -c
+ * until something listens on `port` (bounded; its output goes to /dev/null, and it dies
+ * with the test). */
+uint16_t free_loopback_port(void);
+int program_installed(const char *path);
+pid_t helper_process_start(const char *command, uint16_t port);
+void helper_process_stop(pid_t child);
 
 /* Holds a socket's event loop: loop_hold_begin() returns once a function of the socket runs
  * on the loop (sk_socket_perform) and blocks it, until loop_hold_end() (what earlier calls

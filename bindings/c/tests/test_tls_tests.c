@@ -1808,3 +1808,72 @@ void test_tls_crl_files(void) {
     CHECK_EQ(sk_tls_settings_set_crl_check_whole_chain(NULL, 1), SK_ERR_INVALID_HANDLE);
     sk_tls_settings_release(settings);
 }
+
+/* A client that connects to `host`:`port` through the SOCKS5 proxy on `proxy_port` and
+ * starts TLS at once, before the proxy has answered: the handshake must wait for the
+ * tunnel, and the name checked is the target's. */
+static sk_socket_t *tls_client_through_socks5(recorder_t *recorder, uint16_t proxy_port, const char *host,
+                                              uint16_t port) {
+    sk_socket_t *sock = recorded_socket(recorder, NULL);
+    sk_error_t error;
+    CHECK_EQ(sk_socket_set_proxy(sock, SK_PROXY_SOCKS5, "127.0.0.1", proxy_port, NULL, NULL, &error), SK_OK);
+    CHECK_EQ(sk_socket_connect_to_host(sock, host, port, NULL, 20, &error), SK_OK);
+    sk_tls_settings_t *settings = client_settings();
+    CHECK_EQ(sk_socket_start_tls(sock, settings, &error), SK_OK);
+    sk_tls_settings_release(settings);
+    return sock;
+}
+
+/* TLS through Debian's microsocks: the handshake and an echo cross the tunnel, and a
+ * certificate that does not name the target still fails (a proxy is no reason to check
+ * less). */
+void test_tls_through_a_socks5_proxy(void) {
+    if (!program_installed("/usr/bin/microsocks")) {
+        printf("SKIP: microsocks is not installed (make test-tools)\n");
+        return;
+    }
+    uint16_t proxy_port = free_loopback_port();
+    char command[128];
+    snprintf(command, sizeof command, "exec /usr/bin/microsocks -i 127.0.0.1 -p %u", proxy_port);
+    pid_t proxy = helper_process_start(command, proxy_port);
+
+    tls_server_t server;
+    tls_server_start(&server, server_settings("server"));
+    recorder_t client;
+    recorder_init(&client);
+    sk_socket_t *sock = tls_client_through_socks5(&client, proxy_port, "localhost", server.port);
+    CHECK_EQ(sk_socket_write(sock, "ping", 4, -1, 1, NULL), SK_OK);
+    CHECK_EQ(sk_socket_read_to_length(sock, 4, -1, 2, NULL), SK_OK);
+    recorder_expect(&server.server, EVENT_SECURE, 1);
+    sk_socket_t *accepted = recorder_accepted(&server.listener_recorder, 0);
+    CHECK_EQ(sk_socket_read_to_length(accepted, 4, -1, 1, NULL), SK_OK);
+    CHECK_EQ(sk_socket_write(accepted, "pong", 4, -1, 2, NULL), SK_OK);
+    recorder_expect(&client, EVENT_SECURE, 1);
+    recorder_expect_bytes(&server.server, 4);
+    recorder_expect_bytes(&client, 4);
+    CHECK_EQ(memcmp(server.server.bytes, "ping", 4), 0);
+    CHECK_EQ(memcmp(client.bytes, "pong", 4), 0);
+    CHECK_EQ(sk_socket_is_secure(sock), 1);
+    char host[64];
+    CHECK_EQ(sk_socket_get_connected_host(sock, host, sizeof host), 9);
+    CHECK_STR(host, "localhost");
+    /* The server's peer is the proxy's end of the tunnel, not the client. */
+    uint16_t client_port = 0, server_peer_port = 0;
+    CHECK_EQ(sk_socket_get_local_port(sock, &client_port), SK_OK);
+    CHECK_EQ(sk_socket_get_connected_port(accepted, &server_peer_port), SK_OK);
+    CHECK(client_port != 0 && server_peer_port != 0 && client_port != server_peer_port);
+    sk_socket_release(sock);
+    recorder_destroy(&client);
+    tls_server_stop(&server);
+
+    tls_server_start(&server, server_settings("wrong-host"));
+    recorder_init(&client);
+    sock = tls_client_through_socks5(&client, proxy_port, "localhost", server.port);
+    recorder_expect(&client, EVENT_DISCONNECT, 1);
+    CHECK_EQ(recorder_event(&client, EVENT_DISCONNECT, 0).error_code, SK_ERR_TLS_HOSTNAME_MISMATCH);
+    CHECK_EQ(recorder_count(&client, EVENT_SECURE), 0);
+    sk_socket_release(sock);
+    recorder_destroy(&client);
+    tls_server_stop(&server);
+    helper_process_stop(proxy);
+}
