@@ -37,7 +37,7 @@
     X(tls_cipher_list_cannot_lower_the_security_level) \
     X(tls_getters_after_the_session_ended)    \
     X(tls_a_new_session_starts_with_none_of_the_last_ones_tls) \
-    X(tls_first_echo_does_not_wait_for_a_delayed_ack) \
+    X(tls_finished_and_first_write_leave_in_one_segment) \
     X(tls_host_queue_records)                 \
     X(tls_delegate_from_an_older_header)      \
     X(udp_round_trip_with_tags_and_empty_datagrams) \
