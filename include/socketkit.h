@@ -1318,7 +1318,9 @@ int sk_tls_settings_set_ocsp_response_file(sk_tls_settings_t *settings, const ch
  * certificate fails too (os_error X509_V_ERR_OCSP_VERIFY_FAILED = 74; "unknown":
  * X509_V_ERR_OCSP_CERT_UNKNOWN = 75): fail closed. No staple: the handshake goes on (see
  * sk_tls_settings_set_require_ocsp_staple). A resumed session has none (its first
- * handshake checked it). The staple: sk_socket_copy_ocsp_response. On a server:
+ * handshake checked it). With manual trust evaluation the staple is still checked, in the
+ * handshake, before did_receive_trust (against the trust roots). The staple:
+ * sk_socket_copy_ocsp_response. On a server:
  * SK_ERR_TLS_SETTINGS (from sk_tls_settings_check and sk_socket_start_tls). */
 int sk_tls_settings_set_request_ocsp_staple(sk_tls_settings_t *settings, int enabled);
 /* Clients, 1: a server that staples no OCSP response fails the handshake

@@ -143,6 +143,42 @@ import Testing
         #expect(lines.contains { $0.contains("Cert Status: good") }, "\(lines)")
     }
 
+    /// Each name's settings staple their own response (the serving context's, after the SNI
+    /// switch), with or without one in the default settings.
+    @Test func eachServerNameStaplesItsOwnResponse() throws {
+        func staple(forName name: String, server: TLSSettings) throws -> [UInt8]? {
+            var client = Self.client()
+            client.peerName = name
+            let pair = try securePair(server: server, client: client)
+            defer { pair.close() }
+            guard pair.clientRecorder.waitForSecure() else { throw TestFailure("\(name): \(pair.clientRecorder.events)") }
+            return pair.client.tlsInfo?.ocspResponse
+        }
+        let named = Self.server("wrong-host", staple: "wrong-host-ocsp-good.der")
+        var both = Self.server(staple: "server-ocsp-good.der")
+        both.serverNames = ["wrong.example": named]
+        #expect(try staple(forName: "wrong.example", server: both) == TestCertificates.bytes("wrong-host-ocsp-good.der"))
+        #expect(try staple(forName: "localhost", server: both) == TestCertificates.bytes("server-ocsp-good.der"))
+        // Only the name has a response: it is stapled for that name alone.
+        var nameOnly = TestCertificates.server()
+        nameOnly.serverNames = ["wrong.example": named]
+        #expect(try staple(forName: "wrong.example", server: nameOnly) == TestCertificates.bytes("wrong-host-ocsp-good.der"))
+        #expect(try staple(forName: "localhost", server: nameOnly) == nil)
+    }
+
+    /// Manual trust evaluation leaves the chain to the delegate, not the staple: a revoked
+    /// one fails the handshake before the delegate is asked.
+    @Test func withManualTrustTheStapleIsStillChecked() throws {
+        var client = Self.client()
+        client.manualTrustEvaluation = true
+        let good = try securePair(server: Self.server(staple: "server-ocsp-good.der"), client: client)
+        defer { good.close() }
+        #expect(good.clientRecorder.waitForSecure(), "\(good.clientRecorder.events)")
+        #expect(good.client.tlsInfo?.ocspResponse == TestCertificates.bytes("server-ocsp-good.der"))
+        let revoked = try clientFailure(server: Self.server("revoked", staple: "revoked-ocsp.der"), client: client)
+        #expect(revoked?.osError == Self.revoked, "\(String(describing: revoked))")
+    }
+
     @Test func unusableResponseFilesAreSettingsErrors() throws {
         func failure(_ path: String) -> SocketError? {
             do { _ = try TLSContext.forSettings(Self.server(staple: path)); return nil } catch { return error }

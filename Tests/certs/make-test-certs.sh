@@ -329,18 +329,20 @@ done
 run "CRL of ca as DER" openssl crl -in "$tmp/ca.crl.pem" -outform DER -out "$tmp/ca.crl.der"
 
 # --- OCSP responses (stapled by servers) --------------------------------------
-# Answered by openssl's own responder from the CA database (the intermediate signs for the
-# certificates it issued): good for server, revoked for revoked; one signed by the untrusted
-# other-ca (does not verify); and a successful response whose basic response is garbage.
+# Answered by openssl's own responder from the CA database (each issuer signs for the
+# certificates it issued): good for server and wrong-host, revoked for revoked; one signed
+# by the untrusted other-ca (does not verify); and a successful response whose basic
+# response is garbage.
 ocsp() {
-    ocsp_out=$1 ocsp_cert=$2 ocsp_signer=$3
+    ocsp_out=$1 ocsp_cert=$2 ocsp_signer=$3 ocsp_issuer=${4:-intermediate}
     run "OCSP response $ocsp_out" openssl ocsp -index "$work/index.txt" \
-        -rsigner "$tmp/$ocsp_signer.pem" -rkey "$tmp/$ocsp_signer.key" -CA "$tmp/intermediate.pem" \
-        -issuer "$tmp/intermediate.pem" -cert "$tmp/$ocsp_cert.pem" -ndays 1 -respout "$tmp/$ocsp_out"
+        -rsigner "$tmp/$ocsp_signer.pem" -rkey "$tmp/$ocsp_signer.key" -CA "$tmp/$ocsp_issuer.pem" \
+        -issuer "$tmp/$ocsp_issuer.pem" -cert "$tmp/$ocsp_cert.pem" -ndays 1 -respout "$tmp/$ocsp_out"
 }
 ocsp server-ocsp-good.der server intermediate
 ocsp revoked-ocsp.der revoked intermediate
 ocsp server-ocsp-untrusted.der server other-ca
+ocsp wrong-host-ocsp-good.der wrong-host-chain ca ca # the chain file holds the leaf alone
 # OCSPResponse { successful, ResponseBytes { id-pkix-ocsp-basic, OCTET STRING "garbage!" } }
 printf '\060\034\012\001\000\240\027\060\025\006\011\053\006\001\005\005\007\060\001\001\004\010garbage!' \
     > "$tmp/ocsp-garbage.der" || die "cannot write ocsp-garbage.der"
@@ -413,6 +415,7 @@ server-ocsp-good.der      OCSP response (DER, signed by intermediate, valid 1 da
                           server is good
 revoked-ocsp.der          the same for revoked-chain.pem's leaf: revoked
 server-ocsp-untrusted.der server is good, but signed by other-ca (does not verify)
+wrong-host-ocsp-good.der  wrong-host is good (signed by ca)
 ocsp-garbage.der          a "successful" OCSP response whose basic response is
                           garbage
 server.p12                server.key + server.pem + intermediate.pem as PKCS#12

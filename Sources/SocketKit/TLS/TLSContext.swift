@@ -190,8 +190,10 @@ final class TLSContext: @unchecked Sendable {
                 return tls.checkStaple() ? 1 : 0
             }
         } else if settings.role == .server && (ocspResponse != nil || named.values.contains { $0.ocspResponse != nil }) {
-            // OpenSSL calls the callback of the context the SSL was made with, also after the
-            // SNI switch: it staples the response of the context that serves the name.
+            // It staples the response of the context serving the client's name. OpenSSL 3.0
+            // calls the callback of the SSL's context at that point (a name's, after the SNI
+            // switch, which installs its own); installed on the default context too when
+            // only a name has a response, so the staple does not hang on that choice.
             skc_tls_ctx_set_status_callback(context) { ssl, _ in
                 guard let ssl, let tls = TLSSession.from(ssl) else { return SSL_TLSEXT_ERR_NOACK }
                 guard let response = tls.servingContext.ocspResponse else { return SSL_TLSEXT_ERR_NOACK }

@@ -178,7 +178,9 @@ public struct TLSSettings: Hashable, Sendable {
     /// certificate revoked"); so does a staple that does not verify, does not parse, is
     /// stale, or says "unknown" (`osError` 74 or 75, fail closed). No staple: the handshake
     /// goes on (see `requireOCSPStaple`). A resumed session has none (its first handshake
-    /// checked it). The staple is `TLSConnectionInfo.ocspResponse`.
+    /// checked it). With manual trust evaluation the staple is still checked, during the
+    /// handshake, before the delegate is asked (against the trust roots: a chain they do not
+    /// vouch for has no staple that verifies). The staple is `TLSConnectionInfo.ocspResponse`.
     public var requestOCSPStaple: Bool
     /// Clients: a server that staples no OCSP response fails the handshake
     /// (`.tlsCertificateInvalid`, `osError` 73, `X509_V_ERR_OCSP_VERIFY_NEEDED`), as for a
