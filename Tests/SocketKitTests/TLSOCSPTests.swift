@@ -10,6 +10,7 @@ import Testing
     static let revoked: Int32 = 23 // X509_V_ERR_CERT_REVOKED
     static let verifyNeeded: Int32 = 73 // X509_V_ERR_OCSP_VERIFY_NEEDED
     static let verifyFailed: Int32 = 74 // X509_V_ERR_OCSP_VERIFY_FAILED
+    static let certUnknown: Int32 = 75 // X509_V_ERR_OCSP_CERT_UNKNOWN
 
     static func client(require: Bool = false) -> TLSSettings {
         var settings = TestCertificates.client(peerName: "localhost")
@@ -97,6 +98,9 @@ import Testing
             #expect(error?.osError == Self.verifyFailed, "\(staple): \(String(describing: error))")
             #expect(error?.message.hasPrefix("OCSP:") == true, "\(staple): \(String(describing: error))")
         }
+        let unknown = Self.failure(try Self.connect(staple: "server-ocsp-unknown.der"))
+        #expect(unknown?.code == .tlsCertificateInvalid, "\(String(describing: unknown))")
+        #expect(unknown?.osError == Self.certUnknown, "\(String(describing: unknown))")
     }
 
     @Test func noStapleFailsOnlyWhenRequired() throws {

@@ -1907,6 +1907,8 @@ void test_tls_ocsp_stapling(void) {
         CHECK_EQ(ocsp_client("server", unusable[index], "", 0, &stapled, &os_error), SK_ERR_TLS_CERT_INVALID);
         CHECK_EQ(os_error, 74); /* X509_V_ERR_OCSP_VERIFY_FAILED */
     }
+    CHECK_EQ(ocsp_client("server", "server-ocsp-unknown.der", "", 0, &stapled, &os_error), SK_ERR_TLS_CERT_INVALID);
+    CHECK_EQ(os_error, 75); /* X509_V_ERR_OCSP_CERT_UNKNOWN */
     CHECK_EQ(ocsp_client("server", NULL, "", 0, &stapled, &os_error), 0);
     CHECK_EQ(stapled, 0);
     CHECK_EQ(ocsp_client("server", NULL, "", 1, &stapled, &os_error), SK_ERR_TLS_CERT_INVALID);

@@ -15,6 +15,7 @@ from test_tls_interop import listeners, need, processes, s_server, socketkit_cli
 REVOKED = 23  # X509_V_ERR_CERT_REVOKED
 VERIFY_NEEDED = 73  # X509_V_ERR_OCSP_VERIFY_NEEDED
 VERIFY_FAILED = 74  # X509_V_ERR_OCSP_VERIFY_FAILED
+CERT_UNKNOWN = 75  # X509_V_ERR_OCSP_CERT_UNKNOWN
 
 
 def staple_server(processes, certs, staple, *options, variant="server"):  # noqa: F811
@@ -61,6 +62,7 @@ def test_a_revoked_staple_fails_the_handshake(processes, certs, version):  # noq
     ("server-ocsp-untrusted.der", False, VERIFY_FAILED),  # signed by a root we do not trust
     ("ocsp-garbage.der", False, VERIFY_FAILED),  # "successful", but its basic response is garbage
     ("revoked-ocsp.der", False, VERIFY_FAILED),  # another certificate's
+    ("server-ocsp-unknown.der", False, CERT_UNKNOWN),  # the responder does not know it
     (None, True, VERIFY_NEEDED),
     (None, False, None),
 ])
