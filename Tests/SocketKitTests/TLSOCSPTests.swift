@@ -92,7 +92,8 @@ import Testing
 
     @Test func stapleThatDoNotVerifyOrParseFailClosed() throws {
         for (variant, staple) in [("server", "server-ocsp-untrusted.der"), ("server", "ocsp-garbage.der"),
-                                  ("server", "revoked-ocsp.der") /* another certificate's */] {
+                                  ("server", "revoked-ocsp.der") /* another certificate's */,
+                                  ("server", "ocsp-trylater.der")] {
             let error = Self.failure(try Self.connect(variant, staple: staple))
             #expect(error?.code == .tlsCertificateInvalid, "\(staple): \(String(describing: error))")
             #expect(error?.osError == Self.verifyFailed, "\(staple): \(String(describing: error))")
@@ -195,6 +196,7 @@ import Testing
             #expect(error?.code == .tlsSettings, "\(path): \(String(describing: error))")
         }
         #expect(failure("ca.pem")?.message.contains("is not a DER OCSP response") == true)
+        #expect(failure("ocsp-trylater.der")?.message.contains("status is not successful") == true)
         var client = Self.client()
         client.ocspResponseFile = TestCertificates.path("server-ocsp-good.der")
         #expect(throws: SocketError.self) { try TLSContext.forSettings(client) }

@@ -348,6 +348,8 @@ ocsp server-ocsp-unknown.der server intermediate intermediate "$work/empty-index
 # OCSPResponse { successful, ResponseBytes { id-pkix-ocsp-basic, OCTET STRING "garbage!" } }
 printf '\060\034\012\001\000\240\027\060\025\006\011\053\006\001\005\005\007\060\001\001\004\010garbage!' \
     > "$tmp/ocsp-garbage.der" || die "cannot write ocsp-garbage.der"
+# OCSPResponse { tryLater } (no response bytes: what a responder says when it is busy)
+printf '\060\003\012\001\003' > "$tmp/ocsp-trylater.der" || die "cannot write ocsp-trylater.der"
 rm -f "$tmp/revoked.pem" "$tmp/client-revoked.pem"
 
 # --- PKCS#12 identities -----------------------------------------------------
@@ -419,6 +421,7 @@ revoked-ocsp.der          the same for revoked-chain.pem's leaf: revoked
 server-ocsp-untrusted.der server is good, but signed by other-ca (does not verify)
 wrong-host-ocsp-good.der  wrong-host is good (signed by ca)
 server-ocsp-unknown.der   server is unknown (a responder with an empty database)
+ocsp-trylater.der         an OCSP response whose status is tryLater
 ocsp-garbage.der          a "successful" OCSP response whose basic response is
                           garbage
 server.p12                server.key + server.pem + intermediate.pem as PKCS#12

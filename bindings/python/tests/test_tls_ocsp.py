@@ -63,6 +63,7 @@ def test_a_revoked_staple_fails_the_handshake(processes, certs, version):  # noq
     ("ocsp-garbage.der", False, VERIFY_FAILED),  # "successful", but its basic response is garbage
     ("revoked-ocsp.der", False, VERIFY_FAILED),  # another certificate's
     ("server-ocsp-unknown.der", False, CERT_UNKNOWN),  # the responder does not know it
+    ("ocsp-trylater.der", False, VERIFY_FAILED),  # a response that is no answer
     (None, True, VERIFY_NEEDED),
     (None, False, None),
 ])
@@ -123,7 +124,8 @@ def test_a_socketkit_server_staples_its_renewed_file_for_a_socketkit_client(list
 
 
 def test_unusable_ocsp_settings_raise(certs, tmp_path):
-    for path in [str(tmp_path / "no-such.der"), certs.path("ca.pem"), certs.path("ocsp-garbage.der"), str(tmp_path)]:
+    for path in [str(tmp_path / "no-such.der"), certs.path("ca.pem"), certs.path("ocsp-garbage.der"),
+                 certs.path("ocsp-trylater.der"), str(tmp_path)]:
         with pytest.raises(socketkit.TLSSettingsError):
             certs.server(ocsp_response_file=path).check()
     certs.server(ocsp_response_file=certs.path("server-ocsp-good.der")).check()
