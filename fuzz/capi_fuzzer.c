@@ -1142,7 +1142,7 @@ static void op_socket_getters(fz_input_t *input) {
     struct sockaddr *address = fz_u8(input) % 4 ? (struct sockaddr *)&address_space : NULL;
     socklen_t *length_pointer = fz_u8(input) % 8 ? &length : NULL;
     sk_tls_info_t info;
-    switch (fz_u8(input) % 18) {
+    switch (fz_u8(input) % 19) {
     case 0: sk_socket_is_connected(sock); break;
     case 1: sk_socket_is_disconnected(sock); break;
     case 2: sk_socket_is_accepting(sock); break;
@@ -1175,6 +1175,11 @@ static void op_socket_getters(fz_input_t *input) {
         sk_certificate_to_pem(scratch, der, fz_u8(input) % 4 ? pem : NULL, fz_u8(input) % 8 ? &pem_length : NULL);
         break;
     }
+    case 17: {
+        size_t inout = capacity;
+        sk_socket_copy_ocsp_response(sock, fz_u8(input) % 4 ? buffer : NULL, fz_u8(input) % 8 ? &inout : NULL);
+        break;
+    }
     default: sk_socket_read_progress(sock, NULL, NULL, NULL); break;
     }
 }
@@ -1184,7 +1189,7 @@ static void op_tls_settings(fz_input_t *input) {
     size_t capacity;
     void *buffer = buffer_arg(input, &capacity);
     (void)buffer;
-    switch (fz_u8(input) % 24) {
+    switch (fz_u8(input) % 27) {
     case 0: sk_tls_settings_set_peer_name(settings, text_arg(input)); break;
     case 1: sk_tls_settings_set_trust_system(settings); break;
     case 2: sk_tls_settings_set_trust_file(settings, text_arg(input)); break;
@@ -1225,6 +1230,9 @@ static void op_tls_settings(fz_input_t *input) {
         break;
     }
     case 22: sk_tls_settings_set_crl_check_whole_chain(settings, int_arg(input)); break;
+    case 23: sk_tls_settings_set_ocsp_response_file(settings, fz_u8(input) % 8 ? text_arg(input) : NULL); break;
+    case 24: sk_tls_settings_set_request_ocsp_staple(settings, int_arg(input)); break;
+    case 25: sk_tls_settings_set_require_ocsp_staple(settings, int_arg(input)); break;
     default: sk_tls_settings_check(settings, error_arg(input)); break;
     }
 }

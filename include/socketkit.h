@@ -1198,9 +1198,10 @@ int sk_socket_perform(sk_socket_t *sock, void (*function)(const sk_socket_descri
  *     a peer's request with a no_renegotiation alert; a peer that insists ends the
  *     connection (SK_ERR_TLS_FAILED, typically a handshake_failure alert). TLS 1.3 has no
  *     renegotiation; its key updates are answered.
- *   - Revocation is checked only against the CRL files given (sk_tls_settings_set_crl_files):
- *     no OCSP, no stapled OCSP response is consulted. To check those, use manual trust
- *     evaluation (did_receive_trust has the peer's chain).
+ *   - Revocation is checked against the CRL files given (sk_tls_settings_set_crl_files)
+ *     and a stapled OCSP response when a client asks for one
+ *     (sk_tls_settings_set_request_ocsp_staple), never by fetching from an OCSP responder
+ *     or a CRL distribution point.
  *   - The security level is a floor: a cipher list with "@SECLEVEL=n" below 2 is refused
  *     (SK_ERR_TLS_SETTINGS) rather than silently accepting weak keys and SHA-1 again;
  *     raising it is allowed.
@@ -1296,6 +1297,36 @@ int sk_tls_settings_set_crl_files(sk_tls_settings_t *settings, const char *const
 /* 1 (default): every certificate of the chain must be covered by a CRL of its issuer
  * (X509_V_FLAG_CRL_CHECK_ALL); 0: the leaf only (X509_V_FLAG_CRL_CHECK). */
 int sk_tls_settings_set_crl_check_whole_chain(sk_tls_settings_t *settings, int enabled);
+/* Servers: a DER OCSP response for the server's certificate (openssl ocsp -respout),
+ * stapled for each client that asks (status_request); copied; NULL: none (the default).
+ * It must be a successful OCSP response with a basic response: a file that cannot be read
+ * (os_error: the errno) or is not one is SK_ERR_TLS_SETTINGS from sk_tls_settings_check
+ * and sk_socket_start_tls, never a handshake without the staple. The file is read again
+ * when it changes on disk, as certificates are: a renewed response renamed over the old
+ * one is stapled from the next connection on. SocketKit does not fetch responses or check
+ * their dates: keep the file current. Settings given to
+ * sk_tls_settings_set_server_name_settings may have their own. On a client:
+ * SK_ERR_TLS_SETTINGS (from sk_tls_settings_check and sk_socket_start_tls).
+ * Errors here: SK_ERR_INVALID_HANDLE, SK_ERR_BAD_PARAM (an empty path). */
+int sk_tls_settings_set_ocsp_response_file(sk_tls_settings_t *settings, const char *path);
+/* Clients, 1: ask the server to staple an OCSP response (status_request); 0 (default):
+ * do not. A stapled response is checked against the chain the handshake verified: signed
+ * by the leaf's issuer (or a responder it delegated to) chaining to the trust roots, for
+ * the leaf and that issuer, current (five minutes' leeway). "revoked" fails the handshake
+ * with SK_ERR_TLS_CERT_INVALID, os_error X509_V_ERR_CERT_REVOKED = 23, "OCSP: certificate
+ * revoked"; a staple that does not verify, does not parse, is stale or is for another
+ * certificate fails too (os_error X509_V_ERR_OCSP_VERIFY_FAILED = 74; "unknown":
+ * X509_V_ERR_OCSP_CERT_UNKNOWN = 75): fail closed. No staple: the handshake goes on (see
+ * sk_tls_settings_set_require_ocsp_staple). A resumed session has none (its first
+ * handshake checked it). With manual trust evaluation the staple is still checked, in the
+ * handshake, before did_receive_trust (against the trust roots). The staple:
+ * sk_socket_copy_ocsp_response. On a server:
+ * SK_ERR_TLS_SETTINGS (from sk_tls_settings_check and sk_socket_start_tls). */
+int sk_tls_settings_set_request_ocsp_staple(sk_tls_settings_t *settings, int enabled);
+/* Clients, 1: a server that staples no OCSP response fails the handshake
+ * (SK_ERR_TLS_CERT_INVALID, os_error X509_V_ERR_OCSP_VERIFY_NEEDED = 73), as for a
+ * must-staple certificate; implies asking for one. 0 (default): a staple is optional. */
+int sk_tls_settings_set_require_ocsp_staple(sk_tls_settings_t *settings, int enabled);
 /* sk_tls_verification_t. */
 int sk_tls_settings_set_verification(sk_tls_settings_t *settings, int verification);
 /* sk_tls_version_t bounds (SK_TLS_VERSION_DEFAULT for either). */
@@ -1384,6 +1415,15 @@ int sk_socket_get_tls_info(sk_socket_t *sock, sk_tls_info_t *out_info);
  * held. Errors: SK_ERR_BAD_PARAM (index out of range, inout_length NULL),
  * SK_ERR_BAD_CONFIG (not secure), SK_ERR_INVALID_HANDLE. */
 int sk_socket_copy_peer_certificate(sk_socket_t *sock, int index, void *buffer, size_t *inout_length);
+
+/* Clients that asked (sk_tls_settings_set_request_ocsp_staple): the DER OCSP response the
+ * server stapled, checked before the handshake succeeded. Copied as by
+ * sk_socket_copy_peer_certificate: `*inout_length` (required) is the capacity of `buffer`
+ * on input; what fits is copied, and `*inout_length` and the result are the response's
+ * whole size. 0 (and `*inout_length` 0): no response was stapled (or none was asked for,
+ * or the session was resumed). Errors: SK_ERR_BAD_PARAM (inout_length NULL),
+ * SK_ERR_BAD_CONFIG (not secure), SK_ERR_INVALID_HANDLE. */
+int sk_socket_copy_ocsp_response(sk_socket_t *sock, void *buffer, size_t *inout_length);
 
 /* A certificate's subject, issuer (RFC 2253 text, cut to fit: a field of 511 bytes may
  * have been cut) and validity (seconds since 1970, UTC). */

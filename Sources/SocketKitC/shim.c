@@ -266,6 +266,100 @@ void skc_tls_ctx_set_servername_callback(SSL_CTX *context, int (*callback)(SSL *
     SSL_CTX_set_tlsext_servername_callback(context, callback);
 }
 
+void skc_tls_ctx_set_status_callback(SSL_CTX *context, int (*callback)(SSL *ssl, void *argument)) {
+    SSL_CTX_set_tlsext_status_cb(context, callback);
+}
+
+int skc_tls_request_status(SSL *ssl) {
+    return (int)SSL_set_tlsext_status_type(ssl, TLSEXT_STATUSTYPE_ocsp);
+}
+
+long skc_tls_status_response(SSL *ssl, const unsigned char **bytes) {
+    unsigned char *response = NULL;
+    long length = SSL_get_tlsext_status_ocsp_resp(ssl, &response);
+    *bytes = response;
+    return response == NULL ? -1 : length;
+}
+
+int skc_tls_set_status_response(SSL *ssl, const unsigned char *bytes, size_t length) {
+    /* The SSL frees the response with OPENSSL_free: it must be OpenSSL's memory. */
+    unsigned char *copy = OPENSSL_memdup(bytes, length);
+    if (copy == NULL) return 0;
+    if (SSL_set_tlsext_status_ocsp_resp(ssl, copy, (long)length) != 1) {
+        OPENSSL_free(copy);
+        return 0;
+    }
+    return 1;
+}
+
+static OCSP_BASICRESP *skc_ocsp_basic(const unsigned char *bytes, size_t length, int *result) {
+    const unsigned char *cursor = bytes;
+    OCSP_RESPONSE *response = d2i_OCSP_RESPONSE(NULL, &cursor, (long)length);
+    if (response == NULL || cursor != bytes + length) {
+        OCSP_RESPONSE_free(response);
+        *result = SKC_OCSP_MALFORMED;
+        return NULL;
+    }
+    if (OCSP_response_status(response) != OCSP_RESPONSE_STATUS_SUCCESSFUL) {
+        OCSP_RESPONSE_free(response);
+        *result = SKC_OCSP_UNSUCCESSFUL;
+        return NULL;
+    }
+    OCSP_BASICRESP *basic = OCSP_response_get1_basic(response);
+    OCSP_RESPONSE_free(response);
+    *result = basic == NULL ? SKC_OCSP_MALFORMED : SKC_OCSP_GOOD;
+    return basic;
+}
+
+int skc_ocsp_parse(const unsigned char *bytes, size_t length) {
+    int result;
+    OCSP_BASICRESP *basic = skc_ocsp_basic(bytes, length, &result);
+    OCSP_BASICRESP_free(basic);
+    return result;
+}
+
+int skc_ocsp_check(SSL *ssl, const unsigned char *bytes, size_t length, long leeway, int *reason) {
+    *reason = -1;
+    int result;
+    OCSP_BASICRESP *basic = skc_ocsp_basic(bytes, length, &result);
+    if (basic == NULL) return result;
+    /* The chain OpenSSL verified (leaf first, then its issuer): the staple must speak for this
+     * leaf as issued by this issuer, not for whatever the server chose to send. */
+    STACK_OF(X509) *chain = SSL_get0_verified_chain(ssl);
+    X509_STORE *store = NULL;
+    SSL_get0_verify_cert_store(ssl, &store);
+    if (store == NULL) store = SSL_CTX_get_cert_store(SSL_get_SSL_CTX(ssl));
+    if (chain == NULL || sk_X509_num(chain) < 2) {
+        OCSP_BASICRESP_free(basic);
+        return SKC_OCSP_NO_CHAIN;
+    }
+    X509 *leaf = sk_X509_value(chain, 0);
+    X509 *issuer = sk_X509_value(chain, 1);
+    /* The chain is offered as untrusted certificates: the responder (the issuer itself, or a
+     * delegate with the OCSPSigning purpose it issued) must still chain to the store. */
+    if (OCSP_basic_verify(basic, chain, store, 0) <= 0) {
+        OCSP_BASICRESP_free(basic);
+        return SKC_OCSP_UNVERIFIED;
+    }
+    OCSP_CERTID *id = OCSP_cert_to_id(NULL, leaf, issuer);
+    int status = -1;
+    ASN1_GENERALIZEDTIME *thisUpdate = NULL, *nextUpdate = NULL;
+    if (id == NULL || OCSP_resp_find_status(basic, id, &status, reason, NULL, &thisUpdate, &nextUpdate) != 1) {
+        result = SKC_OCSP_NO_STATUS;
+    } else if (OCSP_check_validity(thisUpdate, nextUpdate, leeway, -1) != 1) {
+        result = SKC_OCSP_NOT_CURRENT;
+    } else if (status == V_OCSP_CERTSTATUS_GOOD) {
+        result = SKC_OCSP_GOOD;
+    } else if (status == V_OCSP_CERTSTATUS_REVOKED) {
+        result = SKC_OCSP_REVOKED;
+    } else {
+        result = SKC_OCSP_UNKNOWN;
+    }
+    OCSP_CERTID_free(id);
+    OCSP_BASICRESP_free(basic);
+    return result;
+}
+
 void skc_bio_set_mem_eof_return(BIO *bio, int value) {
     BIO_set_mem_eof_return(bio, value);
 }

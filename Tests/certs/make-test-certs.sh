@@ -327,6 +327,29 @@ done
 ( cd "$tmp" && cat ca.crl.pem intermediate-empty.crl.pem ) > "$tmp/crls-before.pem" ||
     die "cannot write crls-before.pem"
 run "CRL of ca as DER" openssl crl -in "$tmp/ca.crl.pem" -outform DER -out "$tmp/ca.crl.der"
+
+# --- OCSP responses (stapled by servers) --------------------------------------
+# Answered by openssl's own responder from the CA database (each issuer signs for the
+# certificates it issued): good for server and wrong-host, revoked for revoked; one signed
+# by the untrusted other-ca (does not verify); and a successful response whose basic
+# response is garbage.
+ocsp() {
+    ocsp_out=$1 ocsp_cert=$2 ocsp_signer=$3 ocsp_issuer=${4:-intermediate} ocsp_index=${5:-$work/index.txt}
+    run "OCSP response $ocsp_out" openssl ocsp -index "$ocsp_index" \
+        -rsigner "$tmp/$ocsp_signer.pem" -rkey "$tmp/$ocsp_signer.key" -CA "$tmp/$ocsp_issuer.pem" \
+        -issuer "$tmp/$ocsp_issuer.pem" -cert "$tmp/$ocsp_cert.pem" -ndays 1 -respout "$tmp/$ocsp_out"
+}
+ocsp server-ocsp-good.der server intermediate
+ocsp revoked-ocsp.der revoked intermediate
+ocsp server-ocsp-untrusted.der server other-ca
+ocsp wrong-host-ocsp-good.der wrong-host-chain ca ca # the chain file holds the leaf alone
+: > "$work/empty-index.txt" || die "cannot write empty-index.txt"
+ocsp server-ocsp-unknown.der server intermediate intermediate "$work/empty-index.txt" # not in its database
+# OCSPResponse { successful, ResponseBytes { id-pkix-ocsp-basic, OCTET STRING "garbage!" } }
+printf '\060\034\012\001\000\240\027\060\025\006\011\053\006\001\005\005\007\060\001\001\004\010garbage!' \
+    > "$tmp/ocsp-garbage.der" || die "cannot write ocsp-garbage.der"
+# OCSPResponse { tryLater } (no response bytes: what a responder says when it is busy)
+printf '\060\003\012\001\003' > "$tmp/ocsp-trylater.der" || die "cannot write ocsp-trylater.der"
 rm -f "$tmp/revoked.pem" "$tmp/client-revoked.pem"
 
 # --- PKCS#12 identities -----------------------------------------------------
@@ -392,6 +415,15 @@ intermediate.crl.pem      intermediate's CRL (lists revoked)
 crls.pem                  both CRLs in one PEM file
 intermediate-empty.crl.pem intermediate's CRL made before the revocation
 crls-before.pem           ca.crl.pem + intermediate-empty.crl.pem
+server-ocsp-good.der      OCSP response (DER, signed by intermediate, valid 1 day):
+                          server is good
+revoked-ocsp.der          the same for revoked-chain.pem's leaf: revoked
+server-ocsp-untrusted.der server is good, but signed by other-ca (does not verify)
+wrong-host-ocsp-good.der  wrong-host is good (signed by ca)
+server-ocsp-unknown.der   server is unknown (a responder with an empty database)
+ocsp-trylater.der         an OCSP response whose status is tryLater
+ocsp-garbage.der          a "successful" OCSP response whose basic response is
+                          garbage
 server.p12                server.key + server.pem + intermediate.pem as PKCS#12
                           (OpenSSL 3 default: AES-256-CBC, PBKDF2), password
                           "secret"

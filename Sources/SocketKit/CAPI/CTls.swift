@@ -175,6 +175,23 @@ public func sk_tls_settings_set_crl_check_whole_chain(_ settings: OpaquePointer?
     change(settings) { $0.crlCheckWholeChain = enabled != 0 }
 }
 
+@_cdecl("sk_tls_settings_set_ocsp_response_file")
+public func sk_tls_settings_set_ocsp_response_file(_ settings: OpaquePointer?, _ file: UnsafePointer<CChar>?) -> Int32 {
+    change(settings) { (settings: inout TLSSettings) throws(SocketError) in
+        settings.ocspResponseFile = try file.map { (file: UnsafePointer<CChar>) throws(SocketError) in try path(file, "path") }
+    }
+}
+
+@_cdecl("sk_tls_settings_set_request_ocsp_staple")
+public func sk_tls_settings_set_request_ocsp_staple(_ settings: OpaquePointer?, _ enabled: Int32) -> Int32 {
+    change(settings) { $0.requestOCSPStaple = enabled != 0 }
+}
+
+@_cdecl("sk_tls_settings_set_require_ocsp_staple")
+public func sk_tls_settings_set_require_ocsp_staple(_ settings: OpaquePointer?, _ enabled: Int32) -> Int32 {
+    change(settings) { $0.requireOCSPStaple = enabled != 0 }
+}
+
 @_cdecl("sk_tls_settings_set_verification")
 public func sk_tls_settings_set_verification(_ settings: OpaquePointer?, _ verification: Int32) -> Int32 {
     change(settings) { (settings: inout TLSSettings) throws(SocketError) in
@@ -351,6 +368,22 @@ public func sk_socket_copy_peer_certificate(_ sock: OpaquePointer?, _ index: Int
         guard let info = socket.tlsInfo else { throw SocketError(.badConfig, "the connection is not secure") }
         guard index >= 0, Int(index) < info.peerCertificates.count else { throw badParam("no certificate \(index)") }
         let der = info.peerCertificates[Int(index)].der
+        let result = der.withUnsafeBytes { CBuffer.copy($0, into: buffer, capacity: inoutLength.pointee) }
+        if result >= 0 { inoutLength.pointee = der.count }
+        return result
+    } catch {
+        return error.code.rawValue
+    }
+}
+
+@_cdecl("sk_socket_copy_ocsp_response")
+public func sk_socket_copy_ocsp_response(_ sock: OpaquePointer?, _ buffer: UnsafeMutableRawPointer?,
+                                         _ inoutLength: UnsafeMutablePointer<Int>?) -> Int32 {
+    do throws(SocketError) {
+        let socket = try Socket.resolve(sock)
+        guard let inoutLength else { throw badParam("inout_length is NULL") }
+        guard let info = socket.tlsInfo else { throw SocketError(.badConfig, "the connection is not secure") }
+        let der = info.ocspResponse ?? []
         let result = der.withUnsafeBytes { CBuffer.copy($0, into: buffer, capacity: inoutLength.pointee) }
         if result >= 0 { inoutLength.pointee = der.count }
         return result

@@ -110,6 +110,10 @@ public struct TLSConnectionInfo: Sendable {
     public let sessionReused: Bool
     /// The server name: what a client sent as SNI, or what a server received.
     public let serverName: String?
+    /// Clients that asked (`TLSSettings.requestOCSPStaple`): the DER OCSP response the
+    /// server stapled, checked before the handshake succeeded; nil when none was stapled (or
+    /// the session was resumed).
+    public let ocspResponse: [UInt8]?
 }
 
 // MARK: OpenSSL helpers

@@ -25,6 +25,8 @@ final class TLSContext: @unchecked Sendable {
     let stamps: [FileStamp?]
     /// Servers: the context for each name of `settings.serverNames`, by its matching key.
     private(set) var named: [String: TLSContext] = [:]
+    /// Servers: the OCSP response stapled for this context's certificate (checked to parse).
+    private(set) var ocspResponse: [UInt8]?
 
     private static let cache = LockedValue<[TLSSettings: TLSContext]>([:])
     /// OpenSSL's security level, the floor for every context: 112-bit security (RSA and DH
@@ -125,6 +127,7 @@ final class TLSContext: @unchecked Sendable {
         try loadTrustRoots()
         try loadRevocationLists()
         try loadIdentity()
+        try loadOCSPResponse()
         if settings.role == .server && !settings.serverNames.isEmpty {
             for (name, namedSettings) in settings.serverNames {
                 guard let key = TLSSettings.serverNameKey(name) else { continue } // validate refused it
@@ -180,6 +183,23 @@ final class TLSContext: @unchecked Sendable {
                 guard let ssl, let tls = TLSSession.from(ssl) else { return SSL_TLSEXT_ERR_NOACK }
                 return tls.servingContext.selectALPN(out: out, outLength: outLength, offered: offered, offeredLength: offeredLength)
             }, nil)
+        }
+        if settings.asksForOCSPStaple {
+            skc_tls_ctx_set_status_callback(context) { ssl, _ in
+                guard let ssl, let tls = TLSSession.from(ssl) else { return 0 }
+                return tls.checkStaple() ? 1 : 0
+            }
+        } else if settings.role == .server && (ocspResponse != nil || named.values.contains { $0.ocspResponse != nil }) {
+            // It staples the response of the context serving the client's name. OpenSSL 3.0
+            // calls the callback of the SSL's context at that point (a name's, after the SNI
+            // switch, which installs its own); installed on the default context too when
+            // only a name has a response, so the staple does not hang on that choice.
+            skc_tls_ctx_set_status_callback(context) { ssl, _ in
+                guard let ssl, let tls = TLSSession.from(ssl) else { return SSL_TLSEXT_ERR_NOACK }
+                guard let response = tls.servingContext.ocspResponse else { return SSL_TLSEXT_ERR_NOACK }
+                let stapled = response.withUnsafeBufferPointer { skc_tls_set_status_response(ssl, $0.baseAddress, $0.count) }
+                return stapled == 1 ? SSL_TLSEXT_ERR_OK : SSL_TLSEXT_ERR_ALERT_FATAL
+            }
         }
         if keyLog != nil {
             SSL_CTX_set_keylog_callback(context) { ssl, line in
@@ -251,6 +271,23 @@ final class TLSContext: @unchecked Sendable {
         }
         let flags = UInt(X509_V_FLAG_CRL_CHECK) | (settings.crlCheckWholeChain ? UInt(X509_V_FLAG_CRL_CHECK_ALL) : 0)
         X509_STORE_set_flags(store, flags)
+    }
+
+    /// A file that is no usable response is refused here: a server that silently staples
+    /// nothing would fail its must-staple clients with no hint why.
+    private func loadOCSPResponse() throws(SocketError) {
+        guard let path = settings.ocspResponseFile else { return }
+        let bytes = try TLSContext.bytes(ofFile: path, what: "OCSP response file")
+        let parsed = bytes.isEmpty ? Int32(SKC_OCSP_MALFORMED)
+            : bytes.withUnsafeBufferPointer { skc_ocsp_parse($0.baseAddress, $0.count) }
+        ERR_clear_error()
+        switch parsed {
+        case Int32(SKC_OCSP_GOOD): ocspResponse = bytes
+        case Int32(SKC_OCSP_UNSUCCESSFUL):
+            throw SocketError(.tlsSettings, "OCSP response file \(path): the response status is not successful")
+        default:
+            throw SocketError(.tlsSettings, "OCSP response file \(path) is not a DER OCSP response (openssl ocsp -respout)")
+        }
     }
 
     private func loadIdentity() throws(SocketError) {
@@ -475,6 +512,7 @@ extension TLSSettings {
         if case .file(let path) = privateKey { paths.append(path) }
         if case .file(let path)? = pkcs12?.source { paths.append(path) }
         paths += crlFiles
+        if let ocspResponseFile { paths.append(ocspResponseFile) }
         switch trustRoots {
         case .file(let path), .directory(let path): paths.append(path)
         case .system, .pem: break

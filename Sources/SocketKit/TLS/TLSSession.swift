@@ -20,6 +20,8 @@ final class TLSSession {
     /// Clients: the resumption key (peer name and port).
     let sessionKey: String
     let peerName: String?
+    /// Clients: why the stapled OCSP response was refused; the handshake fails with it.
+    private var stapleFailure: SocketError?
 
     /// From OpenSSL's servername callback: serves the certificate of the client's name.
     /// false: the switch failed (the handshake ends).
@@ -98,6 +100,9 @@ final class TLSSession {
                     throw SocketError(.tlsSettings, "peer name \"\(peerName)\" cannot be verified: \(openSSLErrorText())")
                 }
             }
+        }
+        if settings.asksForOCSPStaple && skc_tls_request_status(ssl) != 1 {
+            throw SocketError(.tlsSettings, "cannot ask for a stapled OCSP response: \(openSSLErrorText())")
         }
         if context.settings.sessionResumption, let session = context.session(for: sessionKey) {
             SSL_set_session(ssl, session)
@@ -261,6 +266,61 @@ final class TLSSession {
         ERR_clear_error()
     }
 
+    // MARK: OCSP stapling (clients)
+
+    /// Clocks of server, responder and client disagree a little: a response made "now" by
+    /// a responder a minute ahead is not in the future.
+    static let ocspLeewaySeconds = 300
+
+    /// OpenSSL's status callback, once the server's chain is verified: false fails the
+    /// handshake (with `stapleFailure`).
+    func checkStaple() -> Bool {
+        guard let bytes = stapledResponseBytes else {
+            guard context.settings.requireOCSPStaple else { return true }
+            stapleFailure = SocketError(.tlsCertificateInvalid, osError: X509_V_ERR_OCSP_VERIFY_NEEDED,
+                                        "OCSP: the server stapled no OCSP response, and one is required (requireOCSPStaple)")
+            return false
+        }
+        var reason: Int32 = -1
+        let result = bytes.withUnsafeBufferPointer {
+            skc_ocsp_check(ssl, $0.baseAddress, $0.count, TLSSession.ocspLeewaySeconds, &reason)
+        }
+        ERR_clear_error() // what OCSP_basic_verify and the parsers left: the verdict is ours
+        let failure: (Int32, String)
+        switch result {
+        case Int32(SKC_OCSP_GOOD): return true
+        case Int32(SKC_OCSP_REVOKED):
+            let why = reason >= 0 ? " (\(String(cString: OCSP_crl_reason_str(Int(reason)))))" : ""
+            failure = (X509_V_ERR_CERT_REVOKED, "OCSP: certificate revoked\(why), says the stapled response")
+        case Int32(SKC_OCSP_UNKNOWN):
+            failure = (X509_V_ERR_OCSP_CERT_UNKNOWN, "OCSP: the stapled response says the certificate is unknown")
+        case Int32(SKC_OCSP_MALFORMED):
+            failure = (X509_V_ERR_OCSP_VERIFY_FAILED, "OCSP: the stapled response does not parse")
+        case Int32(SKC_OCSP_UNSUCCESSFUL):
+            failure = (X509_V_ERR_OCSP_VERIFY_FAILED, "OCSP: the stapled response's status is not successful")
+        case Int32(SKC_OCSP_UNVERIFIED):
+            failure = (X509_V_ERR_OCSP_VERIFY_FAILED,
+                       "OCSP: the stapled response does not verify (signature or responder not trusted)")
+        case Int32(SKC_OCSP_NO_STATUS):
+            failure = (X509_V_ERR_OCSP_VERIFY_FAILED, "OCSP: the stapled response has no status for the server's certificate")
+        case Int32(SKC_OCSP_NOT_CURRENT):
+            failure = (X509_V_ERR_OCSP_VERIFY_FAILED, "OCSP: the stapled response is not current (expired or from the future)")
+        default:
+            failure = (X509_V_ERR_OCSP_VERIFY_FAILED,
+                       "OCSP: no verified chain with the certificate's issuer to check the stapled response against")
+        }
+        stapleFailure = SocketError(.tlsCertificateInvalid, osError: failure.0, failure.1)
+        return false
+    }
+
+    /// The OCSP response the server stapled (clients that asked), as received.
+    private var stapledResponseBytes: [UInt8]? {
+        var bytes: UnsafePointer<UInt8>? = nil
+        let length = skc_tls_status_response(ssl, &bytes)
+        guard let bytes, length >= 0 else { return nil }
+        return Array(UnsafeBufferPointer(start: bytes, count: length))
+    }
+
     // MARK: What the handshake settled
 
     var info: TLSConnectionInfo {
@@ -273,7 +333,8 @@ final class TLSSession {
         let serverName = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name).map { String(cString: $0) }
         return TLSConnectionInfo(protocolVersion: version, cipher: cipher, alpnProtocol: alpn,
                                  peerCertificates: peerChain, sessionReused: SSL_session_reused(ssl) == 1,
-                                 serverName: serverName)
+                                 serverName: serverName,
+                                 ocspResponse: context.settings.asksForOCSPStaple ? stapledResponseBytes : nil)
     }
 
     /// The peer's certificates, leaf first. (A server's SSL_get_peer_cert_chain omits the
@@ -327,6 +388,7 @@ final class TLSSession {
 
     /// The error behind a failed OpenSSL call (`error` from SSL_get_error).
     private func failure(_ error: Int32, duringHandshake: Bool) -> SocketError {
+        if let stapleFailure { return stapleFailure }
         let first = ERR_peek_error()
         let reason = first == 0 ? 0 : skc_err_reason(first)
         let detail = openSSLErrorText()

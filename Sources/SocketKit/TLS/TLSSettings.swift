@@ -36,9 +36,10 @@
 ///
 /// What TLS does not do: renegotiation (TLS 1.2 and older) is refused (a peer's request is
 /// answered with a no_renegotiation alert; a peer that insists ends the connection with
-/// `.tlsFailed`); revocation is checked only against the CRL files given (`crlFiles`; no
-/// OCSP: use manual trust evaluation to check it); the security level cannot be lowered
-/// (see `cipherList`).
+/// `.tlsFailed`); revocation is checked against the CRL files given (`crlFiles`) and a stapled
+/// OCSP response when asked for (`requestOCSPStaple`), never by fetching from an OCSP
+/// responder or a CRL distribution point; the security level cannot be lowered (see
+/// `cipherList`).
 public struct TLSSettings: Hashable, Sendable {
     public enum Role: Hashable, Sendable {
         case client, server
@@ -160,6 +161,31 @@ public struct TLSSettings: Hashable, Sendable {
     /// true (the default): every certificate of the chain must be covered by a CRL of its
     /// issuer (`X509_V_FLAG_CRL_CHECK_ALL`); false: the leaf only (`X509_V_FLAG_CRL_CHECK`).
     public var crlCheckWholeChain: Bool
+    /// Servers: a DER OCSP response for our certificate (`openssl ocsp -respout`), stapled
+    /// for each client that asks (status_request). It must be a successful OCSP response
+    /// with a basic response: a file that cannot be read or is not one is `.tlsSettings`,
+    /// never a handshake without the staple. Stamped and read again when it changes, as
+    /// certificates are: a renewed response renamed over the old one is stapled from the
+    /// next connection on. SocketKit does not fetch responses or check their dates: keep the
+    /// file current (a client refuses a stale one). A server name's settings may have their
+    /// own (for their certificate).
+    public var ocspResponseFile: String?
+    /// Clients: ask the server to staple an OCSP response (status_request). A stapled
+    /// response is checked against the chain the handshake verified: signed by the leaf's
+    /// issuer (or a responder it delegated to) chaining to the trust roots, for the leaf and
+    /// that issuer, current (five minutes' leeway for clocks). "revoked" fails the handshake
+    /// with `.tlsCertificateInvalid`, `osError` 23 (`X509_V_ERR_CERT_REVOKED`, "OCSP:
+    /// certificate revoked"); so does a staple that does not verify, does not parse, is
+    /// stale, or says "unknown" (`osError` 74 or 75, fail closed). No staple: the handshake
+    /// goes on (see `requireOCSPStaple`). A resumed session has none (its first handshake
+    /// checked it). With manual trust evaluation the staple is still checked, during the
+    /// handshake, before the delegate is asked (against the trust roots: a chain they do not
+    /// vouch for has no staple that verifies). The staple is `TLSConnectionInfo.ocspResponse`.
+    public var requestOCSPStaple: Bool
+    /// Clients: a server that staples no OCSP response fails the handshake
+    /// (`.tlsCertificateInvalid`, `osError` 73, `X509_V_ERR_OCSP_VERIFY_NEEDED`), as for a
+    /// must-staple certificate. Implies `requestOCSPStaple`. Default off.
+    public var requireOCSPStaple: Bool
     /// nil: the role's default (clients `.verify`, servers `.none`: no client certificates).
     public var peerVerification: PeerVerification?
     /// Default TLS 1.2.
@@ -209,7 +235,8 @@ public struct TLSSettings: Hashable, Sendable {
                 alpnProtocols: [String] = [], sessionResumption: Bool = true, handshakeTimeout: Double = 30,
                 keyLogFile: String? = nil, manualTrustEvaluation: Bool = false,
                 serverNames: [String: TLSSettings] = [:], pkcs12: PKCS12? = nil, crlFiles: [String] = [],
-                crlCheckWholeChain: Bool = true) {
+                crlCheckWholeChain: Bool = true, ocspResponseFile: String? = nil,
+                requestOCSPStaple: Bool = false, requireOCSPStaple: Bool = false) {
         self.role = role
         self.peerName = peerName
         self.trustRoots = trustRoots
@@ -230,7 +257,13 @@ public struct TLSSettings: Hashable, Sendable {
         self.pkcs12 = pkcs12
         self.crlFiles = crlFiles
         self.crlCheckWholeChain = crlCheckWholeChain
+        self.ocspResponseFile = ocspResponseFile
+        self.requestOCSPStaple = requestOCSPStaple
+        self.requireOCSPStaple = requireOCSPStaple
     }
+
+    /// Clients: whether the server is asked for a stapled OCSP response.
+    var asksForOCSPStaple: Bool { role == .client && (requestOCSPStaple || requireOCSPStaple) }
 
     /// A server with its certificate chain and key.
     public static func server(certificateChain: Source, privateKey: Source, password: String? = nil) -> TLSSettings {
@@ -277,6 +310,15 @@ public struct TLSSettings: Hashable, Sendable {
         }
         if crlFiles.contains(where: \.isEmpty) {
             throw SocketError(.tlsSettings, "a CRL file path is empty")
+        }
+        if ocspResponseFile?.isEmpty == true {
+            throw SocketError(.tlsSettings, "the OCSP response file path is empty")
+        }
+        if role == .client && ocspResponseFile != nil {
+            throw SocketError(.tlsSettings, "an OCSP response file is a server setting (clients ask with requestOCSPStaple)")
+        }
+        if role == .server && (requestOCSPStaple || requireOCSPStaple) {
+            throw SocketError(.tlsSettings, "requestOCSPStaple and requireOCSPStaple are client settings")
         }
         if role == .client && peerVerification == .requireCertificate {
             throw SocketError(.tlsSettings, "requireCertificate is a server setting")
@@ -347,6 +389,7 @@ public struct TLSSettings: Hashable, Sendable {
         if case .file(let path)? = pkcs12?.source { add(path, "the PKCS#12 file path") }
         add(pkcs12?.password, "the PKCS#12 password")
         for path in crlFiles { add(path, "a CRL file path") }
+        add(ocspResponseFile, "the OCSP response file path")
         add(cipherList, "the cipher list")
         add(cipherSuites, "the cipher suites")
         for name in alpnProtocols { add(name, "an ALPN protocol name") }

@@ -35,6 +35,7 @@
 #include <openssl/x509v3.h>
 #include <openssl/pem.h>
 #include <openssl/pkcs12.h>
+#include <openssl/ocsp.h>
 
 /* The public C API's types (delegate struct, error struct, descriptors), so that the
  * @_cdecl implementations in Sources/SocketKit/CAPI use exactly what users compile
@@ -282,6 +283,37 @@ int skc_tls_set_server_name(SSL *ssl, const char *name);
 /* SSL_set1_verify_cert_store (a macro): the store that verifies the peer's chain. */
 int skc_tls_set_verify_store(SSL *ssl, X509_STORE *store);
 void skc_tls_ctx_set_servername_callback(SSL_CTX *context, int (*callback)(SSL *ssl, int *alert, void *argument));
+/* OCSP stapling (the SSL_*_tlsext_status_* calls are macros). The status callback runs on a
+ * server when a client asked for a staple (return SSL_TLSEXT_ERR_OK with a response set, or
+ * SSL_TLSEXT_ERR_NOACK), and on a client that asked, after the server's chain was verified,
+ * staple or not (return 1 to go on, 0 to fail the handshake). */
+void skc_tls_ctx_set_status_callback(SSL_CTX *context, int (*callback)(SSL *ssl, void *argument));
+/* Clients: ask the server for a stapled OCSP response (status_request). 1 on success. */
+int skc_tls_request_status(SSL *ssl);
+/* The stapled response a client received: its length and bytes (owned by the SSL), or -1. */
+long skc_tls_status_response(SSL *ssl, const unsigned char **bytes);
+/* Servers: staple a copy of `bytes`. 1 on success. */
+int skc_tls_set_status_response(SSL *ssl, const unsigned char *bytes, size_t length);
+/* What a DER OCSP response says (skc_ocsp_parse, skc_ocsp_check). */
+enum {
+    SKC_OCSP_GOOD = 0,
+    SKC_OCSP_REVOKED = 1,
+    SKC_OCSP_UNKNOWN = 2,        /* the responder does not know the certificate */
+    SKC_OCSP_MALFORMED = 3,      /* not DER OCSP, or its basic response does not parse */
+    SKC_OCSP_UNSUCCESSFUL = 4,   /* the response status is not successful (tryLater, ...) */
+    SKC_OCSP_UNVERIFIED = 5,     /* the signature or the responder's chain does not verify */
+    SKC_OCSP_NO_STATUS = 6,      /* no status for this leaf and issuer */
+    SKC_OCSP_NOT_CURRENT = 7,    /* thisUpdate in the future or nextUpdate past */
+    SKC_OCSP_NO_CHAIN = 8,       /* no verified chain with the leaf's issuer to check against */
+};
+/* SKC_OCSP_GOOD when `bytes` is a successful OCSP response with a basic response, else
+ * SKC_OCSP_MALFORMED or SKC_OCSP_UNSUCCESSFUL (servers check their file with it). */
+int skc_ocsp_parse(const unsigned char *bytes, size_t length);
+/* Checks a stapled response against the chain the SSL verified: the signature against the
+ * SSL's verify store (OCSP_basic_verify), the status of the leaf issued by the next
+ * certificate (OCSP_resp_find_status) and its validity with `leeway` seconds. The
+ * revocation reason goes to *reason (-1 if none). */
+int skc_ocsp_check(SSL *ssl, const unsigned char *bytes, size_t length, long leeway, int *reason);
 /* BIO_set_mem_eof_return. */
 void skc_bio_set_mem_eof_return(BIO *bio, int value);
 /* ERR_GET_LIB / ERR_GET_REASON. */

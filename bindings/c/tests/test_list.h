@@ -70,6 +70,7 @@
     X(tls_pkcs12_identities)                  \
     X(tls_crl_files)                          \
     X(tls_through_a_socks5_proxy)             \
+    X(tls_ocsp_stapling)                      \
     X(every_error_code_has_a_name)            \
     X(invalid_handles_are_errors)             \
     X(bad_arguments_are_errors)               \

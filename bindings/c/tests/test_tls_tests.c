@@ -979,13 +979,16 @@ void test_tls_empty_peer_name_and_nul_in_pem(void) {
 /* openssl s_server, which nobody here wrote, serving `connections` connections with the
  * test certificates and `options`; returns its pid and sets *port from its ACCEPT line.
  * Its output stays open (in *output) until stop_s_server: a closed pipe would kill it. */
-static pid_t start_s_server(const char *options, int connections, uint16_t *port, FILE **output) {
+static pid_t start_s_server_presenting(const char *variant, const char *options, int connections, uint16_t *port,
+                                       FILE **output) {
     int ends[2];
     CHECK(pipe(ends) == 0);
-    char command[2048];
+    char command[2048], chain[64], key[64];
+    snprintf(chain, sizeof chain, "%s-chain.pem", variant);
+    snprintf(key, sizeof key, "%s.key", variant);
     snprintf(command, sizeof command,
              "exec openssl s_server -accept 127.0.0.1:0 -naccept %d %s -cert '%s' -cert_chain '%s' -key '%s' 2>&1",
-             connections, options, cert_path("server.pem"), cert_path("intermediate.pem"), cert_path("server.key"));
+             connections, options, cert_path(chain), cert_path("intermediate.pem"), cert_path(key));
     pid_t child = fork();
     CHECK(child >= 0);
     if (child == 0) {
@@ -1004,6 +1007,10 @@ static pid_t start_s_server(const char *options, int connections, uint16_t *port
     CHECK(value > 0 && value < 65536);
     *port = (uint16_t)value;
     return child;
+}
+
+static pid_t start_s_server(const char *options, int connections, uint16_t *port, FILE **output) {
+    return start_s_server_presenting("server", options, connections, port, output);
 }
 
 static void stop_s_server(pid_t child, FILE *output) {
@@ -1856,4 +1863,147 @@ void test_tls_through_a_socks5_proxy(void) {
     recorder_destroy(&client);
     tls_server_stop(&server);
     helper_process_stop(proxy);
+}
+
+/* Our client asking for a staple from openssl s_server presenting `variant` and stapling
+ * the test file `staple` (NULL: none): secure (0, the staple's size in *stapled) or the
+ * disconnect's code (its os_error in *os_error). */
+static int ocsp_client(const char *variant, const char *staple, const char *version, int require, size_t *stapled,
+                       int *os_error) {
+    char options[700];
+    /* -rev: s_server does not read its standard input, whose end would close the connection. */
+    snprintf(options, sizeof options, "-rev %s %s%s%s </dev/null", version, staple ? "-status_file '" : "",
+             staple ? cert_path(staple) : "", staple ? "'" : "");
+    uint16_t port = 0;
+    FILE *output = NULL;
+    pid_t child = start_s_server_presenting(variant, options, 1, &port, &output);
+    recorder_t client;
+    recorder_init(&client);
+    sk_tls_settings_t *settings = client_settings();
+    CHECK_EQ(sk_tls_settings_set_request_ocsp_staple(settings, 1), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_require_ocsp_staple(settings, require), SK_OK);
+    sk_socket_t *sock = tls_client(&client, "localhost", port, settings);
+    sk_tls_settings_release(settings);
+    /* Either event ends the wait; 120 s in all, for valgrind on a loaded machine. */
+    for (int round = 0; round < 1200; round++) {
+        if (recorder_wait(&client, EVENT_SECURE, 1, 0.05) || recorder_wait(&client, EVENT_DISCONNECT, 1, 0.05)) break;
+    }
+    int result = 0;
+    if (recorder_count(&client, EVENT_SECURE) > 0) {
+        size_t length = 0;
+        CHECK_EQ(sk_socket_copy_ocsp_response(sock, NULL, &length), (int)length);
+        *stapled = length;
+        if (staple && length > 0) {
+            size_t expected_length = 0;
+            unsigned char *expected = read_bytes(staple, &expected_length);
+            unsigned char *copy = malloc(length);
+            size_t capacity = length;
+            CHECK_EQ(sk_socket_copy_ocsp_response(sock, copy, &capacity), (int)length);
+            CHECK_EQ(capacity, expected_length);
+            CHECK(memcmp(copy, expected, length) == 0);
+            free(copy);
+            free(expected);
+        }
+    } else {
+        event_t event = recorder_event(&client, EVENT_DISCONNECT, 0);
+        if (event.error_code == SK_ERR_TLS_CERT_INVALID && strncmp(event.text, "OCSP:", 5) != 0) {
+            fprintf(stderr, "%s: %s\n", staple ? staple : "no staple", event.text);
+        }
+        result = event.error_code;
+        *os_error = event.os_error;
+        if (result == SK_ERR_TLS_CERT_INVALID) CHECK(strstr(event.text, "OCSP:") != NULL);
+    }
+    sk_socket_release(sock);
+    recorder_destroy(&client);
+    stop_s_server(child, output);
+    return result;
+}
+
+/* Whether `openssl s_client -status` got a successful stapled response from 127.0.0.1:`port`. */
+static int s_client_sees_staple(uint16_t port) {
+    char command[1024];
+    snprintf(command, sizeof command,
+             "openssl s_client -connect 127.0.0.1:%u -servername localhost -status -CAfile '%s' </dev/null 2>&1",
+             (unsigned)port, cert_path("ca.pem"));
+    FILE *output = popen(command, "r");
+    CHECK(output != NULL);
+    char line[1024];
+    int successful = 0, good = 0;
+    while (fgets(line, sizeof line, output)) {
+        if (strstr(line, "OCSP Response Status: successful")) successful = 1;
+        if (strstr(line, "Cert Status: good")) good = 1;
+    }
+    pclose(output);
+    return successful && good;
+}
+
+void test_tls_ocsp_stapling(void) {
+    size_t stapled = 0;
+    int os_error = 0;
+    /* Against openssl s_server: a good staple passes and is shown (TLS 1.3 staples in the
+     * Certificate message, 1.2 in CertificateStatus); revoked fails; so do staples that do
+     * not verify, do not parse or are another certificate's; none fails only if required. */
+    const char *versions[] = {"-tls1_3", "-tls1_2"};
+    for (int index = 0; index < 2; index++) {
+        CHECK_EQ(ocsp_client("server", "server-ocsp-good.der", versions[index], 1, &stapled, &os_error), 0);
+        CHECK(stapled > 0);
+        CHECK_EQ(ocsp_client("revoked", "revoked-ocsp.der", versions[index], 0, &stapled, &os_error),
+                 SK_ERR_TLS_CERT_INVALID);
+        CHECK_EQ(os_error, 23); /* X509_V_ERR_CERT_REVOKED */
+    }
+    const char *unusable[] = {"server-ocsp-untrusted.der", "ocsp-garbage.der", "revoked-ocsp.der"};
+    for (int index = 0; index < 3; index++) {
+        CHECK_EQ(ocsp_client("server", unusable[index], "", 0, &stapled, &os_error), SK_ERR_TLS_CERT_INVALID);
+        CHECK_EQ(os_error, 74); /* X509_V_ERR_OCSP_VERIFY_FAILED */
+    }
+    CHECK_EQ(ocsp_client("server", "server-ocsp-unknown.der", "", 0, &stapled, &os_error), SK_ERR_TLS_CERT_INVALID);
+    CHECK_EQ(os_error, 75); /* X509_V_ERR_OCSP_CERT_UNKNOWN */
+    CHECK_EQ(ocsp_client("server", NULL, "", 0, &stapled, &os_error), 0);
+    CHECK_EQ(stapled, 0);
+    CHECK_EQ(ocsp_client("server", NULL, "", 1, &stapled, &os_error), SK_ERR_TLS_CERT_INVALID);
+    CHECK_EQ(os_error, 73); /* X509_V_ERR_OCSP_VERIFY_NEEDED */
+
+    /* Our server staples its file for openssl s_client -status. */
+    sk_tls_settings_t *serving = server_settings("server");
+    CHECK_EQ(sk_tls_settings_set_ocsp_response_file(serving, cert_path("server-ocsp-good.der")), SK_OK);
+    tls_server_t server;
+    tls_server_start(&server, serving);
+    CHECK(s_client_sees_staple(server.port));
+    recorder_expect(&server.server, EVENT_SECURE, 1);
+    tls_server_stop(&server);
+    serving = server_settings("server");
+    tls_server_start(&server, serving);
+    CHECK(!s_client_sees_staple(server.port)); /* none configured: none stapled */
+    tls_server_stop(&server);
+
+    /* Unusable files and misplaced settings are settings errors, never "no staple". */
+    serving = server_settings("server");
+    CHECK_EQ(sk_tls_settings_set_ocsp_response_file(serving, cert_path("no-such.der")), SK_OK);
+    CHECK_EQ(check_fails(serving, "no-such.der", &os_error), SK_ERR_TLS_SETTINGS);
+    CHECK_EQ(os_error, ENOENT);
+    const char *not_ocsp[] = {"ca.pem", "ocsp-garbage.der"};
+    for (int index = 0; index < 2; index++) {
+        serving = server_settings("server");
+        CHECK_EQ(sk_tls_settings_set_ocsp_response_file(serving, cert_path(not_ocsp[index])), SK_OK);
+        CHECK_EQ(check_fails(serving, "is not a DER OCSP response", NULL), SK_ERR_TLS_SETTINGS);
+    }
+    serving = server_settings("server");
+    CHECK_EQ(sk_tls_settings_set_request_ocsp_staple(serving, 1), SK_OK);
+    CHECK_EQ(check_fails(serving, "client settings", NULL), SK_ERR_TLS_SETTINGS);
+    sk_tls_settings_t *settings = client_settings();
+    CHECK_EQ(sk_tls_settings_set_ocsp_response_file(settings, cert_path("server-ocsp-good.der")), SK_OK);
+    CHECK_EQ(check_fails(settings, "server setting", NULL), SK_ERR_TLS_SETTINGS);
+
+    /* Bad parameters; NULL removes the file. */
+    settings = server_settings("server");
+    CHECK_EQ(sk_tls_settings_set_ocsp_response_file(settings, ""), SK_ERR_BAD_PARAM);
+    CHECK_EQ(sk_tls_settings_set_ocsp_response_file(settings, cert_path("no-such.der")), SK_OK);
+    CHECK_EQ(sk_tls_settings_set_ocsp_response_file(settings, NULL), SK_OK);
+    CHECK_EQ(sk_tls_settings_check(settings, NULL), SK_OK);
+    sk_tls_settings_release(settings);
+    CHECK_EQ(sk_tls_settings_set_ocsp_response_file(NULL, NULL), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_tls_settings_set_request_ocsp_staple(NULL, 1), SK_ERR_INVALID_HANDLE);
+    CHECK_EQ(sk_tls_settings_set_require_ocsp_staple(NULL, 1), SK_ERR_INVALID_HANDLE);
+    size_t length = 0;
+    CHECK_EQ(sk_socket_copy_ocsp_response(NULL, NULL, &length), SK_ERR_INVALID_HANDLE);
 }

@@ -505,6 +505,9 @@ PROTOTYPES = {
     "sk_tls_settings_set_pkcs12_data": (c_int, [_handle, c_char_p, c_size_t, c_char_p]),
     "sk_tls_settings_set_crl_files": (c_int, [_handle, POINTER(c_char_p), c_size_t]),
     "sk_tls_settings_set_crl_check_whole_chain": (c_int, [_handle, c_int]),
+    "sk_tls_settings_set_ocsp_response_file": (c_int, [_handle, c_char_p]),
+    "sk_tls_settings_set_request_ocsp_staple": (c_int, [_handle, c_int]),
+    "sk_tls_settings_set_require_ocsp_staple": (c_int, [_handle, c_int]),
     "sk_tls_settings_set_verification": (c_int, [_handle, c_int]),
     "sk_tls_settings_set_versions": (c_int, [_handle, c_int, c_int]),
     "sk_tls_settings_set_cipher_list": (c_int, [_handle, c_char_p]),
@@ -522,6 +525,7 @@ PROTOTYPES = {
     "sk_socket_is_secure": (c_int, [_handle]),
     "sk_socket_get_tls_info": (c_int, [_handle, POINTER(TLSInfo)]),
     "sk_socket_copy_peer_certificate": (c_int, [_handle, c_int, c_void_p, POINTER(c_size_t)]),
+    "sk_socket_copy_ocsp_response": (c_int, [_handle, c_void_p, POINTER(c_size_t)]),
     "sk_certificate_get_info": (c_int, [c_void_p, c_size_t, POINTER(CertificateInfo), _error]),
     "sk_certificate_to_pem": (c_int, [c_void_p, c_size_t, c_char_p, POINTER(c_size_t)]),
     # Utilities

@@ -144,6 +144,23 @@ class TLSSettings:
       server's CRLs are its own, not those of its ``server_names`` settings (refused there).
     - ``crl_check_whole_chain``: True (default): every certificate of the chain needs a CRL
       of its issuer; False: the leaf only.
+    - ``ocsp_response_file`` (servers): a DER OCSP response for our certificate (``openssl
+      ocsp -respout``), stapled for each client that asks. It must be a successful OCSP
+      response: a file that cannot be read or is not one is a :class:`TLSSettingsError`,
+      never a handshake without the staple. Read again when it changes, as certificates
+      are (a renewed response renamed over the old one is stapled from the next
+      connection on). SocketKit does not fetch responses: keep the file current.
+    - ``request_ocsp_staple`` (clients): ask the server to staple an OCSP response. A
+      stapled response is checked against the chain the handshake verified (signed by the
+      leaf's issuer or its delegate chaining to the trust roots, for the leaf and that
+      issuer, current with five minutes' leeway): "revoked" fails the handshake
+      (:class:`CertificateInvalidError`, ``errno`` 23, "OCSP: certificate revoked"), and
+      so does a staple that does not verify, does not parse, is stale or is another
+      certificate's (``errno`` 74; "unknown": 75). No staple: the handshake goes on. The
+      staple is :attr:`TLSInfo.ocsp_response`.
+    - ``require_ocsp_staple`` (clients): a server that staples nothing fails the handshake
+      (:class:`CertificateInvalidError`, ``errno`` 73), as for a must-staple certificate;
+      implies ``request_ocsp_staple``.
     - ``minimum_version`` / ``maximum_version``: "TLSv1.2", "TLSv1.3", ... (or
       :class:`TLSVersion`, or :class:`ssl.TLSVersion`); None: TLS 1.2 / the newest.
     - ``cipher_list`` (OpenSSL cipher list, TLS 1.2 and older), ``cipher_suites`` (TLS 1.3).
@@ -171,7 +188,7 @@ class TLSSettings:
       settings'.
 
     Files are read again when they change: each :meth:`Socket.start_tls` stats the
-    certificate chain, key, PKCS#12 file, CRL files and trust file or directory named here and, when one was
+    certificate chain, key, PKCS#12 file, CRL files, OCSP response file and trust file or directory named here and, when one was
     replaced (renamed over, as certbot does) or rewritten, the new connection uses the
     current files; connections already made keep theirs.
 
@@ -183,8 +200,9 @@ class TLSSettings:
 
     What TLS does not do: renegotiation (TLS 1.2 and older) is refused (a peer's request is
     answered with a no_renegotiation alert; a peer that insists ends the connection with
-    :class:`TLSFailedError`); revocation is checked only against ``crl_files`` (no OCSP: use
-    ``manual_trust_evaluation`` to check it); the security level cannot be lowered.
+    :class:`TLSFailedError`); revocation is checked against ``crl_files`` and a stapled OCSP
+    response when asked for (``request_ocsp_staple``), never by fetching from an OCSP
+    responder or a CRL distribution point; the security level cannot be lowered.
 
     :meth:`check` loads the files and validates everything now, raising
     :class:`TLSSettingsError`; :meth:`Socket.start_tls` does the same. Text with a NUL
@@ -219,6 +237,9 @@ class TLSSettings:
     key_log_file: Optional[PathLike] = None
     manual_trust_evaluation: bool = False
     server_names: Mapping[str, "TLSSettings"] = field(default_factory=dict)
+    ocsp_response_file: Optional[PathLike] = None
+    request_ocsp_staple: bool = False
+    require_ocsp_staple: bool = False
 
     @classmethod
     def client(cls, **options: Any) -> "TLSSettings":
@@ -351,6 +372,13 @@ class TLSSettings:
             _set("key_log_file", lib.sk_tls_settings_set_key_log_file(handle, self._c("key_log_file", path=True)))
         if self.manual_trust_evaluation:
             _set("manual_trust_evaluation", lib.sk_tls_settings_set_manual_trust_evaluation(handle, 1))
+        if self.ocsp_response_file is not None:
+            _set("ocsp_response_file",
+                 lib.sk_tls_settings_set_ocsp_response_file(handle, self._c("ocsp_response_file", path=True)))
+        if self.request_ocsp_staple:
+            _set("request_ocsp_staple", lib.sk_tls_settings_set_request_ocsp_staple(handle, 1))
+        if self.require_ocsp_staple:
+            _set("require_ocsp_staple", lib.sk_tls_settings_set_require_ocsp_staple(handle, 1))
         if not isinstance(self.server_names, Mapping):
             raise TLSSettingsError("server_names maps host names to TLSSettings", None, 0)
         for name, named in self.server_names.items():
@@ -451,6 +479,9 @@ class TLSInfo:
     session_reused: bool
     #: The peer's certificates, leaf first (empty for a client that sent none).
     peer_certificates: List[Certificate]
+    #: Clients that asked (``request_ocsp_staple``): the DER OCSP response the server
+    #: stapled, checked before the handshake succeeded; None when none was stapled.
+    ocsp_response: Optional[bytes] = None
 
 
 class _SessionChanged(Exception):
@@ -476,6 +507,20 @@ def _peer_certificate(handle: int, index: int) -> bytes:
     return buffer.raw[:size.value]
 
 
+def _ocsp_response(handle: int) -> Optional[bytes]:
+    """The stapled OCSP response of the current session (its size, then a copy), or None."""
+    size = c_size_t(0)
+    _copied(lib.sk_socket_copy_ocsp_response(handle, None, byref(size)))
+    if size.value == 0:
+        return None
+    buffer = create_string_buffer(size.value)
+    copied = c_size_t(size.value)
+    _copied(lib.sk_socket_copy_ocsp_response(handle, buffer, byref(copied)))
+    if copied.value != size.value:  # another session's
+        raise _SessionChanged()
+    return buffer.raw[:size.value]
+
+
 def _copied(status: int) -> None:
     # BAD_CONFIG: the session ended. BAD_PARAM: no such index, or a certificate bigger than
     # the size just read: another session started.
@@ -497,6 +542,7 @@ def _tls_info(handle: int) -> Optional[TLSInfo]:
         info = _ffi.TLSInfo.from_buffer_copy(before)
         try:
             certificates = [_peer_certificate(handle, index) for index in range(max(info.peer_certificate_count, 0))]
+            ocsp_response = _ocsp_response(handle)
         except _SessionChanged:
             continue
         if _session_info(handle) != before:
@@ -504,7 +550,7 @@ def _tls_info(handle: int) -> Optional[TLSInfo]:
         return TLSInfo(protocol_version=_c_text(info.protocol_version), cipher=_c_text(info.cipher),
                        alpn_protocol=_c_text(info.alpn_protocol) or None,
                        server_name=_c_text(info.server_name) or None, session_reused=bool(info.session_reused),
-                       peer_certificates=[Certificate(der) for der in certificates])
+                       peer_certificates=[Certificate(der) for der in certificates], ocsp_response=ocsp_response)
     return None  # sessions ending and starting faster than they can be read: none stays
 
 
