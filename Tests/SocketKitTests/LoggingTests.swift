@@ -88,10 +88,14 @@ struct LoggingTests {
         let collector = LogCollector()
         SocketKitLog.setHandler(level: .info) { collector.add($0) }
         defer { SocketKitLog.removeHandler() }
-        let pair = try securePair(server: TestCertificates.server("incomplete"))
+        let pair = try Pair()
         defer { pair.close() }
+        // Each side's line names its peer: the ports are read before TLS starts, while both
+        // ends are connected (a failed handshake can end them before a later read).
         let clientEnd = "the connection with 127.0.0.1:\(pair.listener.localPort) ended"
         let serverEnd = "the connection with 127.0.0.1:\(pair.client.localPort) ended"
+        try pair.server.startTLS(TestCertificates.server("incomplete"))
+        try pair.client.startTLS(TestCertificates.client())
         #expect(pair.clientRecorder.waitForDisconnect()??.code == .tlsUnknownIssuer)
         #expect(collector.waitFor(.info, .tls, [clientEnd, "tlsUnknownIssuer", "certificate verify failed",
                                                 "unable to get local issuer certificate"]), "\(collector.all)")
