@@ -853,6 +853,36 @@ static socklen_t model_unix(const unsigned char *path, struct sockaddr_storage *
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + length);
 }
 
+/* CRC32C (Castagnoli, reflected 0x82F63B78), bit by bit, with the 4 bytes at `zero` taken
+ * as zeros (SIZE_MAX: none). */
+static uint32_t model_crc32c(const unsigned char *data, size_t size, size_t zero) {
+    uint32_t crc = 0xFFFFFFFFu;
+    for (size_t i = 0; i < size; i++) {
+        crc ^= (zero != SIZE_MAX && i >= zero && i < zero + 4) ? 0 : data[i];
+        for (int bit = 0; bit < 8; bit++) crc = (crc & 1) ? (crc >> 1) ^ 0x82F63B78u : crc >> 1;
+    }
+    return ~crc;
+}
+
+/* The TLVs of a whole v2 header from `start` (2.2.5 and 2.2.7): each type, 16-bit length and
+ * value inside the header, and a CRC32C TLV of 4 bytes equal to the header's checksum with
+ * its value zeroed (a receiver MUST verify it). */
+static int model_tlvs_ok(const unsigned char *header, size_t length, size_t start) {
+    for (size_t at = start; at < length;) {
+        if (at + 3 > length) return 0;
+        size_t value = at + 3, value_length = (size_t)header[at + 1] << 8 | header[at + 2];
+        if (value + value_length > length) return 0;
+        if (header[at] == 0x03) {
+            if (value_length != 4) return 0;
+            uint32_t sent = (uint32_t)header[value] << 24 | (uint32_t)header[value + 1] << 16 |
+                            (uint32_t)header[value + 2] << 8 | header[value + 3];
+            if (sent != model_crc32c(header, length, value)) return 0;
+        }
+        at = value + value_length;
+    }
+    return 1;
+}
+
 static void model_v2(const unsigned char *data, size_t size, proxy_model_t *model) {
     if (size < 16 || memcmp(data, proxy_signature, 12) != 0) return;
     int command = data[12] & 0x0F, family = data[13] >> 4, transport = data[13] & 0x0F;
@@ -860,6 +890,9 @@ static void model_v2(const unsigned char *data, size_t size, proxy_model_t *mode
     if (data[12] >> 4 != 2 || command > 1 || length > 16 + 2048 || family > 3 || transport > 2 || size < length) return;
     model->length = length;
     model->version = 2;
+    /* The TLVs follow the family's addresses (none when a LOCAL header's block is shorter). */
+    size_t addresses = family == 0 ? 0 : family == 1 ? 12 : family == 2 ? 36 : 216;
+    if (16 + addresses <= length && !model_tlvs_ok(data, length, 16 + addresses)) return;
     if (command == 0 || family == 0 || transport == 0) {
         model->verdict = PROXY_COMPLETE;
         model->keeps_real = 1;
@@ -976,10 +1009,20 @@ static void make_proxy_input(fz_input_t *input, unsigned char *data, size_t *siz
         data[13] = families[fz_u8(input) % 5];
         size_t block = data[13] == 0x11 ? 12 : data[13] == 0x21 ? 36 : data[13] == 0x31 ? 216 : 0;
         block += fz_u8(input) % 4 == 0 ? fz_range(input, 0, 40) : 0; /* TLVs, or junk */
-        data[14] = (unsigned char)(block >> 8);
-        data[15] = (unsigned char)(block & 0xFF);
+        int crc = fz_u8(input) % 3 == 0; /* a CRC32C TLV last, right (until mutated) */
+        size_t length = block + (crc ? 7 : 0);
+        data[14] = (unsigned char)(length >> 8);
+        data[15] = (unsigned char)(length & 0xFF);
         for (size_t i = 0; i < block; i++) data[16 + i] = fz_u8(input);
-        used = 16 + block;
+        used = 16 + length;
+        if (crc) {
+            unsigned char *tlv = data + 16 + block;
+            tlv[0] = 0x03;
+            tlv[1] = 0;
+            tlv[2] = 4;
+            uint32_t value = model_crc32c(data, used, (size_t)(tlv + 3 - data));
+            for (int i = 0; i < 4; i++) tlv[3 + i] = (unsigned char)(value >> (24 - 8 * i));
+        }
         break;
     }
     }

@@ -732,7 +732,9 @@ int sk_socket_get_accepts_on_every_loop(sk_socket_t *sock);
  * asked) only once its whole header has arrived; its connected host, port and address are
  * then the header's source (the client), its local ones the header's destination, and
  * sk_socket_get_proxy_address the proxy it really came from. A v2 LOCAL header (a health
- * check) or a v1 UNKNOWN one keeps the real addresses; v2 TLVs are skipped. Bytes sent
+ * check) or a v1 UNKNOWN one keeps the real addresses; v2 TLVs are skipped, except a
+ * CRC32C, which must match the header (a header whose TLVs run past its end is malformed
+ * too). Bytes sent
  * after the header are the connection's first read, or its TLS handshake (the header comes
  * before the ClientHello). A malformed header, a v1 line over 107 bytes, a v2 header over
  * 16 + 2048 bytes, one cut short, or one not complete within the header timeout closes that

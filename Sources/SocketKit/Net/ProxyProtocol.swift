@@ -174,6 +174,12 @@ struct ProxyHeader: Equatable, Sendable {
             return .invalid("a PROXY protocol v2 header with an unknown family or transport (0x\(String(familyAndTransport, radix: 16)))")
         }
         guard bytes.count >= length else { return .needMore }
+        let header = UnsafeRawBufferPointer(rebasing: bytes[0..<length])
+        let needed = family == 0 ? 0 : family == 1 ? 12 : family == 2 ? 36 : 216
+        // The TLVs follow the family's addresses (a LOCAL header's short block has none).
+        if 16 + needed <= length, let problem = checkTLVs(header, from: 16 + needed) {
+            return .invalid(problem)
+        }
         // LOCAL: the proxy's own connection (a health check); the block, if any, is skipped.
         if command == 0 || family == 0 || transport == 0 {
             return .complete(ProxyHeader(version: 2, length: length, keepsRealAddresses: true))
@@ -182,11 +188,11 @@ struct ProxyHeader: Equatable, Sendable {
             return .invalid("a PROXY protocol v2 header for a datagram connection on a stream listener")
         }
         let block = UnsafeRawBufferPointer(rebasing: bytes[16..<length])
-        let needed = family == 1 ? 12 : family == 2 ? 36 : 216
         guard block.count >= needed else {
             return .invalid("a PROXY protocol v2 address block of \(block.count) bytes, shorter than its family's \(needed)")
         }
-        // What follows the addresses (TLVs: ALPN, authority, SSL details, unique id) is skipped.
+        // The TLVs (ALPN, authority, SSL details, unique id) are not exposed; only a CRC32C
+        // is acted on (checkTLVs).
         let source: SocketAddress?
         let destination: SocketAddress?
         switch family {
@@ -205,6 +211,57 @@ struct ProxyHeader: Equatable, Sendable {
         }
         return .complete(ProxyHeader(version: 2, length: length, keepsRealAddresses: false,
                                      source: source, destination: destination))
+    }
+
+    /// PP2_TYPE_CRC32C: the CRC32C of the whole header, taken with this value as zeros.
+    static let crc32cType: UInt8 = 0x03
+
+    /// Walks the TLVs of a complete v2 header from `start`: nil when they are well formed
+    /// and a CRC32C among them (if any) matches, else why not. The specification says a
+    /// receiver MUST verify a CRC32C that is present (2.2.5): a header damaged on the way,
+    /// or forged without knowing it is checked, is refused instead of trusted. A TLV that
+    /// runs past the header's announced end is refused as HAProxy refuses it.
+    static func checkTLVs(_ header: UnsafeRawBufferPointer, from start: Int) -> String? {
+        var offset = start
+        while offset < header.count {
+            guard offset + 3 <= header.count else {
+                return "a PROXY protocol v2 header whose TLVs end in \(header.count - offset) stray bytes"
+            }
+            let type = header[offset]
+            let length = Int(header[offset + 1]) << 8 | Int(header[offset + 2])
+            let value = offset + 3
+            guard value + length <= header.count else {
+                return "a PROXY protocol v2 TLV (type 0x\(String(type, radix: 16))) that runs past the header's end"
+            }
+            if type == crc32cType {
+                guard length == 4 else { return "a PROXY protocol v2 CRC32C TLV of \(length) bytes, not 4" }
+                let sent = header[value..<value + 4].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+                let computed = crc32c(header, zeroing: value..<value + 4)
+                guard sent == computed else {
+                    return "a PROXY protocol v2 header whose CRC32C does not match (sent 0x\(String(sent, radix: 16)), computed 0x\(String(computed, radix: 16)))"
+                }
+            }
+            offset = value + length
+        }
+        return nil
+    }
+
+    /// CRC32C (Castagnoli, as iSCSI and the PROXY protocol use it) of `bytes`, with the bytes
+    /// in `zeroing` taken as zeros.
+    static func crc32c(_ bytes: UnsafeRawBufferPointer, zeroing: Range<Int> = 0..<0) -> UInt32 {
+        var crc: UInt32 = 0xFFFF_FFFF
+        for index in bytes.indices {
+            let byte = zeroing.contains(index) ? 0 : bytes[index]
+            crc = crc32cTable[Int((crc ^ UInt32(byte)) & 0xFF)] ^ (crc >> 8)
+        }
+        return crc ^ 0xFFFF_FFFF
+    }
+
+    /// The reflected table of the Castagnoli polynomial (0x1EDC6F41, reversed 0x82F63B78).
+    private static let crc32cTable: [UInt32] = (0..<256).map { index in
+        var value = UInt32(index)
+        for _ in 0..<8 { value = value & 1 == 1 ? (value >> 1) ^ 0x82F6_3B78 : value >> 1 }
+        return value
     }
 
     private static func bigEndianPort(_ block: UnsafeRawBufferPointer, at offset: Int) -> UInt16 {

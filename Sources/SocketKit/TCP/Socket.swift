@@ -324,7 +324,8 @@ public final class Socket: SocketFront, @unchecked Sendable {
     /// hook is asked then too); its `connectedAddress` / `connectedHost` / `connectedPort`
     /// are then the header's source (the client), its `localAddress` the header's
     /// destination, and `proxyAddress` the proxy it really came from. A v2 LOCAL header (a
-    /// health check) or v1 `UNKNOWN` keeps the real addresses. What the client sent after
+    /// health check) or v1 `UNKNOWN` keeps the real addresses; v2 TLVs are skipped, except a
+    /// CRC32C, which must match the header. What the client sent after
     /// the header is its first read (or its TLS handshake: the header comes before the
     /// ClientHello). A malformed, oversized or cut-short header, or one not complete within
     /// `proxyHeaderTimeout`, closes that connection alone, with a warning in the engine's

@@ -110,6 +110,17 @@ void test_proxy_protocol_headers_give_the_clients_address(void) {
     raw_wait_closed(garbage);
     const char *const malformed[] = {"PROXY protocol", "closed", NULL};
     CHECK(log_capture_wait(SK_LOG_WARNING, "accept", malformed, 30));
+    /* A CRC32C TLV that does not match the header (damaged, or forged): refused too. */
+    unsigned char crc_block[12 + 7] = {0};
+    memcpy(crc_block + 12, "\x03\x00\x04\x00\x00\x00\x00", 7);
+    unsigned char crc_header[16 + sizeof crc_block];
+    size_t crc_length = v2_header(crc_header, 0x21, 0x11, crc_block, sizeof crc_block);
+    int damaged = raw_connect("127.0.0.1", port);
+    raw_send(damaged, crc_header, crc_length);
+    raw_wait_closed(damaged);
+    const char *const crc[] = {"CRC32C does not match", NULL};
+    CHECK(log_capture_wait(SK_LOG_WARNING, "accept", crc, 30));
+    close(damaged);
     int silent = raw_connect("127.0.0.1", port);
     raw_wait_closed(silent);
     const char *const late[] = {"no complete PROXY protocol header within", NULL};

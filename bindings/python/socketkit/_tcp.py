@@ -419,7 +419,8 @@ class Socket(SocketIO, Handle):
         :attr:`connected_address` (host, port) is then the header's source (the client), its
         :attr:`local_address` the header's destination, and :attr:`proxy_address` the proxy
         it came from. A v2 LOCAL header (a health check) or v1 ``UNKNOWN`` keeps the real
-        addresses; v2 TLVs are skipped. What the client sent after the header is the first
+        addresses; v2 TLVs are skipped, except a CRC32C, which must match the header. What
+        the client sent after the header is the first
         read, or the TLS handshake (the header comes before the ClientHello). A malformed,
         oversized or cut-short header, or one not complete within
         :attr:`proxy_header_timeout`, closes that connection alone with a warning in the

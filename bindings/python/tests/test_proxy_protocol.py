@@ -107,7 +107,10 @@ def test_a_split_v2_ipv6_header_and_the_bytes_after_it(recorder):
     (socketkit.ProxyProtocol.V2, SIGNATURE + b"\x22\x11\x00\x0c" + bytes(12)),  # command 2
     (socketkit.ProxyProtocol.V2, SIGNATURE + b"\x21\x21\x00\x0c" + bytes(12)),  # IPv6 block too short
     (socketkit.ProxyProtocol.V2, SIGNATURE + b"\x21\x11\x10\x01"),  # 4,097 bytes announced
-], ids=["garbage", "lf", "v1-too-long", "port", "udp4", "v1-for-v2", "command", "short", "oversized"])
+    (socketkit.ProxyProtocol.V2, v2(0x21, 0x11, bytes(12) + b"\x03\x00\x04\x00\x00\x00\x00")),  # wrong CRC32C
+    (socketkit.ProxyProtocol.V2, v2(0x21, 0x11, bytes(12) + b"\x02\x00\x09short")),  # TLV past the end
+], ids=["garbage", "lf", "v1-too-long", "port", "udp4", "v1-for-v2", "command", "short", "oversized", "crc32c",
+        "tlv-past-the-end"])
 def test_a_bad_header_closes_that_connection_only(recorder, mode, start):
     sock = listener(recorder, mode)
     try:
@@ -215,9 +218,12 @@ def test_haproxy_send_proxy_v1_and_v2_over_ipv4_and_ipv6(tmp_path):
     for recorder in recorders.values():
         recorder.on_read = lambda sock, data, tag: (sock.write(data.upper()), sock.read_to_data(b"\n", tag=tag))
         recorder.on_accept = lambda listener_socket, child: child.read_to_data(b"\n", tag=1)
+    # The last route adds a CRC32C TLV, which the listener verifies (a wrong one is refused:
+    # test_a_bad_header_closes_that_connection_only).
     routes = [(socket.AF_INET, "127.0.0.1", listeners[1].local_port, "send-proxy"),
               (socket.AF_INET, "127.0.0.1", listeners[2].local_port, "send-proxy-v2"),
-              (socket.AF_INET6, "::1", listeners[2].local_port, "send-proxy-v2")]
+              (socket.AF_INET6, "::1", listeners[2].local_port, "send-proxy-v2"),
+              (socket.AF_INET, "127.0.0.1", listeners[2].local_port, "send-proxy-v2 proxy-v2-options crc32c")]
     haproxy = HAProxy(tmp_path, routes)
     try:
         expected = []
