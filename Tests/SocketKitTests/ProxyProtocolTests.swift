@@ -251,6 +251,29 @@ struct ProxyProtocolTests {
 }
 
 extension ProxyProtocolTests {
+    /// The async face's idiom: `AsyncListener`'s `configure` sets the mode; a connection
+    /// reaches the sequence only with its header read, reporting the client the header
+    /// names; a bad header never reaches it.
+    @Test(.timeLimit(.minutes(1)))
+    func anAsyncListenerHandsOutConnectionsWithTheHeadersAddresses() async throws {
+        let listener = try AsyncListener(host: "127.0.0.1", port: 0) { $0.proxyProtocol = .v2 }
+        defer { listener.close() }
+        let bad = try RawSocket.connect(port: listener.localPort)
+        defer { bad.close() }
+        try bad.send(bytes("GET / HTTP/1.1\r\n\r\n"))
+        #expect(Self.closedByTheListener(bad))
+        let client = try RawSocket.connect(port: listener.localPort)
+        defer { client.close() }
+        try client.send(ProxyHeaders.v2IPv6("2001:db8::10", 50000, "2001:db8::20", 8443) + bytes("hello"))
+        var connections = listener.connections.makeAsyncIterator()
+        let server = try #require(try await connections.next())
+        #expect(server.socket.connectedHost == "2001:db8::10" && server.socket.connectedPort == 50000)
+        #expect(server.socket.localAddress?.host == "2001:db8::20" && server.socket.proxyProtocolVersion == 2)
+        #expect(server.socket.proxyAddress?.host == "127.0.0.1")
+        #expect(try await server.read(exactly: 5) == bytes("hello"))
+        await server.close()
+    }
+
     /// A CRC32C TLV is verified (the specification's MUST): the right checksum, behind
     /// another TLV, passes; one bit off is refused (aBadHeaderClosesThatConnectionOnly
     /// shows it over a socket). The checksum itself is the standard CRC32C.

@@ -31,7 +31,9 @@ public final class AsyncListener: Sendable {
     /// Listens on `host` (nil: every interface; `"localhost"`: IPv4 and IPv6 loopback; an
     /// interface name or an IP address) at `port` (0: one the kernel picks, the same for both
     /// families). `configure` sets the listener up before it listens; accepted sockets
-    /// inherit that configuration.
+    /// inherit that configuration. Behind a load balancer, `{ $0.proxyProtocol = .v2 }`
+    /// reads each connection's PROXY protocol header before the sequence hands it out: its
+    /// `socket.connectedAddress` is then the client the header names.
     public convenience init(host: String? = nil, port: UInt16, eventLoop: EventLoop? = nil,
                             configure: (Socket) throws -> Void = { _ in }) throws {
         try self.init(eventLoop: eventLoop, configure: configure) { socket throws(SocketError) in

@@ -2,6 +2,7 @@
 """PROXY protocol v1 and v2 on listeners (Socket.proxy_protocol): headers from HAProxy
 (`send-proxy`, `send-proxy-v2`, a sender nobody here wrote) and made by hand with Python's
 socket module for the cases a real proxy does not produce."""
+import asyncio
 import ipaddress
 import os
 import shutil
@@ -276,3 +277,45 @@ def test_haproxy_send_proxy_in_front_of_a_tls_server(tmp_path, certs, recorder):
     finally:
         haproxy.stop()
         sock.close()
+
+
+def test_aio_start_server_reads_the_header_before_the_callback():
+    """asyncio's idiom: start_server(proxy_protocol=...). The callback's peername is the
+    client the header names, sockname the address it connected to, and the proxy (here the
+    test's asyncio client) is kept apart; a malformed header closes its connection before
+    any callback runs."""
+    from socketkit import aio
+
+    async def main():
+        seen = []
+
+        async def handle(reader, writer):
+            seen.append((writer.get_extra_info("peername"), writer.get_extra_info("sockname"),
+                         writer.get_extra_info("socketkit_socket").proxy_address))
+            writer.write((await reader.readline()).upper())
+            await writer.drain()
+            writer.close()
+
+        try:
+            async with await aio.start_server(handle, "127.0.0.1", 0, proxy_protocol=socketkit.ProxyProtocol.V2,
+                                              proxy_header_timeout=10) as server:
+                reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+                writer.write(v2_tcp6("2001:db8::10", 50000, "2001:db8::20", 8443) + b"hello\n")
+                assert await asyncio.wait_for(reader.readline(), WAIT) == b"HELLO\n"
+                proxy = writer.get_extra_info("sockname")
+                writer.close()
+                await writer.wait_closed()
+                reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+                writer.write(b"GET / HTTP/1.1\r\n\r\n")
+                try:
+                    assert await asyncio.wait_for(reader.read(), WAIT) == b""
+                except ConnectionResetError:
+                    pass  # closed with the refused bytes unread
+                writer.close()
+            assert seen == [(("2001:db8::10", 50000), ("2001:db8::20", 8443), proxy)]
+            with pytest.raises(ValueError):
+                await aio.start_server(handle, "127.0.0.1", 0, proxy_protocol=7)
+        finally:
+            aio.detach()
+
+    asyncio.run(main())

@@ -13,7 +13,7 @@ import warnings
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Sequence, Tuple, Union
 
 from .._queues import LoopGroup
-from .._tcp import KeepAlive, Proxy, Socket
+from .._tcp import KeepAlive, Proxy, ProxyProtocol, Socket
 from .._tls import TLSInfo, TLSSettings
 from ..errors import Error
 from ._connection import AVAILABLE, EXACTLY, UNTIL, Connection, TrustEvaluator, _Read, _DEFAULT_MAXIMUM_READ
@@ -545,7 +545,9 @@ async def start_server(client_connected_cb: Callable[..., Any], host: Union[None
                        ssl_handshake_timeout: Optional[float] = None, ssl_shutdown_timeout: Optional[float] = None,
                        start_serving: bool = True, loop_group: Optional[LoopGroup] = None,
                        tls: Optional[TLSSettings] = None, evaluate_trust: Optional[TrustEvaluator] = None,
-                       on_tls_error: Optional[Callable[[BaseException], None]] = None) -> Server:
+                       on_tls_error: Optional[Callable[[BaseException], None]] = None,
+                       proxy_protocol: ProxyProtocol = ProxyProtocol.NONE,
+                       proxy_header_timeout: Optional[float] = None) -> Server:
     """asyncio.start_server on SocketKit: listens on `host` (None or "": every interface;
     a name, an address, or a list of them) and `port` (0: one the kernel picks, the same
     for every address: ``server.sockets[0].getsockname()`` or ``server.port``), and runs
@@ -554,6 +556,14 @@ async def start_server(client_connected_cb: Callable[..., Any], host: Union[None
     if it fails). With `ssl` (TLSSettings.server(...), or ``ssl_context`` of them) each
     connection is secured before the callback sees it; a failed handshake closes it and
     goes to `on_tls_error` if given.
+
+    Behind a load balancer that sends a PROXY protocol header (HAProxy ``send-proxy`` /
+    ``send-proxy-v2``, nginx, AWS NLB), `proxy_protocol` (:class:`ProxyProtocol`) reads it
+    before the callback runs (and before the TLS handshake): the writer's ``peername`` is
+    then the client the header names, ``sockname`` the address it connected to, and
+    ``get_extra_info("socketkit_socket").proxy_address`` the proxy itself. A malformed
+    header, or one not complete within `proxy_header_timeout` seconds (default 5), closes
+    that connection alone; the callback never sees it.
 
     ``start_server(handler)`` with a handler of one argument is the former API (the
     handler gets an :class:`AsyncSocket`; the host defaults to 127.0.0.1; TLS is
@@ -579,7 +589,8 @@ async def start_server(client_connected_cb: Callable[..., Any], host: Union[None
     serving = _StreamServing(loop, client_connected_cb, limit, settings, ssl if ssl is not None else tls,
                              on_tls_error, evaluate_trust)
     server = Server(loop, endpoints_for(host, port), serving.accept, queue=callback_queue(loop, loop_group),
-                    use_host_queue=False, loop_group=loop_group, configure=_listener_options(family, keep_alive))
+                    use_host_queue=False, loop_group=loop_group,
+                    configure=_listener_options(family, keep_alive, ProxyProtocol(proxy_protocol), proxy_header_timeout))
     serving.server = server
     if start_serving:
         await server.start_serving()
@@ -612,14 +623,19 @@ async def start_unix_server(client_connected_cb: Callable[..., Any], path: Union
     return server
 
 
-def _listener_options(family: int, keep_alive: Optional[bool]) -> Optional[Callable[[Socket], None]]:
-    if family not in (_stdlib_socket.AF_INET, _stdlib_socket.AF_INET6) and not keep_alive:
+def _listener_options(family: int, keep_alive: Optional[bool], proxy_protocol: ProxyProtocol = ProxyProtocol.NONE,
+                      proxy_header_timeout: Optional[float] = None) -> Optional[Callable[[Socket], None]]:
+    if (family not in (_stdlib_socket.AF_INET, _stdlib_socket.AF_INET6) and not keep_alive
+            and proxy_protocol == ProxyProtocol.NONE and proxy_header_timeout is None):
         return None
 
     def configure(sock: Socket) -> None:
         family_only(sock, family)
         if keep_alive:
             sock.keep_alive = KeepAlive()
+        sock.proxy_protocol = proxy_protocol
+        if proxy_header_timeout is not None:
+            sock.proxy_header_timeout = proxy_header_timeout
 
     return configure
 
