@@ -19,6 +19,10 @@ struct ConnectionFootprintTests {
             ("UdpSocket", datagrams, 104),
             ("UDPSocketCore", datagrams.core, 536),
         ]
+        // The metadata read is right: a class of a header, an Int and a byte is 25 bytes.
+        final class Probe { var word = 1; var byte: UInt8 = 2 }
+        #expect(ConnectionFootprint.instanceSize(of: Probe.self) == 25)
+        #expect(ConnectionFootprint.heapBytes(of: Probe()) == 40)
         for (name, object, limit) in limits {
             let bytes = ConnectionFootprint.heapBytes(of: object)
             #expect(bytes <= limit, "\(name) takes \(bytes) bytes of heap, more than its \(limit)")

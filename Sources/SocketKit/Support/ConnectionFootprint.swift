@@ -19,9 +19,23 @@ import SocketKitC
 /// Switching it off: nothing to switch. `ConnectionFootprintTests` checks the heap bytes of
 /// a connection's objects against today's, so a change that grows them says so.
 enum ConnectionFootprint {
-    /// The bytes the heap set aside for `object`: its instance size rounded up to the
-    /// allocator's granule, what it costs.
+    /// The bytes the heap sets aside for an instance of `object`'s class, what it costs: its
+    /// instance size rounded up as glibc's malloc rounds a request (16-byte granules with an
+    /// 8-byte header, 32 at least; the caller may use the chunk less its header).
+    ///
+    /// Not `malloc_usable_size` of the object itself: malloc may hand out a free chunk one
+    /// granule larger than asked rather than split off a remainder too small to keep, so the
+    /// same object measured 200 bytes in one run and 216 in another (a CI run, with a busier
+    /// heap). This depends on the class alone.
     static func heapBytes(of object: AnyObject) -> Int {
-        Int(skc_heap_bytes(Unmanaged.passUnretained(object).toOpaque()))
+        let chunk = max(32, (instanceSize(of: type(of: object)) + 8 + 15) & ~15)
+        return chunk - 8
+    }
+
+    /// The instance size Swift allocates for `type` (header included), from its class
+    /// metadata: without Objective-C interop (Linux), `instanceSize` is the 32-bit field
+    /// after the kind, the superclass, the flags and the instance address point.
+    static func instanceSize(of type: AnyClass) -> Int {
+        Int(unsafeBitCast(type, to: UnsafeRawPointer.self).load(fromByteOffset: 24, as: UInt32.self))
     }
 }

@@ -62,12 +62,6 @@ int skc_current_thread_id(void);
  * a macro), or 0 if the kernel does not say. */
 int skc_available_cpus(void);
 
-/* malloc_usable_size(3): the bytes the heap set aside for an allocation (a Swift object
- * included), for ConnectionFootprint. */
-static inline size_t skc_heap_bytes(const void *allocation) {
-    return malloc_usable_size((void *)allocation);
-}
-
 /* sizeof(((struct sockaddr_un *)0)->sun_path). */
 static inline size_t skc_unix_path_capacity(void) {
     return sizeof(((struct sockaddr_un *)0)->sun_path);
