@@ -558,6 +558,28 @@ func checksum(_ bytes: [UInt8]) -> UInt64 {
         #expect(reused == [false, true])
     }
 
+    /// The context cache drops the least recently used context when full, not all of them:
+    /// a context in use keeps its client sessions and server ticket keys however many other
+    /// settings come and go (emptying the cache made sessionsAreResumed fail in a CI run,
+    /// when the suite's other tests filled it between its two connections).
+    @Test func aContextInUseOutlivesManyOthersInTheCache() throws {
+        let cache = TLSContextCache(limit: 4) // its own: the shared one serves other tests
+        var settings = TestCertificates.client()
+        settings.alpnProtocols = ["cache-kept"]
+        let kept = try TLSContext.forSettings(settings, in: cache)
+        var others: [TLSContext] = []
+        for index in 0..<12 {
+            var other = TestCertificates.client()
+            other.alpnProtocols = ["cache-other-\(index)"]
+            others.append(try TLSContext.forSettings(other, in: cache))
+            #expect(try TLSContext.forSettings(settings, in: cache) === kept, "replaced after \(index + 1) others")
+        }
+        // The least recently used went: the first others were made again, the last were kept.
+        var first = TestCertificates.client()
+        first.alpnProtocols = ["cache-other-0"]
+        #expect(try TLSContext.forSettings(first, in: cache) !== others[0])
+    }
+
     @Test func protocolVersionsThatDoNotOverlapFail() throws {
         var server = TestCertificates.server()
         server.minimumVersion = .tls1_3

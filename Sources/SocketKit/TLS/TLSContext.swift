@@ -28,28 +28,18 @@ final class TLSContext: @unchecked Sendable {
     /// Servers: the OCSP response stapled for this context's certificate (checked to parse).
     private(set) var ocspResponse: [UInt8]?
 
-    private static let cache = LockedValue<[TLSSettings: TLSContext]>([:])
     /// OpenSSL's security level, the floor for every context: 112-bit security (RSA and DH
     /// of 2048 bits, no SHA-1 signatures, no RC4 or export ciphers).
     static let securityLevel: Int32 = 2
-    private static let cacheLimit = 64
 
     /// The shared context for `settings`, made on first use and again whenever a file the
     /// settings name changed on disk since (one entry per settings value: the newest).
-    static func forSettings(_ settings: TLSSettings) throws(SocketError) -> TLSContext {
+    static func forSettings(_ settings: TLSSettings, in cache: TLSContextCache = .shared) throws(SocketError) -> TLSContext {
         // Stamped before the files are read: a file replaced while the context is being made
         // leaves a stamp older than what the next connection sees, which then makes it again.
         let stamps = settings.filePaths.map(FileStamp.init(path:))
-        if let cached = cache.withLock({ $0[settings] }), cached.stamps == stamps { return cached }
-        let made = try TLSContext(settings, stamps: stamps)
-        return cache.withLock { cache in
-            if let raced = cache[settings], raced.stamps == stamps { return raced }
-            if cache.count >= cacheLimit && cache[settings] == nil {
-                cache.removeAll() // contexts in use stay alive through their sessions
-            }
-            cache[settings] = made // a replaced context lives on in the connections using it
-            return made
-        }
+        if let cached = cache.touch(settings, stamps) { return cached }
+        return cache.insert(settings, stamps, try TLSContext(settings, stamps: stamps))
     }
 
     /// Ownership: the C resources (the key-log `FILE` and the `SSL_CTX`) are acquired into
@@ -524,4 +514,54 @@ extension TLSSettings {
 extension SocketError {
     /// The same failure, reported as unusable TLS settings.
     var asSettings: SocketError { SocketError(.tlsSettings, osError: osError, message) }
+}
+
+/// The contexts by settings, with a use counter: when full, the least recently used goes.
+/// (Emptying it all, as it once did, also dropped the contexts connections were using, and
+/// with them a client's cached sessions and a server's ticket keys: the next connection of
+/// a busy peer did not resume.)
+final class TLSContextCache: Sendable {
+    static let shared = TLSContextCache(limit: 64)
+
+    private struct Entry {
+        var context: TLSContext
+        var lastUse: UInt64
+    }
+    private struct State {
+        var entries: [TLSSettings: Entry] = [:]
+        var uses: UInt64 = 0
+    }
+    let limit: Int
+    private let state = LockedValue(State())
+
+    init(limit: Int) { self.limit = limit }
+
+    /// The cached context for `settings` if its files are unchanged, marked as just used.
+    func touch(_ settings: TLSSettings, _ stamps: [FileStamp?]) -> TLSContext? {
+        state.withLock { state in Self.touch(&state, settings, stamps) }
+    }
+
+    /// Caches `made` (unless another thread cached one for the same files meanwhile: that
+    /// one is returned), making room by dropping the least recently used context.
+    func insert(_ settings: TLSSettings, _ stamps: [FileStamp?], _ made: TLSContext) -> TLSContext {
+        state.withLock { state in
+            if let raced = Self.touch(&state, settings, stamps) { return raced }
+            if state.entries.count >= limit && state.entries[settings] == nil,
+               let oldest = state.entries.min(by: { $0.value.lastUse < $1.value.lastUse })?.key {
+                state.entries[oldest] = nil // connections using it keep it alive
+            }
+            state.uses &+= 1
+            // A replaced context lives on in the connections using it.
+            state.entries[settings] = Entry(context: made, lastUse: state.uses)
+            return made
+        }
+    }
+
+    private static func touch(_ state: inout State, _ settings: TLSSettings, _ stamps: [FileStamp?]) -> TLSContext? {
+        guard var entry = state.entries[settings], entry.context.stamps == stamps else { return nil }
+        state.uses &+= 1
+        entry.lastUse = state.uses
+        state.entries[settings] = entry
+        return entry.context
+    }
 }
