@@ -1,5 +1,4 @@
 // SPDX-License-Identifier: MIT
-import SocketKitC
 
 /// What a connection costs in memory, and the layout rules that keep it small: the field
 /// order and one-word representations the engine relies on for memory per connection. What

@@ -29,7 +29,6 @@
 #include <net/if.h>
 #include <ifaddrs.h>
 #include <pthread.h>
-#include <malloc.h>
 #include <openssl/ssl.h>
 #include <openssl/err.h>
 #include <openssl/x509v3.h>
